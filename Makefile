@@ -1,0 +1,46 @@
+# One entry point for people and CI. Every target creates .venv/ from the lock file when missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+STATE ?= examples/cluster
+HOST ?= 127.0.0.1
+PORT ?= 8888
+
+.PHONY: run test lint unit simulate lock clean
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . \
+		|| $(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+run: $(STAMP)
+	@echo "dra-extender: serving the demo cluster ($(STATE)) on http://$(HOST):$(PORT)"
+	@echo "  try: curl -s http://$(HOST):$(PORT)/healthz"
+	@echo "       curl -s -XPOST http://$(HOST):$(PORT)/scheduler/filter -d @examples/requests/filter-two-gpus.json"
+	@echo "       $(BIN)/dra-extender simulate --state $(STATE)"
+	$(BIN)/dra-extender serve --state $(STATE) --host $(HOST) --port $(PORT)
+
+lint: $(STAMP)
+	$(BIN)/ruff check app allocator tests
+	$(BIN)/ruff format --check app allocator tests
+	$(BIN)/python tools/check_layers.py
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test: lint unit
+
+simulate: $(STAMP)
+	$(BIN)/dra-extender simulate --state $(STATE)
+
+# Re-resolve the pinned dependency set after editing pyproject.toml.
+lock: $(STAMP)
+	$(BIN)/pip-compile --quiet --extra dev --strip-extras --no-emit-index-url --no-emit-find-links \
+		-o requirements.lock pyproject.toml
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,61 @@
+"""Errors raised by the allocator core.
+
+Upstream's structured allocator keeps three outcomes apart: an allocation result, "no fit on this node",
+and a fatal error that aborts the pod on every node. Only the last one is an exception here::
+
+    AllocatorError                  fatal for the pod (upstream: Allocate returns an error)
+    ├── InvalidInputError           bad class, claim or object shape (names the object and field)
+    │   └── FeatureDisabledError    a field is used whose feature gate is off
+    ├── CELError                    selector problems
+    │   ├── CELCompileError         the expression does not compile or is too long
+    │   └── CELEvalError            a runtime error on one device (no such key, cost limit, non-bool)
+    └── ClaimConstraintError        All-mode device breaks a claim constraint (upstream: fatal)
+
+``NodeLocalError`` is separate: upstream's ``ErrFailedAllocationOnNode`` ("invalid resource pools were
+encountered") fails only the node, so it is not an ``AllocatorError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AllocatorError",
+    "CELCompileError",
+    "CELError",
+    "CELEvalError",
+    "ClaimConstraintError",
+    "FeatureDisabledError",
+    "InvalidInputError",
+    "NodeLocalError",
+]
+
+
+class AllocatorError(Exception):
+    """A fatal error: the pod cannot be scheduled on any node until its input changes."""
+
+
+class InvalidInputError(AllocatorError):
+    """An API object is malformed or references something that does not exist."""
+
+
+class FeatureDisabledError(InvalidInputError):
+    """A request uses a field whose feature gate is disabled (upstream wording)."""
+
+
+class CELError(AllocatorError):
+    """Base class of selector errors."""
+
+
+class CELCompileError(CELError):
+    """The expression does not compile, has the wrong result type, or exceeds 10 Ki characters."""
+
+
+class CELEvalError(CELError):
+    """Evaluating the expression on one device failed (runtime error, cost limit, non-bool result)."""
+
+
+class ClaimConstraintError(AllocatorError):
+    """An All-mode request lists a device that violates a claim constraint (upstream: fatal)."""
+
+
+class NodeLocalError(Exception):
+    """The node cannot be used because of a problem local to it (upstream ErrFailedAllocationOnNode)."""

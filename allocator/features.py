@@ -1,0 +1,56 @@
+"""Feature gates, by their upstream names, passed into the allocator as data (never read from globals).
+
+Defaults follow Kubernetes 1.37: GA and beta-on gates are on; DRADerivedAttributes is on in this product
+(upstream alpha). Source: the kube feature-gate table, see shared reference allocator-semantics.md §1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+__all__ = ["FeatureGates", "parse_feature_gates"]
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureGates:
+    """Enabled state of every DRA gate the allocator honours. Field names are the upstream gate names."""
+
+    DRAPrioritizedList: bool = True
+    DRAAdminAccess: bool = True
+    DRADeviceTaints: bool = True
+    DRADeviceTaintRules: bool = True
+    DRAPartitionableDevices: bool = True
+    DRAConsumableCapacity: bool = True
+    DRADeviceBindingConditions: bool = True
+    DRAResourceClaimDeviceStatus: bool = True
+    DRAExtendedResource: bool = True
+    DRAListTypeAttributes: bool = False
+    DRADerivedAttributes: bool = True
+    DRADeviceCompatibilityGroups: bool = False
+
+    def describe(self) -> str:
+        """``Name=true,Other=false`` for every gate, in declaration order."""
+        return ",".join(f"{f.name}={str(getattr(self, f.name)).lower()}" for f in fields(self))
+
+
+_NAMES = {f.name for f in fields(FeatureGates)}
+
+
+def parse_feature_gates(text: str, base: FeatureGates | None = None) -> FeatureGates:
+    """Parse ``--feature-gates Name=true,Other=false`` on top of ``base`` (default: 1.37 defaults).
+
+    Raises ValueError naming the bad entry: unknown gate, missing ``=``, or a value other than true/false.
+    """
+    gates = base or FeatureGates()
+    changes: dict[str, bool] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = entry.partition("=")
+        name, value = name.strip(), value.strip().lower()
+        if not sep:
+            raise ValueError(f"feature gate {entry!r}: expected Name=true|false")
+        if name not in _NAMES:
+            raise ValueError(f"unknown feature gate {name!r} (known: {', '.join(sorted(_NAMES))})")
+        if value not in ("true", "false"):
+            raise ValueError(f"feature gate {name}: value must be true or false, got {value!r}")
+        changes[name] = value == "true"
+    return replace(gates, **changes)
