@@ -14,7 +14,7 @@ import re
 from fractions import Fraction
 from functools import total_ordering
 
-__all__ = ["Quantity", "QuantityError", "parse_quantity"]
+__all__ = ["Quantity", "QuantityError", "format_like", "format_quantity", "parse_quantity"]
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -95,12 +95,18 @@ def parse_quantity(raw: object) -> Quantity:
     return Quantity(value, str(raw) if isinstance(raw, str) else text)
 
 
-def format_quantity(value: Fraction) -> str:
-    """Canonical text for a value: binary suffix when exact, else decimal SI, else milli-units."""
+def format_like(value: Fraction, like: Quantity) -> str:
+    """Text for ``value`` in the suffix family of ``like`` (binary when written with Ki/Mi/..., else
+    decimal SI), as Kubernetes keeps a quantity's format through arithmetic."""
+    return format_quantity(value, binary=like.text.rstrip().endswith("i"))
+
+
+def format_quantity(value: Fraction, binary: bool = True) -> str:
+    """Canonical text for a value: binary suffix when exact (if allowed), else decimal SI, else milli."""
     if value.denominator == 1:
         number = value.numerator
         if number != 0:
-            for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+            for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki") if binary else ():
                 if number % _BINARY[suffix] == 0:
                     return f"{number // _BINARY[suffix]}{suffix}"
             for suffix in ("E", "P", "T", "G", "M", "k"):

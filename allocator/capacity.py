@@ -1,0 +1,98 @@
+"""Consumable capacity (KEP-5075, DRAConsumableCapacity): how much of each capacity a request takes.
+
+Rules (allocator-semantics §12, upstream ``consumable_capacity.go``): a requested capacity the device
+does not define skips the device; an unrequested capacity consumes the policy default or the whole
+value; a request is rounded up to the policy (validRange: at least min, then min + n*step with integer
+arithmetic; validValues: the smallest listed value >= request); a value equal to the default is always
+allowed; otherwise a value off the policy does not fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+
+from allocator.model import Device, DeviceCapacity, RequestPolicy
+from allocator.quantity import Quantity
+
+__all__ = ["capacity_consumption"]
+
+
+def _ceil(value: Fraction) -> int:
+    return -((-value.numerator) // value.denominator)
+
+
+def _lookup(device: Device, requests: Mapping[str, Quantity]) -> dict[str, Quantity] | None:
+    """Requests keyed by the device's capacity names; None if one names a capacity the device lacks."""
+    found = {}
+    for name, amount in requests.items():
+        if name in device.capacity:
+            found[name] = amount
+            continue
+        domain, _, ident = name.rpartition("/")
+        if domain == device.driver and ident in device.capacity:
+            found[ident] = amount
+        else:
+            return None
+    return found
+
+
+def _rounded(requested: Fraction, policy: RequestPolicy) -> Fraction:
+    if policy.min is not None:
+        low = policy.min.value
+        if requested < low:
+            return low
+        if policy.step is not None and policy.step.value > 0:
+            step = _ceil(policy.step.value)
+            steps = _ceil(Fraction(_ceil(requested) - _ceil(low), step))
+            return Fraction(_ceil(low) + steps * step)
+        return requested
+    if policy.valid_values:
+        for value in policy.valid_values:
+            if value.value >= requested:
+                return value.value
+    return requested
+
+
+def _allowed(value: Fraction, policy: RequestPolicy) -> bool:
+    if policy.default is not None and value == policy.default.value:
+        return True
+    if policy.min is not None:
+        if policy.max is not None and value > policy.max.value:
+            return False
+        if policy.step is not None and policy.step.value > 0:
+            return (value - policy.min.value) % policy.step.value == 0
+        return value >= policy.min.value
+    if policy.valid_values:
+        return any(v.value == value for v in policy.valid_values)
+    return True
+
+
+def _consume(capacity: DeviceCapacity, requested: Quantity | None) -> Fraction | None:
+    policy = capacity.policy
+    if requested is None:
+        if policy is not None and policy.default is not None:
+            return policy.default.value
+        return capacity.value.value
+    if policy is None:
+        value = requested.value
+    else:
+        value = _rounded(requested.value, policy)
+        if not _allowed(value, policy):
+            return None
+    return value if value <= capacity.value.value else None
+
+
+def capacity_consumption(device: Device, requests: Mapping[str, Quantity]) -> dict[str, Fraction] | None:
+    """Amount of every capacity of ``device`` one allocation for ``requests`` consumes, or None if the
+    request does not fit the device's capacities or policies (the device is then skipped, no error)."""
+    matched = _lookup(device, requests)
+    if matched is None:
+        return None
+    consumption = {}
+    for name, capacity in device.capacity.items():
+        amount = _consume(capacity, matched.get(name))
+        if amount is None:
+            return None
+        consumption[name] = amount
+    return consumption

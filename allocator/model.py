@@ -1,0 +1,680 @@
+"""Typed, immutable views of the resource.k8s.io/v1 objects the allocator reads.
+
+API-shaped dicts are converted once (``parse_*``) into frozen, slotted dataclasses; the search never
+touches raw dicts. Every parse error is an ``InvalidInputError`` whose message names the object and the
+field path, e.g. ``ResourceClaim demo/x: spec.devices.requests[0].exactly.count: must be an integer``.
+
+Shapes follow ``k8s.io/api/resource/v1/types.go`` (1.37): ResourceSlice, Device, DeviceClass,
+ResourceClaim(Spec), DeviceRequest / DeviceSubRequest, DeviceConstraint, DeviceToleration, DeviceTaint,
+DeviceTaintRule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocator.cel import AttributeValue, CELDevice, Version
+from allocator.errors import InvalidInputError
+from allocator.nodeselector import NodeSelector, parse_node_selector
+from allocator.quantity import Quantity, QuantityError, parse_quantity
+
+__all__ = [
+    "Claim",
+    "Constraint",
+    "CounterConsumption",
+    "Device",
+    "DeviceCapacity",
+    "DeviceClass",
+    "DeviceID",
+    "DeviceRequest",
+    "DeviceTaintRule",
+    "Request",
+    "RequestPolicy",
+    "ResourceSlice",
+    "Taint",
+    "Toleration",
+    "parse_claim",
+    "parse_device_class",
+    "parse_device_taint_rule",
+    "parse_resource_slice",
+]
+
+DeviceID = tuple[str, str, str]
+"""(driver, pool, device): a device's identity across the cluster."""
+
+MAX_DEVICES_PER_CLAIM = 32
+"""``AllocationResultsMaxSize``: results in one claim's allocation."""
+
+
+class _Path:
+    """Builds field paths for error messages: ``spec.devices.requests[0].name``."""
+
+    __slots__ = ("obj", "path")
+
+    def __init__(self, obj: str, path: str = "") -> None:
+        self.obj = obj
+        self.path = path
+
+    def __truediv__(self, name: str | int) -> _Path:
+        if isinstance(name, int):
+            return _Path(self.obj, f"{self.path}[{name}]")
+        return _Path(self.obj, f"{self.path}.{name}" if self.path else name)
+
+    def __str__(self) -> str:
+        return f"{self.obj}: {self.path}" if self.path else self.obj
+
+    def error(self, problem: str) -> InvalidInputError:
+        return InvalidInputError(f"{self}: {problem}")
+
+
+def _mapping(value: Any, at: _Path, *, required: bool = False) -> Mapping[str, Any]:
+    if value is None:
+        if required:
+            raise at.error("required field is missing")
+        return {}
+    if not isinstance(value, Mapping):
+        raise at.error(f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, at: _Path) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise at.error(f"must be a list, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, at: _Path, *, required: bool = False) -> str:
+    if value is None or value == "":
+        if required:
+            raise at.error("required field is missing")
+        return ""
+    if not isinstance(value, str):
+        raise at.error(f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def _bool(value: Any, at: _Path) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise at.error(f"must be a boolean, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, at: _Path, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise at.error(f"must be an integer, got {type(value).__name__}")
+    return value
+
+
+def _quantity(value: Any, at: _Path) -> Quantity:
+    try:
+        return parse_quantity(value)
+    except QuantityError as e:
+        raise at.error(str(e)) from e
+
+
+def _strings(value: Any, at: _Path) -> tuple[str, ...]:
+    return tuple(_str(v, at / i, required=True) for i, v in enumerate(_list(value, at)))
+
+
+def _object_name(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, _Path]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name") if isinstance(meta.get("name"), str) else ""
+    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else ""
+    label = f"{namespace}/{name}" if namespace else name
+    at = _Path(f"{kind} {label or '<unnamed>'}")
+    if not isinstance(obj, Mapping):
+        raise at.error(f"must be an object, got {type(obj).__name__}")
+    if not name:
+        raise (at / "metadata.name").error("required field is missing")
+    return namespace, name, at
+
+
+# --- taints and tolerations -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """``DeviceTaint``: effects NoSchedule and NoExecute block allocation; None and unknown do not."""
+
+    key: str
+    value: str
+    effect: str
+    source: str = ""
+    """Where the taint comes from: empty for the device's own, else ``DeviceTaintRule <name>``."""
+
+    @property
+    def blocks_allocation(self) -> bool:
+        return self.effect in ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """``DeviceToleration``; ``raw`` is copied into allocation results as written."""
+
+    key: str
+    operator: str
+    value: str
+    effect: str
+    raw: Mapping[str, Any] = field(compare=False)
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Upstream ``resourceclaim.ToleratesTaint``: effect, then key, then operator/value."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        if self.operator in ("", "Equal"):
+            return self.value == taint.value
+        return False
+
+
+def _parse_taint(raw: Any, at: _Path, source: str = "") -> Taint:
+    data = _mapping(raw, at, required=True)
+    return Taint(
+        key=_str(data.get("key"), at / "key", required=True),
+        value=_str(data.get("value"), at / "value"),
+        effect=_str(data.get("effect"), at / "effect", required=True),
+        source=source,
+    )
+
+
+def _parse_toleration(raw: Any, at: _Path) -> Toleration:
+    data = _mapping(raw, at, required=True)
+    operator = _str(data.get("operator"), at / "operator") or "Equal"
+    if operator not in ("Equal", "Exists"):
+        raise (at / "operator").error(f"unsupported operator {operator!r} (Equal or Exists)")
+    return Toleration(
+        key=_str(data.get("key"), at / "key"),
+        operator=operator,
+        value=_str(data.get("value"), at / "value"),
+        effect=_str(data.get("effect"), at / "effect"),
+        raw=dict(data),
+    )
+
+
+# --- ResourceSlice ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """``CapacityRequestPolicy`` (KEP-5075): default, and validValues or validRange{min, max, step}."""
+
+    default: Quantity | None
+    valid_values: tuple[Quantity, ...]
+    min: Quantity | None
+    max: Quantity | None
+    step: Quantity | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCapacity:
+    """``DeviceCapacity``: a quantity and an optional request policy."""
+
+    value: Quantity
+    policy: RequestPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CounterConsumption:
+    """One ``consumesCounters`` entry: counters taken from a counter set of the device's pool."""
+
+    counter_set: str
+    counters: Mapping[str, Quantity]
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True, eq=False)
+class Device:
+    """One device of a ResourceSlice; compared and hashed by identity (caches key on it).
+
+    ``attributes`` maps fully qualified names (``domain/id``; bare names are filed under the driver's
+    domain) to values; ``cel`` is the selector view of the same data.
+    """
+
+    id: DeviceID
+    attributes: Mapping[str, AttributeValue]
+    capacity: Mapping[str, DeviceCapacity]
+    cel: CELDevice
+    taints: tuple[Taint, ...]
+    consumes_counters: tuple[CounterConsumption, ...]
+    node_name: str
+    node_selector: NodeSelector | None
+    all_nodes: bool
+    binds_to_node: bool
+    binding_conditions: tuple[str, ...]
+    binding_failure_conditions: tuple[str, ...]
+    allow_multiple_allocations: bool
+
+    @property
+    def driver(self) -> str:
+        return self.id[0]
+
+    @property
+    def pool(self) -> str:
+        return self.id[1]
+
+    @property
+    def name(self) -> str:
+        return self.id[2]
+
+    def attribute(self, qualified_name: str) -> AttributeValue | None:
+        """A constraint lookup (``matchAttribute``): the fully qualified name, driver domain included."""
+        return self.attributes.get(qualified_name)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ResourceSlice:
+    """``ResourceSlice``: devices or shared counters of one pool, published for one or more nodes."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    node_name: str
+    node_selector: NodeSelector | None
+    all_nodes: bool
+    per_device_node_selection: bool
+    devices: tuple[Device, ...]
+    shared_counters: Mapping[str, Mapping[str, Quantity]]
+    resource_version: str
+
+    @property
+    def pool_id(self) -> tuple[str, str]:
+        return (self.driver, self.pool)
+
+
+_ATTRIBUTE_TYPES: tuple[tuple[str, type], ...] = (("bool", bool), ("int", int), ("string", str))
+_LIST_TYPES: tuple[tuple[str, type], ...] = (("bools", bool), ("ints", int), ("strings", str))
+
+
+def _attribute_value(raw: Any, at: _Path) -> AttributeValue:
+    data = _mapping(raw, at, required=True)
+    found: list[AttributeValue] = []
+    for key, kind in _ATTRIBUTE_TYPES:
+        if key in data and data[key] is not None:
+            value = data[key]
+            if type(value) is not kind:
+                raise (at / key).error(f"must be of type {kind.__name__}")
+            found.append(value)
+    if data.get("version") is not None:
+        found.append(Version(_str(data["version"], at / "version", required=True)))
+    for key, kind in _LIST_TYPES:
+        if data.get(key) is not None:
+            items = _list(data[key], at / key)
+            if not items or any(type(v) is not kind for v in items):
+                raise (at / key).error(f"must be a non-empty list of {kind.__name__}")
+            found.append(tuple(items))
+    if data.get("versions") is not None:
+        found.append(tuple(Version(_str(v, at / "versions" / i, required=True)) for i, v in
+                           enumerate(_list(data["versions"], at / "versions"))))
+    if len(found) != 1:
+        raise at.error("unsupported attribute value: exactly one value must be specified")
+    return found[0]
+
+
+def _qualify(name: str, driver: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def _split(qualified: str) -> tuple[str, str]:
+    domain, _, ident = qualified.rpartition("/")
+    return domain, ident
+
+
+def _request_policy(raw: Any, at: _Path) -> RequestPolicy | None:
+    if raw is None:
+        return None
+    data = _mapping(raw, at)
+    valid_range = _mapping(data.get("validRange"), at / "validRange")
+    default = data.get("default")
+    return RequestPolicy(
+        default=_quantity(default, at / "default") if default is not None else None,
+        valid_values=tuple(
+            _quantity(v, at / "validValues" / i) for i, v in enumerate(_list(data.get("validValues"),
+                                                                            at / "validValues"))
+        ),
+        min=_quantity(valid_range["min"], at / "validRange" / "min") if valid_range.get("min") is not None
+        else None,
+        max=_quantity(valid_range["max"], at / "validRange" / "max") if valid_range.get("max") is not None
+        else None,
+        step=_quantity(valid_range["step"], at / "validRange" / "step")
+        if valid_range.get("step") is not None else None,
+    )
+
+
+def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
+    data = _mapping(raw, at, required=True)
+    name = _str(data.get("name"), at / "name", required=True)
+    if "basic" in data:
+        raise (at / "basic").error("the v1beta1 'basic' wrapper is not part of resource.k8s.io/v1")
+    attributes: dict[str, AttributeValue] = {}
+    cel_attributes: dict[str, dict[str, AttributeValue]] = {}
+    for key, value in _mapping(data.get("attributes"), at / "attributes").items():
+        qualified = _qualify(key, driver)
+        parsed = _attribute_value(value, at / "attributes" / key)
+        attributes[qualified] = parsed
+        domain, ident = _split(qualified)
+        cel_attributes.setdefault(domain, {})[ident] = parsed
+    capacity: dict[str, DeviceCapacity] = {}
+    cel_capacity: dict[str, dict[str, Quantity]] = {}
+    for key, value in _mapping(data.get("capacity"), at / "capacity").items():
+        cap_at = at / "capacity" / key
+        cap = _mapping(value, cap_at, required=True)
+        if "value" not in cap:
+            raise (cap_at / "value").error("required field is missing")
+        parsed_cap = DeviceCapacity(_quantity(cap["value"], cap_at / "value"),
+                                    _request_policy(cap.get("requestPolicy"), cap_at / "requestPolicy"))
+        capacity[key] = parsed_cap
+        domain, ident = _split(_qualify(key, driver))
+        cel_capacity.setdefault(domain, {})[ident] = parsed_cap.value
+    consumes = tuple(
+        _counter_consumption(entry, at / "consumesCounters" / i)
+        for i, entry in enumerate(_list(data.get("consumesCounters"), at / "consumesCounters"))
+    )
+    multi = _bool(data.get("allowMultipleAllocations"), at / "allowMultipleAllocations")
+    selector = data.get("nodeSelector")
+    return Device(
+        id=(driver, pool, name),
+        attributes=attributes,
+        capacity=capacity,
+        cel=CELDevice(driver, cel_attributes, cel_capacity, multi),
+        taints=tuple(_parse_taint(t, at / "taints" / i) for i, t in enumerate(_list(data.get("taints"),
+                                                                                   at / "taints"))),
+        consumes_counters=consumes,
+        node_name=_str(data.get("nodeName"), at / "nodeName"),
+        node_selector=parse_node_selector(selector, str(at / "nodeSelector")) if selector else None,
+        all_nodes=_bool(data.get("allNodes"), at / "allNodes"),
+        binds_to_node=_bool(data.get("bindsToNode"), at / "bindsToNode"),
+        binding_conditions=_strings(data.get("bindingConditions"), at / "bindingConditions"),
+        binding_failure_conditions=_strings(data.get("bindingFailureConditions"),
+                                            at / "bindingFailureConditions"),
+        allow_multiple_allocations=multi,
+    )
+
+
+def _counter_consumption(raw: Any, at: _Path) -> CounterConsumption:
+    data = _mapping(raw, at, required=True)
+    return CounterConsumption(
+        counter_set=_str(data.get("counterSet"), at / "counterSet", required=True),
+        counters=_counters(data.get("counters"), at / "counters"),
+    )
+
+
+def _counters(raw: Any, at: _Path) -> dict[str, Quantity]:
+    result = {}
+    for name, counter in _mapping(raw, at, required=True).items():
+        entry = _mapping(counter, at / name, required=True)
+        result[name] = _quantity(entry.get("value"), at / name / "value")
+    return result
+
+
+def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
+    """Convert a resource.k8s.io/v1 ResourceSlice dict. Raises InvalidInputError naming the field."""
+    _, name, at = _object_name("ResourceSlice", obj)
+    spec = _mapping(obj.get("spec"), at / "spec", required=True)
+    driver = _str(spec.get("driver"), at / "spec" / "driver", required=True)
+    pool = _mapping(spec.get("pool"), at / "spec" / "pool", required=True)
+    pool_name = _str(pool.get("name"), at / "spec" / "pool" / "name", required=True)
+    selector = spec.get("nodeSelector")
+    node_fields = [bool(spec.get("nodeName")), bool(selector), bool(spec.get("allNodes")),
+                   bool(spec.get("perDeviceNodeSelection"))]
+    if sum(node_fields) > 1:
+        raise (at / "spec").error("only one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection")
+    shared: dict[str, Mapping[str, Quantity]] = {}
+    for i, entry in enumerate(_list(spec.get("sharedCounters"), at / "spec" / "sharedCounters")):
+        entry_at = at / "spec" / "sharedCounters" / i
+        data = _mapping(entry, entry_at, required=True)
+        set_name = _str(data.get("name"), entry_at / "name", required=True)
+        if set_name in shared:
+            raise (entry_at / "name").error(f"duplicate counter set name {set_name}")
+        shared[set_name] = _counters(data.get("counters"), entry_at / "counters")
+    meta = obj.get("metadata") or {}
+    return ResourceSlice(
+        name=name,
+        driver=driver,
+        pool=pool_name,
+        generation=_int(pool.get("generation"), at / "spec" / "pool" / "generation", 0),
+        slice_count=_int(pool.get("resourceSliceCount"), at / "spec" / "pool" / "resourceSliceCount", 1),
+        node_name=_str(spec.get("nodeName"), at / "spec" / "nodeName"),
+        node_selector=parse_node_selector(selector, str(at / "spec" / "nodeSelector")) if selector else None,
+        all_nodes=_bool(spec.get("allNodes"), at / "spec" / "allNodes"),
+        per_device_node_selection=_bool(spec.get("perDeviceNodeSelection"),
+                                        at / "spec" / "perDeviceNodeSelection"),
+        devices=tuple(
+            _parse_device(d, driver, pool_name, at / "spec" / "devices" / i)
+            for i, d in enumerate(_list(spec.get("devices"), at / "spec" / "devices"))
+        ),
+        shared_counters=shared,
+        resource_version=str(meta.get("resourceVersion") or ""),
+    )
+
+
+# --- DeviceClass and DeviceTaintRule ------------------------------------------------------------------------
+
+
+def _selectors(raw: Any, at: _Path) -> tuple[str, ...]:
+    """Selector expressions; a selector without ``cel`` is reported by the caller (upstream, fatal)."""
+    expressions = []
+    for i, selector in enumerate(_list(raw, at)):
+        data = _mapping(selector, at / i, required=True)
+        cel = data.get("cel")
+        expressions.append(_str(_mapping(cel, at / i / "cel").get("expression"), at / i / "cel" / "expression")
+                           if cel is not None else "")
+    return tuple(expressions)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    """``DeviceClass``: selectors all devices of the class match, config copied into results."""
+
+    name: str
+    selectors: tuple[str, ...]
+    config: tuple[Mapping[str, Any], ...]
+    extended_resource_name: str
+
+
+def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
+    """Convert a resource.k8s.io/v1 DeviceClass dict. Raises InvalidInputError naming the field."""
+    _, name, at = _object_name("DeviceClass", obj)
+    spec = _mapping(obj.get("spec"), at / "spec")
+    return DeviceClass(
+        name=name,
+        selectors=_selectors(spec.get("selectors"), at / "spec" / "selectors"),
+        config=tuple(_mapping(c, at / "spec" / "config" / i, required=True)
+                     for i, c in enumerate(_list(spec.get("config"), at / "spec" / "config"))),
+        extended_resource_name=_str(spec.get("extendedResourceName"), at / "spec" / "extendedResourceName"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaintRule:
+    """``DeviceTaintRule``: adds ``taint`` to every device matching the set selector fields."""
+
+    name: str
+    driver: str
+    pool: str
+    device: str
+    taint: Taint
+
+    def matches(self, device_id: DeviceID) -> bool:
+        driver, pool, name = device_id
+        return ((not self.driver or self.driver == driver) and (not self.pool or self.pool == pool)
+                and (not self.device or self.device == name))
+
+
+def parse_device_taint_rule(obj: Mapping[str, Any]) -> DeviceTaintRule:
+    """Convert a v1 DeviceTaintRule. A missing ``deviceSelector`` matches every device, as the scheduler's
+    ResourceSlice tracker applies it (the type doc says none; see allocator-semantics §10)."""
+    _, name, at = _object_name("DeviceTaintRule", obj)
+    spec = _mapping(obj.get("spec"), at / "spec", required=True)
+    selector = _mapping(spec.get("deviceSelector"), at / "spec" / "deviceSelector")
+    for removed in ("deviceClassName", "selectors"):
+        if selector.get(removed):
+            raise (at / "spec" / "deviceSelector" / removed).error("field was removed in Kubernetes 1.35")
+    return DeviceTaintRule(
+        name=name,
+        driver=_str(selector.get("driver"), at / "spec" / "deviceSelector" / "driver"),
+        pool=_str(selector.get("pool"), at / "spec" / "deviceSelector" / "pool"),
+        device=_str(selector.get("device"), at / "spec" / "deviceSelector" / "device"),
+        taint=_parse_taint(spec.get("taint"), at / "spec" / "taint", source=f"DeviceTaintRule {name}"),
+    )
+
+
+# --- ResourceClaim --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """An ``exactly`` request or one ``firstAvailable`` subrequest.
+
+    ``name`` is what results carry: ``req`` or ``req/sub``. ``admin_access`` is None when the field is unset
+    (upstream treats a non-nil ``false`` with the gate off as an error).
+    """
+
+    name: str
+    parent: str
+    class_name: str
+    selectors: tuple[str, ...]
+    mode: str
+    count: int
+    admin_access: bool | None
+    tolerations: tuple[Toleration, ...]
+    capacity_requests: Mapping[str, Quantity]
+    is_subrequest: bool
+
+    @property
+    def label(self) -> str:
+        """How upstream messages name it: ``request <sub>`` prints the subrequest's own name."""
+        return self.name.rpartition("/")[2]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """``DeviceRequest``: exactly one alternative for ``exactly``, several for ``firstAvailable``."""
+
+    name: str
+    alternatives: tuple[DeviceRequest, ...]
+    first_available: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """``DeviceConstraint``: matchAttribute or distinctAttribute over ``requests`` (empty = all)."""
+
+    requests: tuple[str, ...]
+    match_attribute: str
+    distinct_attribute: str
+
+    def applies_to(self, request: DeviceRequest) -> bool:
+        return not self.requests or request.parent in self.requests or request.name in self.requests
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """``ResourceClaim`` as the allocator needs it; ``key`` is ``namespace/name`` (upstream klog form)."""
+
+    namespace: str
+    name: str
+    uid: str
+    requests: tuple[Request, ...]
+    constraints: tuple[Constraint, ...]
+    config: tuple[Mapping[str, Any], ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+def _device_request(data: Mapping[str, Any], name: str, parent: str, at: _Path, *, sub: bool) -> DeviceRequest:
+    mode = _str(data.get("allocationMode"), at / "allocationMode") or "ExactCount"
+    capacity = _mapping(data.get("capacity"), at / "capacity")
+    admin = data.get("adminAccess")
+    if admin is not None and not isinstance(admin, bool):
+        raise (at / "adminAccess").error(f"must be a boolean, got {type(admin).__name__}")
+    count = _int(data.get("count"), at / "count", 1)
+    if mode == "ExactCount" and count < 1:
+        raise (at / "count").error("must be greater than zero")
+    return DeviceRequest(
+        name=name,
+        parent=parent,
+        class_name=_str(data.get("deviceClassName"), at / "deviceClassName"),
+        selectors=_selectors(data.get("selectors"), at / "selectors"),
+        mode=mode,
+        count=count if mode == "ExactCount" else 0,
+        admin_access=admin,
+        tolerations=tuple(_parse_toleration(t, at / "tolerations" / i)
+                          for i, t in enumerate(_list(data.get("tolerations"), at / "tolerations"))),
+        capacity_requests={k: _quantity(v, at / "capacity" / "requests" / k) for k, v in
+                           _mapping(capacity.get("requests"), at / "capacity" / "requests").items()},
+        is_subrequest=sub,
+    )
+
+
+def _request(raw: Any, at: _Path) -> Request:
+    data = _mapping(raw, at, required=True)
+    name = _str(data.get("name"), at / "name", required=True)
+    if data.get("deviceClassName") is not None:
+        raise at.error("flat request fields belong under 'exactly' in resource.k8s.io/v1")
+    exactly, first = data.get("exactly"), data.get("firstAvailable")
+    if (exactly is None) == (first is None):
+        raise at.error("exactly one of 'exactly' or 'firstAvailable' must be set")
+    if exactly is not None:
+        alternative = _device_request(_mapping(exactly, at / "exactly"), name, name, at / "exactly", sub=False)
+        return Request(name, (alternative,), first_available=False)
+    subs = []
+    for i, sub in enumerate(_list(first, at / "firstAvailable")):
+        sub_at = at / "firstAvailable" / i
+        sub_data = _mapping(sub, sub_at, required=True)
+        sub_name = _str(sub_data.get("name"), sub_at / "name", required=True)
+        subs.append(_device_request(sub_data, f"{name}/{sub_name}", name, sub_at, sub=True))
+    if not subs:
+        raise (at / "firstAvailable").error("must have at least one subrequest")
+    return Request(name, tuple(subs), first_available=True)
+
+
+def parse_claim_spec(namespace: str, name: str, uid: str, spec: Any, at: _Path) -> Claim:
+    """Build a Claim from a ResourceClaimSpec dict (also used for what-if and extended-resource claims)."""
+    devices = _mapping(_mapping(spec, at).get("devices"), at / "devices")
+    requests = tuple(_request(r, at / "devices" / "requests" / i)
+                     for i, r in enumerate(_list(devices.get("requests"), at / "devices" / "requests")))
+    seen: set[str] = set()
+    for i, request in enumerate(requests):
+        if request.name in seen:
+            raise (at / "devices" / "requests" / i / "name").error(f"duplicate request name {request.name}")
+        seen.add(request.name)
+    constraints = []
+    for i, raw in enumerate(_list(devices.get("constraints"), at / "devices" / "constraints")):
+        c_at = at / "devices" / "constraints" / i
+        data = _mapping(raw, c_at, required=True)
+        constraints.append(Constraint(
+            requests=_strings(data.get("requests"), c_at / "requests"),
+            match_attribute=_str(data.get("matchAttribute"), c_at / "matchAttribute"),
+            distinct_attribute=_str(data.get("distinctAttribute"), c_at / "distinctAttribute"),
+        ))
+    return Claim(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        requests=requests,
+        constraints=tuple(constraints),
+        config=tuple(_mapping(c, at / "devices" / "config" / i, required=True)
+                     for i, c in enumerate(_list(devices.get("config"), at / "devices" / "config"))),
+    )
+
+
+def parse_claim(obj: Mapping[str, Any]) -> Claim:
+    """Convert a resource.k8s.io/v1 ResourceClaim dict (spec only). Raises InvalidInputError."""
+    namespace, name, at = _object_name("ResourceClaim", obj)
+    uid = str((obj.get("metadata") or {}).get("uid") or "")
+    return parse_claim_spec(namespace, name, uid, obj.get("spec"), at / "spec")

@@ -1,0 +1,163 @@
+"""Gathering the resource pools visible from one node (allocator-semantics §3).
+
+For a node, a slice is relevant when its ``nodeName`` equals the node, ``allNodes`` is set, its
+``nodeSelector`` matches, or (``perDeviceNodeSelection``) any of its devices' own node selection matches.
+Per pool only the highest generation among relevant slices counts; a pool is complete when
+``resourceSliceCount`` slices of that generation exist (a newer generation anywhere makes it obsolete and
+it is dropped). Complete pools are validated (duplicate device names, duplicate counter sets, unknown
+counter references) and an invalid pool is never allocated from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from allocator.features import FeatureGates
+from allocator.model import Device, ResourceSlice
+from allocator.nodeselector import Node
+from allocator.quantity import Quantity
+
+__all__ = ["PoolView", "device_on_node", "gather_pools", "slice_on_node"]
+
+PoolID = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """One pool as seen from one node.
+
+    ``slices``: the node-relevant slices holding devices, sorted by name (device order = search order).
+    ``counter_sets``: every counter set of the pool at the kept generation, from all its slices.
+    ``devices_by_name``: every device of the pool at that generation (also slices not targeting the node),
+    for counter accounting of devices allocated elsewhere.
+    ``incomplete`` / ``invalid``: such pools are never allocated from; ``invalid`` holds the reason.
+    """
+
+    driver: str
+    pool: str
+    generation: int
+    slices: tuple[ResourceSlice, ...]
+    counter_sets: Mapping[str, Mapping[str, Quantity]]
+    devices_by_name: Mapping[str, Device]
+    incomplete: bool
+    invalid: str
+    has_binding_conditions: bool
+
+    @property
+    def id(self) -> PoolID:
+        return (self.driver, self.pool)
+
+    @property
+    def usable(self) -> bool:
+        return not self.incomplete and not self.invalid
+
+
+def device_on_node(device: Device, node: Node) -> bool:
+    """Per-device node selection (``perDeviceNodeSelection`` slices): nodeName, allNodes or nodeSelector."""
+    if device.node_name:
+        return device.node_name == node.name
+    if device.all_nodes:
+        return True
+    return device.node_selector is not None and device.node_selector.matches(node)
+
+
+def slice_on_node(slice_: ResourceSlice, node: Node, gates: FeatureGates) -> bool:
+    """Whether a slice is relevant for ``node`` (§3 step 1)."""
+    if not gates.DRAPartitionableDevices and (slice_.per_device_node_selection or slice_.shared_counters):
+        return False
+    if slice_.node_name:
+        return slice_.node_name == node.name
+    if slice_.all_nodes:
+        return True
+    if slice_.node_selector is not None:
+        return slice_.node_selector.matches(node)
+    if slice_.per_device_node_selection:
+        return any(device_on_node(d, node) for d in slice_.devices)
+    return False
+
+
+def gather_pools(
+    node: Node,
+    candidates: Iterable[ResourceSlice],
+    pool_slices: Mapping[PoolID, Mapping[str, ResourceSlice]],
+    gates: FeatureGates,
+) -> list[PoolView]:
+    """Pools visible from ``node``, sorted by (driver, pool), pools with binding conditions last.
+
+    ``candidates``: slices that might target the node (its nodeName slices plus all slices that use
+    nodeSelector, allNodes or perDeviceNodeSelection); ``pool_slices``: every slice by pool and name.
+    """
+    kept: dict[PoolID, list[ResourceSlice]] = {}
+    for slice_ in candidates:
+        if not slice_on_node(slice_, node, gates):
+            continue
+        current = kept.get(slice_.pool_id)
+        if current is None or slice_.generation > current[0].generation:
+            kept[slice_.pool_id] = [slice_]
+        elif slice_.generation == current[0].generation:
+            current.append(slice_)
+    views = []
+    for pool_id, slices in kept.items():
+        view = _pool_view(pool_id, slices, pool_slices.get(pool_id, {}), gates)
+        if view is not None:
+            views.append(view)
+    views.sort(key=lambda v: (v.has_binding_conditions, v.driver, v.pool))
+    return views
+
+
+def _pool_view(
+    pool_id: PoolID, relevant: list[ResourceSlice], everything: Mapping[str, ResourceSlice], gates: FeatureGates
+) -> PoolView | None:
+    generation = relevant[0].generation
+    expected = relevant[0].slice_count
+    same_generation = [s for s in everything.values() if s.generation == generation]
+    if not gates.DRAPartitionableDevices:
+        same_generation = [s for s in same_generation if not (s.per_device_node_selection or s.shared_counters)]
+    incomplete = False
+    if len(relevant) != expected:
+        if any(s.generation > generation for s in everything.values()):
+            return None  # obsolete: the driver is replacing the pool and the new generation skips this node
+        incomplete = len(same_generation) != expected
+    device_slices = tuple(sorted((s for s in relevant if s.devices), key=lambda s: s.name))
+    counter_sets: dict[str, Mapping[str, Quantity]] = {}
+    devices_by_name: dict[str, Device] = {}
+    invalid = ""
+    for s in sorted(same_generation, key=lambda s: s.name):
+        for name, counters in s.shared_counters.items():
+            if name in counter_sets and not invalid:
+                invalid = f"duplicate counter set name {name}"
+            counter_sets[name] = counters
+        for d in s.devices:
+            devices_by_name.setdefault(d.name, d)
+    seen: set[str] = set()
+    for s in device_slices:
+        for d in s.devices:
+            if d.name in seen and not invalid:
+                invalid = f"duplicate device name {d.name}"
+            seen.add(d.name)
+    if gates.DRAPartitionableDevices and not invalid:
+        invalid = _counter_reference_problem(devices_by_name.values(), counter_sets)
+    return PoolView(
+        driver=pool_id[0],
+        pool=pool_id[1],
+        generation=generation,
+        slices=device_slices,
+        counter_sets=counter_sets,
+        devices_by_name=devices_by_name,
+        incomplete=incomplete,
+        invalid=invalid,
+        has_binding_conditions=any(d.binding_conditions for s in device_slices for d in s.devices),
+    )
+
+
+def _counter_reference_problem(devices: Iterable[Device], counter_sets: Mapping[str, Mapping[str, Quantity]]) -> str:
+    for device in devices:
+        for consumption in device.consumes_counters:
+            counters = counter_sets.get(consumption.counter_set)
+            if counters is None:
+                return f"counter set {consumption.counter_set} not found"
+            for name in consumption.counters:
+                if name not in counters:
+                    return f"counter {name} not found in counter set {consumption.counter_set}"
+    return ""

@@ -1,0 +1,416 @@
+"""The structured allocator: claims x node -> allocation results, "no fit", or a fatal error.
+
+Reproduces upstream's depth-first search with backtracking (allocator-semantics §4-§16): claims in order,
+requests in spec order, ``firstAvailable`` subrequests in list order, device slots of an ExactCount
+request as combinations (slot k+1 resumes after slot k's device), candidates in pool order (pools sorted
+by driver/pool, binding-condition pools last; slices by name; devices in slice order). The first
+complete assignment wins. Per device the checks run in upstream's order: in use, selectable (class then
+request selectors, node selection, binding-condition gate), capacity, counters, taints, constraints.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from allocator.constraints import ConstraintState, new_constraint_state
+from allocator.capacity import capacity_consumption
+from allocator.errors import (
+    ClaimConstraintError,
+    FeatureDisabledError,
+    InvalidInputError,
+    NodeLocalError,
+)
+from allocator.inventory import Inventory
+from allocator.model import MAX_DEVICES_PER_CLAIM, Claim, Device, DeviceClass, DeviceRequest, ResourceSlice
+from allocator.nodeselector import Node
+from allocator.pools import PoolView, device_on_node
+from allocator.results import PickedDevice, build_allocation
+from allocator.selectors import SelectorCache
+
+__all__ = ["Allocator", "Candidate", "SearchStats", "MAX_SEARCH_STEPS"]
+
+MAX_SEARCH_STEPS = 200_000
+"""Device placements tried per call before giving up on a node (upstream bounds it by a 10 s timeout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A device in search order, with the pool and slice it came from."""
+
+    pool: PoolView
+    slice: ResourceSlice
+    device: Device
+
+
+@dataclass(slots=True)
+class SearchStats:
+    """How much work a call did (tests may assert it; benchmarks report it)."""
+
+    devices_tried: int = 0
+    placements: int = 0
+
+
+class _SearchLimit(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class _ClaimPlan:
+    claim: Claim
+    all_devices: dict[str, list[Candidate]]
+    constraints: list[ConstraintState]
+    picked: list[PickedDevice] = field(default_factory=list)
+    chosen: dict[str, DeviceRequest] = field(default_factory=dict)
+
+
+class Allocator:
+    """Allocates claims on one node against an inventory snapshot; never mutates the inventory.
+
+    One instance per call: ``Allocator(inventory, selectors).allocate(node, claims)``.
+    """
+
+    def __init__(self, inventory: Inventory, selectors: SelectorCache) -> None:
+        self.inventory = inventory
+        self.gates = inventory.gates
+        self.selectors = selectors
+        self.stats = SearchStats()
+        self._node = Node("", {})
+        self._candidates: list[Candidate] = []
+        self._plans: list[_ClaimPlan] = []
+        self._allocating: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+        self._capacity: dict[tuple[str, str, str], dict[str, Fraction]] = defaultdict(
+            lambda: defaultdict(Fraction))
+        self._shares: dict[tuple[str, str, str], int] = defaultdict(int)
+        self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
+        self._selectable: dict[tuple[int, int], bool] = {}
+        self._invalid_seen = False
+
+    # --- entry point --------------------------------------------------------------------------------
+
+    def allocate(self, node: Node, claims: Sequence[Claim]) -> list[dict[str, Any]] | None:
+        """Allocate all ``claims`` together on ``node``.
+
+        Returns one API-shaped ``AllocationResult`` dict per claim (claim order), or None when the node
+        cannot satisfy them. Raises AllocatorError (fatal for the pod) or NodeLocalError (only this node:
+        no solution and an invalid pool was seen).
+        """
+        self._node = node
+        pools = self.inventory.pools_for(node)
+        self._candidates = [
+            Candidate(pool, s, d)
+            for pool in pools
+            for s in pool.slices
+            for d in s.devices
+            if not s.per_device_node_selection or device_on_node(d, node)
+        ]
+        self._plans = [self._plan(claim, pools) for claim in claims]
+        try:
+            found = self._request(0, 0)
+        except _SearchLimit:
+            found = False
+        if not found:
+            if self._invalid_seen:
+                raise NodeLocalError("invalid resource pools were encountered")
+            return None
+        return [build_allocation(plan.claim, plan.picked, plan.chosen, self.inventory, node, self.gates)
+                for plan in self._plans]
+
+    # --- pre-checks (§4) --------------------------------------------------------------------------------
+
+    def _plan(self, claim: Claim, pools: list[PoolView]) -> _ClaimPlan:
+        key = claim.key
+        all_devices: dict[str, list[Candidate]] = {}
+        minimum_total = 0
+        for request in claim.requests:
+            if request.first_available and not self.gates.DRAPrioritizedList:
+                raise FeatureDisabledError(
+                    f"claim {key}, request {request.name}: has subrequests, but the DRAPrioritizedList "
+                    "feature is disabled")
+            if not self.gates.DRAConsumableCapacity:
+                for alt in request.alternatives:
+                    if alt.capacity_requests:
+                        kind = "subrequest" if alt.is_subrequest else "request"
+                        raise FeatureDisabledError(
+                            f"claim {key}, {kind} {alt.label}: has capacity requests, but the "
+                            "DRAConsumableCapacity feature is disabled")
+            minimums = []
+            for alt in request.alternatives:
+                self._validate_request(claim, alt)
+                if alt.mode == "All":
+                    all_devices[alt.name] = self._all_mode_devices(claim, alt, pools)
+                    minimums.append(len(all_devices[alt.name]))
+                else:
+                    minimums.append(alt.count)
+            minimum_total += min(minimums)
+        if minimum_total > MAX_DEVICES_PER_CLAIM:
+            raise InvalidInputError(
+                f"claim {key}: number of requested devices {minimum_total} exceeds the claim limit of "
+                f"{MAX_DEVICES_PER_CLAIM}")
+        states = []
+        for i, constraint in enumerate(claim.constraints):
+            state = new_constraint_state(constraint, self.gates)
+            if state is None:
+                raise InvalidInputError(f"claim {key}, constraint #{i}: empty constraint (unsupported "
+                                        "constraint type?)")
+            states.append(state)
+        return _ClaimPlan(claim, all_devices, states)
+
+    def _validate_request(self, claim: Claim, alt: DeviceRequest) -> None:
+        where = f"claim {claim.key}, request {alt.label}"
+        for i, expression in enumerate(alt.selectors):
+            if not expression:
+                raise InvalidInputError(f"{where}, selector #{i}: CEL expression empty (unsupported selector "
+                                        "type?)")
+        if alt.admin_access is not None and not self.gates.DRAAdminAccess:
+            raise FeatureDisabledError(f"{where}: admin access is requested, but the feature is disabled")
+        if not alt.class_name:
+            raise InvalidInputError(f"{where}: missing device class name (unsupported request type?)")
+        device_class = self.inventory.device_class(alt.class_name)
+        if device_class is None:
+            raise InvalidInputError(f"{where}: could not retrieve device class {alt.class_name}: "
+                                    f'deviceclass.resource.k8s.io "{alt.class_name}" not found')
+        for i, expression in enumerate(device_class.selectors):
+            if not expression:
+                raise InvalidInputError(f"class {device_class.name}: selector #{i}: CEL expression empty "
+                                        "(unsupported selector type?)")
+        if alt.mode not in ("ExactCount", "All"):
+            raise InvalidInputError(f"{where}: unsupported count mode {alt.mode}")
+
+    def _all_mode_devices(self, claim: Claim, alt: DeviceRequest, pools: list[PoolView]) -> list[Candidate]:
+        for pool in pools:
+            if pool.incomplete:
+                raise InvalidInputError(f"claim {claim.key}, request {alt.label}: asks for all devices, but "
+                                        f"resource pool {pool.driver}/{pool.pool} is currently being updated")
+            if pool.invalid:
+                raise InvalidInputError(f"claim {claim.key}, request {alt.label}: asks for all devices, but "
+                                        f"resource pool {pool.driver}/{pool.pool} is currently invalid")
+        return [c for c in self._candidates
+                if self._is_selectable(claim, alt, c) and self._capacity_consumption(c.device, alt) is not None]
+
+    # --- recursion (§5) ---------------------------------------------------------------------------------
+
+    def _request(self, claim_index: int, request_index: int) -> bool:
+        if claim_index == len(self._plans):
+            return True
+        plan = self._plans[claim_index]
+        if request_index == len(plan.claim.requests):
+            return self._request(claim_index + 1, 0)
+        request = plan.claim.requests[request_index]
+        for alt in request.alternatives:
+            plan.chosen[request.name] = alt
+            if alt.mode == "All":
+                found = self._all(claim_index, request_index, alt)
+            else:
+                found = self._slot(claim_index, request_index, alt, 0, 0)
+            if found:
+                return True
+        plan.chosen.pop(request.name, None)
+        return False
+
+    def _all(self, claim_index: int, request_index: int, alt: DeviceRequest) -> bool:
+        plan = self._plans[claim_index]
+        devices = plan.all_devices[alt.name]
+        if not devices or len(plan.picked) + len(devices) > MAX_DEVICES_PER_CLAIM:
+            return False
+        undos: list[Callable[[], None]] = []
+        for candidate in devices:
+            undo = None
+            if not self._in_use(claim_index, alt, candidate.device):
+                undo = self._allocate_device(claim_index, alt, candidate, must=True)
+            if undo is None:
+                for u in reversed(undos):
+                    u()
+                return False
+            undos.append(undo)
+        if self._request(claim_index, request_index + 1):
+            return True
+        for u in reversed(undos):
+            u()
+        return False
+
+    def _slot(self, claim_index: int, request_index: int, alt: DeviceRequest, slot: int, start: int) -> bool:
+        if slot == alt.count:
+            return self._request(claim_index, request_index + 1)
+        plan = self._plans[claim_index]
+        if len(plan.picked) >= MAX_DEVICES_PER_CLAIM:
+            return False
+        claim = plan.claim
+        for index in range(start, len(self._candidates)):
+            candidate = self._candidates[index]
+            if not candidate.pool.usable:
+                self._invalid_seen = self._invalid_seen or bool(candidate.pool.invalid)
+                continue
+            self.stats.devices_tried += 1
+            if self.stats.devices_tried > MAX_SEARCH_STEPS:
+                raise _SearchLimit
+            device = candidate.device
+            if self._in_use(claim_index, alt, device):
+                continue
+            if not self._is_selectable(claim, alt, candidate):
+                continue
+            if self.gates.DRAConsumableCapacity and self._capacity_consumption(device, alt) is None:
+                continue
+            undo = self._allocate_device(claim_index, alt, candidate, must=False)
+            if undo is None:
+                continue
+            if self._slot(claim_index, request_index, alt, slot + 1, index + 1):
+                return True
+            undo()
+        return False
+
+    # --- per-device checks --------------------------------------------------------------------------------
+
+    def _multi(self, device: Device) -> bool:
+        return self.gates.DRAConsumableCapacity and device.allow_multiple_allocations
+
+    def _in_use(self, claim_index: int, alt: DeviceRequest, device: Device) -> bool:
+        picked_by = self._allocating.get(device.id)
+        if alt.admin_access:
+            return bool(picked_by) and claim_index in picked_by
+        if self._multi(device):
+            return False  # shares are limited by capacity, checked separately
+        return bool(picked_by) or self.inventory.is_exclusively_allocated(device.id)
+
+    def _is_selectable(self, claim: Claim, alt: DeviceRequest, candidate: Candidate) -> bool:
+        device = candidate.device
+        key = (id(alt), id(device))
+        cached = self._selectable.get(key)
+        if cached is not None:
+            return cached
+        result = self._evaluate_selectors(claim, alt, device)
+        self._selectable[key] = result
+        return result
+
+    def _evaluate_selectors(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
+        if device.binding_conditions and not self.gates.DRADeviceBindingConditions:
+            return False
+        device_class: DeviceClass = self.inventory.device_class(alt.class_name)  # type: ignore[assignment]
+        owner = f"class {device_class.name}"
+        for i, expression in enumerate(device_class.selectors):
+            if not self.selectors.matches(expression, device, owner, i):
+                return False
+        owner = f"claim {claim.key}"
+        for i, expression in enumerate(alt.selectors):
+            if not self.selectors.matches(expression, device, owner, i):
+                return False
+        return True
+
+    def _capacity_consumption(self, device: Device, alt: DeviceRequest) -> dict[str, Fraction] | None:
+        """Consumption of every device capacity for this request, or None if it does not fit (§12)."""
+        if not self.gates.DRAConsumableCapacity:
+            return {}
+        inventory = self.inventory
+        if (not device.allow_multiple_allocations and inventory.is_allocated(device.id)
+                and not inventory.is_exclusively_allocated(device.id)):
+            return None  # has shares but is no longer multi-allocatable
+        consumption = capacity_consumption(device, alt.capacity_requests)
+        if consumption is None:
+            return None
+        if device.allow_multiple_allocations:
+            if self.inventory.is_exclusively_allocated(device.id):
+                return None
+            used = self.inventory.consumed_capacity(device.id)
+            pending = self._capacity.get(device.id, {})
+            for name, amount in consumption.items():
+                if used.get(name, 0) + pending.get(name, 0) + amount > device.capacity[name].value.value:
+                    return None
+        return consumption
+
+    def _allocate_device(self, claim_index: int, alt: DeviceRequest, candidate: Candidate,
+                         must: bool) -> Callable[[], None] | None:
+        """Place one device (upstream ``allocateDevice``); returns an undo function or None if unusable."""
+        device = candidate.device
+        plan = self._plans[claim_index]
+        undos: list[Callable[[], None]] = []
+
+        def undo_all() -> None:
+            for u in reversed(undos):
+                u()
+
+        if device.consumes_counters:
+            if not self.gates.DRAPartitionableDevices:
+                return None
+            counter_undo = self._take_counters(candidate)
+            if counter_undo is None:
+                return None
+            undos.append(counter_undo)
+        if self.gates.DRADeviceTaints:
+            for taint in self.inventory.taints(device):
+                if taint.blocks_allocation and not any(t.tolerates(taint) for t in alt.tolerations):
+                    undo_all()
+                    return None
+        for state in plan.constraints:
+            if not state.add(alt, device):
+                undo_all()
+                if must:
+                    raise ClaimConstraintError(
+                        f"claim {plan.claim.key}, request {alt.label}: cannot add device "
+                        f"{device.driver}/{device.pool}/{device.name} because a claim constraint would not "
+                        "be satisfied")
+                return None
+            undos.append(lambda s=state: s.remove(alt, device))
+        share_id, consumed = "", None
+        if self._multi(device):
+            consumed = self._capacity_consumption(device, alt) if self.gates.DRAConsumableCapacity else {}
+            if consumed is None:
+                undo_all()
+                return None
+            pending = self._capacity[device.id]
+            for name, amount in consumed.items():
+                pending[name] += amount
+
+            self._shares[device.id] += 1
+
+            def undo_capacity(c: dict[str, Fraction] = consumed) -> None:
+                for name, amount in c.items():
+                    pending[name] -= amount
+                self._shares[device.id] -= 1
+
+            undos.append(undo_capacity)
+            share_id = str(uuid.uuid4())
+        else:
+            self._allocating[device.id].add(claim_index)
+            undos.append(lambda: self._allocating[device.id].discard(claim_index))
+        plan.picked.append(PickedDevice(alt, candidate.slice, device, share_id, consumed))
+        undos.append(plan.picked.pop)
+        self.stats.placements += 1
+        return undo_all
+
+    def _take_counters(self, candidate: Candidate) -> Callable[[], None] | None:
+        """Add the device's counter consumption to its pool and check every counter stays >= 0 (§11)."""
+        device, pool = candidate.device, candidate.pool
+        if self._multi(device) and (self.inventory.is_allocated(device.id) or self._shares[device.id]):
+            return lambda: None  # counters are consumed once, by the device's first share
+        available = self._counters.get(pool.id)
+        if available is None:
+            available = self._available_counters(pool)
+            self._counters[pool.id] = available
+        for consumption in device.consumes_counters:
+            counters = available[consumption.counter_set]
+            for name, amount in consumption.counters.items():
+                counters[name] -= amount.value
+
+        def undo() -> None:
+            for consumption in device.consumes_counters:
+                for name, amount in consumption.counters.items():
+                    available[consumption.counter_set][name] += amount.value
+
+        if any(v < 0 for counters in available.values() for v in counters.values()):
+            undo()
+            return None
+        return undo
+
+    def _available_counters(self, pool: PoolView) -> dict[str, dict[str, Fraction]]:
+        available = {name: {c: q.value for c, q in counters.items()} for name, counters in pool.counter_sets.items()}
+        for device in pool.devices_by_name.values():
+            if device.consumes_counters and self.inventory.is_allocated(device.id):
+                for consumption in device.consumes_counters:
+                    for name, amount in consumption.counters.items():
+                        available[consumption.counter_set][name] -= amount.value
+        return available
+
