@@ -1,0 +1,134 @@
+"""The extender's view of the cluster: API objects by kind plus the allocator's inventory.
+
+Sources (a state directory now, Kubernetes watches later) call ``apply`` / ``remove`` per object; the
+inventory is updated incrementally from the same calls. Objects are plain v1-shaped dicts; claims are
+parsed into allocator ``Claim`` objects once per resourceVersion.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from allocator.errors import InvalidInputError
+from allocator.features import FeatureGates
+from allocator.inventory import Inventory, allocated_devices
+from allocator.model import (
+    Claim,
+    parse_claim,
+    parse_device_class,
+    parse_device_taint_rule,
+    parse_resource_slice,
+)
+from allocator.nodeselector import Node
+
+__all__ = ["KINDS", "ClusterState", "node_from_api", "object_key"]
+
+log = logging.getLogger(__name__)
+
+KINDS = ("Node", "Pod", "ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate",
+         "DeviceTaintRule")
+_NAMESPACED = {"Pod", "ResourceClaim", "ResourceClaimTemplate"}
+
+
+def object_key(kind: str, obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` for namespaced kinds, ``name`` for cluster-scoped ones."""
+    meta = obj.get("metadata") or {}
+    if kind in _NAMESPACED:
+        return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+    return str(meta.get("name"))
+
+
+def node_from_api(obj: Mapping[str, Any]) -> Node:
+    """The name and labels of a core/v1 Node dict."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return Node(str(meta.get("name") or ""), {str(k): str(v) for k, v in labels.items()})
+
+
+class ClusterState:
+    """API objects by kind and key, and the inventory derived from them. Not thread-safe by itself."""
+
+    def __init__(self, gates: FeatureGates | None = None) -> None:
+        self.gates = gates or FeatureGates()
+        self.inventory = Inventory(self.gates)
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
+        self._claims: dict[str, tuple[str, Claim | InvalidInputError]] = {}
+
+    @classmethod
+    def from_objects(cls, objects: Iterable[tuple[str, Mapping[str, Any]]],
+                     gates: FeatureGates | None = None) -> ClusterState:
+        """Build from (kind, object) pairs. Raises InvalidInputError for a malformed DRA object."""
+        state = cls(gates)
+        for kind, obj in objects:
+            state.apply(kind, obj)
+        return state
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Add or replace one object. Raises InvalidInputError (state unchanged) if it cannot be parsed."""
+        key = object_key(kind, obj)
+        if kind == "ResourceSlice":
+            self.inventory.upsert_slice(parse_resource_slice(obj))
+        elif kind == "DeviceClass":
+            self.inventory.upsert_class(parse_device_class(obj))
+        elif kind == "DeviceTaintRule":
+            self.inventory.upsert_taint_rule(parse_device_taint_rule(obj))
+        elif kind == "Node":
+            self.inventory.upsert_node(node_from_api(obj))
+        elif kind == "ResourceClaim":
+            status = obj.get("status") or {}
+            devices = allocated_devices(status.get("allocation"), f"ResourceClaim {key}")
+            self.inventory.set_allocation(key, devices)
+        elif kind not in self.objects:
+            raise InvalidInputError(f"unsupported kind {kind}")
+        self.objects[kind][key] = dict(obj)
+
+    def remove(self, kind: str, key: str) -> None:
+        """Delete one object by key (``namespace/name`` or ``name``); unknown keys are ignored."""
+        if self.objects.get(kind, {}).pop(key, None) is None:
+            return
+        if kind == "ResourceSlice":
+            self.inventory.delete_slice(key)
+        elif kind == "DeviceClass":
+            self.inventory.delete_class(key)
+        elif kind == "DeviceTaintRule":
+            self.inventory.delete_taint_rule(key)
+        elif kind == "Node":
+            self.inventory.delete_node(key)
+        elif kind == "ResourceClaim":
+            self.inventory.set_allocation(key, ())
+            self._claims.pop(key, None)
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        return self.objects[kind].get(key)
+
+    def parsed_claim(self, key: str) -> Claim:
+        """The allocator view of a ResourceClaim, cached per resourceVersion. Raises InvalidInputError."""
+        obj = self.objects["ResourceClaim"][key]
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or id(obj))
+        cached = self._claims.get(key)
+        if cached is None or cached[0] != version:
+            try:
+                parsed: Claim | InvalidInputError = parse_claim(obj)
+            except InvalidInputError as e:
+                parsed = e
+            cached = (version, parsed)
+            self._claims[key] = cached
+        if isinstance(cached[1], InvalidInputError):
+            raise cached[1]
+        return cached[1]
+
+    def node(self, name: str) -> Node | None:
+        return self.inventory.node(name)
+
+    def pending_pods(self) -> list[dict[str, Any]]:
+        """Pods without ``spec.nodeName`` that are not terminal, in scheduling order
+        (creationTimestamp, then namespace/name)."""
+        pods = [
+            p for p in self.objects["Pod"].values()
+            if not (p.get("spec") or {}).get("nodeName")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        return sorted(pods, key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""),
+                                           object_key("Pod", p)))

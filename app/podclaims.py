@@ -1,0 +1,74 @@
+"""Which ResourceClaims a pod uses (upstream ``resourceclaim.Name`` and ``IsForPod``).
+
+``spec.resourceClaims[i]`` names a claim directly (``resourceClaimName``) or through a template, in
+which case the generated name is read from ``status.resourceClaimStatuses`` (entry missing: the claim
+is not created yet; entry with no name: no claim is needed). A generated claim must be controlled by the
+pod (ownerReference with ``controller: true`` and the pod's UID).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ClaimNotReady", "PodClaim", "pod_claims", "pod_key"]
+
+
+class ClaimNotReady(Exception):
+    """A claim the pod needs does not exist yet or is not usable by it (all nodes fail, retried later)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One claim of the pod: the pod-level name, the claim key and the claim object."""
+
+    pod_claim_name: str
+    key: str
+    claim: Mapping[str, Any]
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+def _controlled_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
+    owners = (claim.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("controller") and o.get("kind") == "Pod" and o.get("uid") == pod_uid for o in owners)
+
+
+def pod_claims(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) -> list[PodClaim]:
+    """Resolve the pod's claims against ``claims`` (keyed ``namespace/name``).
+
+    Raises ClaimNotReady naming the pod claim when a claim is missing, deleting or not owned by the pod.
+    """
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+                if isinstance(s, Mapping)}
+    resolved = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = entry.get("name")
+        if entry.get("resourceClaimName"):
+            claim_name, from_template = entry["resourceClaimName"], False
+        elif entry.get("resourceClaimTemplateName"):
+            status = statuses.get(name)
+            if status is None:
+                raise ClaimNotReady(f"pod claim {name}: ResourceClaim not created yet (template "
+                                    f"{entry['resourceClaimTemplateName']})")
+            if not status.get("resourceClaimName"):
+                continue
+            claim_name, from_template = status["resourceClaimName"], True
+        else:
+            raise ClaimNotReady(f"pod claim {name}: neither resourceClaimName nor resourceClaimTemplateName set")
+        key = f"{namespace}/{claim_name}"
+        claim = claims.get(key)
+        if claim is None:
+            raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" not found')
+        if (claim.get("metadata") or {}).get("deletionTimestamp"):
+            raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" is being deleted')
+        if from_template and not _controlled_by(claim, str(meta.get("uid") or "")):
+            raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" was not created for this pod')
+        resolved.append(PodClaim(name, key, claim))
+    return resolved

@@ -1,0 +1,244 @@
+"""Filter, prioritize and bind for one pod, on the cluster state (the extender's verbs, transport-free).
+
+* filter: the pod's claims are resolved; a pod without claims passes every node (fast path); allocated
+  claims must admit the node through their ``nodeSelector``; the unallocated ones are allocated together
+  on each node. The result per (pod UID, node) is kept for prioritize and bind while the inventory is
+  unchanged.
+* prioritize: 0-10 per node from the kept result (packing: prefer nodes the pod fills the most).
+* bind (offline): allocate on the chosen node, then write ``status.allocation`` and ``reservedFor`` on
+  the claims and ``spec.nodeName`` on the pod in one step, so a failure leaves nothing written.
+
+All verbs hold one lock: the state is a single in-memory index and a bind must not interleave with a
+filter that reads it.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from allocator.diagnose import diagnose
+from allocator.errors import AllocatorError, NodeLocalError
+from allocator.inventory import allocated_devices
+from allocator.model import Claim
+from allocator.nodeselector import Node, parse_node_selector
+from allocator.search import Allocator
+from allocator.selectors import SelectorCache
+from app.cluster import ClusterState, node_from_api
+from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
+
+__all__ = ["BindError", "FilterOutcome", "SchedulingService"]
+
+MAX_RESERVED_FOR = 256
+"""``ResourceClaimReservedForMaxSize``."""
+
+
+class BindError(Exception):
+    """The bind could not be done; nothing was written."""
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """Nodes that fit, nodes that failed (reason), nodes that can never fit, or a fatal error."""
+
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    revision: int
+    allocations: tuple[dict[str, Any], ...]
+    score: int
+
+
+class SchedulingService:
+    """The extender's decisions over a ``ClusterState``."""
+
+    def __init__(self, state: ClusterState, selectors: SelectorCache) -> None:
+        self.state = state
+        self.selectors = selectors
+        self.lock = threading.RLock()
+        self._kept: dict[tuple[str, str], _Kept] = {}
+
+    # --- helpers ------------------------------------------------------------------------------------------
+
+    def _with_state_status(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The request's pod, with ``resourceClaimStatuses`` from the state when the request lacks them."""
+        if (pod.get("status") or {}).get("resourceClaimStatuses"):
+            return pod
+        known = self.state.get("Pod", pod_key(pod))
+        if known is None or (known.get("metadata") or {}).get("uid") != (pod.get("metadata") or {}).get("uid"):
+            return pod
+        statuses = (known.get("status") or {}).get("resourceClaimStatuses")
+        if not statuses:
+            return pod
+        merged = dict(pod)
+        merged["status"] = {**(pod.get("status") or {}), "resourceClaimStatuses": statuses}
+        return merged
+
+    def _split_claims(self, claims: list[PodClaim]) -> tuple[list[PodClaim], list[Claim]]:
+        allocated = [c for c in claims if (c.claim.get("status") or {}).get("allocation")]
+        pending = [self.state.parsed_claim(c.key) for c in claims
+                   if not (c.claim.get("status") or {}).get("allocation")]
+        return allocated, pending
+
+    def _node(self, name: str, nodes: Mapping[str, Mapping[str, Any]] | None) -> Node | None:
+        if nodes and name in nodes:
+            return node_from_api(nodes[name])
+        return self.state.node(name)
+
+    # --- filter -----------------------------------------------------------------------------------------------
+
+    def filter(self, pod: Mapping[str, Any], node_names: Sequence[str],
+               nodes: Mapping[str, Mapping[str, Any]] | None = None) -> FilterOutcome:
+        """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them."""
+        with self.lock:
+            return self._filter(self._with_state_status(pod), node_names, nodes)
+
+    def _filter(self, pod: Mapping[str, Any], node_names: Sequence[str],
+                nodes: Mapping[str, Mapping[str, Any]] | None) -> FilterOutcome:
+        outcome = FilterOutcome()
+        uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
+        try:
+            claims = pod_claims(pod, self.state.objects["ResourceClaim"])
+        except ClaimNotReady as e:
+            outcome.unresolvable = {name: str(e) for name in node_names}
+            return outcome
+        if not claims:
+            outcome.passed = list(node_names)
+            return outcome
+        try:
+            allocated, pending = self._split_claims(claims)
+        except AllocatorError as e:
+            outcome.error = str(e)
+            return outcome
+        revision = self.state.inventory.revision
+        for name in node_names:
+            node = self._node(name, nodes)
+            if node is None:
+                outcome.unresolvable[name] = f"node {name} is not known to dra-extender"
+                continue
+            reason = self._allocated_claims_reason(allocated, node, pod)
+            if reason:
+                outcome.unresolvable[name] = reason
+                continue
+            try:
+                allocator = Allocator(self.state.inventory, self.selectors)
+                results = allocator.allocate(node, pending) if pending else []
+            except NodeLocalError as e:
+                outcome.unresolvable[name] = str(e)
+                continue
+            except AllocatorError as e:
+                outcome.error = str(e)
+                outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
+                return outcome
+            if results is None:
+                no_fit = diagnose(self.state.inventory, self.selectors, node, pending)
+                (outcome.unresolvable if no_fit.unresolvable else outcome.failed)[name] = no_fit.reason
+                continue
+            outcome.passed.append(name)
+            self._kept[(uid, name)] = _Kept(revision, tuple(results), self._score(node, results))
+        return outcome
+
+    def _allocated_claims_reason(self, allocated: list[PodClaim], node: Node, pod: Mapping[str, Any]) -> str:
+        uid = (pod.get("metadata") or {}).get("uid")
+        for pc in allocated:
+            status = pc.claim.get("status") or {}
+            selector = status["allocation"].get("nodeSelector")
+            if selector:
+                if not parse_node_selector(selector, f"ResourceClaim {pc.key}: nodeSelector").matches(node):
+                    return f"claim {pc.key} is allocated for other nodes"
+            reserved = status.get("reservedFor") or []
+            if len(reserved) >= MAX_RESERVED_FOR and not any(r.get("uid") == uid for r in reserved):
+                return f"claim {pc.key} is reserved for {MAX_RESERVED_FOR} consumers already"
+        return ""
+
+    # --- prioritize --------------------------------------------------------------------------------------------
+
+    def _score(self, node: Node, results: list[dict[str, Any]]) -> int:
+        """Packing: the share of the node's devices in use once this pod is placed, as 0..10."""
+        total = used = 0
+        for pool in self.state.inventory.pools_for(node):
+            for slice_ in pool.slices:
+                for device in slice_.devices:
+                    total += 1
+                    used += self.state.inventory.is_allocated(device.id)
+        picked = sum(len(r["devices"]["results"]) for r in results)
+        return 0 if total == 0 else min(10, round(10 * (used + picked) / total))
+
+    def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str],
+                   nodes: Mapping[str, Mapping[str, Any]] | None = None) -> list[tuple[str, int]]:
+        """A 0..10 score per node, from the results kept by filter (re-filtering nodes it has not seen)."""
+        with self.lock:
+            pod = self._with_state_status(pod)
+            uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
+            revision = self.state.inventory.revision
+            missing = [n for n in node_names
+                       if (kept := self._kept.get((uid, n))) is None or kept.revision != revision]
+            if missing:
+                self._filter(pod, missing, nodes)
+            return [(n, kept.score if (kept := self._kept.get((uid, n))) else 0) for n in node_names]
+
+    # --- bind ------------------------------------------------------------------------------------------------
+
+    def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
+        """Allocate on ``node_name`` and record it (offline). Raises BindError; then nothing changed."""
+        with self.lock:
+            key = f"{namespace}/{name}"
+            pod = self.state.get("Pod", key)
+            if pod is None:
+                raise BindError(f"pod {key} not found")
+            pod_uid = str((pod.get("metadata") or {}).get("uid") or key)
+            if uid and pod_uid != uid:
+                raise BindError(f"pod {key}: UID {uid} does not match the current pod")
+            bound = (pod.get("spec") or {}).get("nodeName")
+            if bound:
+                if bound == node_name:
+                    return  # kube-scheduler retried a bind that already happened
+                raise BindError(f"pod {key} is already assigned to node {bound!r}")
+            outcome = self._filter(pod, [node_name], None)
+            if outcome.error:
+                raise BindError(outcome.error)
+            if node_name not in outcome.passed:
+                reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
+                raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
+            kept = self._kept.pop((pod_uid, node_name))
+            self._commit(pod, kept.allocations)
+            spec_pod = copy.deepcopy(pod)
+            spec_pod.setdefault("spec", {})["nodeName"] = node_name
+            self.state.apply("Pod", spec_pod)
+            for k in [k for k in self._kept if k[0] == pod_uid]:
+                del self._kept[k]
+
+    def _commit(self, pod: Mapping[str, Any], allocations: tuple[dict[str, Any], ...]) -> None:
+        """Write allocations and reservedFor entries; all objects are built before any is applied."""
+        meta = pod.get("metadata") or {}
+        consumer = {"resource": "pods", "name": meta.get("name"), "uid": meta.get("uid")}
+        claims = pod_claims(pod, self.state.objects["ResourceClaim"])
+        pending = iter(allocations)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        updated = []
+        for pc in claims:
+            claim = copy.deepcopy(dict(pc.claim))
+            status = claim.setdefault("status", {})
+            if not status.get("allocation"):
+                allocation = dict(next(pending))
+                allocation["allocationTimestamp"] = now
+                status["allocation"] = allocation
+                finalizers = claim.setdefault("metadata", {}).setdefault("finalizers", [])
+                if "resource.kubernetes.io/delete-protection" not in finalizers:
+                    finalizers.append("resource.kubernetes.io/delete-protection")
+            reserved = status.setdefault("reservedFor", [])
+            if not any(r.get("uid") == consumer["uid"] for r in reserved):
+                reserved.append(consumer)
+            allocated_devices(status["allocation"], f"ResourceClaim {pc.key}")  # validates before applying
+            updated.append(claim)
+        for claim in updated:
+            self.state.apply("ResourceClaim", claim)
