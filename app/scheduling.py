@@ -209,8 +209,8 @@ class SchedulingService:
             if node_name not in outcome.passed:
                 reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
                 raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
-            kept = self._kept.pop((pod_uid, node_name))
-            self._commit(pod, kept.allocations)
+            kept = self._kept.pop((pod_uid, node_name), None)  # none kept for a pod without claims
+            self._commit(pod, kept.allocations if kept else ())
             spec_pod = copy.deepcopy(pod)
             spec_pod.setdefault("spec", {})["nodeName"] = node_name
             self.state.apply("Pod", spec_pod)
