@@ -27,7 +27,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check app allocator tests
 	$(BIN)/ruff format --check app allocator tests
-	$(BIN)/python tools/check_layers.py
+	$(BIN)/lint-imports --no-cache
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
