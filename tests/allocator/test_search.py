@@ -92,14 +92,13 @@ def test_requests_of_different_classes():
 
 
 def test_request_selectors_and_class_selectors_must_all_match():
+    # The class keeps NUMA 1 (gpu-1, gpu-3); the request keeps labels other than "g1": only gpu-3 is left.
     classes = [device_class(CLASS_A, f'device.driver == "{DRIVER_A}"', f'device.attributes["{DRIVER_A}"].numa == 1')]
-    world = World(slices=[four_gpus()], classes=classes)
-    sel = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].name != "x" && device.attributes["{DRIVER_A}"].numa >= 1'}}]
-    slices = [slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}", numa=i % 2, name=f"g{i}") for i in range(4)])]
+    slices = [slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}", numa=i % 2, label=f"g{i}") for i in range(4)])]
     world = World(slices=slices, classes=classes)
-    assert picked(world.allocate(claim("c", request("gpu", count=2, selectors=sel)))) == [
-        [("gpu", "gpu-1"), ("gpu", "gpu-3")]
-    ]
+    sel = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].label != "g1"'}}]
+    assert picked(world.allocate(claim("c", request("gpu", selectors=sel)))) == [[("gpu", "gpu-3")]]
+    assert world.allocate(claim("c", request("gpu", count=2, selectors=sel))) is None
 
 
 def test_cel_runtime_error_is_fatal_and_names_device():
