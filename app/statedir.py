@@ -1,0 +1,445 @@
+"""Load a cluster state from a directory (or one file) of Kubernetes manifests.
+
+``load_state(path)`` reads every ``*.yaml``, ``*.yml`` and ``*.json`` file below ``path`` (recursively, in
+sorted order, hidden files and directories skipped) or the single file ``path``. A file may hold several YAML
+documents; ``kind: List`` and typed ``<Kind>List`` objects are flattened through their ``items``.
+
+Kept kinds (plain dicts, each a private copy in the ``resource.k8s.io/v1`` / core ``v1`` shape)::
+
+    Node, Pod                                  apiVersion v1
+    ResourceSlice, DeviceClass, ResourceClaim,  resource.k8s.io/v1, v1beta2, v1beta1, v1alpha3
+    ResourceClaimTemplate, DeviceTaintRule     (converted by app.convert.to_v1)
+
+Other kinds (Namespace, Deployment, Job, ConfigMap, CRDs, ResourcePoolStatusRequest, ...) are skipped with a
+warning (``ClusterObjects.warnings`` and the ``logging`` logger of this module). Namespaced kinds without
+``metadata.namespace`` get ``default``. Pods without ``metadata.uid`` get ``stable_uid("Pod", ns, name)`` so
+that owner references of generated claims (app.claimgen) work and are the same on every load.
+
+Errors (``StateLoadError``, message ``"<file>: <Kind> <namespace/name>: <field>: <problem>"`` without the
+parts that are unknown):
+
+* a file that is not YAML/JSON: excerpts with ``...`` elisions, Helm/Go templates whose ``{{ ... }}`` breaks
+  the YAML (reported as a template);
+* a kept object with a template directive ``{{ ... }}`` in a field. Free text (annotations, command, args,
+  env, opaque parameters) is not searched, and neither are skipped kinds: a ConfigMap with alerting templates
+  in a cluster dump is not an error;
+* a document without ``kind`` / ``apiVersion``, a kept object without ``metadata.name``;
+* a kept object that is not valid: classic DRA ``resource.k8s.io/v1alpha2`` (any kind), conversion failures
+  (app.convert), a Pod claim in the pre-1.31 ``source:`` form;
+* a second object with the same kind, namespace and name.
+
+With ``strict=False`` each of those becomes a warning and the object (or the whole file, for file-level
+errors) is skipped; with ``strict=True`` the first one raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from app.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
+
+__all__ = ["KIND_FIELDS", "NAMESPACED_KINDS", "ClusterObjects", "StateLoadError", "load_state", "stable_uid"]
+
+logger = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+KIND_FIELDS = {
+    "Node": "nodes",
+    "Pod": "pods",
+    "ResourceSlice": "resource_slices",
+    "DeviceClass": "device_classes",
+    "ResourceClaim": "resource_claims",
+    "ResourceClaimTemplate": "resource_claim_templates",
+    "DeviceTaintRule": "device_taint_rules",
+}
+"""Kept kind → the ``ClusterObjects`` list that holds it."""
+
+NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate"})
+STATE_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+_CORE_KINDS = frozenset({"Node", "Pod"})
+_UID_NAMESPACE = uuid.UUID(
+    "6f1d3c9e-2b8a-5c47-9e0d-5a3b7c1e4f20"
+)  # fixed: uids must not change between loads
+
+# A Go/Helm template action on a non-comment line: `{{ .Values.x }}`, `{{- if ... }}`, `{{.Index}}`.
+_TEMPLATE_LINE = re.compile(r"^(?!\s*#).*?\{\{.*?\}\}", re.MULTILINE)
+_TEMPLATE_ACTION = re.compile(r"\{\{.*?\}\}", re.DOTALL)
+# Free text in which `{{ }}` can be real data (container commands, annotations, driver parameters).
+_FREE_TEXT_KEYS = frozenset({"annotations", "command", "args", "env", "parameters"})
+_TEMPLATE_PROBLEM = (
+    "Helm/Go template directive `{{ ... }}`: not plain YAML; render the template first "
+    "(helm template, or the tool that fills it in)"
+)
+# A `...` elision as used in KEPs and docs: a line of its own or a value (`pool: ...`).
+_ELISION = re.compile(r"^\s*(?:-\s*)?\.\.\.\s*$|:\s*\.\.\.\s*$", re.MULTILINE)
+
+
+class StateLoadError(Exception):
+    """A state file or object cannot be loaded. Attributes hold the parts of the message (None = unknown)."""
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        file: Path | None = None,
+        kind: str | None = None,
+        ref: str | None = None,
+        field_path: str | None = None,
+    ) -> None:
+        self.file = file
+        self.kind = kind
+        self.ref = ref
+        self.field_path = field_path
+        self.problem = problem
+        subject = " ".join(part for part in (kind, ref) if part)
+        parts = [str(file) if file else "", subject, field_path or "", problem]
+        super().__init__(": ".join(part for part in parts if part))
+
+
+@dataclass
+class ClusterObjects:
+    """Objects of a state directory, one list of plain v1-shaped dicts per kind, in file order."""
+
+    nodes: list[Obj] = field(default_factory=list)
+    pods: list[Obj] = field(default_factory=list)
+    resource_slices: list[Obj] = field(default_factory=list)
+    device_classes: list[Obj] = field(default_factory=list)
+    resource_claims: list[Obj] = field(default_factory=list)
+    resource_claim_templates: list[Obj] = field(default_factory=list)
+    device_taint_rules: list[Obj] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def of_kind(self, kind: str) -> list[Obj]:
+        """The list holding objects of a kept ``kind`` (KeyError for other kinds)."""
+        objects: list[Obj] = getattr(self, KIND_FIELDS[kind])
+        return objects
+
+    def count(self) -> int:
+        """Number of kept objects."""
+        return sum(len(self.of_kind(kind)) for kind in KIND_FIELDS)
+
+
+def stable_uid(kind: str, namespace: str | None, name: str) -> str:
+    """A deterministic UUID string for an object that has none (same inputs → same uid on every load)."""
+    return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{namespace or ''}/{name}"))
+
+
+def load_state(path: Path, *, strict: bool = True) -> ClusterObjects:
+    """Load every manifest below ``path`` (a directory, or one file) into ``ClusterObjects``.
+
+    Raises StateLoadError (see the module docstring); with ``strict=False`` problems become warnings.
+    """
+    loader = _Loader(strict=strict)
+    for file in _state_files(Path(path)):
+        loader.load_file(file)
+    return loader.objects
+
+
+def _state_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise StateLoadError("no such file or directory", file=path)
+    return sorted(
+        file
+        for file in path.rglob("*")
+        if file.is_file()
+        and file.suffix.lower() in STATE_SUFFIXES
+        and not any(part.startswith(".") for part in file.relative_to(path).parts)
+    )
+
+
+class _Loader:
+    """Accumulates objects across files; knows where each object was first seen (duplicate detection)."""
+
+    def __init__(self, *, strict: bool) -> None:
+        self.strict = strict
+        self.objects = ClusterObjects()
+        self._seen: dict[tuple[str, str, str], Path] = {}
+
+    def load_file(self, file: Path) -> None:
+        try:
+            documents = _parse_file(file)
+        except StateLoadError as err:
+            self._fail(err)
+            return
+        for index, document in enumerate(documents):
+            if document is None:  # empty document (`---` at the end, comment-only file)
+                continue
+            try:
+                objects = list(_flatten(document, file, index))
+            except StateLoadError as err:
+                self._fail(err)
+                continue
+            for obj in objects:
+                try:
+                    self._add(obj, file, index)
+                except StateLoadError as err:
+                    self._fail(err)
+
+    def _fail(self, err: StateLoadError) -> None:
+        if self.strict:
+            raise err
+        self._warn(f"{err} (skipped)")
+
+    def _warn(self, message: str) -> None:
+        self.objects.warnings.append(message)
+        logger.warning("%s", message)
+
+    def _add(self, obj: object, file: Path, index: int) -> None:
+        if not isinstance(obj, dict):
+            raise StateLoadError(f"document {index}: must be a mapping, got {type(obj).__name__}", file=file)
+        kind, api_version = obj.get("kind"), obj.get("apiVersion")
+        if not isinstance(kind, str) or not kind:
+            raise StateLoadError(
+                f"document {index}: kind: Required value (not a Kubernetes object: fragment or values file?)",
+                file=file,
+            )
+        ref = _ref(obj, kind)
+        if not isinstance(api_version, str) or not api_version:
+            raise StateLoadError(
+                "Required value" + _case_hint(obj, "apiVersion"),
+                file=file,
+                kind=kind,
+                ref=ref,
+                field_path="apiVersion",
+            )
+        if kind not in KIND_FIELDS:
+            self._skip_unknown(kind, api_version, ref, file)
+            return
+        template_at = _template_path(obj)
+        if template_at is not None:
+            raise StateLoadError(_TEMPLATE_PROBLEM, file=file, kind=kind, ref=ref, field_path=template_at)
+        self._check_name(obj, kind, ref, file)
+        converted = self._convert(obj, kind, api_version, ref, file)
+        self._remember(converted, kind, file)
+        self.objects.of_kind(kind).append(converted)
+
+    def _skip_unknown(self, kind: str, api_version: str, ref: str, file: Path) -> None:
+        # Classic DRA kinds (ResourceClass, ResourceClaimParameters, ...): skipping them would silently drop
+        # what the pods need, so they are an error like classic-DRA claims.
+        if api_version == CLASSIC_DRA_VERSION:
+            raise StateLoadError(CLASSIC_DRA_PROBLEM, file=file, kind=kind, ref=ref, field_path="apiVersion")
+        self._warn(f"{file}: {kind} {ref}: skipped ({api_version} {kind} is not used by the extender)")
+
+    @staticmethod
+    def _check_name(obj: Obj, kind: str, ref: str, file: Path) -> None:
+        metadata = obj.get("metadata")
+        if (
+            not isinstance(metadata, dict)
+            or not isinstance(metadata.get("name"), str)
+            or not metadata["name"]
+        ):
+            raise StateLoadError("Required value", file=file, kind=kind, ref=ref, field_path="metadata.name")
+
+    @staticmethod
+    def _convert(obj: Obj, kind: str, api_version: str, ref: str, file: Path) -> Obj:
+        try:
+            converted = to_v1(obj) if kind in DRA_KINDS else _core_object(obj, kind, api_version)
+        except ConversionError as err:
+            raise StateLoadError(err.problem, file=file, kind=kind, ref=ref, field_path=err.path) from err
+        metadata = converted.setdefault("metadata", {})
+        if kind in NAMESPACED_KINDS and not metadata.get("namespace"):
+            metadata["namespace"] = "default"
+        if kind == "Pod" and not metadata.get("uid"):
+            metadata["uid"] = stable_uid("Pod", metadata["namespace"], metadata["name"])
+        return converted
+
+    def _remember(self, obj: Obj, kind: str, file: Path) -> None:
+        metadata = obj["metadata"]
+        namespace = metadata.get("namespace", "") if kind in NAMESPACED_KINDS else ""
+        key = (kind, namespace, metadata["name"])
+        first = self._seen.get(key)
+        if first is not None:
+            where = "earlier in the same file" if first == file else f"first defined in {first}"
+            raise StateLoadError(f"duplicate object ({where})", file=file, kind=kind, ref=_ref(obj, kind))
+        self._seen[key] = file
+
+
+def _case_hint(obj: Obj, field_name: str) -> str:
+    """Field names are case-sensitive; point at a near miss such as ``apiversion``."""
+    near = [key for key in obj if isinstance(key, str) and key.lower() == field_name.lower()]
+    return f" (found {near[0]!r}: field names are case-sensitive)" if near else ""
+
+
+def _ref(obj: Obj, kind: str) -> str:
+    """``namespace/name`` for namespaced kinds, else ``name``; ``?`` stands for a missing name."""
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    name = metadata.get("name") if isinstance(metadata.get("name"), str) else "?"
+    if kind in NAMESPACED_KINDS or metadata.get("namespace"):
+        return f"{metadata.get('namespace') or 'default'}/{name}"
+    return str(name)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# core kinds
+
+
+def _core_object(obj: Obj, kind: str, api_version: str) -> Obj:
+    """Copy of a Node or Pod after the checks the extender relies on. Raises ConversionError."""
+    if api_version != "v1":
+        raise ConversionError("apiVersion", f"{kind} must be apiVersion v1, got {api_version!r}")
+    if kind == "Pod":
+        _check_pod_claims(obj)
+    return _deep_copy(obj)
+
+
+def _check_pod_claims(pod: Obj) -> None:
+    """``spec.resourceClaims[]``: ``{name, resourceClaimName | resourceClaimTemplateName}`` (core/v1)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise ConversionError("spec", "Required value")
+    claims = spec.get("resourceClaims")
+    if claims is None:
+        return
+    if not isinstance(claims, list):
+        raise ConversionError("spec.resourceClaims", "must be a list")
+    for i, claim in enumerate(claims):
+        path = f"spec.resourceClaims[{i}]"
+        if not isinstance(claim, dict):
+            raise ConversionError(path, "must be an object")
+        if "source" in claim:
+            raise ConversionError(
+                f"{path}.source",
+                "the pre-1.31 (classic DRA) `source:` wrapper was removed in Kubernetes 1.31; set "
+                "resourceClaimName or resourceClaimTemplateName directly",
+            )
+        if not isinstance(claim.get("name"), str) or not claim["name"]:
+            raise ConversionError(f"{path}.name", "Required value")
+        targets = [key for key in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(key)]
+        if len(targets) != 1:
+            raise ConversionError(
+                path, "exactly one of `resourceClaimName`, `resourceClaimTemplateName` is required"
+            )
+
+
+def _deep_copy(obj: Obj) -> Obj:
+    # orjson round trip: several times faster than copy.deepcopy on parsed YAML (plain JSON types only).
+    copied: Obj = orjson.loads(orjson.dumps(obj))
+    return copied
+
+
+# ----------------------------------------------------------------------------------------------------------
+# parsing
+
+
+class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """Safe loader with Kubernetes' reading of YAML: timestamps stay strings, duplicate keys are errors."""
+
+
+# Kubernetes (sigs.k8s.io/yaml) keeps `2025-01-01T00:00:00Z` a string; PyYAML would build a datetime.
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Obj:
+    loader.flatten_mapping(node)
+    mapping: Obj = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                "found an unhashable key",
+                key_node.start_mark,
+            )
+        if key in mapping:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r}",
+                key_node.start_mark,
+            )
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _parse_file(file: Path) -> list[Any]:
+    """The documents of one file. Raises StateLoadError for unreadable, template or malformed files."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise StateLoadError(f"cannot read: {err}", file=file) from err
+    if file.suffix.lower() == ".json":
+        try:
+            return [orjson.loads(text)]
+        except orjson.JSONDecodeError as err:
+            raise StateLoadError(f"not valid JSON: {err}", file=file) from err
+    try:
+        return list(yaml.load_all(text, Loader=_YamlLoader))
+    except yaml.YAMLError as err:
+        template = _TEMPLATE_LINE.search(text)
+        if template:
+            # `{{` opens a YAML flow mapping: the directive, not the YAML, is what is wrong.
+            line = text.count("\n", 0, template.start()) + 1
+            raise StateLoadError(f"line {line}: {_TEMPLATE_PROBLEM}", file=file) from err
+        raise StateLoadError(_yaml_problem(err, text), file=file) from err
+
+
+def _yaml_problem(err: yaml.YAMLError, text: str) -> str:
+    mark = getattr(err, "problem_mark", None)
+    where = f"line {mark.line + 1}: " if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    hint = ""
+    if _ELISION.search(text):
+        hint = " (the file contains `...` elisions: an illustrative excerpt, not a complete object)"
+    return f"{where}not valid YAML: {problem}{hint}"
+
+
+def _template_path(value: object, path: str = "") -> str | None:
+    """Field path of the first template directive in an object (free-text fields excluded), else None."""
+    if isinstance(value, str):
+        return (path or ".") if _TEMPLATE_ACTION.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            key_path = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and _TEMPLATE_ACTION.search(key):
+                return key_path
+            found = None if key in _FREE_TEXT_KEYS else _template_path(item, key_path)
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _template_path(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _flatten(document: object, file: Path, index: int) -> Iterator[object]:
+    """The objects of one document: the document itself, or the items of a ``List`` / ``<Kind>List``."""
+    if not isinstance(document, dict):
+        yield document
+        return
+    kind = document.get("kind")
+    items = document.get("items")
+    if not (isinstance(kind, str) and kind.endswith("List") and "items" in document):
+        yield document
+        return
+    if items is None:
+        return
+    if not isinstance(items, list):
+        raise StateLoadError(f"document {index}: {kind}.items: must be a list", file=file)
+    item_kind = kind.removesuffix("List")
+    for item in items:
+        # Typed lists (ResourceSliceList from the API) omit kind/apiVersion on their items.
+        if isinstance(item, dict) and item_kind and not item.get("kind"):
+            item = {"apiVersion": document.get("apiVersion"), "kind": item_kind, **item}
+        yield item

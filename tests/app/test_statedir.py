@@ -1,0 +1,387 @@
+"""app.statedir: loading a directory of manifests into ClusterObjects."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+
+from app.statedir import ClusterObjects, StateLoadError, load_state, stable_uid
+
+NODE = """
+apiVersion: v1
+kind: Node
+metadata: {name: node-1, labels: {zone: a}}
+"""
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: pod-1, namespace: team-a}
+spec:
+  containers: [{name: main, image: busybox, resources: {claims: [{name: gpu}]}}]
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+"""
+SLICE_V1BETA1 = """
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceSlice
+metadata: {name: node-1-gpus}
+spec:
+  driver: gpu.example.com
+  nodeName: node-1
+  pool: {name: node-1, generation: 0, resourceSliceCount: 1}
+  devices:
+  - name: gpu-0
+    basic:
+      attributes: {model: {string: A100}}
+      capacity: {memory: {value: 40Gi}}
+"""
+TEMPLATE_V1BETA1 = """
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: team-a}
+spec:
+  spec:
+    devices:
+      requests: [{name: gpu, deviceClassName: gpu.example.com}]
+"""
+CLASS = """
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.example.com}
+spec:
+  selectors: [{cel: {expression: "device.driver == 'gpu.example.com'"}}]
+"""
+NAMESPACE = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+"""
+
+
+def write(root: Path, relative: str, *documents: str) -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("---\n".join(dedent(document) for document in documents))
+    return path
+
+
+def load_error(path: Path) -> str:
+    with pytest.raises(StateLoadError) as caught:
+        load_state(path)
+    return str(caught.value)
+
+
+def names(objects: list[dict]) -> list[str]:
+    return [obj["metadata"]["name"] for obj in objects]
+
+
+# --- what gets loaded --------------------------------------------------------------------------------
+
+
+def test_directory_is_read_recursively_with_multi_document_files(tmp_path: Path) -> None:
+    write(tmp_path, "a/nodes.yaml", NODE, NAMESPACE)
+    write(tmp_path, "a/b/dra.yml", SLICE_V1BETA1, CLASS, TEMPLATE_V1BETA1)
+    write(tmp_path, "pods.yaml", POD)
+    objects = load_state(tmp_path)
+    assert names(objects.nodes) == ["node-1"]
+    assert names(objects.pods) == ["pod-1"]
+    assert names(objects.resource_slices) == ["node-1-gpus"]
+    assert names(objects.device_classes) == ["gpu.example.com"]
+    assert names(objects.resource_claim_templates) == ["one-gpu"]
+    assert objects.count() == 5
+
+
+def test_dra_objects_are_converted_to_v1(tmp_path: Path) -> None:
+    write(tmp_path, "dra.yaml", SLICE_V1BETA1, TEMPLATE_V1BETA1)
+    objects = load_state(tmp_path)
+    (slice_,) = objects.resource_slices
+    assert slice_["apiVersion"] == "resource.k8s.io/v1"
+    assert slice_["spec"]["devices"] == [
+        {
+            "name": "gpu-0",
+            "attributes": {"model": {"string": "A100"}},
+            "capacity": {"memory": {"value": "40Gi"}},
+        }
+    ]
+    (template,) = objects.resource_claim_templates
+    assert template["spec"]["spec"]["devices"]["requests"] == [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}
+    ]
+
+
+def test_lists_are_flattened_and_typed_list_items_get_their_kind(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "list.yaml",
+        """
+        apiVersion: v1
+        kind: List
+        items:
+        - {apiVersion: v1, kind: Node, metadata: {name: node-1}}
+        - {apiVersion: v1, kind: Node, metadata: {name: node-2}}
+        """,
+        """
+        apiVersion: resource.k8s.io/v1
+        kind: DeviceClassList
+        metadata: {resourceVersion: "7"}
+        items:
+        - metadata: {name: gpu.example.com}
+          spec: {}
+        """,
+        "apiVersion: v1\nkind: List\nitems: []\n",
+    )
+    objects = load_state(tmp_path)
+    assert names(objects.nodes) == ["node-1", "node-2"]
+    assert objects.device_classes[0]["kind"] == "DeviceClass"
+
+
+def test_json_files_and_single_file_paths(tmp_path: Path) -> None:
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-9"}}))
+    assert names(load_state(path).nodes) == ["node-9"]
+    assert names(load_state(tmp_path).nodes) == ["node-9"]
+
+
+def test_other_and_hidden_files_are_ignored(tmp_path: Path) -> None:
+    write(tmp_path, "README.md", "not: [yaml")
+    write(tmp_path, ".git/config.yaml", "{{ broken")
+    write(tmp_path, ".hidden.yaml", "{{ broken")
+    write(tmp_path, "empty.yaml", "# only a comment\n")
+    write(tmp_path, "node.YAML", NODE)
+    objects = load_state(tmp_path)
+    assert names(objects.nodes) == ["node-1"]
+    assert objects.warnings == []
+
+
+def test_unknown_kinds_are_skipped_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write(
+        tmp_path,
+        "mixed.yaml",
+        NAMESPACE,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: team-a}\n",
+        "apiVersion: resource.nvidia.com/v1beta1\nkind: ComputeDomain\nmetadata: {name: cd}\n",
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n",
+        "apiVersion: resource.k8s.io/v1alpha3\nkind: ResourcePoolStatusRequest\nmetadata: {name: r}\n",
+    )
+    with caplog.at_level(logging.WARNING, logger="app.statedir"):
+        objects = load_state(tmp_path)
+    assert objects.count() == 0
+    assert objects.warnings == [
+        f"{path}: Namespace team-a: skipped (v1 Namespace is not used by the extender)",
+        f"{path}: Deployment team-a/web: skipped (apps/v1 Deployment is not used by the extender)",
+        f"{path}: ComputeDomain cd: skipped "
+        "(resource.nvidia.com/v1beta1 ComputeDomain is not used by the extender)",
+        f"{path}: KubeSchedulerConfiguration ?: skipped "
+        "(kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration is not used by the extender)",
+        f"{path}: ResourcePoolStatusRequest r: skipped "
+        "(resource.k8s.io/v1alpha3 ResourcePoolStatusRequest is not used by the extender)",
+    ]
+    assert [record.getMessage() for record in caplog.records] == objects.warnings
+
+
+def test_namespaced_kinds_default_to_the_default_namespace(tmp_path: Path) -> None:
+    write(tmp_path, "pod.yaml", POD.replace("namespace: team-a", "labels: {}"), CLASS)
+    objects = load_state(tmp_path)
+    assert objects.pods[0]["metadata"]["namespace"] == "default"
+    assert "namespace" not in objects.device_classes[0]["metadata"]
+
+
+def test_pods_without_uid_get_a_stable_uid(tmp_path: Path) -> None:
+    write(tmp_path, "pods.yaml", POD, POD.replace("pod-1", "pod-2").replace("team-a}", "team-a, uid: given}"))
+    first, second = load_state(tmp_path), load_state(tmp_path)
+    uid = first.pods[0]["metadata"]["uid"]
+    assert uid == stable_uid("Pod", "team-a", "pod-1") == second.pods[0]["metadata"]["uid"]
+    assert first.pods[1]["metadata"]["uid"] == "given"
+
+
+def test_timestamps_stay_strings(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "node.yaml",
+        NODE.replace("{name: node-1,", "{creationTimestamp: 2026-01-02T03:04:05Z, name: node-1,"),
+    )
+    assert load_state(tmp_path).nodes[0]["metadata"]["creationTimestamp"] == "2026-01-02T03:04:05Z"
+
+
+def test_cluster_objects_lists_by_kind() -> None:
+    objects = ClusterObjects(nodes=[{"metadata": {"name": "n"}}])
+    assert objects.of_kind("Node") is objects.nodes
+    with pytest.raises(KeyError):
+        objects.of_kind("Namespace")
+
+
+# --- errors ------------------------------------------------------------------------------------------
+
+
+def test_error_message_names_file_kind_object_field_and_problem(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "t.yaml",
+        TEMPLATE_V1BETA1.replace(
+            "deviceClassName: gpu.example.com", "deviceClassName: gpu.example.com, count: two"
+        ),
+    )
+    assert load_error(tmp_path) == (
+        f"{path}: ResourceClaimTemplate team-a/one-gpu: spec.spec.devices.requests[0].exactly.count: "
+        "must be an integer"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata:\n  name: {{ .Values.name }}\n",
+            "line 4: Helm/Go template directive `{{ ... }}`: not plain YAML",
+            id="helm-template",
+        ),
+        pytest.param(
+            "kind: ResourceSlice\napiVersion: resource.k8s.io/v1\nspec:\n  {{- if .Values.x }}\n  a: b\n",
+            "line 4: Helm/Go template directive",
+            id="template-that-would-not-parse",
+        ),
+        pytest.param(
+            "kind: ResourceSlice\napiVersion: resource.k8s.io/v1beta1\n...\nspec:\n  pool:\n    ...\n",
+            "line 4: not valid YAML: did not find expected <document start> (the file contains `...`",
+            id="kep-elision",
+        ),
+        pytest.param("a: [1, 2\n", "line 2: not valid YAML", id="broken-yaml"),
+        pytest.param("a: 1\na: 2\n", "line 2: not valid YAML: found duplicate key 'a'", id="duplicate-key"),
+        pytest.param(
+            "requests: [gpu]\nmatchAttribute: resource.kubernetes.io/numaNode\n",
+            "document 0: kind: Required value (not a Kubernetes object",
+            id="fragment",
+        ),
+        pytest.param("- a\n- b\n", "document 0: must be a mapping, got list", id="list-document"),
+        pytest.param(
+            "kind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n",
+            "Pod default/p: apiVersion: Required value",
+            id="no-api-version",
+        ),
+        pytest.param(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nspec: {devices: {requests: []}}\n",
+            "ResourceClaim default/?: metadata.name: Required value",
+            id="no-name",
+        ),
+        pytest.param(
+            "apiVersion: resource.k8s.io/v1alpha2\nkind: ResourceClaim\nmetadata: {name: c}\n"
+            "spec: {resourceClassName: gpu.example.com}\n",
+            "ResourceClaim default/c: apiVersion: resource.k8s.io/v1alpha2 is classic DRA",
+            id="classic-dra-claim",
+        ),
+        pytest.param(
+            "apiVersion: resource.k8s.io/v1alpha2\nkind: ResourceClass\nmetadata: {name: gpu}\n",
+            "ResourceClass gpu: apiVersion: resource.k8s.io/v1alpha2 is classic DRA",
+            id="classic-dra-class",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+            "spec: {resourceClaims: [{name: gpu, source: {resourceClaimTemplateName: t}}]}\n",
+            "Pod default/p: spec.resourceClaims[0].source: the pre-1.31 (classic DRA) `source:` wrapper",
+            id="pod-claim-source",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+            "spec: {resourceClaims: [{name: gpu, resourceClaimName: a, resourceClaimTemplateName: t}]}\n",
+            "Pod default/p: spec.resourceClaims[0]: exactly one of `resourceClaimName`, ",
+            id="pod-claim-both",
+        ),
+        pytest.param(
+            "apiVersion: v2\nkind: Node\nmetadata: {name: n}\n",
+            "Node n: apiVersion: Node must be apiVersion v1, got 'v2'",
+            id="node-api-version",
+        ),
+    ],
+)
+def test_invalid_input_raises_with_the_reason(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, "bad.yaml", text)
+    assert load_error(tmp_path).startswith(f"{path}: {expected}")
+
+
+def test_template_directive_in_a_kept_object_names_the_field(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "class.yaml", CLASS.replace("{name: gpu.example.com}", "{name: 'class-{{.Index}}'}")
+    )
+    assert load_error(tmp_path) == (
+        f"{path}: DeviceClass class-{{{{.Index}}}}: metadata.name: "
+        "Helm/Go template directive `{{ ... }}`: not plain YAML; render the template first "
+        "(helm template, or the tool that fills it in)"
+    )
+
+
+def test_template_text_in_free_text_fields_and_skipped_kinds_is_data(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "dump.yaml",
+        """
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: alerts, namespace: monitoring}
+        data: {rules.yaml: 'summary: "{{ $labels.instance }} down"'}
+        """,
+        """
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: debug, annotations: {note: "{{ not a template }}"}}
+        spec:
+          containers: [{name: c, image: x, args: ["--format={{.Name}}"], env: [{name: F, value: "{{x}}"}]}]
+        """,
+        """
+        apiVersion: resource.k8s.io/v1
+        kind: ResourceClaim
+        metadata: {name: c}
+        spec:
+          devices:
+            requests: [{name: gpu, exactly: {deviceClassName: gpu.example.com}}]
+            config: [{opaque: {driver: gpu.example.com, parameters: {banner: "{{ hello }}"}}}]
+        """,
+    )
+    objects = load_state(tmp_path)
+    assert names(objects.pods) == ["debug"] and names(objects.resource_claims) == ["c"]
+
+
+def test_duplicates_across_files_name_both_files(tmp_path: Path) -> None:
+    first = write(tmp_path, "a.yaml", CLASS)
+    second = write(tmp_path, "b.yaml", CLASS)
+    assert load_error(tmp_path) == (
+        f"{second}: DeviceClass gpu.example.com: duplicate object (first defined in {first})"
+    )
+
+
+def test_same_name_in_other_namespace_or_kind_is_not_a_duplicate(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", POD, POD.replace("team-a", "team-b"), NODE.replace("node-1", "pod-1"))
+    objects = load_state(tmp_path)
+    assert len(objects.pods) == 2 and len(objects.nodes) == 1
+
+
+def test_duplicate_in_the_same_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.yaml", NODE, NODE)
+    assert load_error(tmp_path) == f"{path}: Node node-1: duplicate object (earlier in the same file)"
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    assert load_error(tmp_path / "nope") == f"{tmp_path / 'nope'}: no such file or directory"
+
+
+def test_non_strict_turns_errors_into_warnings_and_keeps_the_rest(tmp_path: Path) -> None:
+    bad_file = write(tmp_path, "a-template.yaml", "name: {{ .Values.name }}\n")
+    mixed = write(tmp_path, "b.yaml", NODE, "apiVersion: v1\nkind: Node\nmetadata: {}\n", CLASS, CLASS)
+    objects = load_state(tmp_path, strict=False)
+    assert names(objects.nodes) == ["node-1"]
+    assert names(objects.device_classes) == ["gpu.example.com"]
+    assert len(objects.warnings) == 3
+    assert objects.warnings[0].startswith(f"{bad_file}: line 1: Helm/Go template directive")
+    assert objects.warnings[1] == f"{mixed}: Node ?: metadata.name: Required value (skipped)"
+    assert objects.warnings[2].startswith(f"{mixed}: DeviceClass gpu.example.com: duplicate object")
+    with pytest.raises(StateLoadError):
+        load_state(tmp_path)
+
+
+def test_loaded_objects_are_private_copies(tmp_path: Path) -> None:
+    write(tmp_path, "pod.yaml", POD)
+    first = load_state(tmp_path)
+    first.pods[0]["spec"]["resourceClaims"].clear()
+    assert load_state(tmp_path).pods[0]["spec"]["resourceClaims"]
