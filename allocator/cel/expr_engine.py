@@ -1,0 +1,743 @@
+"""``ExprEngine``: the DRA selector environment on cel-expr-python (Google's C++ CEL runtime).
+
+Environment (upstream ``dynamic-resource-allocation/cel/compile.go``, stored-expressions variant):
+
+* Variables are the qualified names ``device.driver`` (string), ``device.attributes`` (map(string,
+  map(string, dyn))), ``device.capacity`` (map(string, map(string, kubernetes.Quantity))) and
+  ``device.allowMultipleAllocations`` (bool). The checker resolves ``device.x`` to them, so result types
+  are as precise as upstream's object type (``device.driver`` alone fails with "must evaluate to bool").
+* ``kubernetes.Quantity`` and ``kubernetes.Semver`` are small protobuf messages in a private descriptor
+  pool: the checker knows them as distinct types (``quantity("1") == semver("1.0.0")`` is a compile error
+  as upstream) and CEL's message equality is value equality because the fields are canonical (reduced
+  fraction; semver without build metadata). Library functions run in Python (``allocator.cel.library``).
+* Extensions: strings, ``cel.bind``, optional syntax, sets, two-variable comprehensions; plus Kubernetes'
+  quantity, semver, regex ``find``/``findAll``, list ``isSorted``/``sum``/``min``/``max`` and DRA's
+  ``includes``.
+
+Unknown domains: upstream returns an empty map for a domain the device lacks. A plain map here would
+raise "no such key", so each compile rewrites the source text of every direct lookup
+``device.attributes[<key>]`` / ``device.attributes.<name>`` (same for ``capacity``) into the optional form
+``device.attributes[?<key>].orValue({})``, located via the checker's source positions. Computed keys work
+too. Not covered: the maps reached through an alias (``cel.bind(a, device.attributes, a["x"])`` or a
+comprehension variable); there a missing domain raises "no such key". ``"x" in device.attributes`` and
+iteration see only the device's real domains, as upstream.
+
+Cost: see ``allocator.cel.library`` (static worst-case bound in cel-go units) plus the C++ runtime's own
+iteration budget (10,000 comprehension iterations per evaluation); either raises CELEvalError containing
+"actual cost limit exceeded".
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+import weakref
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice, Version
+from allocator.cel.library import (
+    CheckedAst,
+    Expr,
+    LibraryError,
+    SemverValue,
+    compare_semver,
+    decode_checked,
+    includes,
+    list_is_sorted,
+    list_max,
+    list_min,
+    list_sum,
+    parse_cel_quantity,
+    parse_semver,
+    quantity_as_integer,
+    quantity_compare,
+    quantity_is_integer,
+    quantity_sign,
+    quantity_to_float,
+    regex_find,
+    regex_find_all,
+    worst_case_cost,
+)
+from allocator.errors import CELCompileError, CELEvalError
+
+__all__ = ["ExprEngine", "ExprProgram"]
+
+ACTIVATION_REUSE = 256
+"""Evaluations per cached activation. cel-expr-python allocates each evaluation's values in the
+activation's arena and frees them only with the activation, so a cached activation is rebuilt after this
+many uses: memory stays bounded and the rebuild (~2-5 us) costs < 2 % per evaluation."""
+
+ITERATION_BUDGET = 10_000
+"""cel-cpp's default ``comprehension_max_iterations`` (not configurable through cel-expr-python)."""
+
+_DEVICE_VARS = ("device.driver", "device.attributes", "device.capacity", "device.allowMultipleAllocations")
+_DOMAIN_MAPS = frozenset({"device.attributes", "device.capacity"})
+
+# --------------------------------------------------------------------------------------- value types
+
+
+def _message_pool() -> tuple[descriptor_pool.DescriptorPool, Any, Any]:
+    """A private pool with ``kubernetes.Quantity{num, den}`` and ``kubernetes.Semver{major, minor, patch,
+    pre}`` (decimal strings / uint64s; ``pre`` is the dot-joined prerelease)."""
+    proto = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(
+        name="dra_extender/cel_values.proto", package="kubernetes", syntax="proto3"
+    )
+    quantity = file.message_type.add(name="Quantity")
+    for number, name in enumerate(("num", "den"), start=1):
+        quantity.field.add(name=name, number=number, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL)
+    semver = file.message_type.add(name="Semver")
+    for number, name in enumerate(("major", "minor", "patch"), start=1):
+        semver.field.add(name=name, number=number, type=proto.TYPE_UINT64, label=proto.LABEL_OPTIONAL)
+    semver.field.add(name="pre", number=4, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    make = message_factory.GetMessageClass
+    return (
+        pool,
+        make(pool.FindMessageTypeByName("kubernetes.Quantity")),
+        make(pool.FindMessageTypeByName("kubernetes.Semver")),
+    )
+
+
+_POOL, QuantityMsg, SemverMsg = _message_pool()
+_QUANTITY = cel.Type("kubernetes.Quantity")
+_SEMVER = cel.Type("kubernetes.Semver")
+
+
+def quantity_message(value: Fraction) -> Any:
+    return QuantityMsg(num=str(value.numerator), den=str(value.denominator))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ratio_of(num: str, den: str) -> Fraction:
+    try:
+        return Fraction(int(num), int(den))
+    except (ValueError, ZeroDivisionError):
+        raise LibraryError(f"invalid kubernetes.Quantity {num}/{den}") from None
+
+
+def _fraction(message: Any) -> Fraction:
+    # Cached: the same capacity values and literals recur on every evaluation.
+    return _ratio_of(message.num, message.den)
+
+
+def semver_message(value: SemverValue) -> Any:
+    pre = ".".join(str(p) for p in value.pre)
+    return SemverMsg(major=value.major, minor=value.minor, patch=value.patch, pre=pre)
+
+
+@functools.lru_cache(maxsize=4096)
+def _semver_of(major: int, minor: int, patch: int, pre: str) -> SemverValue:
+    parts = tuple(int(p) if p.isdigit() else p for p in pre.split(".")) if pre else ()
+    return SemverValue(major, minor, patch, parts)
+
+
+def _semver(message: Any) -> SemverValue:
+    return _semver_of(message.major, message.minor, message.patch, message.pre)
+
+
+# ------------------------------------------------------------------------------- library functions
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_quantity(text: str) -> Fraction:
+    return parse_cel_quantity(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_semver(text: str, relaxed: bool) -> SemverValue:
+    return parse_semver(text, relaxed)
+
+
+def _fn_quantity(text: str) -> Any:
+    return quantity_message(_parsed_quantity(text))
+
+
+def _fn_is_quantity(text: str) -> bool:
+    try:
+        _parsed_quantity(text)
+    except LibraryError:
+        return False
+    return True
+
+
+def _fn_semver(text: str, relaxed: bool = False) -> Any:
+    return semver_message(_parsed_semver(text, relaxed))
+
+
+def _fn_is_semver(text: str, relaxed: bool = False) -> bool:
+    try:
+        _parsed_semver(text, relaxed)
+    except LibraryError:
+        return False
+    return True
+
+
+def _ordering(a: Any, b: Any) -> int:
+    """compareTo for two quantities or two semvers (one runtime overload serves both declarations)."""
+    if isinstance(a, QuantityMsg) and isinstance(b, QuantityMsg):
+        return quantity_compare(_fraction(a), _fraction(b)) if a != b else 0
+    if isinstance(a, SemverMsg) and isinstance(b, SemverMsg):
+        return compare_semver(_semver(a), _semver(b))
+    raise LibraryError(f"no such overload: compare {type(a).__name__} with {type(b).__name__}")
+
+
+def _fn_add(a: Any, b: Any) -> Any:
+    other = b if isinstance(b, int) else _fraction(b)
+    return quantity_message(_fraction(a) + other)
+
+
+def _fn_sub(a: Any, b: Any) -> Any:
+    other = b if isinstance(b, int) else _fraction(b)
+    return quantity_message(_fraction(a) - other)
+
+
+def _overload(
+    oid: str, result: cel.Type, params: list[cel.Type], impl: Callable[..., Any] | None, member: bool = True
+) -> cel.Overload:
+    if impl is None:
+        # Checker-only declaration: the runtime dispatches on argument kinds, and both message types are
+        # one kind there, so the sibling overload's implementation serves this one too.
+        return cel.Overload(oid, result, params, is_member=member)
+    return cel.Overload(oid, result, params, is_member=member, impl=impl)
+
+
+def _library() -> list[cel.FunctionDecl]:
+    """Declarations of the Kubernetes/DRA functions (upstream overload ids where they exist)."""
+    s, b, i, d, dyn = cel.Type.STRING, cel.Type.BOOL, cel.Type.INT, cel.Type.DOUBLE, cel.Type.DYN
+    # A parameter declared dyn never matches at run time in cel-expr-python (it registers kind "dyn", which
+    # no value has); google.protobuf.Any is the wildcard both for the checker and for runtime dispatch.
+    anything = cel.Type("google.protobuf.Any")
+    q, v, dyn_list = _QUANTITY, _SEMVER, cel.Type.List(cel.Type.DYN)
+    return [
+        cel.FunctionDecl("quantity", [_overload("string_to_quantity", q, [s], _fn_quantity, False)]),
+        cel.FunctionDecl("isQuantity", [_overload("is_quantity_string", b, [s], _fn_is_quantity, False)]),
+        cel.FunctionDecl(
+            "semver",
+            [
+                _overload("string_to_semver", v, [s], _fn_semver, False),
+                _overload("string_bool_to_semver", v, [s, b], _fn_semver, False),
+            ],
+        ),
+        cel.FunctionDecl(
+            "isSemver",
+            [
+                _overload("is_semver_string", b, [s], _fn_is_semver, False),
+                _overload("is_semver_string_bool", b, [s, b], _fn_is_semver, False),
+            ],
+        ),
+        _compare_decl("isGreaterThan", b, lambda x, y: _ordering(x, y) == 1),
+        _compare_decl("isLessThan", b, lambda x, y: _ordering(x, y) == -1),
+        _compare_decl("compareTo", i, _ordering),
+        cel.FunctionDecl("major", [_overload("semver_major", i, [v], lambda m: m.major)]),
+        cel.FunctionDecl("minor", [_overload("semver_minor", i, [v], lambda m: m.minor)]),
+        cel.FunctionDecl("patch", [_overload("semver_patch", i, [v], lambda m: m.patch)]),
+        cel.FunctionDecl(
+            "sign",
+            [
+                # Upstream declares sign(q) as a global function; q.sign() is accepted too.
+                _overload("quantity_sign", i, [q], lambda m: quantity_sign(_fraction(m)), False),
+                _overload("quantity_sign_member", i, [q], lambda m: quantity_sign(_fraction(m))),
+            ],
+        ),
+        cel.FunctionDecl(
+            "asInteger", [_overload("quantity_get_int", i, [q], lambda m: quantity_as_integer(_fraction(m)))]
+        ),
+        cel.FunctionDecl(
+            "isInteger",
+            [_overload("quantity_is_integer", b, [q], lambda m: quantity_is_integer(_fraction(m)))],
+        ),
+        cel.FunctionDecl(
+            "asApproximateFloat",
+            [_overload("quantity_get_float", d, [q], lambda m: quantity_to_float(_fraction(m)))],
+        ),
+        cel.FunctionDecl(
+            "add",
+            [
+                _overload("quantity_add", q, [q, q], _fn_add),
+                _overload("quantity_add_int", q, [q, i], _fn_add),
+            ],
+        ),
+        cel.FunctionDecl(
+            "sub",
+            [
+                _overload("quantity_sub", q, [q, q], _fn_sub),
+                _overload("quantity_sub_int", q, [q, i], _fn_sub),
+            ],
+        ),
+        cel.FunctionDecl("includes", [_overload("dyn_includes_dyn", b, [anything, anything], includes)]),
+        cel.FunctionDecl("isSorted", [_overload("list_is_sorted", b, [dyn_list], list_is_sorted)]),
+        cel.FunctionDecl("sum", [_overload("list_sum", dyn, [dyn_list], list_sum)]),
+        cel.FunctionDecl("min", [_overload("list_min", dyn, [dyn_list], list_min)]),
+        cel.FunctionDecl("max", [_overload("list_max", dyn, [dyn_list], list_max)]),
+        cel.FunctionDecl("find", [_overload("string_find_string", s, [s, s], regex_find)]),
+        cel.FunctionDecl(
+            "findAll",
+            [
+                _overload("string_find_all_string", cel.Type.List(s), [s, s], regex_find_all),
+                _overload("string_find_all_string_int", cel.Type.List(s), [s, s, i], regex_find_all),
+            ],
+        ),
+    ]
+
+
+def _compare_decl(name: str, result: cel.Type, impl: Callable[[Any, Any], Any]) -> cel.FunctionDecl:
+    prefix = "quantity_" + re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return cel.FunctionDecl(
+        name,
+        [
+            _overload(prefix, result, [_QUANTITY, _QUANTITY], impl),
+            _overload(prefix.replace("quantity_", "semver_"), result, [_SEMVER, _SEMVER], None),
+        ],
+    )
+
+
+_CONFIG = "extensions:\n  - name: sets\n  - name: two-var-comprehensions\n"
+
+
+def new_env() -> cel.Env:
+    """The DRA selector environment (thread-safe to share: compiled expressions only read it)."""
+    attributes = cel.Type.Map(cel.Type.STRING, cel.Type.Map(cel.Type.STRING, cel.Type.DYN))
+    capacity = cel.Type.Map(cel.Type.STRING, cel.Type.Map(cel.Type.STRING, _QUANTITY))
+    return cel.NewEnv(
+        descriptor_pool=_POOL,
+        config=cel.NewEnvConfigFromYaml(_CONFIG),
+        extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings(), ext_optional.ExtOptional()],
+        variables={
+            "device.driver": cel.Type.STRING,
+            "device.attributes": attributes,
+            "device.capacity": capacity,
+            "device.allowMultipleAllocations": cel.Type.BOOL,
+        },
+        functions=_library(),
+    )
+
+
+# ---------------------------------------------------------------------------- messages and type names
+
+_STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
+_STATUS_SUFFIX = re.compile(r"\s*\[[A-Z_]+\]\s*$")
+_TYPE_NAMES = {
+    "BOOL": "bool",
+    "INT": "int",
+    "UINT": "uint",
+    "DOUBLE": "double",
+    "STRING": "string",
+    "BYTES": "bytes",
+    "NULL": "null_type",
+    "DYN": "dyn",
+    "LIST": "list",
+    "MAP": "map",
+    "TYPE": "type",
+    "TIMESTAMP": "google.protobuf.Timestamp",
+    "DURATION": "google.protobuf.Duration",
+    "ERROR": "error",
+}
+
+
+def _strip_status(text: str) -> str:
+    """Drop absl status decorations ("INVALID_ARGUMENT: ...", "... [INVALID_ARGUMENT]")."""
+    return _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", text.strip(), count=1))
+
+
+def type_name(raw: str, bare: bool = False) -> str:
+    """cel-go spelling of a cel-expr-python type name: ``MAP<STRING, DYN>`` -> ``map(string, dyn)``;
+    ``bare`` keeps only the outer name (``map``), like cel-go's ``TypeName()``."""
+    if bare:
+        raw = raw.split("<", 1)[0]
+    spelled = re.sub(r"[A-Za-z_][A-Za-z0-9_.]*", lambda m: _TYPE_NAMES.get(m.group(0), m.group(0)), raw)
+    return spelled.replace("<", "(").replace(">", ")")
+
+
+def runtime_message(raw: str) -> str:
+    """Upstream-style runtime error text from a cel-cpp error value."""
+    text = _strip_status(raw)
+    key = re.match(r'Key not found in map\s*:\s*"?(.*?)"?$', text)
+    if key:
+        return f"no such key: {key.group(1)}"
+    if text.startswith("No matching overloads found"):
+        return "no such overload: " + text.split(":", 1)[-1].strip()
+    return text
+
+
+def _compile_message(err: Exception) -> str:
+    return "compilation failed: " + _strip_status(str(err))
+
+
+# ----------------------------------------------------------------------------------- source rewrites
+
+
+_LITERAL = re.compile(r"""(?<![A-Za-z0-9_])([rR][bB]?|[bB][rR]?)?('\'\'|\"\"\"|'|\")""")
+
+
+def _skip_literal(src: str, pos: int) -> int:
+    """Index after the string literal or ``//`` comment starting at ``pos`` (``pos`` itself if none)."""
+    if src.startswith("//", pos):
+        end = src.find("\n", pos)
+        return len(src) if end < 0 else end
+    start = _LITERAL.match(src, pos)
+    if start is None:
+        return pos
+    raw = "r" in (start.group(1) or "").lower()
+    quote = start.group(2)
+    i = start.end()
+    while i < len(src):
+        if not raw and src[i] == "\\":
+            i += 2
+        elif src.startswith(quote, i):
+            return i + len(quote)
+        else:
+            i += 1
+    return len(src)
+
+
+def _matching(src: str, pos: int) -> int:
+    """Index of the bracket closing the one at ``pos`` (``(``/``[``/``{``), skipping strings and comments."""
+    depth, i = 0, pos
+    while i < len(src):
+        skipped = _skip_literal(src, i)
+        if skipped != i:
+            i = skipped
+            continue
+        if src[i] in "([{":
+            depth += 1
+        elif src[i] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ValueError("unbalanced brackets")
+
+
+def _source_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
+    """Edits (start, end, replacement): direct domain lookups become ``[?key].orValue({})`` and constant
+    quantity/semver calls become message literals."""
+    edits: list[tuple[int, int, str]] = []
+    for node in ast.root.walk():
+        pos = ast.positions.get(node.id, -1)
+        if not 0 <= pos < len(src):
+            continue
+        index = node.kind == "call" and node.name == "_[_]" and bool(node.args)
+        target = node.args[0] if index and node.args else node.operand
+        if target is not None and _refers_to(ast, target, _DOMAIN_MAPS):
+            if index and src[pos] == "[":
+                close = _matching(src, pos)
+                edits += [(pos + 1, pos + 1, "?"), (close + 1, close + 1, ".orValue({})")]
+            elif node.kind == "select" and not node.test_only and src[pos] == ".":
+                field = re.compile(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)").match(src, pos)
+                if field and field.group(1) == node.name:
+                    edits.append((pos, field.end(), f'[?"{node.name}"].orValue({{}})'))
+        elif node.kind == "call" and src[pos] == "(":
+            edits += _literal_edit(node, src, pos)
+    return edits
+
+
+def _literal_edit(node: Expr, src: str, pos: int) -> list[tuple[int, int, str]]:
+    """``quantity("40Gi")`` / ``semver("1.2.3"[, true])`` with constant, valid arguments become message
+    literals the runtime builds natively (no Python call per evaluation). Invalid constants stay calls, so
+    their error still happens at evaluation time as upstream."""
+    args = node.args or []
+    if node.operand is not None or node.name not in ("quantity", "semver") or not args:
+        return []
+    if any(a.kind != "const" for a in args) or not isinstance(args[0].value, str):
+        return []
+    name = re.compile(node.name + r"\s*$").search(src, 0, pos)
+    if name is None or (
+        name.start() > 0 and (src[name.start() - 1].isalnum() or src[name.start() - 1] in "._")
+    ):
+        return []
+    try:
+        if node.name == "quantity":
+            value = _parsed_quantity(args[0].value)
+            literal = f'kubernetes.Quantity{{num: "{value.numerator}", den: "{value.denominator}"}}'
+        else:
+            version = _parsed_semver(args[0].value, len(args) > 1 and args[1].value is True)
+            pre = ".".join(str(p) for p in version.pre)
+            literal = (
+                f"kubernetes.Semver{{major: {version.major}u, minor: {version.minor}u, "
+                f'patch: {version.patch}u, pre: "{pre}"}}'
+            )
+    except LibraryError:
+        return []
+    return [(name.start(), _matching(src, pos) + 1, literal)]
+
+
+_HAS = re.compile(r"\bhas\s*\(")
+_DEVICE_FIELDS = frozenset(name.removeprefix("device.") for name in _DEVICE_VARS)
+
+
+def _presence_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, str]]:
+    """``has(device.<field>)`` becomes ``true``: the fields always exist (upstream's device object), but the
+    C++ checker resolves ``device.<field>`` as a qualified variable and folds the test into its value.
+    Works on the parsed (unchecked) tree, where the test-only select is still visible."""
+    edits = []
+    for node in parsed.root.walk():
+        operand = node.operand
+        if not (node.kind == "select" and node.test_only and node.name in _DEVICE_FIELDS and operand):
+            continue
+        pos = parsed.positions.get(node.id, -1)
+        macro = _HAS.search(src, 0, pos + 1) if 0 <= pos < len(src) and src[pos] == "(" else None
+        if operand.kind == "ident" and operand.name == "device" and macro and macro.end() == pos + 1:
+            edits.append((macro.start(), _matching(src, pos) + 1, "true"))
+    return edits
+
+
+def _refers_to(ast: CheckedAst, node: Expr, names: frozenset[str]) -> bool:
+    return node.kind == "ident" and ast.references.get(node.id, node.name) in names
+
+
+def _apply(src: str, edits: list[tuple[int, int, str]]) -> str:
+    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        src = src[:start] + text + src[end:]
+    return src
+
+
+# ------------------------------------------------------------------------------------------- compile
+
+
+def _location(src: str, pos: int) -> str:
+    line = src.count("\n", 0, pos) + 1
+    column = pos - (src.rfind("\n", 0, pos) + 1) + 1
+    return f"<input>:{line}:{column}"
+
+
+class _RegexProbe:
+    """Validates constant regex arguments with the runtime's own RE2 (upstream ``ValidateRegexLiterals``)."""
+
+    def __init__(self) -> None:
+        env = cel.NewEnv(variables={"pattern": cel.Type.STRING})
+        self._program = env.compile('"".matches(pattern)')
+
+    def error(self, pattern: str) -> str | None:
+        result = self._program.eval(data={"pattern": pattern})
+        return None if result.type() == cel.Type.BOOL else _strip_status(str(result.value()))
+
+
+def _regex_errors(ast: CheckedAst, src: str, probe: _RegexProbe) -> list[str]:
+    errors = []
+    for node in ast.root.walk():
+        if node.kind != "call" or node.name not in ("matches", "find", "findAll"):
+            continue
+        operands = ([node.operand] if node.operand else []) + list(node.args or [])
+        pattern = operands[1] if len(operands) > 1 else None
+        if pattern is None or pattern.kind != "const" or not isinstance(pattern.value, str):
+            continue
+        problem = probe.error(pattern.value)
+        if problem is None and node.name != "matches":
+            try:
+                re.compile(pattern.value)
+            except re.error as err:
+                problem = f"not supported by this engine's find/findAll: {err}"
+        if problem:
+            where = _location(src, ast.positions.get(pattern.id, 0))
+            errors.append(f"ERROR: {where}: invalid {node.name} argument: {problem}")
+    return errors
+
+
+def _check_length(expression: str) -> None:
+    # API validation measures the Go string, i.e. UTF-8 bytes.
+    size = len(expression.encode())
+    if size > CEL_MAX_EXPRESSION_LENGTH:
+        raise CELCompileError(
+            f"expression is {size} bytes long, more than the limit of {CEL_MAX_EXPRESSION_LENGTH} "
+            "(CELSelectorExpressionMaxLength)"
+        )
+
+
+# ---------------------------------------------------------------------------------------- the device
+
+
+class _DeviceEntry:
+    """A device converted for the runtime (shared by all threads), or why it cannot be converted."""
+
+    __slots__ = ("data", "error")
+
+    def __init__(self, data: dict[str, Any] | None, error: str | None) -> None:
+        self.data, self.error = data, error
+
+
+def _attribute_value(value: AttributeValue) -> Any:
+    if isinstance(value, Version):
+        return semver_message(parse_semver(value.text))
+    if isinstance(value, tuple):
+        return [_attribute_value(v) for v in value]
+    return value
+
+
+def device_data(device: CELDevice) -> dict[str, Any]:
+    """The activation contents. Raises CELEvalError for a version that is not semver (as upstream's
+    ``getAttributeValue``: "parse semantic version")."""
+    attributes: dict[str, dict[str, Any]] = {}
+    for domain, values in device.attributes.items():
+        converted = attributes.setdefault(domain, {})
+        for name, value in values.items():
+            try:
+                converted[name] = _attribute_value(value)
+            except LibraryError as err:
+                raise CELEvalError(f"attribute {domain}/{name}: parse semantic version: {err}") from None
+    capacity = {
+        domain: {name: quantity_message(q.value) for name, q in values.items()}
+        for domain, values in device.capacity.items()
+    }
+    return {
+        "device.driver": device.driver,
+        "device.attributes": attributes,
+        "device.capacity": capacity,
+        "device.allowMultipleAllocations": bool(device.allow_multiple_allocations),
+    }
+
+
+# ------------------------------------------------------------------------------------------- program
+
+
+class ExprProgram:
+    """A compiled selector. ``evaluate`` raises CELEvalError; safe to call from several threads."""
+
+    __slots__ = ("_cost_error", "_engine", "_program", "cost_bound", "expression")
+
+    def __init__(self, engine: ExprEngine, expression: str, program: Any, cost_bound: int) -> None:
+        self.expression = expression
+        self.cost_bound = cost_bound
+        self._engine = engine
+        self._program = program
+        self._cost_error = (
+            f"operation cancelled: actual cost limit exceeded (worst-case cost {cost_bound} is above "
+            f"the limit of {CEL_MAX_COST})"
+            if cost_bound > CEL_MAX_COST
+            else None
+        )
+
+    def __repr__(self) -> str:
+        return f"ExprProgram({self.expression!r})"
+
+    def evaluate(self, device: CELDevice) -> bool:
+        if self._cost_error is not None:
+            raise CELEvalError(self._cost_error)
+        activation = self._engine.activation(device)
+        try:
+            result = self._program.eval(activation)
+        except RuntimeError as err:
+            raise CELEvalError(_exception_message(err)) from None
+        try:
+            value = result.value()
+        except TypeError:  # values without a Python form (optionals)
+            value = None
+        if value is True or value is False:
+            return value
+        kind = result.type()
+        if kind == cel.Type.ERROR:
+            raise CELEvalError(runtime_message(str(value)))
+        raise CELEvalError(
+            f"CEL result of type {type_name(kind.name(), bare=True)} could not be converted to bool"
+        )
+
+
+def _exception_message(err: RuntimeError) -> str:
+    text = _strip_status(str(err))
+    if "Iteration budget exceeded" in text:
+        return (
+            "operation cancelled: actual cost limit exceeded (more than the runtime's "
+            f"{ITERATION_BUDGET} comprehension iterations per evaluation)"
+        )
+    return runtime_message(text)
+
+
+# -------------------------------------------------------------------------------------------- engine
+
+
+class ExprEngine:
+    """``CELEngine`` on cel-expr-python. Compiled programs and per-device activations are cached by the
+    caller and by this engine respectively; all methods are thread-safe."""
+
+    name = "cel-expr"
+
+    def __init__(self) -> None:
+        self._env = new_env()
+        self._probe = _RegexProbe()
+        self._lock = threading.Lock()
+        self._devices: weakref.WeakKeyDictionary[CELDevice, _DeviceEntry] = weakref.WeakKeyDictionary()
+        self._local = threading.local()
+
+    def compile(self, expression: str) -> ExprProgram:
+        """Raises CELCompileError (syntax, types, non-bool result, regex literal, > 10 Ki)."""
+        _check_length(expression)
+        source = self._without_presence_tests(expression)
+        try:
+            checked = self._env.compile(source)
+        except RuntimeError as err:
+            raise CELCompileError(_compile_message(err)) from None
+        result = checked.return_type().name()
+        if result not in ("BOOL", "DYN"):
+            raise CELCompileError(f"must evaluate to bool or the unknown type, not {type_name(result)}")
+        ast = decode_checked(checked.serialize())
+        problems = _regex_errors(ast, source, self._probe)
+        if problems:
+            raise CELCompileError("compilation failed: " + "\n".join(problems))
+        program, run_ast = self._with_domain_defaults(source, ast, checked)
+        return ExprProgram(self, expression, program, worst_case_cost(run_ast))
+
+    def _without_presence_tests(self, expression: str) -> str:
+        if not _HAS.search(expression) or "device" not in expression:
+            return expression
+        try:
+            parsed = self._env.compile(expression, disable_check=True)
+            edits = _presence_edits(decode_checked(parsed.serialize()), expression)
+        except (RuntimeError, ValueError):
+            return expression  # a syntax error: the checked compile reports it
+        return _apply(expression, edits)
+
+    def _with_domain_defaults(self, expression: str, ast: CheckedAst, checked: Any) -> tuple[Any, CheckedAst]:
+        """The program actually run: the source with domain lookups rewritten (see the module doc)."""
+        try:
+            edits = _source_edits(ast, expression)
+        except ValueError:
+            edits = []
+        if not edits:
+            return checked, ast
+        try:
+            rewritten = self._env.compile(_apply(expression, edits))
+        except RuntimeError:
+            return checked, ast  # not expected; keep the original (missing domains then raise)
+        return rewritten, decode_checked(rewritten.serialize())
+
+    def activation(self, device: CELDevice) -> Any:
+        """The device's activation for the calling thread, rebuilt every ACTIVATION_REUSE uses.
+
+        Activations are per thread: cel-expr-python finds the Python wrapper of an activation's arena in
+        thread-local state when it calls a Python function, so an activation built in another thread fails
+        with "No PyCelArena found". Raises CELEvalError for devices whose attributes cannot be converted.
+        """
+        slots = getattr(self._local, "slots", None)
+        if slots is None:
+            slots = self._local.slots = weakref.WeakKeyDictionary()
+        slot = slots.get(device)
+        if slot is None or slot[1] <= 0:
+            slot = [self._env.Activation(self._device_data(device)), ACTIVATION_REUSE]
+            slots[device] = slot
+        slot[1] -= 1
+        return slot[0]
+
+    def _device_data(self, device: CELDevice) -> dict[str, Any]:
+        with self._lock:
+            entry = self._devices.get(device)
+            if entry is None:
+                entry = self._devices[device] = self._new_entry(device)
+        if entry.error is not None:
+            raise CELEvalError(entry.error)
+        assert entry.data is not None
+        return entry.data
+
+    @staticmethod
+    def _new_entry(device: CELDevice) -> _DeviceEntry:
+        try:
+            return _DeviceEntry(device_data(device), None)
+        except CELEvalError as err:
+            return _DeviceEntry(None, str(err))

@@ -1,0 +1,261 @@
+"""Conformance corpus for the DRA selector CEL environment.
+
+Each case is (expression, device fixture, expectation). Expectations come from the CEL language definition
+(cel-spec ``doc/langdef.md``), the cel-go extension docs (strings, bindings, sets, optional), the Kubernetes
+CEL library docs (``k8s.io/apiserver/pkg/cel/library``: quantity.go, semverlib.go, lists.go, regex.go and
+their test tables), the semver 2.0.0 precedence rules, and the DRA environment rules of
+allocator-semantics.md §7 — never from running an engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from allocator.cel import CELDevice, Version
+from allocator.quantity import parse_quantity
+
+
+@dataclass(frozen=True)
+class Err:
+    """An expected failure: ``kind`` is "compile" or "eval"; ``text`` must occur in the message."""
+
+    kind: str
+    text: str = ""
+
+
+def compile_error(text: str = "") -> Err:
+    return Err("compile", text)
+
+
+def eval_error(text: str = "") -> Err:
+    return Err("eval", text)
+
+
+Expectation = bool | Err
+
+
+@dataclass(frozen=True)
+class Case:
+    expression: str
+    device: str
+    expect: Expectation
+
+    @property
+    def id(self) -> str:
+        text = self.expression if len(self.expression) <= 70 else self.expression[:67] + "..."
+        return f"{self.device}: {text}"
+
+
+GPU = "gpu.nvidia.com"
+
+
+def devices() -> dict[str, CELDevice]:
+    """Fixtures. Attributes without a domain are already filed under the driver's domain (caller's job)."""
+    return {
+        "gpu": CELDevice(
+            driver=GPU,
+            attributes={
+                GPU: {
+                    "type": "gpu",
+                    "index": 0,
+                    "model": "A100",
+                    "productName": "NVIDIA A100-SXM4-40GB",
+                    "mig": False,
+                    "driverVersion": Version("550.54.15"),
+                    "numaNodes": (0, 1),
+                    "tags": ("a", "b"),
+                    "versions": (Version("1.0.0"), Version("2.0.0")),
+                },
+                "resource.kubernetes.io": {"pcieRoot": "pci0000:00"},
+            },
+            capacity={GPU: {"memory": parse_quantity("40Gi"), "multiprocessors": parse_quantity("108")}},
+        ),
+        "nic": CELDevice(
+            driver="sriov.example.com",
+            attributes={"sriov.example.com": {"vendor": "8086", "vf": True, "linkSpeed": 100}},
+            capacity={"sriov.example.com": {"bandwidth": parse_quantity("100G")}},
+            allow_multiple_allocations=True,
+        ),
+        "bare": CELDevice(driver="bare.example.com", attributes={}, capacity={}),
+        "badversion": CELDevice(
+            driver="bad.example.com", attributes={"bad.example.com": {"fw": Version("1.0")}}, capacity={}
+        ),
+    }
+
+
+def _list(n: int) -> str:
+    return "[" + ", ".join(str(i) for i in range(n)) + "]"
+
+
+A = f'device.attributes["{GPU}"]'
+C = f'device.capacity["{GPU}"]'
+
+CASES: list[Case] = [
+    # --- driver -------------------------------------------------------------------------------------
+    Case(f'device.driver == "{GPU}"', "gpu", True),
+    Case(f'device.driver == "{GPU}"', "nic", False),
+    Case('device.driver.startsWith("gpu.")', "gpu", True),
+    Case("device.driver", "gpu", compile_error("must evaluate to bool or the unknown type, not string")),
+    # --- attribute values and their types ------------------------------------------------------------
+    Case(f'{A}.type == "gpu"', "gpu", True),
+    Case(f"{A}.index == 0", "gpu", True),
+    Case(f"{A}.index > 0", "gpu", False),
+    Case(f"{A}.index + 1 == 1", "gpu", True),
+    Case(f"{A}.mig == false", "gpu", True),
+    Case(f"{A}.mig", "gpu", False),  # a bool attribute is a valid (dyn) result
+    Case(f"!{A}.mig", "gpu", True),
+    Case(f'{A}.model in ["A100", "H100"]', "gpu", True),
+    Case(f'{A}.index == "0"', "gpu", False),  # heterogeneous equality is false, not an error
+    Case(f"{A}.model.size() == 4", "gpu", True),
+    Case('device.attributes["sriov.example.com"].linkSpeed >= 100', "nic", True),
+    Case('device.attributes["sriov.example.com"].vf', "nic", True),
+    Case(f'{A}["model"] == "A100"', "gpu", True),
+    Case('device.attributes["resource.kubernetes.io"].pcieRoot == "pci0000:00"', "gpu", True),
+    Case(f"{A}.index", "gpu", eval_error("CEL result of type int could not be converted to bool")),
+    Case(f"{A}.model", "gpu", eval_error("CEL result of type string could not be converted to bool")),
+    # --- domains: unknown domain is an empty map, unknown id is an error ---------------------------------
+    Case(f'"type" in {A}', "gpu", True),
+    Case('"x" in device.attributes["other.example.com"]', "gpu", False),
+    Case('has(device.attributes["other.example.com"].x)', "gpu", False),
+    Case(f"has({A}.model)", "gpu", True),
+    Case(f"has({A}.missing)", "gpu", False),
+    Case(f"{A}.missing == 1", "gpu", eval_error("no such key: missing")),
+    Case('device.attributes["other.example.com"].size() == 0', "gpu", True),
+    Case('device.attributes["other.example.com"]["x"] == 1', "gpu", eval_error("no such key")),
+    Case('device.capacity["other.example.com"].size() == 0', "gpu", True),
+    Case(f'{C}.missing.isGreaterThan(quantity("1"))', "gpu", eval_error("no such key: missing")),
+    Case('"other.example.com" in device.attributes', "gpu", False),
+    Case(f'"{GPU}" in device.attributes', "gpu", True),
+    Case("device.attributes.size() == 2", "gpu", True),  # only the device's own domains
+    Case('device.attributes.exists(d, d == "resource.kubernetes.io")', "gpu", True),
+    Case('device.attributes[device.driver].model == "A100"', "gpu", True),
+    Case('device.attributes["bare.example.com"].size() == 0', "bare", True),
+    Case("device.attributes.size() == 0 && device.capacity.size() == 0", "bare", True),
+    Case('cel.bind(a, device.attributes["other.example.com"], !("x" in a))', "gpu", True),
+    Case(f'{A}[?"missing"].orValue("none") == "none"', "gpu", True),
+    Case(f"{A}.?missing.orValue(1) == 1", "gpu", True),
+    Case('device.attributes["other.example.com"].?x.hasValue()', "gpu", False),
+    # --- allowMultipleAllocations -----------------------------------------------------------------------
+    Case("device.allowMultipleAllocations", "nic", True),
+    Case("device.allowMultipleAllocations == false", "gpu", True),
+    # --- quantities -----------------------------------------------------------------------------------
+    Case(f'{C}.memory.compareTo(quantity("40Gi")) == 0', "gpu", True),
+    Case(f'{C}.memory.isGreaterThan(quantity("32Gi"))', "gpu", True),
+    Case(f'{C}.memory.isLessThan(quantity("32Gi"))', "gpu", False),
+    Case(f'{C}.memory == quantity("42949672960")', "gpu", True),
+    Case(f"{C}.multiprocessors.asInteger() == 108", "gpu", True),
+    Case('device.capacity["sriov.example.com"].bandwidth.isGreaterThan(quantity("10G"))', "nic", True),
+    Case('quantity("1Gi") == quantity("1024Mi")', "gpu", True),
+    Case('quantity("200M") == quantity("0.2G")', "gpu", True),
+    Case('quantity("200M") == quantity("0.3G")', "gpu", False),
+    Case('quantity("50M").compareTo(quantity("50Mi")) == -1', "gpu", True),
+    Case('quantity("50Mi").compareTo(quantity("50M")) == 1', "gpu", True),
+    Case('quantity("50k").add(quantity("20")) == quantity("50.02k")', "gpu", True),
+    Case('quantity("50k").add(20).isLessThan(quantity("50020"))', "gpu", False),
+    Case('quantity("50k").sub(20) == quantity("49980")', "gpu", True),
+    Case('quantity("50k").sub(quantity("20")) == quantity("49.98k")', "gpu", True),
+    Case('quantity("50k").add(20).sub(quantity("100k")).sub(-50000).asInteger() == 20', "gpu", True),
+    Case('quantity("50k").asInteger() == 50000', "gpu", True),
+    Case('quantity("9999999999999999999999999999999999999G").asInteger() == 0', "gpu", eval_error("integer")),
+    Case('quantity("9999999999999999999999999999999999999G").isInteger()', "gpu", False),
+    Case('quantity("50").isInteger()', "gpu", True),
+    Case('quantity("50.703k").asApproximateFloat() == 50703.0', "gpu", True),
+    Case('sign(quantity("-5")) == -1 && sign(quantity("0")) == 0 && sign(quantity("3")) == 1', "gpu", True),
+    Case('isQuantity("20Mi") && isQuantity("1.3G")', "gpu", True),
+    Case('isQuantity("200K") || isQuantity("1,3G") || isQuantity("Mi")', "gpu", False),
+    Case('quantity("10Mo") == quantity("1")', "gpu", eval_error()),
+    Case(f'{C}.memory == "40Gi"', "gpu", compile_error("no matching overload")),
+    Case(f'{C}.memory > quantity("1")', "gpu", compile_error("no matching overload")),
+    Case('quantity("1") == semver("1.0.0")', "gpu", compile_error("no matching overload")),
+    Case(f"{C}.memory", "gpu", compile_error("not kubernetes.Quantity")),
+    # --- semver ---------------------------------------------------------------------------------------
+    Case(f'{A}.driverVersion.isGreaterThan(semver("550.0.0"))', "gpu", True),
+    Case(f'{A}.driverVersion.isLessThan(semver("550.54.15"))', "gpu", False),
+    Case(f'{A}.driverVersion.compareTo(semver("550.54.15")) == 0', "gpu", True),
+    Case(f'{A}.driverVersion == semver("550.54.15")', "gpu", True),
+    Case(f"{A}.driverVersion.major() == 550", "gpu", True),
+    Case('semver("1.2.3+build.1") == semver("1.2.3+build.2")', "gpu", True),  # build metadata ignored
+    Case('semver("1.0.0-alpha").isLessThan(semver("1.0.0"))', "gpu", True),
+    Case('semver("1.0.0-alpha.1").isLessThan(semver("1.0.0-alpha.beta"))', "gpu", True),
+    Case('semver("1.0.0-alpha.beta").isLessThan(semver("1.0.0-beta"))', "gpu", True),
+    Case('semver("1.0.0-beta.2").isLessThan(semver("1.0.0-beta.11"))', "gpu", True),
+    Case('semver("1.0.0-rc.1").isLessThan(semver("1.0.0"))', "gpu", True),
+    Case('semver("1.0.0-alpha").isLessThan(semver("1.0.0-alpha.1"))', "gpu", True),
+    Case('semver("1.2.3").compareTo(semver("2.0.0")) == -1', "gpu", True),
+    Case('semver("1.2.3").compareTo(semver("0.1.2")) == 1', "gpu", True),
+    Case(
+        'semver("1.2.3").major() == 1 && semver("1.2.3").minor() == 2 && semver("1.2.3").patch() == 3',
+        "gpu",
+        True,
+    ),
+    Case('semver("v1.0.0", true) == semver("1.0.0")', "gpu", True),
+    Case('semver("1.0", true) == semver("1.0.0")', "gpu", True),
+    Case('semver("01.01.01", true) == semver("1.1.1")', "gpu", True),
+    Case(
+        'isSemver("1.0.0") && !isSemver("v1.0") && isSemver("v1.0", true) && !isSemver("hello")', "gpu", True
+    ),
+    Case('isSemver("1.0.0-01")', "gpu", False),  # numeric prerelease with a leading zero
+    Case('semver("1.0") == semver("1.0.0")', "gpu", eval_error()),
+    Case('device.driver != ""', "badversion", eval_error("semantic version")),
+    # --- strings and regexes -----------------------------------------------------------------------------
+    Case(f'{A}.productName.matches("^NVIDIA A100")', "gpu", True),
+    Case(f'{A}.productName.contains("SXM4")', "gpu", True),
+    Case(f'{A}.productName.endsWith("40GB")', "gpu", True),
+    Case(f'{A}.productName.lowerAscii().startsWith("nvidia")', "gpu", True),
+    Case(f'{A}.productName.split(" ").size() == 2', "gpu", True),
+    Case('"a,b,c".split(",") == ["a", "b", "c"]', "gpu", True),
+    Case('["a", "b"].join("-") == "a-b"', "gpu", True),
+    Case('"hello".replace("l", "L") == "heLLo"', "gpu", True),
+    Case('"  x ".trim() == "x"', "gpu", True),
+    Case('"abc".substring(1) == "bc" && "abcd".substring(1, 3) == "bc"', "gpu", True),
+    Case('"abc".indexOf("c") == 2 && "abcabc".lastIndexOf("b") == 4', "gpu", True),
+    Case('"ABC".lowerAscii() == "abc" && "abc".upperAscii() == "ABC"', "gpu", True),
+    Case('"%s-%d".format(["a", 1]) == "a-1"', "gpu", True),
+    Case('"abc123".find("[0-9]+") == "123"', "gpu", True),
+    Case('"abc".find("[0-9]+") == ""', "gpu", True),
+    Case('"a1b22c333".findAll("[0-9]+") == ["1", "22", "333"]', "gpu", True),
+    Case('"a1b22c333".findAll("[0-9]+", 2) == ["1", "22"]', "gpu", True),
+    Case('"abc".matches("(")', "gpu", compile_error()),
+    # --- macros, bind, lists, sets ----------------------------------------------------------------------
+    Case("[1, 2, 3].all(x, x > 0)", "gpu", True),
+    Case("[1, 2, 3].exists(x, x == 2)", "gpu", True),
+    Case("[1, 2, 3].exists_one(x, x > 1)", "gpu", False),
+    Case("[1, 2, 3].map(x, x * 2) == [2, 4, 6]", "gpu", True),
+    Case("[1, 2, 3].filter(x, x > 1) == [2, 3]", "gpu", True),
+    Case(f"{A}.numaNodes.exists(n, n == 1)", "gpu", True),
+    Case(f'{A}.exists(k, k == "model")', "gpu", True),
+    Case(f'{A}.tags.all(t, t in ["a", "b"])', "gpu", True),
+    Case(f"size({A}.tags) == 2", "gpu", True),
+    Case(f'cel.bind(gpu, {A}, gpu.type == "gpu" && gpu.index == 0)', "gpu", True),
+    Case("cel.bind(x, 2, x * x == 4)", "gpu", True),
+    Case("[1, 2, 3].isSorted() && ![3, 1].isSorted()", "gpu", True),
+    Case("[1, 2, 3].sum() == 6", "gpu", True),
+    Case("[1, 5, 3].max() == 5 && [4, 2].min() == 2", "gpu", True),
+    Case("sets.contains([1, 2, 3], [2]) && !sets.intersects([1], [2])", "gpu", True),
+    Case("true ? true : 1 / 0 == 1", "gpu", True),  # the unchosen branch is not evaluated
+    Case("false || true", "gpu", True),
+    Case("1 / 0 == 1 || true", "gpu", True),  # logical operators absorb errors (commutative)
+    # --- includes (scalar or list) ----------------------------------------------------------------------
+    Case(f"{A}.numaNodes.includes(1)", "gpu", True),
+    Case(f"{A}.numaNodes.includes(5)", "gpu", False),
+    Case(f"{A}.index.includes(0)", "gpu", True),
+    Case(f'{A}.model.includes("A100")', "gpu", True),
+    Case(f'{A}.model.includes("A10")', "gpu", False),  # element equality, not substring
+    Case(f'{A}.tags.includes("c")', "gpu", False),
+    Case(f'{A}.versions.includes(semver("2.0.0"))', "gpu", True),
+    Case(f'{A}.driverVersion.includes(semver("550.54.15"))', "gpu", True),
+    Case(f"{_list(49)}.includes(1)", "gpu", eval_error("48")),
+    # --- compile errors ------------------------------------------------------------------------------
+    Case(f"{A}.model ==", "gpu", compile_error("Syntax error")),
+    Case("1 + 1", "gpu", compile_error("must evaluate to bool or the unknown type, not int")),
+    Case('"x"', "gpu", compile_error("not string")),
+    Case("[1, 2]", "gpu", compile_error("not list(int)")),
+    Case("unknownVariable == 1", "gpu", compile_error("undeclared reference")),
+    Case("true" + " " * (10 * 1024 - 4), "gpu", True),  # exactly at the length limit
+    Case("true" + " " * (10 * 1024 - 3), "gpu", compile_error("10240")),
+    # --- runtime errors ----------------------------------------------------------------------------------
+    Case("1 / 0 == 1", "gpu", eval_error()),
+    Case("[1][5] == 1", "gpu", eval_error()),
+    Case(f"{A}.model + 1 == 2", "gpu", eval_error("no such overload")),
+    Case(f"{_list(1000)}.all(x, {_list(1000)}.all(y, x + y > 0))", "gpu", eval_error("cost limit")),
+]
