@@ -1,0 +1,295 @@
+"""The HTTP endpoint kube-scheduler calls: filter, prioritize and bind, plus health probes.
+
+Routes (``urlPrefix: http://<host>:<port>/scheduler`` with verbs ``filter``, ``prioritize``, ``bind``)::
+
+    POST /scheduler/filter       ExtenderArgs        → 200 ExtenderFilterResult
+    POST /scheduler/prioritize   ExtenderArgs        → 200 [HostPriority]
+    POST /scheduler/bind         ExtenderBindingArgs → 200 ExtenderBindingResult
+    GET  /healthz, /livez, /readyz                   → 200 {"status": "ok"}
+
+Status codes follow what kube-scheduler does with them (extender-protocol.md §3.4): any non-200 is a
+scheduling error, and so is a 200 with ``Error`` set. Hence
+
+* body larger than ``max_body_bytes`` → 413, malformed JSON or a wrong field type → 400, both with
+  ``{"Error": "<message naming the field>"}`` and nothing decided;
+* a fatal allocation error (invalid claim or class, CEL error, disabled feature) → 200 with ``Error``;
+  "does not fit" is never an error, it is ``FailedNodes`` / ``FailedAndUnresolvableNodes``;
+* a bind that cannot be done → 200 ``{"Error": "..."}`` (nothing was written);
+* an unexpected exception → 500 ``{"Error": "internal error: ..."}``, logged with its traceback.
+
+Bodies are read as raw bytes and decoded with orjson (``app.wire``); the pydantic models below only feed
+the OpenAPI document at ``/docs`` and never validate a request (Pods are large; the wire module checks the
+few fields the extender reads). The body is read in the event loop (size cap), the decision runs in the
+thread pool so probes stay responsive while a filter holds the service lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import models_json_schema
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
+
+from allocator.errors import AllocatorError
+from app import wire
+from app.scheduling import BindError, SchedulingService
+from app.settings import Settings
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+_JSON = "application/json"
+
+
+# --- OpenAPI documentation models (never used to validate) ------------------------------------------------
+
+
+class NodeList(BaseModel):
+    """A core/v1 NodeList as kube-scheduler builds it: ``{"metadata": {}, "items": [Node, ...]}``."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    items: list[dict[str, Any]] = Field(description="Full core/v1 Node objects (camelCase API form).")
+
+
+class ExtenderArgs(BaseModel):
+    """Request of filter and prioritize. Keys are Go field names, matched case-insensitively."""
+
+    model_config = ConfigDict(extra="allow")
+    Pod: dict[str, Any] = Field(description="The core/v1 Pod being scheduled; metadata.name is required.")
+    Nodes: NodeList | None = Field(None, description="Candidates when nodeCacheCapable is false, else null.")
+    NodeNames: list[str] | None = Field(
+        None, description="Candidates when nodeCacheCapable is true, else null."
+    )
+
+
+class ExtenderFilterResult(BaseModel):
+    """Filter response. Exactly one of Nodes / NodeNames is non-null, matching the request."""
+
+    Nodes: NodeList | None = Field(description="Passing Node objects as received (nodeCacheCapable false).")
+    NodeNames: list[str] | None = Field(description="Passing node names (nodeCacheCapable true).")
+    FailedNodes: dict[str, str] = Field(description="node → reason; preemption may still consider the node.")
+    FailedAndUnresolvableNodes: dict[str, str] = Field(description="node → reason; preemption cannot help.")
+    Error: str = Field(description="Fatal error for the pod (scheduling error in kube-scheduler), or ''.")
+
+
+class HostPriority(BaseModel):
+    """One prioritize entry; kube-scheduler adds ``Score * weight * 10`` to the node's total."""
+
+    Host: str
+    Score: int = Field(ge=0, le=10)
+
+
+class ExtenderBindingArgs(BaseModel):
+    """Bind request: the pod (by name and UID) and the node kube-scheduler chose."""
+
+    model_config = ConfigDict(extra="allow")
+    PodName: str
+    PodNamespace: str
+    PodUID: str
+    Node: str
+
+
+class ExtenderBindingResult(BaseModel):
+    """Bind response: '' on success, else why nothing was bound."""
+
+    Error: str
+
+
+class ErrorBody(BaseModel):
+    """Body of a 4xx/5xx answer: the request was not decided."""
+
+    Error: str
+
+
+class Health(BaseModel):
+    status: str = "ok"
+
+
+_REQUEST_MODELS: tuple[type[BaseModel], ...] = (ExtenderArgs, ExtenderBindingArgs)
+
+
+def _request_body(model: type[BaseModel]) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {_JSON: {"schema": ref}}}}
+
+
+def _errors() -> dict[int | str, dict[str, Any]]:
+    return {
+        400: {"model": ErrorBody, "description": "Malformed JSON or a field of the wrong type"},
+        413: {"model": ErrorBody, "description": "Body larger than max_body_bytes"},
+        500: {"model": ErrorBody, "description": "Unexpected internal error"},
+    }
+
+
+def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """OpenAPI generator that also publishes the request models (referenced from ``openapi_extra``)."""
+
+    def build() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            _, defs = models_json_schema(
+                [(m, "validation") for m in _REQUEST_MODELS], ref_template="#/components/schemas/{model}"
+            )
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(defs.get("$defs", {}))
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    return build
+
+
+# --- request handling -------------------------------------------------------------------------------------
+
+
+class _Reject(Exception):
+    """Answer ``status`` with ``{"Error": message}`` without deciding anything."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _json(content: bytes, status: int = 200) -> Response:
+    return Response(content=content, status_code=status, media_type=_JSON)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The raw body, at most ``limit`` bytes. Raises _Reject(413) on a larger declared or streamed body."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            length = int(declared)
+        except ValueError:
+            raise _Reject(400, f"Content-Length: not a number: {declared!r}") from None
+        if length > limit:
+            raise _Reject(413, f"request body exceeds {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    # Counted while streaming as well: chunked bodies carry no Content-Length, and it may lie.
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _Reject(413, f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _decide(verb: str, handler: Callable[[bytes], bytes], body: bytes) -> Response:
+    """Run one verb on a body: 200 with the encoded result, 400 on WireError, 500 on a bug."""
+    try:
+        return _json(handler(body))
+    except wire.WireError as e:
+        log.info("%s: bad request: %s", verb, e)
+        return _json(wire.encode_error(str(e)), 400)
+    except Exception as e:
+        log.exception("%s: internal error", verb)
+        return _json(wire.encode_error(f"internal error: {type(e).__name__}: {e}"), 500)
+
+
+def create_app(service: SchedulingService, settings: Settings) -> FastAPI:
+    """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies."""
+    limit = settings.server.max_body_bytes
+    app = FastAPI(
+        title="dra-extender",
+        version="0.1.0",
+        description="kube-scheduler HTTP extender allocating DRA devices (resource.k8s.io/v1). Wire format: "
+        "k8s.io/kube-scheduler/extender/v1 (Go field names as keys).",
+    )
+    app.openapi = _openapi(app)  # type: ignore[method-assign]
+
+    def filter_(body: bytes) -> bytes:
+        args = wire.decode_extender_args(body)
+        outcome = service.filter(args.pod, args.candidate_names, args.nodes_by_name)
+        log.debug(
+            "filter pod=%s nodes=%d passed=%d error=%r",
+            _pod_ref(args.pod),
+            len(args.candidate_names),
+            len(outcome.passed),
+            outcome.error,
+        )
+        return wire.encode_filter_result(args, outcome)
+
+    def prioritize(body: bytes) -> bytes:
+        args = wire.decode_extender_args(body)
+        return wire.encode_host_priorities(
+            service.prioritize(args.pod, args.candidate_names, args.nodes_by_name)
+        )
+
+    def bind(body: bytes) -> bytes:
+        args = wire.decode_binding_args(body)
+        try:
+            service.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except (BindError, AllocatorError) as e:
+            log.info("bind pod=%s/%s node=%s failed: %s", args.pod_namespace, args.pod_name, args.node, e)
+            return wire.encode_binding_result(str(e))
+        log.debug("bind pod=%s/%s node=%s", args.pod_namespace, args.pod_name, args.node)
+        return wire.encode_binding_result()
+
+    async def run(verb: str, handler: Callable[[bytes], bytes], request: Request) -> Response:
+        try:
+            body = await _read_body(request, limit)
+        except _Reject as e:
+            log.info("%s: rejected: %s", verb, e.message)
+            return _json(wire.encode_error(e.message), e.status)
+        except ClientDisconnect:
+            # kube-scheduler gave up (httpTimeout); nobody reads this answer and nothing was decided.
+            log.info("%s: client disconnected before sending the whole body", verb)
+            return _json(wire.encode_error("client disconnected"), 400)
+        return await run_in_threadpool(_decide, verb, handler, body)
+
+    @app.post(
+        "/scheduler/filter",
+        summary="Filter nodes for a pod",
+        openapi_extra=_request_body(ExtenderArgs),
+        responses={200: {"model": ExtenderFilterResult, "description": "Decision"}, **_errors()},
+    )
+    async def filter_route(request: Request) -> Response:
+        return await run("filter", filter_, request)
+
+    @app.post(
+        "/scheduler/prioritize",
+        summary="Score nodes 0..10 for a pod",
+        openapi_extra=_request_body(ExtenderArgs),
+        responses={200: {"model": list[HostPriority], "description": "Bare array"}, **_errors()},
+    )
+    async def prioritize_route(request: Request) -> Response:
+        return await run("prioritize", prioritize, request)
+
+    @app.post(
+        "/scheduler/bind",
+        summary="Allocate the pod's claims on a node and bind the pod",
+        openapi_extra=_request_body(ExtenderBindingArgs),
+        responses={200: {"model": ExtenderBindingResult, "description": "Error '' on success"}, **_errors()},
+    )
+    async def bind_route(request: Request) -> Response:
+        return await run("bind", bind, request)
+
+    health = orjson.dumps({"status": "ok"})
+
+    # Liveness and readiness are the same: the app exists only once the state has been loaded.
+    for path in ("/healthz", "/livez", "/readyz"):
+        app.add_api_route(
+            path,
+            lambda: _json(health),
+            methods=["GET"],
+            summary="Probe",
+            responses={200: {"model": Health}},
+            name=path.strip("/"),
+        )
+    return app
+
+
+def _pod_ref(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"

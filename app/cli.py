@@ -1,0 +1,317 @@
+"""Command line: ``dra-extender serve`` and ``dra-extender simulate`` (also ``python -m app``).
+
+``serve --state DIR``: load the state, print a banner to stderr, serve the extender with uvicorn (one
+worker: the cluster state lives in this process).
+
+``simulate --state DIR``: schedule every pending pod of the state offline, one at a time, and print one
+JSON document to stdout (see ``simulate``).
+
+Exit codes: 0 when the command ran (pods may stay pending), 2 on unusable input (missing directory,
+invalid manifests or DRA objects, bad flags) with the message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from allocator.errors import AllocatorError
+from allocator.features import FeatureGates, parse_feature_gates
+from app.runtime import StartupError, build_runtime, state_summary
+from app.scheduling import BindError, SchedulingService
+from app.settings import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEVICE_SELECTION_POLICIES,
+    LOG_LEVELS,
+    SchedulingSettings,
+    ServerSettings,
+    Settings,
+)
+
+__all__ = ["main", "simulate"]
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+# --- simulate ---------------------------------------------------------------------------------------------
+
+
+def _pod_claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """ResourceClaim names of the pod, in ``spec.resourceClaims`` order; unresolvable entries skipped."""
+    statuses = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        if isinstance(s, dict)
+    }
+    names = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
+        name = entry.get("resourceClaimName") or (
+            statuses.get(entry.get("name")) if entry.get("resourceClaimTemplateName") else None
+        )
+        if name:
+            names.append(name)
+    return names
+
+
+def _claims(service: SchedulingService, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``[{"name", "allocation"}]`` for the pod's existing claims; allocation in API shape or None.
+
+    ``allocationTimestamp`` is left out: it is wall-clock time, and equal inputs must give equal output.
+    """
+    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+    result = []
+    for name in _pod_claim_names(pod):
+        claim = service.state.get("ResourceClaim", f"{namespace}/{name}")
+        if claim is None:
+            continue
+        allocation = (claim.get("status") or {}).get("allocation")
+        if allocation:
+            allocation = {k: v for k, v in allocation.items() if k != "allocationTimestamp"}
+        result.append({"name": name, "allocation": allocation or None})
+    return result
+
+
+def _choose(service: SchedulingService, pod: Mapping[str, Any], passed: list[str]) -> str:
+    """The node kube-scheduler would pick from the extender's view: prioritize only with more than one node
+    (as kube-scheduler), highest score, ties to the first node in candidate order."""
+    if len(passed) == 1:
+        return passed[0]
+    best, best_score = passed[0], None
+    for node, score in service.prioritize(pod, passed):
+        if best_score is None or score > best_score:
+            best, best_score = node, score
+    return best
+
+
+def _schedule(service: SchedulingService, pod: Mapping[str, Any], candidates: list[str]) -> dict[str, Any]:
+    meta = pod.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "default", str(meta.get("name"))
+    outcome = service.filter(pod, candidates)
+    failed = {**outcome.failed, **outcome.unresolvable}  # a node in both is unresolvable (kube-scheduler)
+    reasons = {node: failed[node] for node in dict.fromkeys(candidates) if node in failed}
+    node, error = None, outcome.error or None
+    if error is None and outcome.passed:
+        chosen = _choose(service, pod, outcome.passed)
+        try:
+            service.bind(namespace, name, str(meta.get("uid") or ""), chosen)
+            node = chosen
+        except (BindError, AllocatorError) as e:
+            error = str(e)
+    current = service.state.get("Pod", f"{namespace}/{name}") or pod
+    return {
+        "namespace": namespace,
+        "name": name,
+        "node": node,
+        "claims": _claims(service, current),
+        "reasons": reasons,
+        "error": error,
+    }
+
+
+def simulate(service: SchedulingService, candidates: Sequence[str] | None = None) -> dict[str, Any]:
+    """Schedule every pending pod, as kube-scheduler would call the extender, and bind it (in memory).
+
+    Pods in ``ClusterState.pending_pods()`` order (creationTimestamp, then namespace/name); each goes
+    through ``filter`` on ``candidates`` (default: all node names, sorted) → ``prioritize`` (only with more
+    than one passing node) → ``bind`` on the best node (ties: first in candidate order). Returns::
+
+        {"pods": [{"namespace", "name", "node": str | None,
+                   "claims": [{"name": <ResourceClaim>, "allocation": <status.allocation> | None}],
+                   "reasons": {<node>: <why not>},    # FailedNodes + FailedAndUnresolvableNodes
+                   "error": str | None}]}             # filter Error (fatal) or the bind error
+    """
+    names = list(candidates) if candidates is not None else sorted(service.state.objects["Node"])
+    return {"pods": [_schedule(service, pod, names) for pod in service.state.pending_pods()]}
+
+
+# --- argument parsing -------------------------------------------------------------------------------------
+
+
+def _feature_gates(text: str) -> FeatureGates:
+    try:
+        return parse_feature_gates(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _node_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected node names separated by commas")
+    return names
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dra-extender", description="kube-scheduler extender allocating DRA devices"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--state",
+            required=True,
+            type=Path,
+            metavar="DIR",
+            help="directory (or file) of Kubernetes manifests to load",
+        )
+        sub.add_argument(
+            "--feature-gates",
+            type=_feature_gates,
+            default=FeatureGates(),
+            metavar="A=true,B=false",
+            help="DRA feature gates by upstream name (default: Kubernetes 1.37 defaults)",
+        )
+
+    serve = commands.add_parser("serve", help="serve filter/prioritize/bind over HTTP")
+    common(serve)
+    defaults = ServerSettings()
+    serve.add_argument("--host", default=defaults.host, help=f"interface (default {defaults.host})")
+    serve.add_argument("--port", type=int, default=defaults.port, help=f"TCP port (default {defaults.port})")
+    serve.add_argument("--log-level", choices=LOG_LEVELS, default=defaults.log_level)
+    serve.add_argument(
+        "--max-body-bytes",
+        type=_positive,
+        default=DEFAULT_MAX_BODY_BYTES,
+        metavar="N",
+        help=f"largest request body in bytes (default {DEFAULT_MAX_BODY_BYTES})",
+    )
+
+    sim = commands.add_parser("simulate", help="schedule the pending pods offline, print JSON")
+    common(sim)
+    sim.add_argument(
+        "--nodes",
+        type=_node_list,
+        metavar="n1,n2",
+        help="candidate nodes in this order (default: every node, sorted by name)",
+    )
+    sim.add_argument("--device-selection", choices=DEVICE_SELECTION_POLICIES, default="first-fit")
+    return parser
+
+
+# --- commands ---------------------------------------------------------------------------------------------
+
+
+def _banner(
+    settings: Settings,
+    summary: Mapping[str, int],
+    example_pod: Mapping[str, Any] | None,
+    example_node: str | None,
+) -> str:
+    server = settings.server
+    url = f"http://{server.host}:{server.port}"
+    lines = [
+        f"dra-extender: state {settings.state_dir}: {summary['nodes']} nodes, {summary['resource_slices']} "
+        f"ResourceSlices ({summary['devices']} devices), {summary['resource_claims']} ResourceClaims, "
+        f"{summary['pending_pods']} pending pods",
+        f"dra-extender: serving {url} (kube-scheduler urlPrefix: {url}/scheduler; API docs: {url}/docs)",
+        "try:",
+        f"  curl -s {url}/healthz",
+        f"  curl -s -XPOST {url}/scheduler/filter -H 'Content-Type: application/json' -d @filter-request.json"
+        '   # ExtenderArgs: {"Pod": {...}, "NodeNames": [...]}',
+    ]
+    if example_pod is not None and example_node is not None:
+        meta = example_pod.get("metadata") or {}
+        bind = orjson.dumps(
+            {
+                "PodName": meta.get("name"),
+                "PodNamespace": meta.get("namespace"),
+                "PodUID": meta.get("uid") or "",
+                "Node": example_node,
+            }
+        ).decode()
+        lines.append(f"  curl -s -XPOST {url}/scheduler/bind -H 'Content-Type: application/json' -d '{bind}'")
+    return "\n".join(lines)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """Settings from the flags. Raises StartupError for a value the settings reject (e.g. port 0)."""
+    try:
+        scheduling = SchedulingSettings(args.feature_gates, getattr(args, "device_selection", "first-fit"))
+        if args.command == "serve":
+            server = ServerSettings(args.host, args.port, args.max_body_bytes, args.log_level)
+            return Settings(args.state, server, scheduling)
+        return Settings(args.state, scheduling=scheduling)
+    except ValueError as e:
+        raise StartupError(str(e)) from e
+
+
+def _bind_example(service: SchedulingService) -> tuple[Mapping[str, Any] | None, str | None]:
+    """The first pending pod and a node it fits on (for the banner's bind example), or (None, None)."""
+    pending = service.state.pending_pods()
+    if not pending:
+        return None, None
+    passed = service.filter(pending[0], sorted(service.state.objects["Node"])).passed
+    return (pending[0], passed[0]) if passed else (None, None)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.api import create_app
+
+    settings = _settings(args)
+    logging.basicConfig(
+        level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    runtime = build_runtime(settings.state_dir, settings.scheduling.feature_gates)
+    for note in runtime.notes:
+        log.debug("%s", note)
+    example_pod, example_node = _bind_example(runtime.service)
+    print(
+        _banner(settings, state_summary(runtime.state), example_pod, example_node),
+        file=sys.stderr,
+        flush=True,
+    )
+    # One worker: the cluster state and the in-flight allocations live in this process.
+    uvicorn.run(
+        create_app(runtime.service, settings),
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.server.log_level,
+        workers=1,
+    )
+    return EXIT_OK
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    runtime = build_runtime(settings.state_dir, settings.scheduling.feature_gates)
+    for note in runtime.notes:
+        log.debug("%s", note)
+    document = simulate(runtime.service, args.nodes)
+    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ran, 2 unusable input or bad flags)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        return _serve(args) if args.command == "serve" else _simulate(args)
+    except StartupError as e:
+        print(f"dra-extender: {e}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,262 @@
+"""kube-scheduler extender wire format (``k8s.io/kube-scheduler/extender/v1``), decoded from raw bytes.
+
+Source: ``staging/src/k8s.io/kube-scheduler/extender/v1/types.go`` (extender-protocol.md §1). The
+extender structs have no json tags, so the keys are the Go field names (``Pod``, ``NodeNames``,
+``FailedNodes``, ``Host`` ...); nil lists and maps are ``null``. Nested Kubernetes objects (Pod, NodeList,
+Node) have json tags and use the usual camelCase API names.
+
+Decoding follows Go's ``encoding/json``: a top-level key selects the field whose name it equals, else the
+field it equals case-insensitively (``pod``, ``NODENAMES``); unknown keys are ignored; when several keys
+select the same field the last one wins. Only what the extender reads is validated: a wrong type there is
+a ``WireError`` naming the field (``Pod.metadata.name: must be a string, got int``), never a 500. Whole Pods
+are not validated (they are large and the service reads a handful of fields).
+
+Encoding produces exactly the Go names, ``null`` for the list kube-scheduler must ignore, ``{}`` for empty
+failure maps, and a bare array for prioritize.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from app.scheduling import FilterOutcome
+
+__all__ = [
+    "ExtenderArgs",
+    "ExtenderBindingArgs",
+    "WireError",
+    "decode_binding_args",
+    "decode_extender_args",
+    "encode_binding_result",
+    "encode_error",
+    "encode_filter_result",
+    "encode_host_priorities",
+]
+
+Obj = dict[str, Any]
+
+
+class WireError(ValueError):
+    """A request body is not valid JSON or a field the extender reads has the wrong shape (HTTP 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """``ExtenderArgs``: the request of filter and prioritize.
+
+    ``pod``: the Pod object as sent. ``nodes``: the ``Nodes.items`` Node objects (nodeCacheCapable: false)
+    or None. ``node_names``: ``NodeNames`` (nodeCacheCapable: true) or None. At least one is not None.
+    """
+
+    pod: Obj
+    nodes: list[Obj] | None
+    node_names: list[str] | None
+
+    @property
+    def node_cache_capable(self) -> bool:
+        """True when kube-scheduler sent ``NodeNames``: it then reads ``NodeNames`` from the answer."""
+        return self.node_names is not None
+
+    @property
+    def candidate_names(self) -> list[str]:
+        """The candidate node names in request order (``NodeNames`` wins when both are sent)."""
+        if self.node_names is not None:
+            return list(self.node_names)
+        return [node["metadata"]["name"] for node in self.nodes or ()]
+
+    @property
+    def nodes_by_name(self) -> dict[str, Obj] | None:
+        """The sent Node objects by name (labels for node selectors), or None when only names were sent."""
+        if self.nodes is None:
+            return None
+        return {node["metadata"]["name"]: node for node in self.nodes}
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderBindingArgs:
+    """``ExtenderBindingArgs``: bind ``pod_namespace/pod_name`` (UID ``pod_uid``, may be "") to ``node``."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+# --- decoding ---------------------------------------------------------------------------------------------
+
+
+def _load_object(body: bytes) -> Mapping[str, Any]:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise WireError(f"malformed JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise WireError(f"request body: must be a JSON object, got {_type(data)}")
+    return data
+
+
+def _fields(data: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """Go's key → field matching: exact name, else case-insensitive; later keys overwrite earlier ones."""
+    exact = set(names)
+    folded = {name.casefold(): name for name in exact}
+    found: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key if key in exact else folded.get(key.casefold())
+        if name is not None:
+            found[name] = value
+    return found
+
+
+def _type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+_KIND_NAMES = {dict: "an object", list: "an array", str: "a string"}
+
+
+def _expect(value: Any, kind: type, path: str, *, optional: bool = True) -> Any:
+    """``value`` if it is a ``kind`` (dict, list or str), or null when ``optional``; else WireError naming
+    ``path``."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind):
+        raise WireError(f"{path}: must be {_KIND_NAMES[kind]}, got {_type(value)}")
+    return value
+
+
+def _metadata_name(obj: Mapping[str, Any], path: str) -> str:
+    meta = _expect(obj.get("metadata"), dict, f"{path}.metadata", optional=False)
+    name = _expect(meta.get("name"), str, f"{path}.metadata.name", optional=False)
+    if not name:
+        raise WireError(f"{path}.metadata.name: must not be empty")
+    return name
+
+
+def _check_pod(pod: Any) -> Obj:
+    """The Pod fields the service reads: metadata name/namespace/uid, spec.resourceClaims,
+    status.resourceClaimStatuses (``app.podclaims``)."""
+    if pod is None:
+        raise WireError("Pod: required")
+    pod = _expect(pod, dict, "Pod", optional=False)
+    _metadata_name(pod, "Pod")
+    for key in ("namespace", "uid", "creationTimestamp"):
+        _expect(pod["metadata"].get(key), str, f"Pod.metadata.{key}")
+    spec = _expect(pod.get("spec"), dict, "Pod.spec") or {}
+    for i, entry in enumerate(_expect(spec.get("resourceClaims"), list, "Pod.spec.resourceClaims") or ()):
+        at = f"Pod.spec.resourceClaims[{i}]"
+        _expect(entry, dict, at, optional=False)
+        for key in ("name", "resourceClaimName", "resourceClaimTemplateName"):
+            _expect(entry.get(key), str, f"{at}.{key}")
+    status = _expect(pod.get("status"), dict, "Pod.status") or {}
+    statuses = _expect(status.get("resourceClaimStatuses"), list, "Pod.status.resourceClaimStatuses") or ()
+    for i, entry in enumerate(statuses):
+        at = f"Pod.status.resourceClaimStatuses[{i}]"
+        _expect(entry, dict, at, optional=False)
+        for key in ("name", "resourceClaimName"):
+            _expect(entry.get(key), str, f"{at}.{key}")
+    return pod
+
+
+def _check_nodes(nodes: Any) -> list[Obj] | None:
+    """``Nodes``: null or a NodeList whose items have ``metadata.name`` (and object-valued labels)."""
+    if nodes is None:
+        return None
+    _expect(nodes, dict, "Nodes", optional=False)
+    items = _expect(nodes.get("items"), list, "Nodes.items") or []
+    for i, node in enumerate(items):
+        at = f"Nodes.items[{i}]"
+        _expect(node, dict, at, optional=False)
+        _metadata_name(node, at)
+        _expect(node["metadata"].get("labels"), dict, f"{at}.metadata.labels")
+    return items
+
+
+def _check_node_names(names: Any) -> list[str] | None:
+    if names is None:
+        return None
+    _expect(names, list, "NodeNames", optional=False)
+    for i, name in enumerate(names):
+        _expect(name, str, f"NodeNames[{i}]", optional=False)
+    return names
+
+
+def decode_extender_args(body: bytes) -> ExtenderArgs:
+    """Decode an ``ExtenderArgs`` body (filter, prioritize). Raises WireError naming the bad field."""
+    found = _fields(_load_object(body), ("Pod", "Nodes", "NodeNames"))
+    pod = _check_pod(found.get("Pod"))
+    nodes = _check_nodes(found.get("Nodes"))
+    node_names = _check_node_names(found.get("NodeNames"))
+    if nodes is None and node_names is None:
+        raise WireError("Nodes, NodeNames: one of them is required")
+    return ExtenderArgs(pod, nodes, node_names)
+
+
+def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
+    """Decode an ``ExtenderBindingArgs`` body. Raises WireError naming the bad field.
+
+    ``PodName`` and ``Node`` are required; ``PodNamespace`` defaults to ``default`` (Go zero value "" is
+    what an unset namespace means); ``PodUID`` may be empty (then the UID is not checked).
+    """
+    found = _fields(_load_object(body), ("PodName", "PodNamespace", "PodUID", "Node"))
+    values = {
+        name: _expect(found.get(name), str, name) or ""
+        for name in ("PodName", "PodNamespace", "PodUID", "Node")
+    }
+    for name in ("PodName", "Node"):
+        if not values[name]:
+            raise WireError(f"{name}: required")
+    return ExtenderBindingArgs(
+        values["PodName"], values["PodNamespace"] or "default", values["PodUID"], values["Node"]
+    )
+
+
+# --- encoding ---------------------------------------------------------------------------------------------
+
+
+def encode_filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> bytes:
+    """``ExtenderFilterResult`` for ``args``: the passing nodes in the list kube-scheduler reads.
+
+    nodeCacheCapable (``NodeNames`` sent): ``NodeNames`` = passing names, ``Nodes`` null. Otherwise
+    ``Nodes`` = ``{"metadata": {}, "items": [...]}`` with the received Node objects, unmodified and in input
+    order, and ``NodeNames`` null. ``Error`` is the fatal error text or "".
+    """
+    passed = set(outcome.passed)
+    result: Obj = {"Nodes": None, "NodeNames": None}
+    if args.node_cache_capable:
+        result["NodeNames"] = [name for name in args.candidate_names if name in passed]
+    else:
+        items = [node for node in args.nodes or () if node["metadata"]["name"] in passed]
+        result["Nodes"] = {"metadata": {}, "items": items}
+    result["FailedNodes"] = dict(outcome.failed)
+    result["FailedAndUnresolvableNodes"] = dict(outcome.unresolvable)
+    result["Error"] = outcome.error
+    return orjson.dumps(result)
+
+
+def encode_host_priorities(scores: Sequence[tuple[str, int]]) -> bytes:
+    """``HostPriorityList``: a bare array ``[{"Host": node, "Score": 0..10}]``."""
+    return orjson.dumps([{"Host": host, "Score": score} for host, score in scores])
+
+
+def encode_binding_result(error: str = "") -> bytes:
+    """``ExtenderBindingResult``: ``{"Error": ""}`` on success."""
+    return orjson.dumps({"Error": error})
+
+
+def encode_error(error: str) -> bytes:
+    """The JSON body of a 4xx/5xx answer: ``{"Error": "..."}`` (same key kube-scheduler logs for results)."""
+    return orjson.dumps({"Error": error})

@@ -1,0 +1,319 @@
+"""The HTTP layer against a small in-memory state: answers, status codes, and no state change on bad input."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from allocator.cel.expr_engine import ExprEngine
+from allocator.selectors import SelectorCache
+from app.api import create_app
+from app.cluster import ClusterState
+from app.scheduling import SchedulingService
+from app.settings import ServerSettings, Settings
+from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+
+DRIVER = "gpu.example.com"
+NS = "ml"
+
+
+def _objects() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("Node", node("n1")),
+        ("Node", node("n2")),
+        ("Node", node("n3")),
+        ("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"')),
+        ("ResourceSlice", resource_slice("n1-gpus", DRIVER, "n1", [device("gpu-0"), device("gpu-1")])),
+        ("ResourceSlice", resource_slice("n2-gpus", DRIVER, "n2", [device("gpu-0")])),
+        ("ResourceClaim", claim(NS, "one", [request("gpu", "gpu")])),
+        ("ResourceClaim", claim(NS, "two", [request("gpus", "gpu", 2)])),
+        ("ResourceClaim", claim(NS, "bad-class", [request("gpu", "no-such-class")])),
+        ("Pod", pod(NS, "p-one", ["one"])),
+        ("Pod", pod(NS, "p-two", ["two"])),
+        ("Pod", pod(NS, "p-bad", ["bad-class"])),
+        ("Pod", pod(NS, "p-free")),
+    ]
+
+
+@pytest.fixture
+def service() -> SchedulingService:
+    state = ClusterState.from_objects(_objects())
+    return SchedulingService(state, SelectorCache(ExprEngine()))
+
+
+def _client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://extender")
+
+
+@pytest.fixture
+async def client(service: SchedulingService) -> AsyncIterator[httpx.AsyncClient]:
+    async with _client(create_app(service, Settings(Path("unused")))) as test_client:
+        yield test_client
+
+
+def _pod(service: SchedulingService, name: str) -> dict[str, Any]:
+    """The pod as kube-scheduler sends it (an informer copy: no kind/apiVersion)."""
+    obj = copy.deepcopy(service.state.get("Pod", f"{NS}/{name}"))
+    assert obj is not None
+    obj.pop("kind")
+    obj.pop("apiVersion")
+    return obj
+
+
+def _args(service: SchedulingService, name: str, nodes: list[str]) -> bytes:
+    return orjson.dumps({"Pod": _pod(service, name), "Nodes": None, "NodeNames": nodes})
+
+
+def _bind(name: str, node_name: str) -> bytes:
+    return orjson.dumps(
+        {"PodName": name, "PodNamespace": NS, "PodUID": f"uid-pod-{NS}-{name}", "Node": node_name}
+    )
+
+
+async def _post(client: httpx.AsyncClient, verb: str, body: bytes) -> httpx.Response:
+    response = await client.post(
+        f"/scheduler/{verb}", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.headers["content-type"] == "application/json"
+    return response
+
+
+# --- filter --------------------------------------------------------------------------------------------
+
+
+async def test_filter_returns_the_nodes_where_the_claim_fits(client, service):
+    response = await _post(client, "filter", _args(service, "p-two", ["n1", "n2", "n3"]))
+    assert response.status_code == 200
+    result = response.json()
+    assert list(result) == ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
+    assert result["Nodes"] is None
+    assert result["NodeNames"] == ["n1"]
+    assert result["Error"] == ""
+    failed = {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}
+    assert sorted(failed) == ["n2", "n3"]
+    assert all(failed.values())
+
+
+async def test_filter_with_node_objects_returns_them_unmodified(client, service):
+    sent = [
+        {
+            "metadata": {"name": "n2", "labels": {"kubernetes.io/hostname": "n2"}},
+            "status": {"capacity": {"cpu": "8"}},
+        },
+        {"metadata": {"name": "n3", "labels": {}}, "spec": {"podCIDR": "10.0.0.0/24"}},
+        {"metadata": {"name": "n1", "uid": "x"}, "spec": {}, "status": {"conditions": [{"type": "Ready"}]}},
+    ]
+    body = orjson.dumps(
+        {"Pod": _pod(service, "p-one"), "Nodes": {"metadata": {}, "items": sent}, "NodeNames": None}
+    )
+    result = (await _post(client, "filter", body)).json()
+    assert result["NodeNames"] is None
+    assert result["Nodes"] == {"metadata": {}, "items": [sent[0], sent[2]]}
+    assert list({**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}) == ["n3"]
+
+
+async def test_filter_pod_without_claims_passes_every_node(client, service):
+    result = (await _post(client, "filter", _args(service, "p-free", ["n3", "n1"]))).json()
+    assert result["NodeNames"] == ["n3", "n1"]
+    assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
+
+
+async def test_filter_unknown_node_names_fail_with_a_reason(client, service):
+    result = (await _post(client, "filter", _args(service, "p-one", ["ghost", "n1"]))).json()
+    assert result["NodeNames"] == ["n1"]
+    reasons = {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}
+    assert "ghost" in reasons[("ghost")]
+
+
+async def test_filter_fatal_error_is_a_200_with_error(client, service):
+    response = await _post(client, "filter", _args(service, "p-bad", ["n1", "n2"]))
+    assert response.status_code == 200
+    result = response.json()
+    assert "no-such-class" in result["Error"]
+    assert result["NodeNames"] == []
+
+
+async def test_filter_accepts_any_content_type(client, service):
+    # curl -d sends application/x-www-form-urlencoded; kube-scheduler sends application/json.
+    response = await client.post(
+        "/scheduler/filter",
+        content=_args(service, "p-one", ["n1"]),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 200
+    assert response.json()["NodeNames"] == ["n1"]
+
+
+# --- prioritize ----------------------------------------------------------------------------------------
+
+
+async def test_prioritize_returns_a_bare_array_in_input_order(client, service):
+    response = await _post(client, "prioritize", _args(service, "p-one", ["n1", "n2", "n3"]))
+    assert response.status_code == 200
+    scores = response.json()
+    assert [entry["Host"] for entry in scores] == ["n1", "n2", "n3"]
+    assert all(set(entry) == {"Host", "Score"} and 0 <= entry["Score"] <= 10 for entry in scores)
+    by_host = {entry["Host"]: entry["Score"] for entry in scores}
+    assert by_host["n3"] == 0
+    assert by_host["n2"] > by_host["n1"]  # packing: the pod fills n2's only GPU
+
+
+# --- bind ----------------------------------------------------------------------------------------------
+
+
+async def test_bind_writes_allocation_reserved_for_and_node_name(client, service):
+    response = await _post(client, "bind", _bind("p-two", "n1"))
+    assert response.status_code == 200
+    assert response.json() == {"Error": ""}
+    claim_obj = service.state.get("ResourceClaim", f"{NS}/two")
+    allocation = claim_obj["status"]["allocation"]
+    assert [
+        (r["request"], r["driver"], r["pool"], r["device"]) for r in allocation["devices"]["results"]
+    ] == [("gpus", DRIVER, "n1", "gpu-0"), ("gpus", DRIVER, "n1", "gpu-1")]
+    assert allocation["nodeSelector"] == {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+    }
+    assert claim_obj["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "p-two", "uid": f"uid-pod-{NS}-p-two"}
+    ]
+    assert service.state.get("Pod", f"{NS}/p-two")["spec"]["nodeName"] == "n1"
+
+    after_first = copy.deepcopy(service.state.objects)
+    again = await _post(client, "bind", _bind("p-two", "n1"))
+    assert again.status_code == 200 and again.json() == {"Error": ""}
+    assert service.state.objects == after_first
+
+
+async def test_bind_failures_are_200_with_error_and_change_nothing(client, service):
+    before = copy.deepcopy(service.state.objects)
+    for body in (
+        _bind("p-two", "n2"),
+        _bind("p-two", "n3"),
+        _bind("nobody", "n1"),
+        orjson.dumps({"PodName": "p-one", "PodNamespace": NS, "PodUID": "other-uid", "Node": "n1"}),
+    ):
+        response = await _post(client, "bind", body)
+        assert response.status_code == 200
+        assert response.json()["Error"]
+    assert service.state.objects == before
+
+
+async def test_bind_to_another_node_after_bind_is_refused(client, service):
+    assert (await _post(client, "bind", _bind("p-one", "n1"))).json() == {"Error": ""}
+    assert "already assigned" in (await _post(client, "bind", _bind("p-one", "n2"))).json()["Error"]
+
+
+# --- bad input -----------------------------------------------------------------------------------------
+
+POD_OK = {"metadata": {"name": "p-one", "namespace": NS}}
+
+BAD_ARGS = [
+    (b'{"Pod": ', "malformed JSON"),
+    (b"", "malformed JSON"),
+    (orjson.dumps({"NodeNames": ["n1"]}), "Pod: required"),
+    (orjson.dumps({"Pod": POD_OK, "NodeNames": "x"}), "NodeNames: must be an array"),
+    (orjson.dumps({"Pod": [], "NodeNames": ["n1"]}), "Pod: must be an object"),
+    (
+        orjson.dumps({"Pod": {"metadata": {"name": 1}}, "NodeNames": ["n1"]}),
+        "Pod.metadata.name: must be a string",
+    ),
+    (orjson.dumps({"Pod": POD_OK}), "Nodes, NodeNames"),
+]
+BAD_BIND = [
+    (b"{", "malformed JSON"),
+    (b"[]", "request body: must be a JSON object"),
+    (orjson.dumps({"PodNamespace": NS, "Node": "n1"}), "PodName: required"),
+    (orjson.dumps({"PodName": ["p-one"], "Node": "n1"}), "PodName: must be a string"),
+    (orjson.dumps({"PodName": "p-one", "Node": None}), "Node: required"),
+]
+CASES = (
+    [("filter", *case) for case in BAD_ARGS]
+    + [("prioritize", *case) for case in BAD_ARGS]
+    + [("bind", *case) for case in BAD_BIND]
+)
+
+
+@pytest.mark.parametrize(("verb", "body", "message"), CASES)
+async def test_bad_input_is_a_400_naming_the_field_and_changes_nothing(client, service, verb, body, message):
+    before = copy.deepcopy(service.state.objects)
+    response = await _post(client, verb, body)
+    assert response.status_code == 400
+    assert set(response.json()) == {"Error"}
+    assert message in response.json()["Error"]
+    assert service.state.objects == before
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "bind"])
+async def test_oversized_body_is_a_413_before_parsing(client, service, verb):
+    before = copy.deepcopy(service.state.objects)
+    response = await _post(client, verb, b"x" * (10 * 1024 * 1024))
+    assert response.status_code == 413
+    assert response.json() == {"Error": "request body exceeds 8388608 bytes"}
+    assert service.state.objects == before
+
+
+async def test_oversized_streamed_body_without_content_length_is_a_413(service):
+    app = create_app(service, Settings(Path("unused"), ServerSettings(max_body_bytes=1000)))
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(10):
+            yield b" " * 200
+
+    async with _client(app) as small:
+        response = await small.post("/scheduler/filter", content=chunks())
+        assert "content-length" not in response.request.headers
+        assert response.status_code == 413
+        assert response.json() == {"Error": "request body exceeds 1000 bytes"}
+        # A body of exactly the limit is read, parsed and answered.
+        fits = orjson.dumps({"Pod": POD_OK, "NodeNames": ["n1"]}).ljust(1000)
+        assert (await small.post("/scheduler/filter", content=fits)).status_code == 200
+
+
+async def test_invalid_content_length_is_a_400(client):
+    response = await client.post("/scheduler/bind", content=b"{}", headers={"Content-Length": "lots"})
+    assert response.status_code == 400
+
+
+# --- probes and docs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/livez", "/readyz"])
+async def test_probes(client, path):
+    response = await client.get(path)
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+async def test_openapi_documents_the_three_verbs(client):
+    spec = (await client.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    for name in (
+        "ExtenderArgs",
+        "ExtenderFilterResult",
+        "HostPriority",
+        "ExtenderBindingArgs",
+        "ExtenderBindingResult",
+        "ErrorBody",
+    ):
+        assert name in schemas, name
+    assert set(schemas["ExtenderArgs"]["properties"]) == {"Pod", "Nodes", "NodeNames"}
+    for verb, model in (
+        ("filter", "ExtenderArgs"),
+        ("prioritize", "ExtenderArgs"),
+        ("bind", "ExtenderBindingArgs"),
+    ):
+        operation = spec["paths"][f"/scheduler/{verb}"]["post"]
+        body = operation["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{model}"}
+        assert {"200", "400", "413"} <= set(operation["responses"])
+    prioritize = spec["paths"]["/scheduler/prioritize"]["post"]["responses"]["200"]["content"][
+        "application/json"
+    ]
+    assert prioritize["schema"]["type"] == "array"
+    assert (await client.get("/docs")).status_code == 200

@@ -1,0 +1,257 @@
+"""``dra-extender simulate`` on a small state directory: output shape, placements, exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from app.cli import main
+from tests.builders import claim, claim_template, device, device_class, node, pod, request, resource_slice
+
+DRIVER = "gpu.example.com"
+NS = "ml"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _objects() -> list[dict[str, Any]]:
+    return [
+        node("n1"),
+        node("n2"),
+        node("n3"),
+        device_class("gpu", f'device.driver == "{DRIVER}"'),
+        resource_slice("n1-gpus", DRIVER, "n1", [device("gpu-0"), device("gpu-1")]),
+        resource_slice("n2-gpus", DRIVER, "n2", [device("gpu-0")]),
+        claim_template(NS, "one-gpu", [request("gpu", "gpu")]),
+        claim(NS, "pair", [request("gpus", "gpu", 2)]),
+        claim(NS, "late", [request("gpu", "gpu")]),
+        claim(NS, "broken", [request("gpu", "no-such-class")]),
+        # Listed out of order on purpose: scheduling order is creationTimestamp.
+        pod(NS, "d-free", created="2026-01-01T00:04:00Z"),
+        pod(NS, "a-template", templates={"gpu": "one-gpu"}, created="2026-01-01T00:01:00Z"),
+        pod(NS, "b-pair", ["pair"], created="2026-01-01T00:02:00Z"),
+        pod(NS, "c-late", ["late"], created="2026-01-01T00:03:00Z"),
+        pod(NS, "e-broken", ["broken"], created="2026-01-01T00:05:00Z"),
+    ]
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "state"
+    directory.mkdir()
+    (directory / "cluster.yaml").write_text(yaml.safe_dump_all(_objects()))
+    return directory
+
+
+def _simulate(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:
+    code = main(["simulate", *argv])
+    out, err = capsys.readouterr()
+    return code, (orjson.loads(out) if code == 0 else {}), err
+
+
+def _by_name(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {entry["name"]: entry for entry in document["pods"]}
+
+
+def _devices(entry: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [
+        (r["request"], r["pool"], r["device"])
+        for c in entry["claims"]
+        if c["allocation"]
+        for r in c["allocation"]["devices"]["results"]
+    ]
+
+
+def test_simulate_output_shape_and_placements(capsys, state_dir):
+    code, document, _ = _simulate(capsys, "--state", str(state_dir))
+    assert code == 0
+    assert list(document) == ["pods"]
+    assert [(p["namespace"], p["name"]) for p in document["pods"]] == [
+        (NS, "a-template"),
+        (NS, "b-pair"),
+        (NS, "c-late"),
+        (NS, "d-free"),
+        (NS, "e-broken"),
+    ]
+    for entry in document["pods"]:
+        assert list(entry) == ["namespace", "name", "node", "claims", "reasons", "error"]
+    pods = _by_name(document)
+
+    # Fits n1 and n2: prioritize prefers the node it fills (n2's only GPU).
+    a = pods["a-template"]
+    assert (a["node"], a["error"]) == ("n2", None)
+    assert len(a["claims"]) == 1 and a["claims"][0]["name"].startswith("a-template-gpu-")
+    assert _devices(a) == [("gpu", "n2", "gpu-0")]
+    assert a["claims"][0]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0][
+        "values"
+    ] == ["n2"]
+    assert set(a["reasons"]) == {"n3"}
+
+    b = pods["b-pair"]
+    assert (b["node"], b["error"]) == ("n1", None)
+    assert b["claims"][0]["name"] == "pair"
+    assert _devices(b) == [("gpus", "n1", "gpu-0"), ("gpus", "n1", "gpu-1")]
+    assert set(b["reasons"]) == {"n2", "n3"}
+
+    # Every GPU is taken now: pending, with a reason per node, in candidate order.
+    c = pods["c-late"]
+    assert (c["node"], c["error"]) == (None, None)
+    assert c["claims"] == [{"name": "late", "allocation": None}]
+    assert list(c["reasons"]) == ["n1", "n2", "n3"] and all(c["reasons"].values())
+
+    # No claims: every node passes with the same score; the first candidate wins the tie.
+    d = pods["d-free"]
+    assert (d["node"], d["claims"], d["reasons"], d["error"]) == ("n1", [], {}, None)
+
+    e = pods["e-broken"]
+    assert e["node"] is None
+    assert "no-such-class" in e["error"]
+    assert e["claims"] == [{"name": "broken", "allocation": None}]
+
+
+def test_simulate_is_deterministic(capsys, state_dir):
+    main(["simulate", "--state", str(state_dir)])
+    first = capsys.readouterr().out
+    main(["simulate", "--state", str(state_dir)])
+    assert capsys.readouterr().out == first
+    assert first.startswith('{\n  "pods": [\n')  # orjson, indent 2
+
+
+def test_simulate_nodes_restricts_and_orders_candidates(capsys, state_dir):
+    code, document, _ = _simulate(capsys, "--state", str(state_dir), "--nodes", "n3,ghost,n1")
+    assert code == 0
+    pods = _by_name(document)
+    assert pods["a-template"]["node"] == "n1"
+    assert _devices(pods["a-template"]) == [("gpu", "n1", "gpu-0")]
+    assert list(pods["a-template"]["reasons"]) == ["n3", "ghost"]
+    assert "ghost" in pods["a-template"]["reasons"]["ghost"]
+    assert pods["b-pair"]["node"] is None  # one GPU left on n1; n2 is not a candidate
+    assert pods["d-free"]["node"] == "n3"  # tie → first candidate
+
+
+def test_simulate_feature_gates_reach_the_allocator(capsys, tmp_path):
+    directory = tmp_path / "state"
+    directory.mkdir()
+    first_available = claim(NS, "alt", [])
+    first_available["spec"]["devices"]["requests"] = [
+        {"name": "gpu", "firstAvailable": [{"name": "one", "deviceClassName": "gpu"}]}
+    ]
+    objects = [
+        node("n1"),
+        device_class("gpu", f'device.driver == "{DRIVER}"'),
+        resource_slice("n1-gpus", DRIVER, "n1", [device("gpu-0")]),
+        first_available,
+        pod(NS, "p", ["alt"]),
+    ]
+    (directory / "cluster.yaml").write_text(yaml.safe_dump_all(objects))
+
+    code, document, _ = _simulate(capsys, "--state", str(directory))
+    assert code == 0 and document["pods"][0]["node"] == "n1"
+    code, document, _ = _simulate(
+        capsys, "--state", str(directory), "--feature-gates", "DRAPrioritizedList=false"
+    )
+    assert code == 0
+    assert document["pods"][0]["node"] is None
+    assert document["pods"][0]["error"]
+
+
+def test_missing_state_dir_exits_2(capsys, tmp_path):
+    code, _, err = _simulate(capsys, "--state", str(tmp_path / "nope"))
+    assert code == 2
+    assert "nope" in err and "no such file or directory" in err
+
+
+def test_invalid_manifest_exits_2(capsys, tmp_path):
+    (tmp_path / "bad.yaml").write_text("apiVersion: v1\nmetadata: {name: x}\n")
+    code, _, err = _simulate(capsys, "--state", str(tmp_path))
+    assert code == 2
+    assert "bad.yaml" in err and "kind" in err
+
+
+def test_invalid_dra_object_exits_2_naming_object_and_field(capsys, tmp_path):
+    broken = claim(NS, "x", [request("gpu", "gpu")])
+    broken["status"] = {"allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER}]}}}
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump(broken))
+    code, _, err = _simulate(capsys, "--state", str(tmp_path))
+    assert code == 2
+    assert "ResourceClaim ml/x" in err and "status.allocation.devices.results[0]" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--feature-gates", "NoSuchGate=true"],
+        ["--feature-gates", "DRAPrioritizedList=maybe"],
+        ["--device-selection", "best-fit"],
+        ["--nodes", ","],
+    ],
+)
+def test_bad_flags_exit_2(capsys, state_dir, argv):
+    code, _, err = _simulate(capsys, "--state", str(state_dir), *argv)
+    assert code == 2
+    assert err
+
+
+def test_help_exits_0(capsys):
+    assert main(["--help"]) == 0
+    assert "simulate" in capsys.readouterr().out
+
+
+def test_python_dash_m_app_runs_simulate(state_dir):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "simulate", "--state", str(state_dir)],
+        capture_output=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(orjson.loads(done.stdout)["pods"]) == 5
+
+
+def test_serve_prints_a_banner_and_runs_one_uvicorn_worker(capsys, monkeypatch, state_dir):
+    import uvicorn
+    from fastapi import FastAPI
+
+    calls: list[tuple[Any, dict[str, Any]]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append((app, kwargs)))
+    code = main(
+        [
+            "serve",
+            "--state",
+            str(state_dir),
+            "--port",
+            "9999",
+            "--log-level",
+            "warning",
+            "--max-body-bytes",
+            "1234",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 0
+    [(app, kwargs)] = calls
+    assert isinstance(app, FastAPI)
+    assert kwargs == {"host": "127.0.0.1", "port": 9999, "log_level": "warning", "workers": 1}
+    assert "3 nodes, 2 ResourceSlices (3 devices), 4 ResourceClaims, 5 pending pods" in err
+    assert "http://127.0.0.1:9999/scheduler" in err
+    assert "curl -s http://127.0.0.1:9999/healthz" in err
+    # The bind example names the first pending pod and a node it fits on.
+    assert '"PodName":"a-template"' in err and '"Node":"n1"' in err
+
+
+@pytest.mark.parametrize("argv", [["--port", "0"], ["--max-body-bytes", "0"], ["--log-level", "loud"]])
+def test_serve_bad_flags_exit_2(capsys, monkeypatch, state_dir, argv):
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
+    assert main(["serve", "--state", str(state_dir), *argv]) == 2
+    assert capsys.readouterr().err

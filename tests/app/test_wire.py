@@ -1,0 +1,294 @@
+"""Golden tests of the extender wire format, both directions (extender-protocol.md §1.1-1.5)."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+import pytest
+
+from app.scheduling import FilterOutcome
+from app.wire import (
+    WireError,
+    decode_binding_args,
+    decode_extender_args,
+    encode_binding_result,
+    encode_error,
+    encode_filter_result,
+    encode_host_priorities,
+)
+
+# §1.1: the Pod kube-scheduler sends (informer copy: no kind/apiVersion).
+POD = b"""{
+  "metadata": {
+    "name": "trainer-0", "namespace": "ml", "uid": "6a1f9f4e-6c1e-4b7a-9a43-0d1f3c0b8e11",
+    "resourceVersion": "884213", "creationTimestamp": "2025-06-01T10:00:00Z", "labels": {"app": "trainer"}
+  },
+  "spec": {
+    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+    "containers": [{"name": "main", "image": "registry.example/trainer:1.0",
+                    "resources": {"claims": [{"name": "gpu"}]},
+                    "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent"}],
+    "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+    "serviceAccountName": "default", "securityContext": {}, "schedulerName": "default-scheduler",
+    "tolerations": [
+      {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+       "tolerationSeconds": 300},
+      {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+       "tolerationSeconds": 300}
+    ],
+    "priority": 0, "enableServiceLinks": true, "preemptionPolicy": "PreemptLowerPriority"
+  },
+  "status": {"phase": "Pending", "qosClass": "BestEffort",
+             "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "trainer-0-gpu-7xk2p"}]}
+}"""
+
+FILTER_NODE_NAMES = b'{"Pod": ' + POD + b', "Nodes": null, "NodeNames": ["node-a", "node-b", "node-c"]}'
+
+# §1.2
+NODE_A = b"""{
+  "metadata": {"name": "node-a", "uid": "0b6e", "resourceVersion": "88100",
+               "labels": {"kubernetes.io/hostname": "node-a", "kubernetes.io/os": "linux"}},
+  "spec": {"podCIDR": "10.244.1.0/24"},
+  "status": {
+    "capacity": {"cpu": "32", "memory": "263921848Ki", "pods": "110"},
+    "allocatable": {"cpu": "31500m", "memory": "261722296Ki", "pods": "110"},
+    "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2025-06-01T10:00:00Z",
+                    "lastTransitionTime": "2025-05-01T00:00:00Z", "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status"}],
+    "nodeInfo": {"kubeletVersion": "v1.34.1", "operatingSystem": "linux", "architecture": "amd64",
+                 "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+                 "containerRuntimeVersion": "containerd://2.0.0", "kubeProxyVersion": ""}
+  }
+}"""
+NODE_B = b'{"metadata": {"name": "node-b"}, "spec": {}, "status": {"allocatable": {"cpu": "4"}}}'
+NODE_C = b'{"metadata": {"name": "node-c", "labels": {"zone": "z3"}}}'
+
+FILTER_NODES = (
+    b'{"Pod": '
+    + POD
+    + b', "Nodes": {"metadata": {}, "items": ['
+    + NODE_A
+    + b", "
+    + NODE_B
+    + b", "
+    + NODE_C
+    + b']}, "NodeNames": null}'
+)
+
+# §1.4, §1.5
+PRIORITIZE = b'{"Pod": ' + POD + b', "Nodes": null, "NodeNames": ["node-a", "node-d"]}'
+BIND = (
+    b'{"PodName": "trainer-0", "PodNamespace": "ml", "PodUID": "6a1f9f4e-6c1e-4b7a-9a43-0d1f3c0b8e11", '
+    b'"Node": "node-a"}'
+)
+
+
+# --- decoding ------------------------------------------------------------------------------------------
+
+
+def test_decode_filter_node_cache_capable():
+    args = decode_extender_args(FILTER_NODE_NAMES)
+    assert args.pod == orjson.loads(POD)
+    assert args.nodes is None
+    assert args.node_names == ["node-a", "node-b", "node-c"]
+    assert args.node_cache_capable
+    assert args.candidate_names == ["node-a", "node-b", "node-c"]
+    assert args.nodes_by_name is None
+
+
+def test_decode_filter_with_node_objects():
+    args = decode_extender_args(FILTER_NODES)
+    assert args.node_names is None
+    assert not args.node_cache_capable
+    assert args.nodes == [orjson.loads(NODE_A), orjson.loads(NODE_B), orjson.loads(NODE_C)]
+    assert args.candidate_names == ["node-a", "node-b", "node-c"]
+    assert args.nodes_by_name is not None
+    assert args.nodes_by_name["node-c"]["metadata"]["labels"] == {"zone": "z3"}
+
+
+def test_decode_prioritize():
+    args = decode_extender_args(PRIORITIZE)
+    assert args.candidate_names == ["node-a", "node-d"]
+    assert args.pod["metadata"]["name"] == "trainer-0"
+
+
+def test_decode_bind():
+    args = decode_binding_args(BIND)
+    assert (args.pod_name, args.pod_namespace, args.pod_uid, args.node) == (
+        "trainer-0",
+        "ml",
+        "6a1f9f4e-6c1e-4b7a-9a43-0d1f3c0b8e11",
+        "node-a",
+    )
+
+
+def test_keys_are_matched_case_insensitively_and_unknown_keys_ignored():
+    body = b'{"pod": {"metadata": {"name": "p"}}, "nodenames": ["n1"], "NODES": null, "Extra": 1}'
+    args = decode_extender_args(body)
+    assert args.pod == {"metadata": {"name": "p"}}
+    assert args.node_names == ["n1"]
+    bind = decode_binding_args(b'{"podname": "p", "PODNAMESPACE": "ns", "poduid": "u", "node": "n1", "x": 1}')
+    assert (bind.pod_name, bind.pod_namespace, bind.pod_uid, bind.node) == ("p", "ns", "u", "n1")
+
+
+def test_exact_key_is_found_among_case_variants_and_last_key_wins_like_go():
+    # Go's decoder assigns every key that folds to the field, in document order: the last one wins.
+    args = decode_extender_args(
+        b'{"Pod": {"metadata": {"name": "a"}}, "pod": {"metadata": {"name": "b"}}, "NodeNames": []}'
+    )
+    assert args.pod["metadata"]["name"] == "b"
+
+
+def test_node_names_win_over_nodes_when_both_are_sent():
+    args = decode_extender_args(
+        b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["n2"], '
+        b'"Nodes": {"items": [{"metadata": {"name": "n1"}}]}}'
+    )
+    assert args.node_cache_capable
+    assert args.candidate_names == ["n2"]
+
+
+def test_bind_namespace_defaults_and_uid_is_optional():
+    args = decode_binding_args(b'{"PodName": "p", "Node": "n"}')
+    assert (args.pod_namespace, args.pod_uid) == ("default", "")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "malformed JSON"),
+        (b'{"Pod": ', "malformed JSON"),
+        (b"[]", "request body: must be a JSON object, got array"),
+        (b'{"NodeNames": ["n"]}', "Pod: required"),
+        (b'{"Pod": null, "NodeNames": ["n"]}', "Pod: required"),
+        (b'{"Pod": [], "NodeNames": ["n"]}', "Pod: must be an object, got array"),
+        (b'{"Pod": {}, "NodeNames": ["n"]}', "Pod.metadata: must be an object, got null"),
+        (
+            b'{"Pod": {"metadata": {"name": 7}}, "NodeNames": ["n"]}',
+            "Pod.metadata.name: must be a string, got number",
+        ),
+        (b'{"Pod": {"metadata": {"name": ""}}, "NodeNames": ["n"]}', "Pod.metadata.name: must not be empty"),
+        (
+            b'{"Pod": {"metadata": {"name": "p", "namespace": 1}}, "NodeNames": []}',
+            "Pod.metadata.namespace: must be a string, got number",
+        ),
+        (b'{"Pod": {"metadata": {"name": "p"}, "spec": []}, "NodeNames": []}', "Pod.spec: must be an object"),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}, "spec": {"resourceClaims": [1]}}, "NodeNames": []}',
+            "Pod.spec.resourceClaims[0]: must be an object, got number",
+        ),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}, "status": {"resourceClaimStatuses": [{"name": true}]}}, '
+            b'"NodeNames": []}',
+            "Pod.status.resourceClaimStatuses[0].name: must be a string, got boolean",
+        ),
+        (b'{"Pod": {"metadata": {"name": "p"}}}', "Nodes, NodeNames: one of them is required"),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": null, "NodeNames": null}',
+            "Nodes, NodeNames: one of them is required",
+        ),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": "x"}',
+            "NodeNames: must be an array, got string",
+        ),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", 2]}', "NodeNames[1]: must be a string"),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": []}', "Nodes: must be an object, got array"),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": {}}}', "Nodes.items: must be an array"),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": {}}]}}',
+            "Nodes.items[0].metadata.name: must be a string, got null",
+        ),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}}, '
+            b'"Nodes": {"items": [{"metadata": {"name": "n", "labels": []}}]}}',
+            "Nodes.items[0].metadata.labels: must be an object, got array",
+        ),
+    ],
+)
+def test_extender_args_errors_name_the_field(body, message):
+    with pytest.raises(WireError, match="^" + re.escape(message)):
+        decode_extender_args(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"nope", "malformed JSON"),
+        (b'"x"', "request body: must be a JSON object, got string"),
+        (b'{"Node": "n"}', "PodName: required"),
+        (b'{"PodName": "p"}', "Node: required"),
+        (b'{"PodName": 1, "Node": "n"}', "PodName: must be a string, got number"),
+        (b'{"PodName": "p", "Node": "n", "PodUID": {}}', "PodUID: must be a string, got object"),
+    ],
+)
+def test_binding_args_errors_name_the_field(body, message):
+    with pytest.raises(WireError, match="^" + re.escape(message)):
+        decode_binding_args(body)
+
+
+# --- encoding ------------------------------------------------------------------------------------------
+
+
+def test_encode_filter_node_cache_capable_golden():
+    args = decode_extender_args(FILTER_NODE_NAMES)
+    outcome = FilterOutcome(
+        passed=["node-a"],
+        failed={"node-b": "dra-extender: no free device of class gpu.example.com"},
+        unresolvable={"node-c": "dra-extender: node has no gpu.example.com devices"},
+    )
+    assert encode_filter_result(args, outcome) == (
+        b'{"Nodes":null,"NodeNames":["node-a"],'
+        b'"FailedNodes":{"node-b":"dra-extender: no free device of class gpu.example.com"},'
+        b'"FailedAndUnresolvableNodes":{"node-c":"dra-extender: node has no gpu.example.com devices"},'
+        b'"Error":""}'
+    )
+
+
+def test_encode_filter_with_node_objects_returns_them_unmodified_in_input_order():
+    args = decode_extender_args(FILTER_NODES)
+    outcome = FilterOutcome(passed=["node-c", "node-a"], failed={"node-b": "no free device"})
+    decoded = orjson.loads(encode_filter_result(args, outcome))
+    assert decoded == {
+        "Nodes": {"metadata": {}, "items": [orjson.loads(NODE_A), orjson.loads(NODE_C)]},
+        "NodeNames": None,
+        "FailedNodes": {"node-b": "no free device"},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+    assert list(decoded) == ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
+
+
+def test_encode_filter_all_failed_and_error():
+    args = decode_extender_args(FILTER_NODE_NAMES)
+    assert encode_filter_result(args, FilterOutcome(error="claim ml/x: bad")) == (
+        b'{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},'
+        b'"Error":"claim ml/x: bad"}'
+    )
+    nodes_args = decode_extender_args(FILTER_NODES)
+    assert orjson.loads(encode_filter_result(nodes_args, FilterOutcome()))["Nodes"] == {
+        "metadata": {},
+        "items": [],
+    }
+
+
+def test_encode_filter_names_only_from_the_input_in_input_order():
+    args = decode_extender_args(FILTER_NODE_NAMES)
+    outcome = FilterOutcome(passed=["node-c", "stranger", "node-a"])
+    assert orjson.loads(encode_filter_result(args, outcome))["NodeNames"] == ["node-a", "node-c"]
+
+
+def test_encode_prioritize_is_a_bare_array():
+    assert encode_host_priorities([("node-a", 7), ("node-d", 3)]) == (
+        b'[{"Host":"node-a","Score":7},{"Host":"node-d","Score":3}]'
+    )
+    assert encode_host_priorities([]) == b"[]"
+
+
+def test_encode_bind_and_error():
+    assert encode_binding_result() == b'{"Error":""}'
+    assert encode_binding_result("claim ml/trainer-0-gpu-7xk2p: conflict") == (
+        b'{"Error":"claim ml/trainer-0-gpu-7xk2p: conflict"}'
+    )
+    assert encode_error("Pod: required") == b'{"Error":"Pod: required"}'
