@@ -36,6 +36,10 @@ __all__ = ["BindError", "FilterOutcome", "SchedulingService"]
 MAX_RESERVED_FOR = 256
 """``ResourceClaimReservedForMaxSize``."""
 
+MAX_KEPT_RESULTS = 200_000
+"""Per-(pod, node) results kept between filter and bind; the oldest are dropped first. kube-scheduler
+filters one pod at a time, so this only bounds memory when many pods are filtered but never bound."""
+
 
 class BindError(Exception):
     """The bind could not be done; nothing was written."""
@@ -144,8 +148,14 @@ class SchedulingService:
                 (outcome.unresolvable if no_fit.unresolvable else outcome.failed)[name] = no_fit.reason
                 continue
             outcome.passed.append(name)
-            self._kept[(uid, name)] = _Kept(revision, tuple(results), self._score(node, results))
+            self._keep((uid, name), _Kept(revision, tuple(results), self._score(node, results)))
         return outcome
+
+    def _keep(self, key: tuple[str, str], kept: _Kept) -> None:
+        self._kept.pop(key, None)
+        self._kept[key] = kept
+        while len(self._kept) > MAX_KEPT_RESULTS:
+            del self._kept[next(iter(self._kept))]
 
     def _allocated_claims_reason(self, allocated: list[PodClaim], node: Node, pod: Mapping[str, Any]) -> str:
         uid = (pod.get("metadata") or {}).get("uid")
@@ -203,12 +213,15 @@ class SchedulingService:
                 if bound == node_name:
                     return  # kube-scheduler retried a bind that already happened
                 raise BindError(f"pod {key} is already assigned to node {bound!r}")
-            outcome = self._filter(pod, [node_name], None)
-            if outcome.error:
-                raise BindError(outcome.error)
-            if node_name not in outcome.passed:
-                reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
-                raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
+            kept = self._kept.get((pod_uid, node_name))
+            if kept is None or kept.revision != self.state.inventory.revision:
+                # The inventory changed since filter (or filter never ran here): decide again.
+                outcome = self._filter(pod, [node_name], None)
+                if outcome.error:
+                    raise BindError(outcome.error)
+                if node_name not in outcome.passed:
+                    reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
+                    raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
             kept = self._kept.pop((pod_uid, node_name), None)  # none kept for a pod without claims
             self._commit(pod, kept.allocations if kept else ())
             spec_pod = copy.deepcopy(pod)
@@ -230,7 +243,9 @@ class SchedulingService:
             status = claim.setdefault("status", {})
             if not status.get("allocation"):
                 allocation = dict(next(pending))
-                allocation["allocationTimestamp"] = now
+                if any(r.get("bindingConditions") for r in allocation["devices"]["results"]):
+                    # Upstream sets it only where binding conditions start the binding timeout.
+                    allocation["allocationTimestamp"] = now
                 status["allocation"] = allocation
                 finalizers = claim.setdefault("metadata", {}).setdefault("finalizers", [])
                 if "resource.kubernetes.io/delete-protection" not in finalizers:
