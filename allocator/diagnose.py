@@ -43,21 +43,24 @@ class NoFit:
     unresolvable: bool
 
 
-def _matches(selectors: SelectorCache, inventory: Inventory, claim: Claim, alt: DeviceRequest,
-             device: Device) -> bool:
+def _matches(
+    selectors: SelectorCache, inventory: Inventory, claim: Claim, alt: DeviceRequest, device: Device
+) -> bool:
     device_class = inventory.device_class(alt.class_name)
     if device_class is None:
         return False
     try:
-        return all(selectors.matches(e, device, f"class {device_class.name}", i)
-                   for i, e in enumerate(device_class.selectors)) and all(
-            selectors.matches(e, device, f"claim {claim.key}", i) for i, e in enumerate(alt.selectors))
+        return all(
+            selectors.matches(e, device, f"class {device_class.name}", i)
+            for i, e in enumerate(device_class.selectors)
+        ) and all(selectors.matches(e, device, f"claim {claim.key}", i) for i, e in enumerate(alt.selectors))
     except CELError:
         return False
 
 
-def request_funnel(inventory: Inventory, selectors: SelectorCache, node: Node, claim: Claim,
-                   alt: DeviceRequest) -> RequestFunnel:
+def request_funnel(
+    inventory: Inventory, selectors: SelectorCache, node: Node, claim: Claim, alt: DeviceRequest
+) -> RequestFunnel:
     """Count the node's devices for one request alternative, stage by stage."""
     in_pools = matching = tolerated = free = 0
     for pool in inventory.pools_for(node):
@@ -77,8 +80,10 @@ def request_funnel(inventory: Inventory, selectors: SelectorCache, node: Node, c
                 ):
                     continue
                 tolerated += 1
-                if alt.admin_access or device.allow_multiple_allocations or not (
-                    inventory.is_exclusively_allocated(device.id)
+                if (
+                    alt.admin_access
+                    or device.allow_multiple_allocations
+                    or not (inventory.is_exclusively_allocated(device.id))
                 ):
                     free += 1
     needed = alt.count if alt.mode == "ExactCount" else max(matching, 1)
@@ -92,14 +97,20 @@ def diagnose(inventory: Inventory, selectors: SelectorCache, node: Node, claims:
             funnels = [request_funnel(inventory, selectors, node, claim, alt) for alt in request.alternatives]
             if all(f.matching < f.needed for f in funnels):
                 f = funnels[0]
-                return NoFit(f"claim {claim.key}, request {f.request}: node has {f.matching} device(s) of "
-                             f"class {f.device_class} matching the selectors, {f.needed} needed", True)
+                return NoFit(
+                    f"claim {claim.key}, request {f.request}: node has {f.matching} device(s) of "
+                    f"class {f.device_class} matching the selectors, {f.needed} needed",
+                    True,
+                )
             if all(f.free < f.needed for f in funnels):
                 f = funnels[0]
                 tainted = f.matching - f.tolerated
                 in_use = f.tolerated - f.free
-                return NoFit(f"claim {claim.key}, request {f.request}: {f.free} of {f.matching} matching "
-                             f"device(s) usable ({in_use} in use, {tainted} tainted), {f.needed} needed",
-                             in_use == 0)
-    return NoFit("the claims cannot be satisfied together on this node (constraints, counters or capacity)",
-                 False)
+                return NoFit(
+                    f"claim {claim.key}, request {f.request}: {f.free} of {f.matching} matching "
+                    f"device(s) usable ({in_use} in use, {tainted} tainted), {f.needed} needed",
+                    in_use == 0,
+                )
+    return NoFit(
+        "the claims cannot be satisfied together on this node (constraints, counters or capacity)", False
+    )

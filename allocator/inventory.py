@@ -66,12 +66,14 @@ def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple
                 consumed[name] = parse_quantity(value).value
             except QuantityError as e:
                 raise InvalidInputError(f"{at}.consumedCapacity.{name}: {e}") from e
-        parsed.append(AllocatedDevice(
-            id=(entry["driver"], entry["pool"], entry["device"]),
-            admin_access=entry.get("adminAccess") is True,
-            share_id=str(entry.get("shareID") or ""),
-            consumed_capacity=consumed,
-        ))
+        parsed.append(
+            AllocatedDevice(
+                id=(entry["driver"], entry["pool"], entry["device"]),
+                admin_access=entry.get("adminAccess") is True,
+                share_id=str(entry.get("shareID") or ""),
+                consumed_capacity=consumed,
+            )
+        )
     return tuple(parsed)
 
 
@@ -103,7 +105,7 @@ class Inventory:
         self.revision = 0
         """Increments on every change; kept per-node results are valid only for the revision they saw."""
 
-    # --- objects ------------------------------------------------------------------------------------
+    # --- objects ----------------------------------------------------------------------------------
 
     def upsert_slice(self, slice_: ResourceSlice) -> None:
         self.delete_slice(slice_.name)
@@ -180,7 +182,7 @@ class Inventory:
     def slices(self) -> Iterable[ResourceSlice]:
         return self._slices.values()
 
-    # --- pools and taints ------------------------------------------------------------------------------
+    # --- pools and taints -------------------------------------------------------------------------
 
     def pools_for(self, node: Node) -> list[PoolView]:
         """Pools visible from ``node`` in search order (cached until a relevant change)."""
@@ -203,7 +205,7 @@ class Inventory:
             self._taints[device] = cached
         return cached
 
-    # --- use ------------------------------------------------------------------------------------------------
+    # --- use --------------------------------------------------------------------------------------
 
     def set_allocation(self, claim_key: str, devices: tuple[AllocatedDevice, ...]) -> None:
         """Record the allocated devices of a claim (empty = deallocated or deleted)."""
@@ -216,8 +218,9 @@ class Inventory:
     def release(self, token: str) -> None:
         self._replace(self._reservations, token, ())
 
-    def _replace(self, table: dict[str, tuple[AllocatedDevice, ...]], key: str,
-                 devices: tuple[AllocatedDevice, ...]) -> None:
+    def _replace(
+        self, table: dict[str, tuple[AllocatedDevice, ...]], key: str, devices: tuple[AllocatedDevice, ...]
+    ) -> None:
         holder = f"{id(table)}:{key}"
         for old in table.pop(key, ()):
             entry = self._holders.get(old.id)

@@ -138,7 +138,7 @@ def _object_name(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, _Path]:
     return namespace, name, at
 
 
-# --- taints and tolerations -------------------------------------------------------------------------------
+# --- taints and tolerations -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +203,7 @@ def _parse_toleration(raw: Any, at: _Path) -> Toleration:
     )
 
 
-# --- ResourceSlice ----------------------------------------------------------------------------------------
+# --- ResourceSlice --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,8 +316,12 @@ def _attribute_value(raw: Any, at: _Path) -> AttributeValue:
                 raise (at / key).error(f"must be a non-empty list of {kind.__name__}")
             found.append(tuple(items))
     if data.get("versions") is not None:
-        found.append(tuple(Version(_str(v, at / "versions" / i, required=True)) for i, v in
-                           enumerate(_list(data["versions"], at / "versions"))))
+        found.append(
+            tuple(
+                Version(_str(v, at / "versions" / i, required=True))
+                for i, v in enumerate(_list(data["versions"], at / "versions"))
+            )
+        )
     if len(found) != 1:
         raise at.error("unsupported attribute value: exactly one value must be specified")
     return found[0]
@@ -341,15 +345,18 @@ def _request_policy(raw: Any, at: _Path) -> RequestPolicy | None:
     return RequestPolicy(
         default=_quantity(default, at / "default") if default is not None else None,
         valid_values=tuple(
-            _quantity(v, at / "validValues" / i) for i, v in enumerate(_list(data.get("validValues"),
-                                                                            at / "validValues"))
+            _quantity(v, at / "validValues" / i)
+            for i, v in enumerate(_list(data.get("validValues"), at / "validValues"))
         ),
-        min=_quantity(valid_range["min"], at / "validRange" / "min") if valid_range.get("min") is not None
+        min=_quantity(valid_range["min"], at / "validRange" / "min")
+        if valid_range.get("min") is not None
         else None,
-        max=_quantity(valid_range["max"], at / "validRange" / "max") if valid_range.get("max") is not None
+        max=_quantity(valid_range["max"], at / "validRange" / "max")
+        if valid_range.get("max") is not None
         else None,
         step=_quantity(valid_range["step"], at / "validRange" / "step")
-        if valid_range.get("step") is not None else None,
+        if valid_range.get("step") is not None
+        else None,
     )
 
 
@@ -373,8 +380,10 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
         cap = _mapping(value, cap_at, required=True)
         if "value" not in cap:
             raise (cap_at / "value").error("required field is missing")
-        parsed_cap = DeviceCapacity(_quantity(cap["value"], cap_at / "value"),
-                                    _request_policy(cap.get("requestPolicy"), cap_at / "requestPolicy"))
+        parsed_cap = DeviceCapacity(
+            _quantity(cap["value"], cap_at / "value"),
+            _request_policy(cap.get("requestPolicy"), cap_at / "requestPolicy"),
+        )
         capacity[key] = parsed_cap
         domain, ident = _split(_qualify(key, driver))
         cel_capacity.setdefault(domain, {})[ident] = parsed_cap.value
@@ -389,16 +398,18 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
         attributes=attributes,
         capacity=capacity,
         cel=CELDevice(driver, cel_attributes, cel_capacity, multi),
-        taints=tuple(_parse_taint(t, at / "taints" / i) for i, t in enumerate(_list(data.get("taints"),
-                                                                                   at / "taints"))),
+        taints=tuple(
+            _parse_taint(t, at / "taints" / i) for i, t in enumerate(_list(data.get("taints"), at / "taints"))
+        ),
         consumes_counters=consumes,
         node_name=_str(data.get("nodeName"), at / "nodeName"),
         node_selector=parse_node_selector(selector, str(at / "nodeSelector")) if selector else None,
         all_nodes=_bool(data.get("allNodes"), at / "allNodes"),
         binds_to_node=_bool(data.get("bindsToNode"), at / "bindsToNode"),
         binding_conditions=_strings(data.get("bindingConditions"), at / "bindingConditions"),
-        binding_failure_conditions=_strings(data.get("bindingFailureConditions"),
-                                            at / "bindingFailureConditions"),
+        binding_failure_conditions=_strings(
+            data.get("bindingFailureConditions"), at / "bindingFailureConditions"
+        ),
         allow_multiple_allocations=multi,
     )
 
@@ -427,8 +438,12 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
     pool = _mapping(spec.get("pool"), at / "spec" / "pool", required=True)
     pool_name = _str(pool.get("name"), at / "spec" / "pool" / "name", required=True)
     selector = spec.get("nodeSelector")
-    node_fields = [bool(spec.get("nodeName")), bool(selector), bool(spec.get("allNodes")),
-                   bool(spec.get("perDeviceNodeSelection"))]
+    node_fields = [
+        bool(spec.get("nodeName")),
+        bool(selector),
+        bool(spec.get("allNodes")),
+        bool(spec.get("perDeviceNodeSelection")),
+    ]
     if sum(node_fields) > 1:
         raise (at / "spec").error("only one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection")
     shared: dict[str, Mapping[str, Quantity]] = {}
@@ -449,8 +464,9 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
         node_name=_str(spec.get("nodeName"), at / "spec" / "nodeName"),
         node_selector=parse_node_selector(selector, str(at / "spec" / "nodeSelector")) if selector else None,
         all_nodes=_bool(spec.get("allNodes"), at / "spec" / "allNodes"),
-        per_device_node_selection=_bool(spec.get("perDeviceNodeSelection"),
-                                        at / "spec" / "perDeviceNodeSelection"),
+        per_device_node_selection=_bool(
+            spec.get("perDeviceNodeSelection"), at / "spec" / "perDeviceNodeSelection"
+        ),
         devices=tuple(
             _parse_device(d, driver, pool_name, at / "spec" / "devices" / i)
             for i, d in enumerate(_list(spec.get("devices"), at / "spec" / "devices"))
@@ -460,7 +476,7 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
     )
 
 
-# --- DeviceClass and DeviceTaintRule ------------------------------------------------------------------------
+# --- DeviceClass and DeviceTaintRule --------------------------------------------------------------
 
 
 def _selectors(raw: Any, at: _Path) -> tuple[str, ...]:
@@ -469,8 +485,11 @@ def _selectors(raw: Any, at: _Path) -> tuple[str, ...]:
     for i, selector in enumerate(_list(raw, at)):
         data = _mapping(selector, at / i, required=True)
         cel = data.get("cel")
-        expressions.append(_str(_mapping(cel, at / i / "cel").get("expression"), at / i / "cel" / "expression")
-                           if cel is not None else "")
+        expressions.append(
+            _str(_mapping(cel, at / i / "cel").get("expression"), at / i / "cel" / "expression")
+            if cel is not None
+            else ""
+        )
     return tuple(expressions)
 
 
@@ -491,8 +510,10 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
     return DeviceClass(
         name=name,
         selectors=_selectors(spec.get("selectors"), at / "spec" / "selectors"),
-        config=tuple(_mapping(c, at / "spec" / "config" / i, required=True)
-                     for i, c in enumerate(_list(spec.get("config"), at / "spec" / "config"))),
+        config=tuple(
+            _mapping(c, at / "spec" / "config" / i, required=True)
+            for i, c in enumerate(_list(spec.get("config"), at / "spec" / "config"))
+        ),
         extended_resource_name=_str(spec.get("extendedResourceName"), at / "spec" / "extendedResourceName"),
     )
 
@@ -509,8 +530,11 @@ class DeviceTaintRule:
 
     def matches(self, device_id: DeviceID) -> bool:
         driver, pool, name = device_id
-        return ((not self.driver or self.driver == driver) and (not self.pool or self.pool == pool)
-                and (not self.device or self.device == name))
+        return (
+            (not self.driver or self.driver == driver)
+            and (not self.pool or self.pool == pool)
+            and (not self.device or self.device == name)
+        )
 
 
 def parse_device_taint_rule(obj: Mapping[str, Any]) -> DeviceTaintRule:
@@ -531,7 +555,7 @@ def parse_device_taint_rule(obj: Mapping[str, Any]) -> DeviceTaintRule:
     )
 
 
-# --- ResourceClaim --------------------------------------------------------------------------------------------
+# --- ResourceClaim --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,7 +620,9 @@ class Claim:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
 
-def _device_request(data: Mapping[str, Any], name: str, parent: str, at: _Path, *, sub: bool) -> DeviceRequest:
+def _device_request(
+    data: Mapping[str, Any], name: str, parent: str, at: _Path, *, sub: bool
+) -> DeviceRequest:
     mode = _str(data.get("allocationMode"), at / "allocationMode") or "ExactCount"
     capacity = _mapping(data.get("capacity"), at / "capacity")
     admin = data.get("adminAccess")
@@ -613,10 +639,14 @@ def _device_request(data: Mapping[str, Any], name: str, parent: str, at: _Path, 
         mode=mode,
         count=count if mode == "ExactCount" else 0,
         admin_access=admin,
-        tolerations=tuple(_parse_toleration(t, at / "tolerations" / i)
-                          for i, t in enumerate(_list(data.get("tolerations"), at / "tolerations"))),
-        capacity_requests={k: _quantity(v, at / "capacity" / "requests" / k) for k, v in
-                           _mapping(capacity.get("requests"), at / "capacity" / "requests").items()},
+        tolerations=tuple(
+            _parse_toleration(t, at / "tolerations" / i)
+            for i, t in enumerate(_list(data.get("tolerations"), at / "tolerations"))
+        ),
+        capacity_requests={
+            k: _quantity(v, at / "capacity" / "requests" / k)
+            for k, v in _mapping(capacity.get("requests"), at / "capacity" / "requests").items()
+        },
         is_subrequest=sub,
     )
 
@@ -630,7 +660,9 @@ def _request(raw: Any, at: _Path) -> Request:
     if (exactly is None) == (first is None):
         raise at.error("exactly one of 'exactly' or 'firstAvailable' must be set")
     if exactly is not None:
-        alternative = _device_request(_mapping(exactly, at / "exactly"), name, name, at / "exactly", sub=False)
+        alternative = _device_request(
+            _mapping(exactly, at / "exactly"), name, name, at / "exactly", sub=False
+        )
         return Request(name, (alternative,), first_available=False)
     subs = []
     for i, sub in enumerate(_list(first, at / "firstAvailable")):
@@ -646,8 +678,10 @@ def _request(raw: Any, at: _Path) -> Request:
 def parse_claim_spec(namespace: str, name: str, uid: str, spec: Any, at: _Path) -> Claim:
     """Build a Claim from a ResourceClaimSpec dict (also used for what-if and extended-resource claims)."""
     devices = _mapping(_mapping(spec, at).get("devices"), at / "devices")
-    requests = tuple(_request(r, at / "devices" / "requests" / i)
-                     for i, r in enumerate(_list(devices.get("requests"), at / "devices" / "requests")))
+    requests = tuple(
+        _request(r, at / "devices" / "requests" / i)
+        for i, r in enumerate(_list(devices.get("requests"), at / "devices" / "requests"))
+    )
     seen: set[str] = set()
     for i, request in enumerate(requests):
         if request.name in seen:
@@ -657,19 +691,23 @@ def parse_claim_spec(namespace: str, name: str, uid: str, spec: Any, at: _Path) 
     for i, raw in enumerate(_list(devices.get("constraints"), at / "devices" / "constraints")):
         c_at = at / "devices" / "constraints" / i
         data = _mapping(raw, c_at, required=True)
-        constraints.append(Constraint(
-            requests=_strings(data.get("requests"), c_at / "requests"),
-            match_attribute=_str(data.get("matchAttribute"), c_at / "matchAttribute"),
-            distinct_attribute=_str(data.get("distinctAttribute"), c_at / "distinctAttribute"),
-        ))
+        constraints.append(
+            Constraint(
+                requests=_strings(data.get("requests"), c_at / "requests"),
+                match_attribute=_str(data.get("matchAttribute"), c_at / "matchAttribute"),
+                distinct_attribute=_str(data.get("distinctAttribute"), c_at / "distinctAttribute"),
+            )
+        )
     return Claim(
         namespace=namespace,
         name=name,
         uid=uid,
         requests=requests,
         constraints=tuple(constraints),
-        config=tuple(_mapping(c, at / "devices" / "config" / i, required=True)
-                     for i, c in enumerate(_list(devices.get("config"), at / "devices" / "config"))),
+        config=tuple(
+            _mapping(c, at / "devices" / "config" / i, required=True)
+            for i, c in enumerate(_list(devices.get("config"), at / "devices" / "config"))
+        ),
     )
 
 

@@ -102,8 +102,10 @@ def parse_node_selector(raw: Any, where: str) -> NodeSelector:
         at = f"{where}.nodeSelectorTerms[{i}]"
         if not isinstance(term, Mapping):
             raise InvalidInputError(f"{at}: must be an object")
-        terms.append(tuple(
-            _requirements(term.get("matchExpressions"), f"{at}.matchExpressions", field=False)
-            + _requirements(term.get("matchFields"), f"{at}.matchFields", field=True)
-        ))
+        terms.append(
+            tuple(
+                _requirements(term.get("matchExpressions"), f"{at}.matchExpressions", field=False)
+                + _requirements(term.get("matchFields"), f"{at}.matchFields", field=True)
+            )
+        )
     return NodeSelector(tuple(terms))

@@ -107,13 +107,18 @@ def gather_pools(
 
 
 def _pool_view(
-    pool_id: PoolID, relevant: list[ResourceSlice], everything: Mapping[str, ResourceSlice], gates: FeatureGates
+    pool_id: PoolID,
+    relevant: list[ResourceSlice],
+    everything: Mapping[str, ResourceSlice],
+    gates: FeatureGates,
 ) -> PoolView | None:
     generation = relevant[0].generation
     expected = relevant[0].slice_count
     same_generation = [s for s in everything.values() if s.generation == generation]
     if not gates.DRAPartitionableDevices:
-        same_generation = [s for s in same_generation if not (s.per_device_node_selection or s.shared_counters)]
+        same_generation = [
+            s for s in same_generation if not (s.per_device_node_selection or s.shared_counters)
+        ]
     incomplete = False
     if len(relevant) != expected:
         if any(s.generation > generation for s in everything.values()):
@@ -151,7 +156,9 @@ def _pool_view(
     )
 
 
-def _counter_reference_problem(devices: Iterable[Device], counter_sets: Mapping[str, Mapping[str, Quantity]]) -> str:
+def _counter_reference_problem(
+    devices: Iterable[Device], counter_sets: Mapping[str, Mapping[str, Quantity]]
+) -> str:
     for device in devices:
         for consumption in device.consumes_counters:
             counters = counter_sets.get(consumption.counter_set)

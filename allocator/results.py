@@ -36,8 +36,12 @@ class PickedDevice:
 
 def _result_entry(picked: PickedDevice, gates: FeatureGates) -> dict[str, Any]:
     device, request = picked.device, picked.request
-    entry: dict[str, Any] = {"request": request.name, "driver": device.driver, "pool": device.pool,
-                             "device": device.name}
+    entry: dict[str, Any] = {
+        "request": request.name,
+        "driver": device.driver,
+        "pool": device.pool,
+        "device": device.name,
+    }
     if request.admin_access:
         entry["adminAccess"] = True
     if request.tolerations:
@@ -51,7 +55,8 @@ def _result_entry(picked: PickedDevice, gates: FeatureGates) -> dict[str, Any]:
         entry["shareID"] = picked.share_id
         if picked.consumed:
             entry["consumedCapacity"] = {
-                name: format_like(amount, device.capacity[name].value) for name, amount in picked.consumed.items()
+                name: format_like(amount, device.capacity[name].value)
+                for name, amount in picked.consumed.items()
             }
     return entry
 
@@ -88,8 +93,11 @@ def _opaque(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _node_selector(picked: list[PickedDevice], node: Node) -> dict[str, Any] | None:
-    pinned = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
-                                                      "values": [node.name]}]}]}
+    pinned = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
+        ]
+    }
     expressions: list[dict[str, Any]] = []
     fields: list[dict[str, Any]] = []
     for p in picked:
@@ -100,7 +108,9 @@ def _node_selector(picked: list[PickedDevice], node: Node) -> dict[str, Any] | N
         if selector is None:
             continue
         if len(selector.terms) != 1:
-            raise InvalidInputError(f"unsupported ResourceSlice.NodeSelector with {len(selector.terms)} terms")
+            raise InvalidInputError(
+                f"unsupported ResourceSlice.NodeSelector with {len(selector.terms)} terms"
+            )
         for requirement in selector.terms[0]:
             target = fields if requirement.field else expressions
             api = requirement.to_api()
@@ -116,8 +126,14 @@ def _node_selector(picked: list[PickedDevice], node: Node) -> dict[str, Any] | N
     return {"nodeSelectorTerms": [term]}
 
 
-def build_allocation(claim: Claim, picked: list[PickedDevice], chosen: Mapping[str, DeviceRequest],
-                     inventory: Inventory, node: Node, gates: FeatureGates) -> dict[str, Any]:
+def build_allocation(
+    claim: Claim,
+    picked: list[PickedDevice],
+    chosen: Mapping[str, DeviceRequest],
+    inventory: Inventory,
+    node: Node,
+    gates: FeatureGates,
+) -> dict[str, Any]:
     """The ``status.allocation`` dict for one claim (``allocationTimestamp`` is the caller's)."""
     devices: dict[str, Any] = {"results": [_result_entry(p, gates) for p in picked]}
     configs = _configs(claim, chosen, inventory)

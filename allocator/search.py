@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from allocator.constraints import ConstraintState, new_constraint_state
 from allocator.capacity import capacity_consumption
+from allocator.constraints import ConstraintState, new_constraint_state
 from allocator.errors import (
     ClaimConstraintError,
     FeatureDisabledError,
@@ -32,7 +32,7 @@ from allocator.pools import PoolView, device_on_node
 from allocator.results import PickedDevice, build_allocation
 from allocator.selectors import SelectorCache
 
-__all__ = ["Allocator", "Candidate", "SearchStats", "MAX_SEARCH_STEPS"]
+__all__ = ["MAX_SEARCH_STEPS", "Allocator", "Candidate", "SearchStats"]
 
 MAX_SEARCH_STEPS = 200_000
 """Device placements tried per call before giving up on a node (upstream bounds it by a 10 s timeout)."""
@@ -84,13 +84,14 @@ class Allocator:
         self._plans: list[_ClaimPlan] = []
         self._allocating: dict[tuple[str, str, str], set[int]] = defaultdict(set)
         self._capacity: dict[tuple[str, str, str], dict[str, Fraction]] = defaultdict(
-            lambda: defaultdict(Fraction))
+            lambda: defaultdict(Fraction)
+        )
         self._shares: dict[tuple[str, str, str], int] = defaultdict(int)
         self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
         self._selectable: dict[tuple[int, int], bool] = {}
         self._invalid_seen = False
 
-    # --- entry point --------------------------------------------------------------------------------
+    # --- entry point ------------------------------------------------------------------------------
 
     def allocate(self, node: Node, claims: Sequence[Claim]) -> list[dict[str, Any]] | None:
         """Allocate all ``claims`` together on ``node``.
@@ -117,10 +118,12 @@ class Allocator:
             if self._invalid_seen:
                 raise NodeLocalError("invalid resource pools were encountered")
             return None
-        return [build_allocation(plan.claim, plan.picked, plan.chosen, self.inventory, node, self.gates)
-                for plan in self._plans]
+        return [
+            build_allocation(plan.claim, plan.picked, plan.chosen, self.inventory, node, self.gates)
+            for plan in self._plans
+        ]
 
-    # --- pre-checks (§4) --------------------------------------------------------------------------------
+    # --- pre-checks (§4) --------------------------------------------------------------------------
 
     def _plan(self, claim: Claim, pools: list[PoolView]) -> _ClaimPlan:
         key = claim.key
@@ -130,14 +133,16 @@ class Allocator:
             if request.first_available and not self.gates.DRAPrioritizedList:
                 raise FeatureDisabledError(
                     f"claim {key}, request {request.name}: has subrequests, but the DRAPrioritizedList "
-                    "feature is disabled")
+                    "feature is disabled"
+                )
             if not self.gates.DRAConsumableCapacity:
                 for alt in request.alternatives:
                     if alt.capacity_requests:
                         kind = "subrequest" if alt.is_subrequest else "request"
                         raise FeatureDisabledError(
                             f"claim {key}, {kind} {alt.label}: has capacity requests, but the "
-                            "DRAConsumableCapacity feature is disabled")
+                            "DRAConsumableCapacity feature is disabled"
+                        )
             minimums = []
             for alt in request.alternatives:
                 self._validate_request(claim, alt)
@@ -150,13 +155,15 @@ class Allocator:
         if minimum_total > MAX_DEVICES_PER_CLAIM:
             raise InvalidInputError(
                 f"claim {key}: number of requested devices {minimum_total} exceeds the claim limit of "
-                f"{MAX_DEVICES_PER_CLAIM}")
+                f"{MAX_DEVICES_PER_CLAIM}"
+            )
         states = []
         for i, constraint in enumerate(claim.constraints):
             state = new_constraint_state(constraint, self.gates)
             if state is None:
-                raise InvalidInputError(f"claim {key}, constraint #{i}: empty constraint (unsupported "
-                                        "constraint type?)")
+                raise InvalidInputError(
+                    f"claim {key}, constraint #{i}: empty constraint (unsupported constraint type?)"
+                )
             states.append(state)
         return _ClaimPlan(claim, all_devices, states)
 
@@ -164,35 +171,47 @@ class Allocator:
         where = f"claim {claim.key}, request {alt.label}"
         for i, expression in enumerate(alt.selectors):
             if not expression:
-                raise InvalidInputError(f"{where}, selector #{i}: CEL expression empty (unsupported selector "
-                                        "type?)")
+                raise InvalidInputError(
+                    f"{where}, selector #{i}: CEL expression empty (unsupported selector type?)"
+                )
         if alt.admin_access is not None and not self.gates.DRAAdminAccess:
             raise FeatureDisabledError(f"{where}: admin access is requested, but the feature is disabled")
         if not alt.class_name:
             raise InvalidInputError(f"{where}: missing device class name (unsupported request type?)")
         device_class = self.inventory.device_class(alt.class_name)
         if device_class is None:
-            raise InvalidInputError(f"{where}: could not retrieve device class {alt.class_name}: "
-                                    f'deviceclass.resource.k8s.io "{alt.class_name}" not found')
+            raise InvalidInputError(
+                f"{where}: could not retrieve device class {alt.class_name}: "
+                f'deviceclass.resource.k8s.io "{alt.class_name}" not found'
+            )
         for i, expression in enumerate(device_class.selectors):
             if not expression:
-                raise InvalidInputError(f"class {device_class.name}: selector #{i}: CEL expression empty "
-                                        "(unsupported selector type?)")
+                raise InvalidInputError(
+                    f"class {device_class.name}: selector #{i}: CEL expression empty "
+                    "(unsupported selector type?)"
+                )
         if alt.mode not in ("ExactCount", "All"):
             raise InvalidInputError(f"{where}: unsupported count mode {alt.mode}")
 
     def _all_mode_devices(self, claim: Claim, alt: DeviceRequest, pools: list[PoolView]) -> list[Candidate]:
         for pool in pools:
             if pool.incomplete:
-                raise InvalidInputError(f"claim {claim.key}, request {alt.label}: asks for all devices, but "
-                                        f"resource pool {pool.driver}/{pool.pool} is currently being updated")
+                raise InvalidInputError(
+                    f"claim {claim.key}, request {alt.label}: asks for all devices, but "
+                    f"resource pool {pool.driver}/{pool.pool} is currently being updated"
+                )
             if pool.invalid:
-                raise InvalidInputError(f"claim {claim.key}, request {alt.label}: asks for all devices, but "
-                                        f"resource pool {pool.driver}/{pool.pool} is currently invalid")
-        return [c for c in self._candidates
-                if self._is_selectable(claim, alt, c) and self._capacity_consumption(c.device, alt) is not None]
+                raise InvalidInputError(
+                    f"claim {claim.key}, request {alt.label}: asks for all devices, but "
+                    f"resource pool {pool.driver}/{pool.pool} is currently invalid"
+                )
+        return [
+            c
+            for c in self._candidates
+            if self._is_selectable(claim, alt, c) and self._capacity_consumption(c.device, alt) is not None
+        ]
 
-    # --- recursion (§5) ---------------------------------------------------------------------------------
+    # --- recursion (§5) ---------------------------------------------------------------------------
 
     def _request(self, claim_index: int, request_index: int) -> bool:
         if claim_index == len(self._plans):
@@ -263,7 +282,7 @@ class Allocator:
             undo()
         return False
 
-    # --- per-device checks --------------------------------------------------------------------------------
+    # --- per-device checks ------------------------------------------------------------------------
 
     def _multi(self, device: Device) -> bool:
         return self.gates.DRAConsumableCapacity and device.allow_multiple_allocations
@@ -305,8 +324,11 @@ class Allocator:
         if not self.gates.DRAConsumableCapacity:
             return {}
         inventory = self.inventory
-        if (not device.allow_multiple_allocations and inventory.is_allocated(device.id)
-                and not inventory.is_exclusively_allocated(device.id)):
+        if (
+            not device.allow_multiple_allocations
+            and inventory.is_allocated(device.id)
+            and not inventory.is_exclusively_allocated(device.id)
+        ):
             return None  # has shares but is no longer multi-allocatable
         consumption = capacity_consumption(device, alt.capacity_requests)
         if consumption is None:
@@ -321,8 +343,9 @@ class Allocator:
                     return None
         return consumption
 
-    def _allocate_device(self, claim_index: int, alt: DeviceRequest, candidate: Candidate,
-                         must: bool) -> Callable[[], None] | None:
+    def _allocate_device(
+        self, claim_index: int, alt: DeviceRequest, candidate: Candidate, must: bool
+    ) -> Callable[[], None] | None:
         """Place one device (upstream ``allocateDevice``); returns an undo function or None if unusable."""
         device = candidate.device
         plan = self._plans[claim_index]
@@ -351,7 +374,8 @@ class Allocator:
                     raise ClaimConstraintError(
                         f"claim {plan.claim.key}, request {alt.label}: cannot add device "
                         f"{device.driver}/{device.pool}/{device.name} because a claim constraint would not "
-                        "be satisfied")
+                        "be satisfied"
+                    )
                 return None
             undos.append(lambda s=state: s.remove(alt, device))
         share_id, consumed = "", None
@@ -406,11 +430,12 @@ class Allocator:
         return undo
 
     def _available_counters(self, pool: PoolView) -> dict[str, dict[str, Fraction]]:
-        available = {name: {c: q.value for c, q in counters.items()} for name, counters in pool.counter_sets.items()}
+        available = {
+            name: {c: q.value for c, q in counters.items()} for name, counters in pool.counter_sets.items()
+        }
         for device in pool.devices_by_name.values():
             if device.consumes_counters and self.inventory.is_allocated(device.id):
                 for consumption in device.consumes_counters:
                     for name, amount in consumption.counters.items():
                         available[consumption.counter_set][name] -= amount.value
         return available
-

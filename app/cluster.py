@@ -27,8 +27,16 @@ __all__ = ["KINDS", "ClusterState", "node_from_api", "object_key"]
 
 log = logging.getLogger(__name__)
 
-KINDS = ("Node", "Pod", "ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate",
-         "DeviceTaintRule")
+KINDS = (
+    "Namespace",
+    "Node",
+    "Pod",
+    "ResourceSlice",
+    "DeviceClass",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "DeviceTaintRule",
+)
 _NAMESPACED = {"Pod", "ResourceClaim", "ResourceClaimTemplate"}
 
 
@@ -57,8 +65,9 @@ class ClusterState:
         self._claims: dict[str, tuple[str, Claim | InvalidInputError]] = {}
 
     @classmethod
-    def from_objects(cls, objects: Iterable[tuple[str, Mapping[str, Any]]],
-                     gates: FeatureGates | None = None) -> ClusterState:
+    def from_objects(
+        cls, objects: Iterable[tuple[str, Mapping[str, Any]]], gates: FeatureGates | None = None
+    ) -> ClusterState:
         """Build from (kind, object) pairs. Raises InvalidInputError for a malformed DRA object."""
         state = cls(gates)
         for kind, obj in objects:
@@ -126,9 +135,15 @@ class ClusterState:
         """Pods without ``spec.nodeName`` that are not terminal, in scheduling order
         (creationTimestamp, then namespace/name)."""
         pods = [
-            p for p in self.objects["Pod"].values()
+            p
+            for p in self.objects["Pod"].values()
             if not (p.get("spec") or {}).get("nodeName")
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
-        return sorted(pods, key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""),
-                                           object_key("Pod", p)))
+        return sorted(
+            pods,
+            key=lambda p: (
+                str((p.get("metadata") or {}).get("creationTimestamp") or ""),
+                object_key("Pod", p),
+            ),
+        )

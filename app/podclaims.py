@@ -45,8 +45,11 @@ def pod_claims(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) 
     """
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
-    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-                if isinstance(s, Mapping)}
+    statuses = {
+        s.get("name"): s
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if isinstance(s, Mapping)
+    }
     resolved = []
     for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
         name = entry.get("name")
@@ -55,13 +58,17 @@ def pod_claims(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) 
         elif entry.get("resourceClaimTemplateName"):
             status = statuses.get(name)
             if status is None:
-                raise ClaimNotReady(f"pod claim {name}: ResourceClaim not created yet (template "
-                                    f"{entry['resourceClaimTemplateName']})")
+                raise ClaimNotReady(
+                    f"pod claim {name}: ResourceClaim not created yet (template "
+                    f"{entry['resourceClaimTemplateName']})"
+                )
             if not status.get("resourceClaimName"):
                 continue
             claim_name, from_template = status["resourceClaimName"], True
         else:
-            raise ClaimNotReady(f"pod claim {name}: neither resourceClaimName nor resourceClaimTemplateName set")
+            raise ClaimNotReady(
+                f"pod claim {name}: neither resourceClaimName nor resourceClaimTemplateName set"
+            )
         key = f"{namespace}/{claim_name}"
         claim = claims.get(key)
         if claim is None:
@@ -69,6 +76,8 @@ def pod_claims(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) 
         if (claim.get("metadata") or {}).get("deletionTimestamp"):
             raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" is being deleted')
         if from_template and not _controlled_by(claim, str(meta.get("uid") or "")):
-            raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" was not created for this pod')
+            raise ClaimNotReady(
+                f'pod claim {name}: resourceclaim "{claim_name}" was not created for this pod'
+            )
         resolved.append(PodClaim(name, key, claim))
     return resolved

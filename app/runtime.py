@@ -6,9 +6,8 @@
 ResourceClaimTemplates, ResourceClaims, Pods: the things a claim refers to exist before it) and wraps the
 state in a ``SchedulingService`` with the cel-expr-python engine.
 
-Errors: ``StartupError`` with one line naming the problem. From the loader: ``<file>: <Kind> <ns/name>:
-<field>: <problem>``. From the DRA object parsers (``allocator.errors.InvalidInputError``): the state
-path, then ``<Kind> <ns/name>: <field>: <problem>`` (the parsed objects do not remember their file).
+Errors: ``StartupError`` with one line naming the problem: ``<file>: <Kind> <ns/name>: <field>:
+<problem>``, from the loader or from the DRA object parsers (``allocator.errors.InvalidInputError``).
 """
 
 from __future__ import annotations
@@ -25,11 +24,12 @@ from allocator.selectors import SelectorCache
 from app.claimgen import generate_template_claims
 from app.cluster import ClusterState
 from app.scheduling import SchedulingService
-from app.statedir import ClusterObjects, StateLoadError, load_state
+from app.statedir import NAMESPACED_KINDS, ClusterObjects, StateLoadError, load_state
 
 __all__ = ["LOAD_ORDER", "Runtime", "StartupError", "build_runtime", "state_summary"]
 
 LOAD_ORDER = (
+    "Namespace",
     "Node",
     "DeviceClass",
     "DeviceTaintRule",
@@ -61,6 +61,13 @@ def _ordered(objects: ClusterObjects) -> Iterator[tuple[str, Mapping[str, Any]]]
             yield kind, obj
 
 
+def _source(objects: ClusterObjects, kind: str, obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace", "") if kind in NAMESPACED_KINDS else ""
+    source = objects.sources.get((kind, namespace, meta.get("name")))
+    return str(source) if source else "(generated)"
+
+
 def build_runtime(path: Path, gates: FeatureGates | None = None, *, strict: bool = True) -> Runtime:
     """Load ``path`` (a directory or one manifest file) and build the service. Raises StartupError."""
     try:
@@ -69,10 +76,12 @@ def build_runtime(path: Path, gates: FeatureGates | None = None, *, strict: bool
         raise StartupError(str(e)) from e
     notes = list(objects.warnings)
     notes.extend(generate_template_claims(objects))
-    try:
-        state = ClusterState.from_objects(_ordered(objects), gates)
-    except InvalidInputError as e:
-        raise StartupError(f"{path}: {e}") from e
+    state = ClusterState(gates)
+    for kind, obj in _ordered(objects):
+        try:
+            state.apply(kind, obj)
+        except InvalidInputError as e:
+            raise StartupError(f"{_source(objects, kind, obj)}: {e}") from e
     return Runtime(Path(path), state, SchedulingService(state, SelectorCache(ExprEngine())), notes)
 
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from allocator.diagnose import diagnose
-from allocator.errors import AllocatorError, NodeLocalError
+from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
 from allocator.inventory import allocated_devices
 from allocator.model import Claim
 from allocator.nodeselector import Node, parse_node_selector
@@ -32,6 +32,8 @@ from app.cluster import ClusterState, node_from_api
 from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
 
 __all__ = ["BindError", "FilterOutcome", "SchedulingService"]
+
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 MAX_RESERVED_FOR = 256
 """``ResourceClaimReservedForMaxSize``."""
@@ -71,14 +73,16 @@ class SchedulingService:
         self.lock = threading.RLock()
         self._kept: dict[tuple[str, str], _Kept] = {}
 
-    # --- helpers ------------------------------------------------------------------------------------------
+    # --- helpers ----------------------------------------------------------------------------------
 
     def _with_state_status(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
         """The request's pod, with ``resourceClaimStatuses`` from the state when the request lacks them."""
         if (pod.get("status") or {}).get("resourceClaimStatuses"):
             return pod
         known = self.state.get("Pod", pod_key(pod))
-        if known is None or (known.get("metadata") or {}).get("uid") != (pod.get("metadata") or {}).get("uid"):
+        if known is None or (known.get("metadata") or {}).get("uid") != (pod.get("metadata") or {}).get(
+            "uid"
+        ):
             return pod
         statuses = (known.get("status") or {}).get("resourceClaimStatuses")
         if not statuses:
@@ -88,26 +92,50 @@ class SchedulingService:
         return merged
 
     def _split_claims(self, claims: list[PodClaim]) -> tuple[list[PodClaim], list[Claim]]:
+        """Allocated and pending claims. Raises InvalidInputError for a claim the API server would refuse."""
         allocated = [c for c in claims if (c.claim.get("status") or {}).get("allocation")]
-        pending = [self.state.parsed_claim(c.key) for c in claims
-                   if not (c.claim.get("status") or {}).get("allocation")]
+        pending = [
+            self.state.parsed_claim(c.key)
+            for c in claims
+            if not (c.claim.get("status") or {}).get("allocation")
+        ]
+        for claim in pending:
+            self._check_admin_access(claim)
         return allocated, pending
+
+    def _check_admin_access(self, claim: Claim) -> None:
+        """KEP-5018: adminAccess is admitted only in namespaces labelled
+        ``resource.kubernetes.io/admin-access: "true"`` (API validation; the allocator does not check it)."""
+        if not any(alt.admin_access for r in claim.requests for alt in r.alternatives):
+            return
+        namespace = self.state.get("Namespace", claim.namespace) or {}
+        labels = (namespace.get("metadata") or {}).get("labels") or {}
+        if labels.get(ADMIN_ACCESS_LABEL) != "true":
+            raise InvalidInputError(
+                f"claim {claim.key}: admin access to devices requires the `{ADMIN_ACCESS_LABEL}: true` label "
+                f"on the containing namespace {claim.namespace}"
+            )
 
     def _node(self, name: str, nodes: Mapping[str, Mapping[str, Any]] | None) -> Node | None:
         if nodes and name in nodes:
             return node_from_api(nodes[name])
         return self.state.node(name)
 
-    # --- filter -----------------------------------------------------------------------------------------------
+    # --- filter -----------------------------------------------------------------------------------
 
-    def filter(self, pod: Mapping[str, Any], node_names: Sequence[str],
-               nodes: Mapping[str, Mapping[str, Any]] | None = None) -> FilterOutcome:
+    def filter(
+        self,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+        nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> FilterOutcome:
         """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them."""
         with self.lock:
             return self._filter(self._with_state_status(pod), node_names, nodes)
 
-    def _filter(self, pod: Mapping[str, Any], node_names: Sequence[str],
-                nodes: Mapping[str, Mapping[str, Any]] | None) -> FilterOutcome:
+    def _filter(
+        self, pod: Mapping[str, Any], node_names: Sequence[str], nodes: Mapping[str, Mapping[str, Any]] | None
+    ) -> FilterOutcome:
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
         try:
@@ -162,15 +190,15 @@ class SchedulingService:
         for pc in allocated:
             status = pc.claim.get("status") or {}
             selector = status["allocation"].get("nodeSelector")
-            if selector:
-                if not parse_node_selector(selector, f"ResourceClaim {pc.key}: nodeSelector").matches(node):
-                    return f"claim {pc.key} is allocated for other nodes"
+            where = f"ResourceClaim {pc.key}: nodeSelector"
+            if selector and not parse_node_selector(selector, where).matches(node):
+                return f"claim {pc.key} is allocated for other nodes"
             reserved = status.get("reservedFor") or []
             if len(reserved) >= MAX_RESERVED_FOR and not any(r.get("uid") == uid for r in reserved):
                 return f"claim {pc.key} is reserved for {MAX_RESERVED_FOR} consumers already"
         return ""
 
-    # --- prioritize --------------------------------------------------------------------------------------------
+    # --- prioritize -------------------------------------------------------------------------------
 
     def _score(self, node: Node, results: list[dict[str, Any]]) -> int:
         """Packing: the share of the node's devices in use once this pod is placed, as 0..10."""
@@ -183,20 +211,27 @@ class SchedulingService:
         picked = sum(len(r["devices"]["results"]) for r in results)
         return 0 if total == 0 else min(10, round(10 * (used + picked) / total))
 
-    def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str],
-                   nodes: Mapping[str, Mapping[str, Any]] | None = None) -> list[tuple[str, int]]:
+    def prioritize(
+        self,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+        nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[tuple[str, int]]:
         """A 0..10 score per node, from the results kept by filter (re-filtering nodes it has not seen)."""
         with self.lock:
             pod = self._with_state_status(pod)
             uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
             revision = self.state.inventory.revision
-            missing = [n for n in node_names
-                       if (kept := self._kept.get((uid, n))) is None or kept.revision != revision]
+            missing = [
+                n
+                for n in node_names
+                if (kept := self._kept.get((uid, n))) is None or kept.revision != revision
+            ]
             if missing:
                 self._filter(pod, missing, nodes)
             return [(n, kept.score if (kept := self._kept.get((uid, n))) else 0) for n in node_names]
 
-    # --- bind ------------------------------------------------------------------------------------------------
+    # --- bind -------------------------------------------------------------------------------------
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         """Allocate on ``node_name`` and record it (offline). Raises BindError; then nothing changed."""

@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 KIND_FIELDS = {
+    "Namespace": "namespaces",
     "Node": "nodes",
     "Pod": "pods",
     "ResourceSlice": "resource_slices",
@@ -66,7 +67,7 @@ KIND_FIELDS = {
 
 NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate"})
 STATE_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
-_CORE_KINDS = frozenset({"Node", "Pod"})
+_CORE_KINDS = frozenset({"Namespace", "Node", "Pod"})
 _UID_NAMESPACE = uuid.UUID(
     "6f1d3c9e-2b8a-5c47-9e0d-5a3b7c1e4f20"
 )  # fixed: uids must not change between loads
@@ -110,6 +111,7 @@ class StateLoadError(Exception):
 class ClusterObjects:
     """Objects of a state directory, one list of plain v1-shaped dicts per kind, in file order."""
 
+    namespaces: list[Obj] = field(default_factory=list)
     nodes: list[Obj] = field(default_factory=list)
     pods: list[Obj] = field(default_factory=list)
     resource_slices: list[Obj] = field(default_factory=list)
@@ -118,6 +120,8 @@ class ClusterObjects:
     resource_claim_templates: list[Obj] = field(default_factory=list)
     device_taint_rules: list[Obj] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    sources: dict[tuple[str, str, str], Path] = field(default_factory=dict)
+    """(kind, namespace, name) → the file the object came from, for error messages."""
 
     def of_kind(self, kind: str) -> list[Obj]:
         """The list holding objects of a kept ``kind`` (KeyError for other kinds)."""
@@ -165,7 +169,6 @@ class _Loader:
     def __init__(self, *, strict: bool) -> None:
         self.strict = strict
         self.objects = ClusterObjects()
-        self._seen: dict[tuple[str, str, str], Path] = {}
 
     def load_file(self, file: Path) -> None:
         try:
@@ -259,11 +262,11 @@ class _Loader:
         metadata = obj["metadata"]
         namespace = metadata.get("namespace", "") if kind in NAMESPACED_KINDS else ""
         key = (kind, namespace, metadata["name"])
-        first = self._seen.get(key)
+        first = self.objects.sources.get(key)
         if first is not None:
             where = "earlier in the same file" if first == file else f"first defined in {first}"
             raise StateLoadError(f"duplicate object ({where})", file=file, kind=kind, ref=_ref(obj, kind))
-        self._seen[key] = file
+        self.objects.sources[key] = file
 
 
 def _case_hint(obj: Obj, field_name: str) -> str:
@@ -287,7 +290,7 @@ def _ref(obj: Obj, kind: str) -> str:
 
 
 def _core_object(obj: Obj, kind: str, api_version: str) -> Obj:
-    """Copy of a Node or Pod after the checks the extender relies on. Raises ConversionError."""
+    """Copy of a Namespace, Node or Pod after the checks the extender relies on. Raises ConversionError."""
     if api_version != "v1":
         raise ConversionError("apiVersion", f"{kind} must be apiVersion v1, got {api_version!r}")
     if kind == "Pod":

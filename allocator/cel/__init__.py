@@ -42,9 +42,9 @@ class Version:
     text: str
 
 
-AttributeValue = bool | int | str | Version | tuple[bool, ...] | tuple[int, ...] | tuple[str, ...] | tuple[
-    Version, ...
-]
+AttributeValue = (
+    bool | int | str | Version | tuple[bool, ...] | tuple[int, ...] | tuple[str, ...] | tuple[Version, ...]
+)
 
 
 @dataclass(frozen=True, slots=True, weakref_slot=True, eq=False)

@@ -37,10 +37,22 @@ def device(name: str, **attributes: Any) -> dict[str, Any]:
     return {"name": name, "attributes": typed}
 
 
-def slice_(name: str, driver: str, pool: str, devices: list[dict[str, Any]], *, node: str | None = "node-1",
-           generation: int = 1, count: int = 1, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"driver": driver, "pool": {"name": pool, "generation": generation,
-                                                      "resourceSliceCount": count}, "devices": devices}
+def slice_(
+    name: str,
+    driver: str,
+    pool: str,
+    devices: list[dict[str, Any]],
+    *,
+    node: str | None = "node-1",
+    generation: int = 1,
+    count: int = 1,
+    **spec: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "driver": driver,
+        "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+        "devices": devices,
+    }
     if node is not None:
         body["nodeName"] = node
     body.update(spec)
@@ -54,8 +66,9 @@ def device_class(name: str, *expressions: str, config: list[dict[str, Any]] | No
     return {"metadata": {"name": name}, "spec": spec}
 
 
-def request(name: str, class_name: str = CLASS_A, count: int | None = None, mode: str | None = None,
-            **fields: Any) -> dict[str, Any]:
+def request(
+    name: str, class_name: str = CLASS_A, count: int | None = None, mode: str | None = None, **fields: Any
+) -> dict[str, Any]:
     exactly: dict[str, Any] = {"deviceClassName": class_name, **fields}
     if count is not None:
         exactly["count"] = count
@@ -64,36 +77,58 @@ def request(name: str, class_name: str = CLASS_A, count: int | None = None, mode
     return {"name": name, "exactly": exactly}
 
 
-def claim(name: str, *requests: dict[str, Any], constraints: list[dict[str, Any]] | None = None,
-          config: list[dict[str, Any]] | None = None, namespace: str = "default") -> Claim:
+def claim(
+    name: str,
+    *requests: dict[str, Any],
+    constraints: list[dict[str, Any]] | None = None,
+    config: list[dict[str, Any]] | None = None,
+    namespace: str = "default",
+) -> Claim:
     devices: dict[str, Any] = {"requests": list(requests)}
     if constraints:
         devices["constraints"] = constraints
     if config:
         devices["config"] = config
-    return parse_claim({"metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
-                        "spec": {"devices": devices}})
+    return parse_claim(
+        {
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+            "spec": {"devices": devices},
+        }
+    )
 
 
-def result(req: str, device_name: str, driver: str = DRIVER_A, pool: str = "node-1", **extra: Any) -> dict[str, Any]:
+def result(
+    req: str, device_name: str, driver: str = DRIVER_A, pool: str = "node-1", **extra: Any
+) -> dict[str, Any]:
     return {"request": req, "driver": driver, "pool": pool, "device": device_name, **extra}
 
 
-PINNED_NODE1 = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
-                                                        "values": ["node-1"]}]}]}
+PINNED_NODE1 = {
+    "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]
+}
 
 
 class World:
     """An inventory plus a selector cache, filled from API-shaped dicts."""
 
-    def __init__(self, *, slices: list[dict[str, Any]], classes: list[dict[str, Any]] | None = None,
-                 rules: list[dict[str, Any]] | None = None, gates: FeatureGates | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        slices: list[dict[str, Any]],
+        classes: list[dict[str, Any]] | None = None,
+        rules: list[dict[str, Any]] | None = None,
+        gates: FeatureGates | None = None,
+    ) -> None:
         self.inventory = Inventory(gates or FeatureGates())
         self.selectors = SelectorCache(_ENGINE)
-        for obj in classes if classes is not None else [
-            device_class(CLASS_A, f'device.driver == "{DRIVER_A}"'),
-            device_class(CLASS_B, f'device.driver == "{DRIVER_B}"'),
-        ]:
+        for obj in (
+            classes
+            if classes is not None
+            else [
+                device_class(CLASS_A, f'device.driver == "{DRIVER_A}"'),
+                device_class(CLASS_B, f'device.driver == "{DRIVER_B}"'),
+            ]
+        ):
             self.inventory.upsert_class(parse_device_class(obj))
         for obj in slices:
             self.inventory.upsert_slice(parse_resource_slice(obj))
@@ -102,7 +137,9 @@ class World:
 
     def allocated(self, claim_key: str, *results: dict[str, Any]) -> World:
         """Mark devices as allocated to another claim."""
-        self.inventory.set_allocation(claim_key, allocated_devices({"devices": {"results": list(results)}}, "t"))
+        self.inventory.set_allocation(
+            claim_key, allocated_devices({"devices": {"results": list(results)}}, "t")
+        )
         return self
 
     def allocate(self, *claims: Claim, node: Node = NODE1) -> list[dict[str, Any]] | None:

@@ -39,7 +39,7 @@ def picked(allocations):
     return [[(r["request"], r["device"]) for r in a["devices"]["results"]] for a in allocations]
 
 
-# --- basics ------------------------------------------------------------------------------------------------
+# --- basics ---------------------------------------------------------------------------------------
 
 
 def test_single_device_first_in_slice_order_and_pinned_to_node():
@@ -58,7 +58,9 @@ def test_count_takes_consecutive_devices():
 
 def test_devices_allocated_to_other_claims_are_skipped():
     world = World(slices=[four_gpus()]).allocated("default/other", result("x", "gpu-0"), result("x", "gpu-2"))
-    assert picked(world.allocate(claim("c", request("gpu", count=2)))) == [[("gpu", "gpu-1"), ("gpu", "gpu-3")]]
+    assert picked(world.allocate(claim("c", request("gpu", count=2)))) == [
+        [("gpu", "gpu-1"), ("gpu", "gpu-3")]
+    ]
 
 
 def test_not_enough_devices_is_no_fit_not_error():
@@ -88,13 +90,17 @@ def test_requests_of_different_classes():
     ]
 
 
-# --- selectors ---------------------------------------------------------------------------------------------
+# --- selectors ------------------------------------------------------------------------------------
 
 
 def test_request_selectors_and_class_selectors_must_all_match():
     # The class keeps NUMA 1 (gpu-1, gpu-3); the request keeps labels other than "g1": only gpu-3 is left.
-    classes = [device_class(CLASS_A, f'device.driver == "{DRIVER_A}"', f'device.attributes["{DRIVER_A}"].numa == 1')]
-    slices = [slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}", numa=i % 2, label=f"g{i}") for i in range(4)])]
+    classes = [
+        device_class(CLASS_A, f'device.driver == "{DRIVER_A}"', f'device.attributes["{DRIVER_A}"].numa == 1')
+    ]
+    slices = [
+        slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}", numa=i % 2, label=f"g{i}") for i in range(4)])
+    ]
     world = World(slices=slices, classes=classes)
     sel = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].label != "g1"'}}]
     assert picked(world.allocate(claim("c", request("gpu", selectors=sel)))) == [[("gpu", "gpu-3")]]
@@ -104,8 +110,11 @@ def test_request_selectors_and_class_selectors_must_all_match():
 def test_cel_runtime_error_is_fatal_and_names_device():
     world = World(slices=[four_gpus()])
     sel = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].missing == 1'}}]
-    with pytest.raises(CELEvalError, match=rf"claim default/c: selector #0 on device {DRIVER_A}/node-1/gpu-0: "
-                                           "CEL runtime error: .*missing"):
+    with pytest.raises(
+        CELEvalError,
+        match=rf"claim default/c: selector #0 on device {DRIVER_A}/node-1/gpu-0: "
+        "CEL runtime error: .*missing",
+    ):
         world.allocate(claim("c", request("gpu", selectors=sel)))
 
 
@@ -117,8 +126,11 @@ def test_cel_compile_error_names_class():
 
 def test_unknown_class_is_fatal():
     world = World(slices=[four_gpus()])
-    with pytest.raises(InvalidInputError, match=r'claim default/c, request gpu: could not retrieve device class '
-                                                r'nope: deviceclass.resource.k8s.io "nope" not found'):
+    with pytest.raises(
+        InvalidInputError,
+        match=r"claim default/c, request gpu: could not retrieve device class "
+        r'nope: deviceclass.resource.k8s.io "nope" not found',
+    ):
         world.allocate(claim("c", request("gpu", "nope")))
 
 
@@ -128,7 +140,7 @@ def test_selector_without_cel_is_fatal():
         world.allocate(claim("c", request("gpu", selectors=[{}])))
 
 
-# --- All mode ----------------------------------------------------------------------------------------------
+# --- All mode -------------------------------------------------------------------------------------
 
 
 def test_all_mode_takes_every_matching_device():
@@ -150,20 +162,26 @@ def test_all_mode_with_zero_matching_devices_fails():
 
 def test_all_mode_on_incomplete_pool_is_fatal():
     world = World(slices=[four_gpus(count=2)])
-    with pytest.raises(InvalidInputError, match=rf"asks for all devices, but resource pool {DRIVER_A}/node-1 is "
-                                                "currently being updated"):
+    with pytest.raises(
+        InvalidInputError,
+        match=rf"asks for all devices, but resource pool {DRIVER_A}/node-1 is "
+        "currently being updated",
+    ):
         world.allocate(claim("c", request("gpu", mode="All")))
 
 
 def test_all_mode_constraint_violation_is_fatal():
     world = World(slices=[four_gpus()])
     c = claim("c", request("gpu", mode="All"), constraints=[{"matchAttribute": f"{DRIVER_A}/numa"}])
-    with pytest.raises(ClaimConstraintError, match=rf"cannot add device {DRIVER_A}/node-1/gpu-1 because a claim "
-                                                   "constraint would not be satisfied"):
+    with pytest.raises(
+        ClaimConstraintError,
+        match=rf"cannot add device {DRIVER_A}/node-1/gpu-1 because a claim "
+        "constraint would not be satisfied",
+    ):
         world.allocate(c)
 
 
-# --- pools -------------------------------------------------------------------------------------------------
+# --- pools ----------------------------------------------------------------------------------------
 
 
 def test_incomplete_pool_is_never_used_for_exact_count():
@@ -206,14 +224,16 @@ def test_all_nodes_slice_gives_no_node_selector_and_node_selector_slice_is_merge
     everywhere = slice_("s1", DRIVER_A, "net", [device("dev-0")], node=None, allNodes=True)
     allocation = World(slices=[everywhere]).allocate(claim("c", request("x")))
     assert allocation == [{"devices": {"results": [result("x", "dev-0", pool="net")]}}]
-    selector = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}]}
+    selector = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}]
+    }
     zoned = slice_("s1", DRIVER_A, "net", [device("dev-0")], node=None, nodeSelector=selector)
     world = World(slices=[zoned])
     assert world.allocate(claim("c", request("x")))[0]["nodeSelector"] == selector
     assert world.allocate(claim("c", request("x")), node=NODE2) is None
 
 
-# --- firstAvailable ----------------------------------------------------------------------------------------
+# --- firstAvailable -------------------------------------------------------------------------------
 
 
 def first_available(name, *subs):
@@ -222,19 +242,24 @@ def first_available(name, *subs):
 
 def test_first_available_falls_through_to_next_subrequest():
     world = World(slices=[four_gpus()])
-    r = first_available("gpu", {"name": "eight", "deviceClassName": CLASS_A, "count": 8},
-                        {"name": "two", "deviceClassName": CLASS_A, "count": 2})
+    r = first_available(
+        "gpu",
+        {"name": "eight", "deviceClassName": CLASS_A, "count": 8},
+        {"name": "two", "deviceClassName": CLASS_A, "count": 2},
+    )
     assert picked(world.allocate(claim("c", r))) == [[("gpu/two", "gpu-0"), ("gpu/two", "gpu-1")]]
 
 
 def test_first_available_disabled_gate_is_fatal():
     world = World(slices=[four_gpus()], gates=FeatureGates(DRAPrioritizedList=False))
     r = first_available("gpu", {"name": "one", "deviceClassName": CLASS_A})
-    with pytest.raises(FeatureDisabledError, match="has subrequests, but the DRAPrioritizedList feature is disabled"):
+    with pytest.raises(
+        FeatureDisabledError, match="has subrequests, but the DRAPrioritizedList feature is disabled"
+    ):
         world.allocate(claim("c", r))
 
 
-# --- constraints -------------------------------------------------------------------------------------------
+# --- constraints ----------------------------------------------------------------------------------
 
 
 def test_match_attribute_backtracks_to_a_consistent_set():
@@ -245,11 +270,17 @@ def test_match_attribute_backtracks_to_a_consistent_set():
 
 
 def test_match_attribute_across_requests_and_missing_attribute_fails():
-    gpus = slice_("s1", DRIVER_A, "node-1", [device("gpu-0", **{"example.com__root": "r0"}),
-                                             device("gpu-1", **{"example.com__root": "r1"})])
+    gpus = slice_(
+        "s1",
+        DRIVER_A,
+        "node-1",
+        [device("gpu-0", **{"example.com__root": "r0"}), device("gpu-1", **{"example.com__root": "r1"})],
+    )
     nics = slice_("s2", DRIVER_B, "node-1", [device("nic-0"), device("nic-1", **{"example.com__root": "r1"})])
     world = World(slices=[gpus, nics])
-    c = claim("c", request("gpu"), request("nic", CLASS_B), constraints=[{"matchAttribute": "example.com/root"}])
+    c = claim(
+        "c", request("gpu"), request("nic", CLASS_B), constraints=[{"matchAttribute": "example.com/root"}]
+    )
     assert picked(world.allocate(c)) == [[("gpu", "gpu-1"), ("nic", "nic-1")]]
 
 
@@ -267,11 +298,13 @@ def test_empty_constraint_is_fatal():
 
 def test_claim_limit_of_32_devices():
     world = World(slices=[four_gpus()])
-    with pytest.raises(InvalidInputError, match="number of requested devices 33 exceeds the claim limit of 32"):
+    with pytest.raises(
+        InvalidInputError, match="number of requested devices 33 exceeds the claim limit of 32"
+    ):
         world.allocate(claim("c", request("gpu", count=33)))
 
 
-# --- taints, tolerations, admin access -----------------------------------------------------------------------
+# --- taints, tolerations, admin access ------------------------------------------------------------
 
 
 def tainted_gpus(effect="NoSchedule"):
@@ -280,10 +313,13 @@ def tainted_gpus(effect="NoSchedule"):
     return slice_("s1", DRIVER_A, "node-1", devices)
 
 
-@pytest.mark.parametrize(("effect", "expected"), [("NoSchedule", "gpu-1"), ("NoExecute", "gpu-1"),
-                                                  ("None", "gpu-0")])
+@pytest.mark.parametrize(
+    ("effect", "expected"), [("NoSchedule", "gpu-1"), ("NoExecute", "gpu-1"), ("None", "gpu-0")]
+)
 def test_untolerated_taints_block_only_noschedule_and_noexecute(effect, expected):
-    assert picked(World(slices=[tainted_gpus(effect)]).allocate(claim("c", request("gpu")))) == [[("gpu", expected)]]
+    assert picked(World(slices=[tainted_gpus(effect)]).allocate(claim("c", request("gpu")))) == [
+        [("gpu", expected)]
+    ]
 
 
 def test_toleration_allows_device_and_is_copied_into_result():
@@ -299,8 +335,13 @@ def test_toleration_with_wrong_value_does_not_match():
 
 
 def test_device_taint_rule_taints_matching_device():
-    rule = {"metadata": {"name": "r"}, "spec": {"deviceSelector": {"driver": DRIVER_A, "device": "gpu-0"},
-                                                "taint": {"key": "k", "effect": "NoExecute"}}}
+    rule = {
+        "metadata": {"name": "r"},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER_A, "device": "gpu-0"},
+            "taint": {"key": "k", "effect": "NoExecute"},
+        },
+    }
     world = World(slices=[four_gpus()], rules=[rule])
     assert picked(world.allocate(claim("c", request("gpu")))) == [[("gpu", "gpu-1")]]
 
@@ -322,14 +363,16 @@ def test_admin_access_gate_off_is_fatal():
         world.allocate(claim("c", request("gpu", adminAccess=False)))
 
 
-# --- config --------------------------------------------------------------------------------------------------
+# --- config ---------------------------------------------------------------------------------------
 
 
 def test_class_and_claim_config_with_requests_cleared_when_covering_all():
     opaque_a = {"opaque": {"driver": DRIVER_A, "parameters": {"mode": "a"}}}
     opaque_b = {"opaque": {"driver": DRIVER_B, "parameters": {"mode": "b"}}}
-    classes = [device_class(CLASS_A, f'device.driver == "{DRIVER_A}"', config=[opaque_a]),
-               device_class(CLASS_B, f'device.driver == "{DRIVER_B}"')]
+    classes = [
+        device_class(CLASS_A, f'device.driver == "{DRIVER_A}"', config=[opaque_a]),
+        device_class(CLASS_B, f'device.driver == "{DRIVER_B}"'),
+    ]
     world = World(slices=[four_gpus(), slice_("n", DRIVER_B, "node-1", [device("nic-0")])], classes=classes)
     claim_cfg = [{"requests": ["nic"], **opaque_b}, {"requests": ["gpu", "nic"], **opaque_b}, {**opaque_a}]
     allocation = world.allocate(claim("c", request("gpu"), request("nic", CLASS_B), config=claim_cfg))
@@ -341,12 +384,18 @@ def test_class_and_claim_config_with_requests_cleared_when_covering_all():
     ]
 
 
-# --- partitionable devices and consumable capacity -------------------------------------------------------------
+# --- partitionable devices and consumable capacity ------------------------------------------------
 
 
 def partitioned_gpu():
-    counters = slice_("a-counters", DRIVER_A, "node-1", [], count=2,
-                      sharedCounters=[{"name": "gpu-0-cs", "counters": {"memory": {"value": "40Gi"}}}])
+    counters = slice_(
+        "a-counters",
+        DRIVER_A,
+        "node-1",
+        [],
+        count=2,
+        sharedCounters=[{"name": "gpu-0-cs", "counters": {"memory": {"value": "40Gi"}}}],
+    )
     del counters["spec"]["devices"]
 
     def part(name, memory):
@@ -354,8 +403,13 @@ def partitioned_gpu():
         d["consumesCounters"] = [{"counterSet": "gpu-0-cs", "counters": {"memory": {"value": memory}}}]
         return d
 
-    devices = slice_("b-devices", DRIVER_A, "node-1",
-                     [part("gpu-0", "40Gi"), part("gpu-0-half-0", "20Gi"), part("gpu-0-half-1", "20Gi")], count=2)
+    devices = slice_(
+        "b-devices",
+        DRIVER_A,
+        "node-1",
+        [part("gpu-0", "40Gi"), part("gpu-0-half-0", "20Gi"), part("gpu-0-half-1", "20Gi")],
+        count=2,
+    )
     return [counters, devices]
 
 
@@ -380,8 +434,12 @@ def test_partitionable_gate_off_ignores_counter_slices():
 def shared_nic():
     d = device("nic-0")
     d["allowMultipleAllocations"] = True
-    d["capacity"] = {"bandwidth": {"value": "10G", "requestPolicy": {"default": "1G", "validRange": {
-        "min": "1G", "step": "1G"}}}}
+    d["capacity"] = {
+        "bandwidth": {
+            "value": "10G",
+            "requestPolicy": {"default": "1G", "validRange": {"min": "1G", "step": "1G"}},
+        }
+    }
     return [slice_("s1", DRIVER_A, "node-1", [d])]
 
 
@@ -420,26 +478,32 @@ def test_capacity_gate_off_rejects_capacity_requests():
         world.allocate(claim("c", request("nic", capacity={"requests": {"bandwidth": "1G"}})))
 
 
-# --- binding conditions ----------------------------------------------------------------------------------------
+# --- binding conditions ---------------------------------------------------------------------------
 
 
 def test_pools_with_binding_conditions_are_tried_last_and_conditions_copied():
     waiting = device("fabric-0")
     waiting["bindingConditions"] = ["attached"]
     waiting["bindsToNode"] = True
-    slices = [slice_("s1", DRIVER_A, "a-pool", [waiting]), slice_("s2", DRIVER_A, "b-pool", [device("plain-0")])]
+    slices = [
+        slice_("s1", DRIVER_A, "a-pool", [waiting]),
+        slice_("s2", DRIVER_A, "b-pool", [device("plain-0")]),
+    ]
     world = World(slices=slices)
     assert picked(world.allocate(claim("c", request("gpu")))) == [[("gpu", "plain-0")]]
     both = world.allocate(claim("c", request("gpu", count=2)))[0]["devices"]["results"]
-    assert both == [result("gpu", "plain-0", pool="b-pool"),
-                    result("gpu", "fabric-0", pool="a-pool", bindingConditions=["attached"])]
+    assert both == [
+        result("gpu", "plain-0", pool="b-pool"),
+        result("gpu", "fabric-0", pool="a-pool", bindingConditions=["attached"]),
+    ]
 
 
 def test_binding_conditions_gate_off_makes_device_unselectable():
     waiting = device("fabric-0")
     waiting["bindingConditions"] = ["attached"]
-    world = World(slices=[slice_("s1", DRIVER_A, "p", [waiting])],
-                  gates=FeatureGates(DRADeviceBindingConditions=False))
+    world = World(
+        slices=[slice_("s1", DRIVER_A, "p", [waiting])], gates=FeatureGates(DRADeviceBindingConditions=False)
+    )
     assert world.allocate(claim("c", request("gpu"))) is None
 
 

@@ -180,7 +180,7 @@ def test_invalid_dra_object_exits_2_naming_object_and_field(capsys, tmp_path):
     (tmp_path / "claims.yaml").write_text(yaml.safe_dump(broken))
     code, _, err = _simulate(capsys, "--state", str(tmp_path))
     assert code == 2
-    assert "ResourceClaim ml/x" in err and "status.allocation.devices.results[0]" in err
+    assert "claims.yaml: ResourceClaim ml/x" in err and "status.allocation.devices.results[0]" in err
 
 
 @pytest.mark.parametrize(

@@ -91,7 +91,8 @@ def test_directory_is_read_recursively_with_multi_document_files(tmp_path: Path)
     assert names(objects.resource_slices) == ["node-1-gpus"]
     assert names(objects.device_classes) == ["gpu.example.com"]
     assert names(objects.resource_claim_templates) == ["one-gpu"]
-    assert objects.count() == 5
+    assert names(objects.namespaces) == ["team-a"]
+    assert objects.count() == 6
 
 
 def test_dra_objects_are_converted_to_v1(tmp_path: Path) -> None:
@@ -160,7 +161,6 @@ def test_unknown_kinds_are_skipped_with_a_warning(tmp_path: Path, caplog: pytest
     path = write(
         tmp_path,
         "mixed.yaml",
-        NAMESPACE,
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: team-a}\n",
         "apiVersion: resource.nvidia.com/v1beta1\nkind: ComputeDomain\nmetadata: {name: cd}\n",
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n",
@@ -170,7 +170,6 @@ def test_unknown_kinds_are_skipped_with_a_warning(tmp_path: Path, caplog: pytest
         objects = load_state(tmp_path)
     assert objects.count() == 0
     assert objects.warnings == [
-        f"{path}: Namespace team-a: skipped (v1 Namespace is not used by the extender)",
         f"{path}: Deployment team-a/web: skipped (apps/v1 Deployment is not used by the extender)",
         f"{path}: ComputeDomain cd: skipped "
         "(resource.nvidia.com/v1beta1 ComputeDomain is not used by the extender)",
@@ -210,7 +209,7 @@ def test_cluster_objects_lists_by_kind() -> None:
     objects = ClusterObjects(nodes=[{"metadata": {"name": "n"}}])
     assert objects.of_kind("Node") is objects.nodes
     with pytest.raises(KeyError):
-        objects.of_kind("Namespace")
+        objects.of_kind("Deployment")
 
 
 # --- errors ------------------------------------------------------------------------------------------

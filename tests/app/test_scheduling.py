@@ -1,0 +1,96 @@
+"""Service-level rules around the allocator: admission rules, allocated claims, shared claims."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from allocator.cel.expr_engine import ExprEngine
+from allocator.selectors import SelectorCache
+from app.cluster import ClusterState
+from app.scheduling import BindError, SchedulingService
+from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+
+DRIVER = "gpu.example.com"
+ADMIN_LABEL = {"resource.kubernetes.io/admin-access": "true"}
+
+
+def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
+
+
+def admin_claim(ns: str) -> dict[str, Any]:
+    obj = claim(ns, "admin", [request("gpu", "gpu")])
+    obj["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
+    return obj
+
+
+def service(*objects: tuple[str, dict[str, Any]]) -> SchedulingService:
+    base = [
+        ("Node", node("n1")),
+        ("Node", node("n2")),
+        ("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"')),
+        ("ResourceSlice", resource_slice("n1-gpus", DRIVER, "n1", [device("gpu-0")])),
+        ("ResourceSlice", resource_slice("n2-gpus", DRIVER, "n2", [device("gpu-0")])),
+    ]
+    return SchedulingService(ClusterState.from_objects([*base, *objects]), SelectorCache(ExprEngine()))
+
+
+@pytest.mark.parametrize("labels", [None, {}, {"resource.kubernetes.io/admin-access": "false"}])
+def test_admin_access_needs_the_namespace_label(labels):
+    objects = [("ResourceClaim", admin_claim("ops")), ("Pod", pod("ops", "p", ["admin"]))]
+    if labels is not None:
+        objects.append(("Namespace", namespace("ops", labels)))
+    svc = service(*objects)
+    outcome = svc.filter(svc.state.get("Pod", "ops/p"), ["n1", "n2"])
+    assert outcome.passed == []
+    assert outcome.error == (
+        "claim ops/admin: admin access to devices requires the "
+        "`resource.kubernetes.io/admin-access: true` label on the containing namespace ops"
+    )
+
+
+def test_admin_access_in_labelled_namespace_uses_devices_in_use():
+    in_use = claim("ops", "other", [request("gpu", "gpu")])
+    in_use["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}
+        }
+    }
+    svc = service(
+        ("Namespace", namespace("ops", ADMIN_LABEL)),
+        ("ResourceClaim", in_use),
+        ("ResourceClaim", admin_claim("ops")),
+        ("Pod", pod("ops", "p", ["admin"])),
+    )
+    assert svc.filter(svc.state.get("Pod", "ops/p"), ["n1", "n2"]).passed == ["n1", "n2"]
+
+
+def test_allocated_claim_pins_pod_to_its_node_and_shared_claim_only_grows_reserved_for():
+    svc = service(
+        ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
+        ("Pod", pod("ml", "a", ["shared"])),
+        ("Pod", pod("ml", "b", ["shared"])),
+    )
+    svc.bind("ml", "a", "uid-pod-ml-a", "n2")
+    allocation = copy.deepcopy(svc.state.get("ResourceClaim", "ml/shared")["status"]["allocation"])
+    outcome = svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"])
+    assert outcome.passed == ["n2"]
+    assert outcome.unresolvable == {"n1": "claim ml/shared is allocated for other nodes"}
+    svc.bind("ml", "b", "uid-pod-ml-b", "n2")
+    status = svc.state.get("ResourceClaim", "ml/shared")["status"]
+    assert status["allocation"] == allocation
+    assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
+
+
+def test_failed_bind_writes_nothing():
+    svc = service(
+        ("ResourceClaim", claim("ml", "two", [request("gpu", "gpu", 2)])), ("Pod", pod("ml", "p", ["two"]))
+    )
+    before = copy.deepcopy(svc.state.objects)
+    with pytest.raises(BindError, match="does not fit on node n1"):
+        svc.bind("ml", "p", "uid-pod-ml-p", "n1")
+    assert svc.state.objects == before
+    assert not svc.state.inventory.is_allocated((DRIVER, "n1", "gpu-0"))
