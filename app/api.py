@@ -40,7 +40,8 @@ from starlette.requests import ClientDisconnect
 
 from allocator.errors import AllocatorError
 from app import wire
-from app.scheduling import BindError, SchedulingService
+from app.binder import BindError
+from app.scheduling import SchedulingService
 from app.settings import Settings
 
 __all__ = ["create_app"]

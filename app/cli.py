@@ -23,8 +23,9 @@ import orjson
 
 from allocator.errors import AllocatorError
 from allocator.features import FeatureGates, parse_feature_gates
+from app.binder import BindError
 from app.runtime import StartupError, build_runtime, state_summary
-from app.scheduling import BindError, SchedulingService
+from app.scheduling import SchedulingService
 from app.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEVICE_SELECTION_POLICIES,

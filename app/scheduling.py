@@ -5,33 +5,32 @@
   on each node. The result per (pod UID, node) is kept for prioritize and bind while the inventory is
   unchanged.
 * prioritize: 0-10 per node from the kept result (packing: prefer nodes the pod fills the most).
-* bind (offline): allocate on the chosen node, then write ``status.allocation`` and ``reservedFor`` on
-  the claims and ``spec.nodeName`` on the pod in one step, so a failure leaves nothing written.
+* bind: decide on the chosen node (the kept result while the inventory is unchanged), reserve those
+  devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
+  claims and the pod (``app.binder``); the reservation is released once the write is done or failed.
 
-All verbs hold one lock: the state is a single in-memory index and a bind must not interleave with a
-filter that reads it.
+Decisions hold one lock (the state is a single in-memory index); binder writes happen outside it.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from allocator.diagnose import diagnose
 from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
-from allocator.inventory import allocated_devices
+from allocator.inventory import AllocatedDevice, allocated_devices
 from allocator.model import Claim
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.search import Allocator
 from allocator.selectors import SelectorCache
+from app.binder import Binder, BindError, BindPlan, StateBinder
 from app.cluster import ClusterState, node_from_api
 from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
 
-__all__ = ["BindError", "FilterOutcome", "SchedulingService"]
+__all__ = ["FilterOutcome", "SchedulingService"]
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
@@ -41,10 +40,6 @@ MAX_RESERVED_FOR = 256
 MAX_KEPT_RESULTS = 200_000
 """Per-(pod, node) results kept between filter and bind; the oldest are dropped first. kube-scheduler
 filters one pod at a time, so this only bounds memory when many pods are filtered but never bound."""
-
-
-class BindError(Exception):
-    """The bind could not be done; nothing was written."""
 
 
 @dataclass(slots=True)
@@ -67,10 +62,11 @@ class _Kept:
 class SchedulingService:
     """The extender's decisions over a ``ClusterState``."""
 
-    def __init__(self, state: ClusterState, selectors: SelectorCache) -> None:
+    def __init__(self, state: ClusterState, selectors: SelectorCache, binder: Binder | None = None) -> None:
         self.state = state
         self.selectors = selectors
         self.lock = threading.RLock()
+        self.binder: Binder = binder or StateBinder(state, self.lock)
         self._kept: dict[tuple[str, str], _Kept] = {}
 
     # --- helpers ----------------------------------------------------------------------------------
@@ -234,61 +230,61 @@ class SchedulingService:
     # --- bind -------------------------------------------------------------------------------------
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
-        """Allocate on ``node_name`` and record it (offline). Raises BindError; then nothing changed."""
+        """Allocate on ``node_name`` and write it through the binder. Raises BindError; then nothing
+        is written and the devices are free again."""
         with self.lock:
-            key = f"{namespace}/{name}"
-            pod = self.state.get("Pod", key)
-            if pod is None:
-                raise BindError(f"pod {key} not found")
-            pod_uid = str((pod.get("metadata") or {}).get("uid") or key)
-            if uid and pod_uid != uid:
-                raise BindError(f"pod {key}: UID {uid} does not match the current pod")
-            bound = (pod.get("spec") or {}).get("nodeName")
-            if bound:
-                if bound == node_name:
-                    return  # kube-scheduler retried a bind that already happened
-                raise BindError(f"pod {key} is already assigned to node {bound!r}")
-            kept = self._kept.get((pod_uid, node_name))
-            if kept is None or kept.revision != self.state.inventory.revision:
-                # The inventory changed since filter (or filter never ran here): decide again.
-                outcome = self._filter(pod, [node_name], None)
-                if outcome.error:
-                    raise BindError(outcome.error)
-                if node_name not in outcome.passed:
-                    reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
-                    raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
-            kept = self._kept.pop((pod_uid, node_name), None)  # none kept for a pod without claims
-            self._commit(pod, kept.allocations if kept else ())
-            spec_pod = copy.deepcopy(pod)
-            spec_pod.setdefault("spec", {})["nodeName"] = node_name
-            self.state.apply("Pod", spec_pod)
-            for k in [k for k in self._kept if k[0] == pod_uid]:
-                del self._kept[k]
+            plan = self._bind_plan(f"{namespace}/{name}", uid, node_name)
+            if plan is None:
+                return
+            token = f"bind:{pod_key(plan.pod)}"
+            self.state.inventory.reserve(token, self._plan_devices(plan))
+        try:
+            self.binder.bind(plan)
+        finally:
+            with self.lock:
+                self.state.inventory.release(token)
 
-    def _commit(self, pod: Mapping[str, Any], allocations: tuple[dict[str, Any], ...]) -> None:
-        """Write allocations and reservedFor entries; all objects are built before any is applied."""
-        meta = pod.get("metadata") or {}
-        consumer = {"resource": "pods", "name": meta.get("name"), "uid": meta.get("uid")}
+    def _bind_plan(self, key: str, uid: str, node_name: str) -> BindPlan | None:
+        """The decision for a bind, or None when the pod is already on that node (a retried bind)."""
+        pod = self.state.get("Pod", key)
+        if pod is None:
+            raise BindError(f"pod {key} not found")
+        pod_uid = str((pod.get("metadata") or {}).get("uid") or key)
+        if uid and pod_uid != uid:
+            raise BindError(f"pod {key}: UID {uid} does not match the current pod")
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound:
+            if bound == node_name:
+                return None
+            raise BindError(f"pod {key} is already assigned to node {bound!r}")
+        kept = self._kept.get((pod_uid, node_name))
+        if kept is None or kept.revision != self.state.inventory.revision:
+            # The inventory changed since filter (or filter never ran here): decide again.
+            outcome = self._filter(pod, [node_name], None)
+            if outcome.error:
+                raise BindError(outcome.error)
+            if node_name not in outcome.passed:
+                reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
+                raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
+        kept = self._kept.get((pod_uid, node_name))  # none kept for a pod without claims
+        for k in [k for k in self._kept if k[0] == pod_uid]:
+            del self._kept[k]
+        pending = iter(kept.allocations if kept else ())
         claims = pod_claims(pod, self.state.objects["ResourceClaim"])
-        pending = iter(allocations)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        updated = []
-        for pc in claims:
-            claim = copy.deepcopy(dict(pc.claim))
-            status = claim.setdefault("status", {})
-            if not status.get("allocation"):
-                allocation = dict(next(pending))
-                if any(r.get("bindingConditions") for r in allocation["devices"]["results"]):
-                    # Upstream sets it only where binding conditions start the binding timeout.
-                    allocation["allocationTimestamp"] = now
-                status["allocation"] = allocation
-                finalizers = claim.setdefault("metadata", {}).setdefault("finalizers", [])
-                if "resource.kubernetes.io/delete-protection" not in finalizers:
-                    finalizers.append("resource.kubernetes.io/delete-protection")
-            reserved = status.setdefault("reservedFor", [])
-            if not any(r.get("uid") == consumer["uid"] for r in reserved):
-                reserved.append(consumer)
-            allocated_devices(status["allocation"], f"ResourceClaim {pc.key}")  # validates before applying
-            updated.append(claim)
-        for claim in updated:
-            self.state.apply("ResourceClaim", claim)
+        return BindPlan(
+            pod,
+            node_name,
+            tuple(
+                (pc, None if (pc.claim.get("status") or {}).get("allocation") else next(pending))
+                for pc in claims
+            ),
+        )
+
+    @staticmethod
+    def _plan_devices(plan: BindPlan) -> tuple[AllocatedDevice, ...]:
+        return tuple(
+            device
+            for pc, allocation in plan.claims
+            if allocation is not None
+            for device in allocated_devices(allocation, f"ResourceClaim {pc.key}")
+        )

@@ -9,8 +9,9 @@ import pytest
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
+from app.binder import BindError
 from app.cluster import ClusterState
-from app.scheduling import BindError, SchedulingService
+from app.scheduling import SchedulingService
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"
