@@ -6,10 +6,13 @@ Environment (upstream ``dynamic-resource-allocation/cel/compile.go``, stored-exp
   map(string, dyn))), ``device.capacity`` (map(string, map(string, kubernetes.Quantity))) and
   ``device.allowMultipleAllocations`` (bool). The checker resolves ``device.x`` to them, so result types
   are as precise as upstream's object type (``device.driver`` alone fails with "must evaluate to bool").
+  ``has(device.<field>)`` is rewritten to ``true`` before checking (the C++ checker would fold it into
+  the field's value). A bare ``device`` (not followed by a field) is an undeclared reference here.
 * ``kubernetes.Quantity`` and ``kubernetes.Semver`` are small protobuf messages in a private descriptor
   pool: the checker knows them as distinct types (``quantity("1") == semver("1.0.0")`` is a compile error
   as upstream) and CEL's message equality is value equality because the fields are canonical (reduced
-  fraction; semver without build metadata). Library functions run in Python (``allocator.cel.library``).
+  fraction; semver without build metadata). Library functions run in Python (``allocator.cel.library``);
+  ``quantity("<const>")`` / ``semver("<const>")`` are turned into message literals at compile time.
 * Extensions: strings, ``cel.bind``, optional syntax, sets, two-variable comprehensions; plus Kubernetes'
   quantity, semver, regex ``find``/``findAll``, list ``isSorted``/``sum``/``min``/``max`` and DRA's
   ``includes``.
@@ -22,9 +25,10 @@ too. Not covered: the maps reached through an alias (``cel.bind(a, device.attrib
 comprehension variable); there a missing domain raises "no such key". ``"x" in device.attributes`` and
 iteration see only the device's real domains, as upstream.
 
-Cost: see ``allocator.cel.library`` (static worst-case bound in cel-go units) plus the C++ runtime's own
-iteration budget (10,000 comprehension iterations per evaluation); either raises CELEvalError containing
-"actual cost limit exceeded".
+Parsing, checking, regex literal validation and the static cost bound live in ``Frontend``, which the
+cel-python engine shares. Cost: the static worst-case bound (``allocator.cel.library``) and the C++
+runtime's own iteration budget (10,000 comprehension iterations per evaluation) both raise CELEvalError
+containing "actual cost limit exceeded". The C++ parser limits nesting to 32 levels (cel-go: 250).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import re
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -47,6 +52,7 @@ from allocator.cel.library import (
     Expr,
     LibraryError,
     SemverValue,
+    check_int64,
     compare_semver,
     decode_checked,
     includes,
@@ -67,7 +73,7 @@ from allocator.cel.library import (
 )
 from allocator.errors import CELCompileError, CELEvalError
 
-__all__ = ["ExprEngine", "ExprProgram"]
+__all__ = ["Analysis", "ExprEngine", "ExprProgram", "Frontend"]
 
 ACTIVATION_REUSE = 256
 """Evaluations per cached activation. cel-expr-python allocates each evaluation's values in the
@@ -375,10 +381,12 @@ def _compile_message(err: Exception) -> str:
 # ----------------------------------------------------------------------------------- source rewrites
 
 
-_LITERAL = re.compile(r"""(?<![A-Za-z0-9_])([rR][bB]?|[bB][rR]?)?('\'\'|\"\"\"|'|\")""")
+# A string or bytes literal: an optional r/b prefix (not the tail of an identifier), then the opening quote.
+_LITERAL = re.compile(r'(?:(?<![A-Za-z0-9_])([rR][bB]?|[bB][rR]?))?(\'\'\'|"""|\'|")')
+_FIELD = re.compile(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def _skip_literal(src: str, pos: int) -> int:
+def skip_literal(src: str, pos: int) -> int:
     """Index after the string literal or ``//`` comment starting at ``pos`` (``pos`` itself if none)."""
     if src.startswith("//", pos):
         end = src.find("\n", pos)
@@ -399,11 +407,11 @@ def _skip_literal(src: str, pos: int) -> int:
     return len(src)
 
 
-def _matching(src: str, pos: int) -> int:
+def matching_bracket(src: str, pos: int) -> int:
     """Index of the bracket closing the one at ``pos`` (``(``/``[``/``{``), skipping strings and comments."""
     depth, i = 0, pos
     while i < len(src):
-        skipped = _skip_literal(src, i)
+        skipped = skip_literal(src, i)
         if skipped != i:
             i = skipped
             continue
@@ -429,10 +437,10 @@ def _source_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
         target = node.args[0] if index and node.args else node.operand
         if target is not None and _refers_to(ast, target, _DOMAIN_MAPS):
             if index and src[pos] == "[":
-                close = _matching(src, pos)
+                close = matching_bracket(src, pos)
                 edits += [(pos + 1, pos + 1, "?"), (close + 1, close + 1, ".orValue({})")]
             elif node.kind == "select" and not node.test_only and src[pos] == ".":
-                field = re.compile(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)").match(src, pos)
+                field = _FIELD.match(src, pos)
                 if field and field.group(1) == node.name:
                     edits.append((pos, field.end(), f'[?"{node.name}"].orValue({{}})'))
         elif node.kind == "call" and src[pos] == "(":
@@ -467,10 +475,11 @@ def _literal_edit(node: Expr, src: str, pos: int) -> list[tuple[int, int, str]]:
             )
     except LibraryError:
         return []
-    return [(name.start(), _matching(src, pos) + 1, literal)]
+    return [(name.start(), matching_bracket(src, pos) + 1, literal)]
 
 
 _HAS = re.compile(r"\bhas\s*\(")
+_HAS_BEFORE = re.compile(r"\bhas\s*\($")
 _DEVICE_FIELDS = frozenset(name.removeprefix("device.") for name in _DEVICE_VARS)
 
 
@@ -484,9 +493,9 @@ def _presence_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, str]]:
         if not (node.kind == "select" and node.test_only and node.name in _DEVICE_FIELDS and operand):
             continue
         pos = parsed.positions.get(node.id, -1)
-        macro = _HAS.search(src, 0, pos + 1) if 0 <= pos < len(src) and src[pos] == "(" else None
-        if operand.kind == "ident" and operand.name == "device" and macro and macro.end() == pos + 1:
-            edits.append((macro.start(), _matching(src, pos) + 1, "true"))
+        macro = _HAS_BEFORE.search(src, 0, pos + 1) if 0 <= pos < len(src) and src[pos] == "(" else None
+        if operand.kind == "ident" and operand.name == "device" and macro:
+            edits.append((macro.start(), matching_bracket(src, pos) + 1, "true"))
     return edits
 
 
@@ -494,7 +503,7 @@ def _refers_to(ast: CheckedAst, node: Expr, names: frozenset[str]) -> bool:
     return node.kind == "ident" and ast.references.get(node.id, node.name) in names
 
 
-def _apply(src: str, edits: list[tuple[int, int, str]]) -> str:
+def apply_edits(src: str, edits: list[tuple[int, int, str]]) -> str:
     for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         src = src[:start] + text + src[end:]
     return src
@@ -552,6 +561,64 @@ def _check_length(expression: str) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What the front-end established about an accepted expression. ``source`` is the text after the
+    ``has(device.<field>)`` rewrite; ``ast`` is its checked tree (positions refer to ``source``);
+    ``cost_bound`` is the static worst-case cost of the original expression."""
+
+    source: str
+    checked: Any
+    ast: CheckedAst
+    cost_bound: int
+
+
+class Frontend:
+    """Parses and type-checks selectors in the DRA environment; shared by every engine, so compile errors
+    and cost bounds cannot differ between engines. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.env = new_env()
+        self._probe = _RegexProbe()
+
+    def analyze(self, expression: str) -> Analysis:
+        """Raises CELCompileError (syntax, types, non-bool result, regex literal, > 10 Ki)."""
+        _check_length(expression)
+        source = self._without_presence_tests(expression)
+        try:
+            checked = self.env.compile(source)
+        except RuntimeError as err:
+            raise CELCompileError(_compile_message(err)) from None
+        result = checked.return_type().name()
+        if result not in ("BOOL", "DYN"):
+            raise CELCompileError(f"must evaluate to bool or the unknown type, not {type_name(result)}")
+        ast = decode_checked(checked.serialize())
+        problems = _regex_errors(ast, source, self._probe)
+        if problems:
+            raise CELCompileError("compilation failed: " + "\n".join(problems))
+        return Analysis(source, checked, ast, worst_case_cost(ast))
+
+    def _without_presence_tests(self, expression: str) -> str:
+        if not _HAS.search(expression) or "device" not in expression:
+            return expression
+        try:
+            parsed = self.env.compile(expression, disable_check=True)
+            edits = _presence_edits(decode_checked(parsed.serialize()), expression)
+        except (RuntimeError, ValueError):
+            return expression  # a syntax error: the checked compile reports it
+        return apply_edits(expression, edits)
+
+
+def cost_limit_message(cost_bound: int) -> str | None:
+    """The CELEvalError text for a program whose static bound is over the limit (None when within)."""
+    if cost_bound <= CEL_MAX_COST:
+        return None
+    return (
+        f"operation cancelled: actual cost limit exceeded (worst-case cost {cost_bound} is above the limit "
+        f"of {CEL_MAX_COST})"
+    )
+
+
 # ---------------------------------------------------------------------------------------- the device
 
 
@@ -565,16 +632,22 @@ class _DeviceEntry:
 
 
 def _attribute_value(value: AttributeValue) -> Any:
+    """The runtime form of one attribute value. Raises LibraryError (bad version, int beyond int64)."""
     if isinstance(value, Version):
-        return semver_message(parse_semver(value.text))
+        try:
+            return semver_message(parse_semver(value.text))
+        except LibraryError as err:
+            raise LibraryError(f"parse semantic version: {err}") from None
     if isinstance(value, tuple):
         return [_attribute_value(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        check_int64(value)
     return value
 
 
 def device_data(device: CELDevice) -> dict[str, Any]:
     """The activation contents. Raises CELEvalError for a version that is not semver (as upstream's
-    ``getAttributeValue``: "parse semantic version")."""
+    ``getAttributeValue``: "parse semantic version") or an int outside int64."""
     attributes: dict[str, dict[str, Any]] = {}
     for domain, values in device.attributes.items():
         converted = attributes.setdefault(domain, {})
@@ -582,7 +655,7 @@ def device_data(device: CELDevice) -> dict[str, Any]:
             try:
                 converted[name] = _attribute_value(value)
             except LibraryError as err:
-                raise CELEvalError(f"attribute {domain}/{name}: parse semantic version: {err}") from None
+                raise CELEvalError(f"attribute {domain}/{name}: {err}") from None
     capacity = {
         domain: {name: quantity_message(q.value) for name, q in values.items()}
         for domain, values in device.capacity.items()
@@ -608,12 +681,7 @@ class ExprProgram:
         self.cost_bound = cost_bound
         self._engine = engine
         self._program = program
-        self._cost_error = (
-            f"operation cancelled: actual cost limit exceeded (worst-case cost {cost_bound} is above "
-            f"the limit of {CEL_MAX_COST})"
-            if cost_bound > CEL_MAX_COST
-            else None
-        )
+        self._cost_error = cost_limit_message(cost_bound)
 
     def __repr__(self) -> str:
         return f"ExprProgram({self.expression!r})"
@@ -659,54 +727,30 @@ class ExprEngine:
 
     name = "cel-expr"
 
-    def __init__(self) -> None:
-        self._env = new_env()
-        self._probe = _RegexProbe()
+    def __init__(self, frontend: Frontend | None = None) -> None:
+        self._frontend = frontend or Frontend()
+        self._env = self._frontend.env
         self._lock = threading.Lock()
         self._devices: weakref.WeakKeyDictionary[CELDevice, _DeviceEntry] = weakref.WeakKeyDictionary()
         self._local = threading.local()
 
     def compile(self, expression: str) -> ExprProgram:
         """Raises CELCompileError (syntax, types, non-bool result, regex literal, > 10 Ki)."""
-        _check_length(expression)
-        source = self._without_presence_tests(expression)
-        try:
-            checked = self._env.compile(source)
-        except RuntimeError as err:
-            raise CELCompileError(_compile_message(err)) from None
-        result = checked.return_type().name()
-        if result not in ("BOOL", "DYN"):
-            raise CELCompileError(f"must evaluate to bool or the unknown type, not {type_name(result)}")
-        ast = decode_checked(checked.serialize())
-        problems = _regex_errors(ast, source, self._probe)
-        if problems:
-            raise CELCompileError("compilation failed: " + "\n".join(problems))
-        program, run_ast = self._with_domain_defaults(source, ast, checked)
-        return ExprProgram(self, expression, program, worst_case_cost(run_ast))
+        analysis = self._frontend.analyze(expression)
+        return ExprProgram(self, expression, self._runnable(analysis), analysis.cost_bound)
 
-    def _without_presence_tests(self, expression: str) -> str:
-        if not _HAS.search(expression) or "device" not in expression:
-            return expression
+    def _runnable(self, analysis: Analysis) -> Any:
+        """The program actually run: the source with domain lookups and literals rewritten (module doc)."""
         try:
-            parsed = self._env.compile(expression, disable_check=True)
-            edits = _presence_edits(decode_checked(parsed.serialize()), expression)
-        except (RuntimeError, ValueError):
-            return expression  # a syntax error: the checked compile reports it
-        return _apply(expression, edits)
-
-    def _with_domain_defaults(self, expression: str, ast: CheckedAst, checked: Any) -> tuple[Any, CheckedAst]:
-        """The program actually run: the source with domain lookups rewritten (see the module doc)."""
-        try:
-            edits = _source_edits(ast, expression)
+            edits = _source_edits(analysis.ast, analysis.source)
         except ValueError:
             edits = []
         if not edits:
-            return checked, ast
+            return analysis.checked
         try:
-            rewritten = self._env.compile(_apply(expression, edits))
+            return self._env.compile(apply_edits(analysis.source, edits))
         except RuntimeError:
-            return checked, ast  # not expected; keep the original (missing domains then raise)
-        return rewritten, decode_checked(rewritten.serialize())
+            return analysis.checked  # not expected; keep the original (missing domains then raise)
 
     def activation(self, device: CELDevice) -> Any:
         """The device's activation for the calling thread, rebuilt every ACTIVATION_REUSE uses.

@@ -11,6 +11,10 @@ Sources (behaviour described, not copied):
   (int64 range), ``asApproximateFloat``, ``sign``, ``add``/``sub`` with a quantity or an int, comparisons.
 * ``k8s.io/apiserver/pkg/cel/library/lists.go``: ``isSorted``, ``sum``, ``min``, ``max`` on lists.
 * ``dynamic-resource-allocation/cel`` (DRAListTypeAttributes): ``includes`` on a list or a scalar.
+
+Also here, because both engines use them: a reader for serialized checked expressions (``decode_checked``,
+cel-spec ``checked.proto``) and the static worst-case cost bound (``worst_case_cost``) that stands in for
+cel-go's runtime cost tracking.
 """
 
 from __future__ import annotations
@@ -29,12 +33,19 @@ __all__ = [
     "INCLUDES_MAX_ELEMENTS",
     "INT64_MAX",
     "INT64_MIN",
+    "CheckedAst",
+    "CostBound",
+    "Expr",
     "LibraryError",
     "SemverError",
     "SemverValue",
+    "Shape",
     "cel_equal",
+    "check_int64",
     "compare_semver",
+    "decode_checked",
     "includes",
+    "is_bind",
     "list_is_sorted",
     "list_max",
     "list_min",
@@ -48,6 +59,7 @@ __all__ = [
     "quantity_to_float",
     "regex_find",
     "regex_find_all",
+    "worst_case_cost",
 ]
 
 INT64_MIN = -(2**63)
@@ -721,7 +733,7 @@ class CostBound:
         iter_var, iter_var2, accu_var = node.vars
         range_cost, range_shape = self._cost(parts["iter_range"])
         init_cost, init_shape = self._cost(parts["accu_init"])
-        if _is_bind(node):
+        if is_bind(node):
             self._push(accu_var, init_shape)
             result_cost, result_shape = self._cost(parts["result"])
             self._pop(accu_var)
@@ -850,7 +862,7 @@ class CostBound:
         return 1, SCALAR
 
 
-def _is_bind(node: Expr) -> bool:
+def is_bind(node: Expr) -> bool:
     """``cel.bind(v, init, result)`` expands to a comprehension over ``[]`` with a false condition."""
     parts = node.parts or {}
     rng, cond = parts.get("iter_range"), parts.get("loop_condition")

@@ -39,6 +39,9 @@ class Case:
     expression: str
     device: str
     expect: Expectation
+    needs: frozenset[str] = frozenset()
+    """Optional CEL features the case uses ("optional" syntax, ...); an engine without one must reject the
+    expression with a CELCompileError instead."""
 
     @property
     def id(self) -> str:
@@ -80,6 +83,9 @@ def devices() -> dict[str, CELDevice]:
         "badversion": CELDevice(
             driver="bad.example.com", attributes={"bad.example.com": {"fw": Version("1.0")}}, capacity={}
         ),
+        "badint": CELDevice(
+            driver="bad.example.com", attributes={"bad.example.com": {"n": 2**63}}, capacity={}
+        ),
     }
 
 
@@ -87,6 +93,7 @@ def _list(n: int) -> str:
     return "[" + ", ".join(str(i) for i in range(n)) + "]"
 
 
+OPTIONAL = frozenset({"optional"})
 A = f'device.attributes["{GPU}"]'
 C = f'device.capacity["{GPU}"]'
 
@@ -132,9 +139,9 @@ CASES: list[Case] = [
     Case('device.attributes["bare.example.com"].size() == 0', "bare", True),
     Case("device.attributes.size() == 0 && device.capacity.size() == 0", "bare", True),
     Case('cel.bind(a, device.attributes["other.example.com"], !("x" in a))', "gpu", True),
-    Case(f'{A}[?"missing"].orValue("none") == "none"', "gpu", True),
-    Case(f"{A}.?missing.orValue(1) == 1", "gpu", True),
-    Case('device.attributes["other.example.com"].?x.hasValue()', "gpu", False),
+    Case(f'{A}[?"missing"].orValue("none") == "none"', "gpu", True, needs=OPTIONAL),
+    Case(f"{A}.?missing.orValue(1) == 1", "gpu", True, needs=OPTIONAL),
+    Case('device.attributes["other.example.com"].?x.hasValue()', "gpu", False, needs=OPTIONAL),
     # --- allowMultipleAllocations -----------------------------------------------------------------------
     Case("device.allowMultipleAllocations", "nic", True),
     Case("device.allowMultipleAllocations == false", "gpu", True),
@@ -197,6 +204,7 @@ CASES: list[Case] = [
     Case('isSemver("1.0.0-01")', "gpu", False),  # numeric prerelease with a leading zero
     Case('semver("1.0") == semver("1.0.0")', "gpu", eval_error()),
     Case('device.driver != ""', "badversion", eval_error("semantic version")),
+    Case('device.driver != ""', "badint", eval_error("integer overflow")),  # attribute ints are int64
     # --- strings and regexes -----------------------------------------------------------------------------
     Case(f'{A}.productName.matches("^NVIDIA A100")', "gpu", True),
     Case(f'{A}.productName.contains("SXM4")', "gpu", True),
@@ -245,6 +253,42 @@ CASES: list[Case] = [
     Case(f'{A}.versions.includes(semver("2.0.0"))', "gpu", True),
     Case(f'{A}.driverVersion.includes(semver("550.54.15"))', "gpu", True),
     Case(f"{_list(49)}.includes(1)", "gpu", eval_error("48")),
+    # --- more evaluation semantics ------------------------------------------------------------------------
+    Case(f"{A}.index == 0.0", "gpu", True),  # numbers compare by value across int/double
+    Case('{"a": 1}["a"] == 1 && "abc" < "abd"', "gpu", True),
+    Case(f'{A}.exists(k, k.startsWith("mi"))', "gpu", True),
+    Case(f'{A}.tags.map(t, t + "!") == ["a!", "b!"]', "gpu", True),
+    Case(f"{A}.numaNodes.filter(n, n > 0).size() == 1", "gpu", True),
+    Case(f'{A}.versions.exists(v, v.isGreaterThan(semver("1.5.0")))', "gpu", True),
+    Case(f"{A}.versions.all(v, v.major() >= 1)", "gpu", True),
+    Case(f'{C}.exists(k, {C}[k].isGreaterThan(quantity("100")))', "gpu", True),
+    Case(f"size({A}) == 9", "gpu", True),
+    Case("device.attributes.exists(d, device.attributes[d].size() > 3)", "gpu", True),
+    Case("has(device.driver) && has(device.attributes)", "gpu", True),  # fields of the device object
+    Case("cel.bind(x, cel.bind(y, 2, y + 1), x == 3)", "gpu", True),
+    Case("cel.bind(x, [1, 2], x.exists(v, cel.bind(w, v * 10, w == 20)))", "gpu", True),
+    Case("[1, 2, 3].exists_one(x, x == 2)", "gpu", True),
+    Case(f"{A}.missing == 1 || true", "gpu", True),  # the error is absorbed by ||
+    Case(f"{A}.missing == 1 && false", "gpu", False),
+    Case("[0, 1].exists(x, 1 / x == 1)", "gpu", True),  # exists: a true predicate absorbs errors
+    Case("[1, 2].all(x, x / 0 == 1)", "gpu", eval_error()),
+    Case('"abc".matches("b") && !"abc".matches("^b")', "gpu", True),  # unanchored search
+    Case(f'{A}.productName.matches("a100")', "gpu", False),  # case-sensitive
+    Case(f'{A}.model.matches({A}.model + "(")', "gpu", eval_error()),  # a computed, invalid pattern
+    Case('quantity("1.5Gi").compareTo(quantity("1536Mi")) == 0', "gpu", True),
+    Case('quantity("0.5").isInteger() || !quantity("1k").isInteger()', "gpu", False),
+    Case('quantity("100m").asApproximateFloat() == 0.1', "gpu", True),
+    Case('quantity("1").add(quantity("500m")) == quantity("1.5")', "gpu", True),
+    Case('quantity("1").sub(quantity("2")).sign() == -1', "gpu", True),
+    Case('semver("2.0.0").isGreaterThan(semver("10.0.0"))', "gpu", False),  # numeric, not lexical
+    Case('semver("1.0.0") == semver("1.0.0-rc.1")', "gpu", False),
+    Case('semver("1.2.3-rc.1+b").patch() == 3', "gpu", True),
+    Case('"x".includes("x") && ![].includes(1)', "gpu", True),
+    Case('"hello world".indexOf("o", 5) == 7', "gpu", True),
+    Case('"a,b,,c".split(",", 2) == ["a", "b,,c"]', "gpu", True),
+    Case('"%.2f|%x|%s".format([1.5, 255, true]) == "1.50|ff|true"', "gpu", True),
+    Case('["b", "a"].join() == "ba"', "gpu", True),
+    Case('"abc".charAt(1) == "b"', "gpu", True),
     # --- compile errors ------------------------------------------------------------------------------
     Case(f"{A}.model ==", "gpu", compile_error("Syntax error")),
     Case("1 + 1", "gpu", compile_error("must evaluate to bool or the unknown type, not int")),

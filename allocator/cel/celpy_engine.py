@@ -1,0 +1,601 @@
+"""``CelpyEngine``: the DRA selector environment evaluated by cel-python (``celpy``, pure Python).
+
+A second, independent evaluator used to cross-check ``ExprEngine`` (the test corpus runs on both). Only
+evaluation is independent: parsing, type checking, the result-type rule, regex literal checks and the
+static cost bound come from the shared ``Frontend`` (the C++ checker), because celpy has no checker;
+so compile errors and cost-limit errors are identical by construction.
+
+How the environment maps onto celpy:
+
+* ``device`` is a celpy map; ``device.attributes`` / ``device.capacity`` are maps whose lookup of a missing
+  domain returns an empty map (upstream's ``mapper.Find``), so unknown domains are empty even through
+  aliases, while ``in`` and iteration see only real domains.
+* Quantities and semvers are the Python value classes ``CelQuantity`` / ``CelSemver``; all library
+  functions are the shared ones of ``allocator.cel.library``.
+* ``==``, ``!=`` and ``in`` are replaced by CEL heterogeneous equality (celpy raises on ``1 == "1"``).
+* ``cel.bind(v, init, body)`` is rewritten to ``[init].map(v, body)[0]`` (celpy has no bind macro).
+* Not supported (compile error naming this engine): optional syntax and functions (``?.``, ``[?``,
+  ``orValue`` ...) and two-variable comprehensions, which celpy cannot parse or evaluate.
+
+Requires the ``cel-python`` distribution (not a declared project dependency; import fails without it).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import celpy
+from celpy import celtypes
+from celpy.evaluation import CELEvalError as CelpyEvalError
+
+from allocator.cel import AttributeValue, CELDevice, Version
+from allocator.cel.expr_engine import (
+    Frontend,
+    apply_edits,
+    cost_limit_message,
+    matching_bracket,
+    skip_literal,
+)
+from allocator.cel.library import (
+    CheckedAst,
+    LibraryError,
+    SemverValue,
+    cel_equal,
+    check_int64,
+    compare_semver,
+    includes,
+    is_bind,
+    list_is_sorted,
+    list_max,
+    list_sum,
+    parse_cel_quantity,
+    parse_semver,
+    quantity_as_integer,
+    quantity_compare,
+    quantity_is_integer,
+    quantity_sign,
+    quantity_to_float,
+    regex_find,
+    regex_find_all,
+)
+from allocator.errors import CELCompileError, CELEvalError
+
+__all__ = ["CelQuantity", "CelSemver", "CelpyEngine", "CelpyProgram"]
+
+# ------------------------------------------------------------------------------------------ values
+
+
+class CelQuantity:
+    """A ``kubernetes.Quantity`` value: an exact Fraction; equal when the values are equal."""
+
+    __slots__ = ("value",)
+    type_name = "kubernetes.Quantity"
+
+    def __init__(self, value: Fraction) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CelQuantity) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"CelQuantity({self.value})"
+
+
+class CelSemver:
+    """A ``kubernetes.Semver`` value; equal when semver precedence is equal (build metadata ignored)."""
+
+    __slots__ = ("value",)
+    type_name = "kubernetes.Semver"
+
+    def __init__(self, value: SemverValue) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CelSemver) and compare_semver(self.value, other.value) == 0
+
+    def __hash__(self) -> int:
+        return hash(self.value.canonical())
+
+    def __repr__(self) -> str:
+        return f"CelSemver({self.value.canonical()})"
+
+
+class DomainMap(celtypes.MapType):
+    """``device.attributes`` / ``device.capacity``: a missing domain reads as an empty map."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return celtypes.MapType()
+
+
+class _SetsNamespace:
+    """The value of the identifier ``sets``, so ``sets.contains(a, b)`` reaches ``contains(sets, a, b)``."""
+
+
+_SETS = _SetsNamespace()
+
+
+def plain(value: Any) -> Any:
+    """celtypes -> Python natives (celpy's bool is an int subclass, so it must be unwrapped first)."""
+    if isinstance(value, celtypes.BoolType):
+        return bool(value)
+    if isinstance(value, (celtypes.IntType, celtypes.UintType)):
+        return int(value)
+    if isinstance(value, celtypes.DoubleType):
+        return float(value)
+    if isinstance(value, celtypes.StringType):
+        return str(value)
+    if isinstance(value, celtypes.BytesType):
+        return bytes(value)
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    return value
+
+
+def wrap(value: Any) -> Any:
+    """Python natives -> celtypes (library results)."""
+    if isinstance(value, bool):
+        return celtypes.BoolType(value)
+    if isinstance(value, int):
+        return celtypes.IntType(check_int64(value))
+    if isinstance(value, float):
+        return celtypes.DoubleType(value)
+    if isinstance(value, str):
+        return celtypes.StringType(value)
+    if isinstance(value, list):
+        return celtypes.ListType([wrap(v) for v in value])
+    return value
+
+
+def _type_name(value: Any) -> str:
+    """cel-go ``TypeName()`` of a celpy value."""
+    names = [
+        (celtypes.BoolType, "bool"),
+        (celtypes.UintType, "uint"),
+        (celtypes.IntType, "int"),
+        (celtypes.DoubleType, "double"),
+        (celtypes.StringType, "string"),
+        (celtypes.BytesType, "bytes"),
+        (celtypes.ListType, "list"),
+        (celtypes.MapType, "map"),
+        (type(None), "null_type"),
+    ]
+    for kind, name in names:
+        if isinstance(value, kind):
+            return name
+    return getattr(value, "type_name", type(value).__name__)
+
+
+# -------------------------------------------------------------------------------------- functions
+
+
+def _errors_pass_through(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Operators receive error values as operands (celpy evaluates errors lazily); return the first."""
+
+    def checked(*args: Any) -> Any:
+        for arg in args:
+            if isinstance(arg, CelpyEvalError):
+                return arg
+        return function(*args)
+
+    checked.__name__ = function.__name__
+    return checked
+
+
+def _library_call(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a shared library function on plain values; its LibraryError becomes a celpy error value."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return wrap(function(*(plain(a) for a in args)))
+        except LibraryError as err:
+            return CelpyEvalError(str(err))
+
+    call.__name__ = function.__name__
+    return call
+
+
+def _eq(a: Any, b: Any) -> Any:
+    return celtypes.BoolType(cel_equal(plain(a), plain(b)))
+
+
+def _ne(a: Any, b: Any) -> Any:
+    return celtypes.BoolType(not cel_equal(plain(a), plain(b)))
+
+
+def _in(item: Any, container: Any) -> Any:
+    needle = plain(item)
+    if isinstance(container, dict):
+        return celtypes.BoolType(any(cel_equal(plain(k), needle) for k in dict.keys(container)))
+    return celtypes.BoolType(any(cel_equal(plain(v), needle) for v in container))
+
+
+def _contains(target: Any, *args: Any) -> Any:
+    if target is _SETS:
+        superset, subset = plain(args[0]), plain(args[1])
+        return celtypes.BoolType(all(any(cel_equal(x, y) for y in superset) for x in subset))
+    return celtypes.BoolType(str(args[0]) in str(target))
+
+
+def _intersects(target: Any, a: Any, b: Any) -> Any:
+    left, right = plain(a), plain(b)
+    return celtypes.BoolType(any(cel_equal(x, y) for x in left for y in right))
+
+
+def _equivalent(target: Any, a: Any, b: Any) -> Any:
+    left, right = plain(a), plain(b)
+    inside = all(any(cel_equal(x, y) for y in right) for x in left)
+    return celtypes.BoolType(inside and all(any(cel_equal(x, y) for y in left) for x in right))
+
+
+def _quantity(text: Any) -> Any:
+    try:
+        return CelQuantity(parse_cel_quantity(str(text)))
+    except LibraryError as err:
+        return CelpyEvalError(str(err))
+
+
+def _semver(text: Any, relaxed: Any = False) -> Any:
+    try:
+        return CelSemver(parse_semver(str(text), bool(relaxed)))
+    except LibraryError as err:
+        return CelpyEvalError(str(err))
+
+
+def _ordering(a: Any, b: Any) -> int:
+    if isinstance(a, CelQuantity) and isinstance(b, CelQuantity):
+        return quantity_compare(a.value, b.value)
+    if isinstance(a, CelSemver) and isinstance(b, CelSemver):
+        return compare_semver(a.value, b.value)
+    raise LibraryError(f"no such overload: compare {_type_name(a)} with {_type_name(b)}")
+
+
+def _quantity_arg(value: Any) -> Fraction:
+    if isinstance(value, CelQuantity):
+        return value.value
+    if isinstance(value, int) and not isinstance(value, celtypes.BoolType):
+        return Fraction(int(value))
+    raise LibraryError(f"no such overload: quantity arithmetic with {_type_name(value)}")
+
+
+def _quantity_fn(function: Callable[[Fraction], Any]) -> Callable[[Any], Any]:
+    return lambda q: function(_quantity_arg(q))
+
+
+def _semver_field(name: str) -> Callable[[Any], Any]:
+    def field(value: Any) -> int:
+        if not isinstance(value, CelSemver):
+            raise LibraryError(f"no such overload: {name} on {_type_name(value)}")
+        return int(getattr(value.value, name))
+
+    return field
+
+
+def _is_valid(parse: Callable[..., Any]) -> Callable[..., bool]:
+    def check(*args: Any) -> bool:
+        try:
+            parse(*args)
+        except LibraryError:
+            return False
+        return True
+
+    return check
+
+
+def _format(template: str, args: list[Any]) -> str:
+    """``string.format(list)`` of the cel-go strings extension: %s %d %f %e %x %X %o %b and %%."""
+    out, values, i = [], iter(args), 0
+    spec = re.compile(r"%(?:\.(\d+))?([sdfeExXob%])")
+    for match in spec.finditer(template):
+        out.append(template[i : match.start()])
+        i = match.end()
+        precision, verb = match.groups()
+        if verb == "%":
+            out.append("%")
+            continue
+        try:
+            value = next(values)
+        except StopIteration:
+            raise LibraryError("format: not enough arguments") from None
+        out.append(_format_one(verb, value, int(precision) if precision else None))
+    if next(values, None) is not None:
+        raise LibraryError("format: too many arguments")
+    return "".join(out) + template[i:]
+
+
+def _format_one(verb: str, value: Any, precision: int | None) -> str:
+    if verb == "s":
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LibraryError(f"format: %{verb} needs a number")
+    if verb == "d":
+        return str(int(value))
+    if verb in "fe":
+        return f"{value:.{6 if precision is None else precision}{verb}}"
+    base = {"x": "x", "X": "X", "o": "o", "b": "b"}[verb]
+    return format(int(value), base)
+
+
+def _substring(text: str, start: int, end: int | None = None) -> str:
+    stop = len(text) if end is None else end
+    if not 0 <= start <= stop <= len(text):
+        raise LibraryError(f"substring: index out of range: {start}, {stop}")
+    return text[start:stop]
+
+
+def _index_of(text: str, sub: str, start: int = 0) -> int:
+    return text.find(sub, start)
+
+
+def _last_index_of(text: str, sub: str, end: int | None = None) -> int:
+    return text.rfind(sub, 0, None if end is None else end + len(sub))
+
+
+def _split(text: str, sep: str, limit: int = -1) -> list[str]:
+    if limit == 0:
+        return []
+    if sep == "":
+        parts = list(text)
+        return (
+            parts if limit < 0 or limit >= len(parts) else [*parts[: limit - 1], "".join(parts[limit - 1 :])]
+        )
+    return text.split(sep, limit - 1 if limit > 0 else -1)
+
+
+def _replace(text: str, old: str, new: str, limit: int = -1) -> str:
+    return text.replace(old, new, limit)
+
+
+def _join(items: list[str], sep: str = "") -> str:
+    return sep.join(items)
+
+
+def _functions() -> dict[str, Callable[..., Any]]:
+    lib = _library_call
+    return {
+        "_==_": _errors_pass_through(_eq),
+        "_!=_": _errors_pass_through(_ne),
+        "_in_": _errors_pass_through(_in),
+        "contains": _contains,
+        "intersects": _intersects,
+        "equivalent": _equivalent,
+        "split": lib(_split),
+        "join": lib(_join),
+        "replace": lib(_replace),
+        "trim": lib(str.strip),
+        "substring": lib(_substring),
+        "indexOf": lib(_index_of),
+        "lastIndexOf": lib(_last_index_of),
+        "lowerAscii": lib(lambda s: "".join(c.lower() if c.isascii() else c for c in s)),
+        "upperAscii": lib(lambda s: "".join(c.upper() if c.isascii() else c for c in s)),
+        "charAt": lib(lambda s, i: s[i] if 0 <= i < len(s) else ""),
+        "format": lib(_format),
+        "find": lib(regex_find),
+        "findAll": lib(regex_find_all),
+        "includes": lib(includes),
+        "isSorted": lib(list_is_sorted),
+        "sum": lib(list_sum),
+        "max": lib(list_max),
+        "quantity": _quantity,
+        "isQuantity": lib(_is_valid(parse_cel_quantity)),
+        "semver": _semver,
+        "isSemver": lib(_is_valid(parse_semver)),
+        "isGreaterThan": lib(lambda a, b: _ordering(a, b) == 1),
+        "isLessThan": lib(lambda a, b: _ordering(a, b) == -1),
+        "compareTo": lib(_ordering),
+        "major": lib(_semver_field("major")),
+        "minor": lib(_semver_field("minor")),
+        "patch": lib(_semver_field("patch")),
+        "sign": lib(_quantity_fn(quantity_sign)),
+        "asInteger": lib(_quantity_fn(quantity_as_integer)),
+        "isInteger": lib(_quantity_fn(quantity_is_integer)),
+        "asApproximateFloat": lib(_quantity_fn(quantity_to_float)),
+        "add": lib(lambda a, b: CelQuantity(_quantity_arg(a) + _quantity_arg(b))),
+        "sub": lib(lambda a, b: CelQuantity(_quantity_arg(a) - _quantity_arg(b))),
+    }
+
+
+# --------------------------------------------------------------------------------------- rewrites
+
+_OPTIONAL_CALLS = frozenset(
+    {"_?._", "_[?_]", "orValue", "hasValue", "value", "or", "optMap", "optFlatMap"}
+    | {"optional.of", "optional.none", "optional.ofNonZeroValue"}
+)
+_BIND = re.compile(r"cel\s*\.\s*bind\s*$")
+
+
+def _unsupported(ast: CheckedAst) -> str | None:
+    for node in ast.root.walk():
+        if node.kind == "call" and node.name in _OPTIONAL_CALLS:
+            return "optional values (?. [? orValue ...)"
+        if node.kind == "comprehension" and node.vars[1]:
+            return "two-variable comprehensions"
+    return None
+
+
+def _top_level_commas(src: str, start: int, end: int) -> list[int]:
+    """Offsets of the commas between ``start`` and ``end`` that are not nested or quoted."""
+    commas, depth, i = [], 0, start
+    while i < end:
+        skipped = skip_literal(src, i)
+        if skipped != i:
+            i = skipped
+            continue
+        char = src[i]
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            commas.append(i)
+        i += 1
+    return commas
+
+
+def _bind_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
+    """``cel.bind(v, init, body)`` -> ``[init].map(v, body)[0]``, edited only at the bind's own tokens so
+    nested binds inside ``init``/``body`` are rewritten independently."""
+    edits = []
+    for node in ast.root.walk():
+        pos = ast.positions.get(node.id, -1)
+        if node.kind != "comprehension" or not is_bind(node) or not 0 <= pos < len(src) or src[pos] != "(":
+            continue
+        name = _BIND.search(src, 0, pos)
+        close = matching_bracket(src, pos)
+        commas = _top_level_commas(src, pos + 1, close)
+        if name is None or len(commas) != 2:
+            raise CELCompileError("cel.bind could not be translated for the cel-python engine")
+        variable = node.vars[2]
+        edits += [
+            (name.start(), commas[0] + 1, "["),
+            (commas[1], commas[1] + 1, f"].map({variable},"),
+            (close, close + 1, ")[0]"),
+        ]
+    return edits
+
+
+# ----------------------------------------------------------------------------------------- device
+
+
+def _attribute(value: AttributeValue) -> Any:
+    """The celpy form of one attribute value. Raises LibraryError (bad version, int beyond int64)."""
+    if isinstance(value, Version):
+        try:
+            return CelSemver(parse_semver(value.text))
+        except LibraryError as err:
+            raise LibraryError(f"parse semantic version: {err}") from None
+    if isinstance(value, tuple):
+        return celtypes.ListType([_attribute(v) for v in value])
+    return wrap(value)
+
+
+def device_context(device: CELDevice) -> dict[str, Any]:
+    """The celpy activation. Raises CELEvalError for a version attribute that is not semver."""
+    attributes = DomainMap()
+    for domain, values in device.attributes.items():
+        converted = celtypes.MapType()
+        for name, value in values.items():
+            try:
+                converted[celtypes.StringType(name)] = _attribute(value)
+            except LibraryError as err:
+                raise CELEvalError(f"attribute {domain}/{name}: {err}") from None
+        attributes[celtypes.StringType(domain)] = converted
+    capacity = DomainMap()
+    for domain, values in device.capacity.items():
+        capacity[celtypes.StringType(domain)] = celtypes.MapType(
+            {celtypes.StringType(name): CelQuantity(q.value) for name, q in values.items()}
+        )
+    fields = {
+        "driver": celtypes.StringType(device.driver),
+        "attributes": attributes,
+        "capacity": capacity,
+        "allowMultipleAllocations": celtypes.BoolType(device.allow_multiple_allocations),
+    }
+    device_map = celtypes.MapType({celtypes.StringType(k): v for k, v in fields.items()})
+    return {"device": device_map, "sets": _SETS}
+
+
+def _message(err: CelpyEvalError) -> str:
+    """Upstream-style wording for celpy's error values."""
+    text = str(err.args[0]) if err.args else "evaluation error"
+    detail = err.args[2] if len(err.args) > 2 and isinstance(err.args[2], tuple) else ()
+    member = re.match(r"no such member in mapping: '(.*)'$", text)
+    if member:
+        return f"no such key: {member.group(1)}"
+    if text == "no such key" and detail:
+        return f"no such key: {detail[0]}"
+    if text.startswith("found no matching overload"):
+        return "no such overload: " + text.removeprefix("found no matching overload").strip()
+    if text in ("no such overload", "invalid_argument") and detail:
+        return f"{text}: {detail[0]}"
+    return text
+
+
+# ---------------------------------------------------------------------------------------- program
+
+
+class CelpyProgram:
+    """A compiled selector on celpy. Evaluation is serialized per program (celpy's runner is not
+    documented as thread-safe)."""
+
+    __slots__ = ("_cost_error", "_engine", "_lock", "_runner", "cost_bound", "expression")
+
+    def __init__(self, engine: CelpyEngine, expression: str, runner: Any, cost_bound: int) -> None:
+        self.expression = expression
+        self.cost_bound = cost_bound
+        self._engine = engine
+        self._runner = runner
+        self._lock = threading.Lock()
+        self._cost_error = cost_limit_message(cost_bound)
+
+    def __repr__(self) -> str:
+        return f"CelpyProgram({self.expression!r})"
+
+    def evaluate(self, device: CELDevice) -> bool:
+        if self._cost_error is not None:
+            raise CELEvalError(self._cost_error)
+        context = self._engine.context(device)
+        try:
+            with self._lock:
+                result = self._runner.evaluate(context)
+        except CelpyEvalError as err:
+            raise CELEvalError(_message(err)) from None
+        except RecursionError:
+            raise CELEvalError("operation cancelled: expression nesting too deep") from None
+        if isinstance(result, CelpyEvalError):
+            raise CELEvalError(_message(result))
+        if isinstance(result, celtypes.BoolType):
+            return bool(result)
+        raise CELEvalError(f"CEL result of type {_type_name(result)} could not be converted to bool")
+
+
+class CelpyEngine:
+    """``CELEngine`` evaluating with cel-python; compile checks come from the shared ``Frontend``."""
+
+    name = "cel-python"
+
+    def __init__(self, frontend: Frontend | None = None) -> None:
+        self._frontend = frontend or Frontend()
+        self._env = celpy.Environment()
+        self._functions = _functions()
+        self._lock = threading.Lock()
+        self._contexts: weakref.WeakKeyDictionary[CELDevice, dict[str, Any] | str] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def compile(self, expression: str) -> CelpyProgram:
+        """Raises CELCompileError: the Frontend's errors, or constructs celpy cannot evaluate."""
+        analysis = self._frontend.analyze(expression)
+        missing = _unsupported(analysis.ast)
+        if missing:
+            raise CELCompileError(f"{missing} are not supported by the cel-python engine")
+        source = apply_edits(analysis.source, _bind_edits(analysis.ast, analysis.source))
+        with self._lock:  # celpy's Environment keeps the last program in a field
+            try:
+                runner = self._env.program(self._env.compile(source), functions=self._functions)
+            except Exception as err:  # celpy raises lark and its own parse errors
+                raise CELCompileError(f"cel-python cannot parse the expression: {err}") from None
+        return CelpyProgram(self, expression, runner, analysis.cost_bound)
+
+    def context(self, device: CELDevice) -> dict[str, Any]:
+        """The device's converted activation (cached per device, shared read-only by all threads)."""
+        with self._lock:
+            cached = self._contexts.get(device)
+            if cached is None:
+                try:
+                    cached = device_context(device)
+                except CELEvalError as err:
+                    cached = str(err)
+                self._contexts[device] = cached
+        if isinstance(cached, str):
+            raise CELEvalError(cached)
+        return cached
