@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit simulate lock clean
+.PHONY: run test lint unit simulate bench lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,14 +25,18 @@ run: $(STAMP)
 	$(BIN)/dra-extender serve --state $(STATE) --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check app allocator tests
-	$(BIN)/ruff format --check app allocator tests
+	$(BIN)/ruff check app allocator tests bench
+	$(BIN)/ruff format --check app allocator tests bench
 	$(BIN)/lint-imports --no-cache
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 test: lint unit
+
+# Cluster-scale benchmark against the parse-and-echo floor (a script, not tests): prints one table.
+bench: $(STAMP)
+	$(BIN)/python -m bench.bench $(BENCH_ARGS)
 
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)
