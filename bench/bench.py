@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                 label,
                 f"fill-up {small.nodes}x{small.gpus}",
                 f"{fill.pods_per_second:.0f} pods/s",
-                f"filter p50 {_ms(fill.filter, 0.5):.2f} ms, prioritize p50 {_ms(fill.prioritize, 0.5):.2f} ms, "
+                f"filter p50 {_ms(fill.filter, 0.5):.2f} ms, "
+                f"prioritize p50 {_ms(fill.prioritize, 0.5):.2f} ms, "
                 f"bind p50 {_ms(fill.bind, 0.5):.2f} ms, {fill.placed} placed",
             ),
             (

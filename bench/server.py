@@ -11,8 +11,8 @@ with orjson and echo a well-formed answer (all nodes pass, score 0, bind ok). No
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import logging
+from pathlib import Path
 from typing import Any
 
 import orjson
