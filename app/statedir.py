@@ -169,6 +169,7 @@ class _Loader:
     def __init__(self, *, strict: bool) -> None:
         self.strict = strict
         self.objects = ClusterObjects()
+        self._first: dict[tuple[str, str, str], Obj] = {}
 
     def load_file(self, file: Path) -> None:
         try:
@@ -225,8 +226,8 @@ class _Loader:
             raise StateLoadError(_TEMPLATE_PROBLEM, file=file, kind=kind, ref=ref, field_path=template_at)
         self._check_name(obj, kind, ref, file)
         converted = self._convert(obj, kind, api_version, ref, file)
-        self._remember(converted, kind, file)
-        self.objects.of_kind(kind).append(converted)
+        if self._remember(converted, kind, file):
+            self.objects.of_kind(kind).append(converted)
 
     def _skip_unknown(self, kind: str, api_version: str, ref: str, file: Path) -> None:
         # Classic DRA kinds (ResourceClass, ResourceClaimParameters, ...): skipping them would silently drop
@@ -258,15 +259,22 @@ class _Loader:
             metadata["uid"] = stable_uid("Pod", metadata["namespace"], metadata["name"])
         return converted
 
-    def _remember(self, obj: Obj, kind: str, file: Path) -> None:
+    def _remember(self, obj: Obj, kind: str, file: Path) -> bool:
+        """Record where ``obj`` came from; False for an identical repeat of a Namespace (demo sets repeat
+        their Namespace in every file, which ``kubectl apply`` accepts). Other duplicates raise
+        StateLoadError."""
         metadata = obj["metadata"]
         namespace = metadata.get("namespace", "") if kind in NAMESPACED_KINDS else ""
         key = (kind, namespace, metadata["name"])
         first = self.objects.sources.get(key)
         if first is not None:
+            if kind == "Namespace" and self._first[key] == obj:
+                return False
             where = "earlier in the same file" if first == file else f"first defined in {first}"
             raise StateLoadError(f"duplicate object ({where})", file=file, kind=kind, ref=_ref(obj, kind))
         self.objects.sources[key] = file
+        self._first[key] = obj
+        return True
 
 
 def _case_hint(obj: Obj, field_name: str) -> str:

@@ -1729,12 +1729,6 @@ def test_amd_single_gpu(state, capsys):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="state loading: the same Namespace manifest in several files (each AMD demo file carries "
-    "`Namespace gpu-test`) is rejected as a duplicate object, so the whole state directory is unusable; "
-    "kubectl apply accepts it and the simulate contract skips Namespaces",
-)
 def test_amd_demo_files_sharing_a_namespace(state, capsys):
     state.fixture(
         AMD_SLICE,

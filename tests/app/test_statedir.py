@@ -384,3 +384,13 @@ def test_loaded_objects_are_private_copies(tmp_path: Path) -> None:
     first = load_state(tmp_path)
     first.pods[0]["spec"]["resourceClaims"].clear()
     assert load_state(tmp_path).pods[0]["spec"]["resourceClaims"]
+
+
+def test_identical_repeats_are_loaded_once_and_differing_duplicates_fail(tmp_path: Path) -> None:
+    # Demo sets repeat their Namespace in every file; kubectl apply accepts identical repeats.
+    write(tmp_path, "a.yaml", NAMESPACE, NODE)
+    write(tmp_path, "b.yaml", NAMESPACE)
+    assert names(load_state(tmp_path).namespaces) == ["team-a"]
+    write(tmp_path, "c.yaml", NAMESPACE.replace("name: team-a", "name: team-a, labels: {x: y}"))
+    with pytest.raises(StateLoadError, match="duplicate object"):
+        load_state(tmp_path)
