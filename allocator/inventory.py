@@ -179,6 +179,9 @@ class Inventory:
     def node_names(self) -> list[str]:
         return list(self._nodes)
 
+    def slice(self, name: str) -> ResourceSlice | None:
+        return self._slices.get(name)
+
     def slices(self) -> Iterable[ResourceSlice]:
         return self._slices.values()
 

@@ -49,18 +49,27 @@ MAX_DEVICES_PER_CLAIM = 32
 
 
 class _Path:
-    """Builds field paths for error messages: ``spec.devices.requests[0].name``."""
+    """Field paths for error messages (``spec.devices.requests[0].name``), formatted only when an error
+    is raised: parsing builds many paths and almost never needs one."""
 
-    __slots__ = ("obj", "path")
+    __slots__ = ("name", "obj", "parent")
 
-    def __init__(self, obj: str, path: str = "") -> None:
+    def __init__(self, obj: str, parent: _Path | None = None, name: str | int | None = None) -> None:
         self.obj = obj
-        self.path = path
+        self.parent = parent
+        self.name = name
 
     def __truediv__(self, name: str | int) -> _Path:
-        if isinstance(name, int):
-            return _Path(self.obj, f"{self.path}[{name}]")
-        return _Path(self.obj, f"{self.path}.{name}" if self.path else name)
+        return _Path(self.obj, self, name)
+
+    @property
+    def path(self) -> str:
+        parts: list[str] = []
+        node: _Path | None = self
+        while node is not None and node.name is not None:
+            parts.append(f"[{node.name}]" if isinstance(node.name, int) else f".{node.name}")
+            node = node.parent
+        return "".join(reversed(parts)).lstrip(".")
 
     def __str__(self) -> str:
         return f"{self.obj}: {self.path}" if self.path else self.obj
@@ -254,6 +263,9 @@ class Device:
     binding_conditions: tuple[str, ...]
     binding_failure_conditions: tuple[str, ...]
     allow_multiple_allocations: bool
+    raw: Mapping[str, Any]
+    """The API dict it was parsed from: an unchanged device in a slice update keeps its parsed object,
+    and with it every cached selector result."""
 
     @property
     def driver(self) -> str:
@@ -411,6 +423,7 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
             data.get("bindingFailureConditions"), at / "bindingFailureConditions"
         ),
         allow_multiple_allocations=multi,
+        raw=data,
     )
 
 
@@ -430,8 +443,26 @@ def _counters(raw: Any, at: _Path) -> dict[str, Quantity]:
     return result
 
 
-def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
-    """Convert a resource.k8s.io/v1 ResourceSlice dict. Raises InvalidInputError naming the field."""
+def _parse_devices(
+    raw: Any, driver: str, pool: str, at: _Path, previous: ResourceSlice | None
+) -> tuple[Device, ...]:
+    known = (
+        {d.name: d for d in previous.devices}
+        if previous is not None and (previous.driver, previous.pool) == (driver, pool)
+        else {}
+    )
+    devices = []
+    for i, data in enumerate(_list(raw, at)):
+        old = known.get(data.get("name")) if isinstance(data, Mapping) else None
+        devices.append(old if old is not None and old.raw == data else _parse_device(data, driver, pool, at / i))
+    return tuple(devices)
+
+
+def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None = None) -> ResourceSlice:
+    """Convert a resource.k8s.io/v1 ResourceSlice dict. Raises InvalidInputError naming the field.
+
+    ``previous``: the slice this one replaces; its devices are reused where their API dict is unchanged.
+    """
     _, name, at = _object_name("ResourceSlice", obj)
     spec = _mapping(obj.get("spec"), at / "spec", required=True)
     driver = _str(spec.get("driver"), at / "spec" / "driver", required=True)
@@ -467,10 +498,7 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
         per_device_node_selection=_bool(
             spec.get("perDeviceNodeSelection"), at / "spec" / "perDeviceNodeSelection"
         ),
-        devices=tuple(
-            _parse_device(d, driver, pool_name, at / "spec" / "devices" / i)
-            for i, d in enumerate(_list(spec.get("devices"), at / "spec" / "devices"))
-        ),
+        devices=_parse_devices(spec.get("devices"), driver, pool_name, at / "spec" / "devices", previous),
         shared_counters=shared,
         resource_version=str(meta.get("resourceVersion") or ""),
     )

@@ -78,7 +78,7 @@ class ClusterState:
         """Add or replace one object. Raises InvalidInputError (state unchanged) if it cannot be parsed."""
         key = object_key(kind, obj)
         if kind == "ResourceSlice":
-            self.inventory.upsert_slice(parse_resource_slice(obj))
+            self.inventory.upsert_slice(parse_resource_slice(obj, self.inventory.slice(key)))
         elif kind == "DeviceClass":
             self.inventory.upsert_class(parse_device_class(obj))
         elif kind == "DeviceTaintRule":
