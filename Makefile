@@ -13,15 +13,11 @@ $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.lock
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . \
-		|| $(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 run: $(STAMP)
-	@echo "dra-extender: serving the demo cluster ($(STATE)) on http://$(HOST):$(PORT)"
-	@echo "  try: curl -s http://$(HOST):$(PORT)/healthz"
-	@echo "       curl -s -XPOST http://$(HOST):$(PORT)/scheduler/filter -d @examples/requests/filter-two-gpus.json"
-	@echo "       $(BIN)/dra-extender simulate --state $(STATE)"
+	@echo "dra-extender: starting on $(STATE); in another shell try the requests in examples/requests/ (README)"
 	$(BIN)/dra-extender serve --state $(STATE) --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)

@@ -205,7 +205,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="n1,n2",
         help="candidate nodes in this order (default: every node, sorted by name)",
     )
-    sim.add_argument("--device-selection", choices=DEVICE_SELECTION_POLICIES, default="first-fit")
+    sim.add_argument(
+        "--device-selection",
+        choices=DEVICE_SELECTION_POLICIES,
+        default="first-fit",
+        help="how devices are chosen on a node; first-fit is upstream's order (default)",
+    )
+    sim.epilog = (
+        "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
+    )
     return parser
 
 
@@ -217,6 +225,7 @@ def _banner(
     summary: Mapping[str, int],
     example_pod: Mapping[str, Any] | None,
     example_node: str | None,
+    node_names: Sequence[str] = (),
 ) -> str:
     server = settings.server
     url = f"http://{server.host}:{server.port}"
@@ -227,11 +236,21 @@ def _banner(
         f"dra-extender: serving {url} (kube-scheduler urlPrefix: {url}/scheduler; API docs: {url}/docs)",
         "try:",
         f"  curl -s {url}/healthz",
-        f"  curl -s -XPOST {url}/scheduler/filter -H 'Content-Type: application/json' -d @filter-request.json"
-        '   # ExtenderArgs: {"Pod": {...}, "NodeNames": [...]}',
     ]
     if example_pod is not None and example_node is not None:
         meta = example_pod.get("metadata") or {}
+        # The fields the extender reads; kube-scheduler sends the whole Pod.
+        pod = {
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta},
+            "spec": {"resourceClaims": (example_pod.get("spec") or {}).get("resourceClaims") or []},
+            "status": {
+                "resourceClaimStatuses": (example_pod.get("status") or {}).get("resourceClaimStatuses") or []
+            },
+        }
+        args = orjson.dumps({"Pod": pod, "NodeNames": list(node_names)}).decode()
+        lines.append(
+            f"  curl -s -XPOST {url}/scheduler/filter -H 'Content-Type: application/json' -d '{args}'"
+        )
         bind = orjson.dumps(
             {
                 "PodName": meta.get("name"),
@@ -279,7 +298,13 @@ def _serve(args: argparse.Namespace) -> int:
         log.debug("%s", note)
     example_pod, example_node = _bind_example(runtime.service)
     print(
-        _banner(settings, state_summary(runtime.state), example_pod, example_node),
+        _banner(
+            settings,
+            state_summary(runtime.state),
+            example_pod,
+            example_node,
+            sorted(runtime.state.objects["Node"]),
+        ),
         file=sys.stderr,
         flush=True,
     )
