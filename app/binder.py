@@ -9,6 +9,12 @@ What is written mirrors upstream's PreBind + Bind (extender-protocol.md ยง4.3, ย
 ``resource.kubernetes.io/delete-protection``, ``status.allocation`` (with ``allocationTimestamp`` only
 where binding conditions apply), the pod appended to ``status.reservedFor`` as
 ``{resource: pods, name, uid}``, and ``spec.nodeName`` on the pod.
+
+A pod with extended resources backed by DRA (``app.extended``) also gets its extended-resource claim
+created (``BindPlan.extended``: the claim, its allocation, written like the others) and
+``pod.status.extendedResourceClaimStatus`` set, before the pod is bound; a failed bind creates nothing.
+A ``ClaimDeleter`` (``StateBinder`` is one) also removes an extended-resource claim left from an earlier
+attempt, as kube-scheduler's PostFilter does.
 """
 
 from __future__ import annotations
@@ -17,12 +23,21 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from app.cluster import ClusterState
 from app.podclaims import PodClaim
 
-__all__ = ["FINALIZER", "BindError", "BindPlan", "Binder", "StateBinder", "claim_after_bind"]
+__all__ = [
+    "FINALIZER",
+    "BindError",
+    "BindPlan",
+    "Binder",
+    "ClaimDeleter",
+    "ExtendedBind",
+    "StateBinder",
+    "claim_after_bind",
+]
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 
@@ -32,17 +47,42 @@ class BindError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class ExtendedBind:
+    """The extended-resource claim a bind creates (KEP-5004): ``claim`` is the ResourceClaim to create
+    (name chosen, unallocated), ``allocation`` its ``status.allocation``, ``pod_status`` the pod's
+    ``status.extendedResourceClaimStatus``."""
+
+    claim: Mapping[str, Any]
+    allocation: dict[str, Any]
+    pod_status: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        meta = self.claim.get("metadata") or {}
+        return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+@dataclass(frozen=True, slots=True)
 class BindPlan:
-    """What a bind writes: the pod, the node, and per claim the new allocation (None: already allocated)."""
+    """What a bind writes: the pod, the node, per claim the new allocation (None: already allocated), and
+    the extended-resource claim to create (None: the pod needs none on this node)."""
 
     pod: Mapping[str, Any]
     node: str
     claims: tuple[tuple[PodClaim, dict[str, Any] | None], ...]
+    extended: ExtendedBind | None = None
 
 
 class Binder(Protocol):
     def bind(self, plan: BindPlan) -> None:
         """Write ``plan``. Raises BindError with nothing left written."""
+        ...
+
+
+@runtime_checkable
+class ClaimDeleter(Protocol):
+    def delete_claim(self, key: str, uid: str) -> bool:
+        """Delete the ResourceClaim ``namespace/name`` if it still has ``uid``; True when it is gone."""
         ...
 
 
@@ -79,14 +119,35 @@ class StateBinder:
         claims = [claim_after_bind(pc.claim, allocation, plan.pod) for pc, allocation in plan.claims]
         pod = copy.deepcopy(dict(plan.pod))
         pod.setdefault("spec", {})["nodeName"] = plan.node
+        created = None
+        if plan.extended is not None:
+            created = claim_after_bind(plan.extended.claim, plan.extended.allocation, plan.pod)
+            status = pod.get("status")
+            if not isinstance(status, dict):
+                status = pod["status"] = {}
+            status["extendedResourceClaimStatus"] = copy.deepcopy(plan.extended.pod_status)
         with self.lock:
+            if plan.extended is not None and self.state.get("ResourceClaim", plan.extended.key) is not None:
+                raise BindError(f"ResourceClaim {plan.extended.key} already exists")
             snapshot = [self.state.get("ResourceClaim", pc.key) for pc, _ in plan.claims]
             try:
                 for claim in claims:
                     self.state.apply("ResourceClaim", claim)
+                if created is not None:
+                    self.state.apply("ResourceClaim", created)
                 self.state.apply("Pod", pod)
             except Exception as e:
                 for (_claim, _), old in zip(plan.claims, snapshot, strict=True):
                     if old is not None:
                         self.state.apply("ResourceClaim", old)
+                if plan.extended is not None:
+                    self.state.remove("ResourceClaim", plan.extended.key)
                 raise BindError(f"writing the bind failed: {e}") from e
+
+    def delete_claim(self, key: str, uid: str) -> bool:
+        with self.lock:
+            current = self.state.get("ResourceClaim", key)
+            if current is not None and str((current.get("metadata") or {}).get("uid") or "") == uid:
+                self.state.remove("ResourceClaim", key)
+                current = None
+            return current is None

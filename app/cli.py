@@ -47,10 +47,12 @@ EXIT_USAGE = 2
 
 
 def _pod_claim_names(pod: Mapping[str, Any]) -> list[str]:
-    """ResourceClaim names of the pod, in ``spec.resourceClaims`` order; unresolvable entries skipped."""
+    """ResourceClaim names of the pod, in ``spec.resourceClaims`` order (unresolvable entries skipped),
+    then the extended-resource claim of ``status.extendedResourceClaimStatus`` (KEP-5004) if any."""
+    status = pod.get("status") or {}
     statuses = {
         s.get("name"): s.get("resourceClaimName")
-        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        for s in status.get("resourceClaimStatuses") or ()
         if isinstance(s, dict)
     }
     names = []
@@ -60,6 +62,9 @@ def _pod_claim_names(pod: Mapping[str, Any]) -> list[str]:
         )
         if name:
             names.append(name)
+    extended = status.get("extendedResourceClaimStatus")
+    if isinstance(extended, dict) and extended.get("resourceClaimName"):
+        names.append(extended["resourceClaimName"])
     return names
 
 

@@ -2,8 +2,11 @@
 
 * filter: the pod's claims are resolved; a pod without claims passes every node (fast path); allocated
   claims must admit the node through their ``nodeSelector``; the unallocated ones are allocated together
-  on each node. The result per (pod UID, node) is kept for prioritize and bind while the inventory is
-  unchanged.
+  on each node, followed by the node's extended-resource claim when the pod asks for extended resources
+  backed by DRA (``app.extended``, KEP-5004). The result per (pod UID, node) is kept for prioritize and
+  bind while the inventory is unchanged. An extended-resource claim left from an earlier attempt fails
+  every node; as kube-scheduler's PostFilter, the service deletes it (binder permitting) and filters once
+  more, which is the attempt kube-scheduler would make next.
 * prioritize: 0-10 per node from the kept result (packing: prefer nodes the pod fills the most).
 * bind: decide on the chosen node (the kept result while the inventory is unchanged), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
@@ -14,6 +17,7 @@ Decisions hold one lock (the state is a single in-memory index); binder writes h
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,11 +30,14 @@ from allocator.model import Claim
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.search import Allocator
 from allocator.selectors import SelectorCache
-from app.binder import Binder, BindError, BindPlan, StateBinder
+from app.binder import Binder, BindError, BindPlan, ClaimDeleter, ExtendedBind, StateBinder
 from app.cluster import ClusterState, node_from_api
+from app.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
 from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
 
-__all__ = ["FilterOutcome", "SchedulingService"]
+__all__ = ["EffectiveClaims", "FilterOutcome", "SchedulingService"]
+
+log = logging.getLogger(__name__)
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
@@ -50,6 +57,19 @@ class FilterOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    stale_claims: list[tuple[str, str]] = field(default_factory=list)
+    """(key, uid) of extended-resource claims left from an earlier attempt (deleted by ``filter``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveClaims:
+    """The claims a pod needs on one node: ``allocated`` ones (their ``nodeSelector`` must admit the
+    node) and ``pending`` ones to allocate together, in order, the node's extended-resource claim last
+    (``extended``; None when the pod needs none there)."""
+
+    allocated: list[PodClaim]
+    pending: list[Claim]
+    extended: ExtendedClaim | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +77,8 @@ class _Kept:
     revision: int
     allocations: tuple[dict[str, Any], ...]
     score: int
+    extended: ExtendedClaim | None = None
+    """The node's extended-resource claim; its allocation is the last of ``allocations``."""
 
 
 class SchedulingService:
@@ -117,6 +139,51 @@ class SchedulingService:
             return node_from_api(nodes[name])
         return self.state.node(name)
 
+    def _node_object(
+        self, name: str, nodes: Mapping[str, Mapping[str, Any]] | None
+    ) -> Mapping[str, Any] | None:
+        """The core/v1 Node dict (for ``status.allocatable``): as sent by kube-scheduler, else the state's."""
+        if nodes and name in nodes:
+            return nodes[name]
+        return self.state.get("Node", name)
+
+    def _extended(self, pod: Mapping[str, Any]) -> PodExtendedResources | None:
+        """The pod's DRA-backed extended resources. Raises InvalidInputError for a malformed quantity."""
+        return pod_extended_resources(
+            pod,
+            self.state.objects["DeviceClass"].values(),
+            self.state.objects["ResourceClaim"],
+            self.state.gates,
+        )
+
+    def effective_claims(
+        self,
+        pod: Mapping[str, Any],
+        node_name: str,
+        nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> EffectiveClaims:
+        """The claims ``pod`` needs on ``node_name``, the extended-resource claim included (for explain).
+
+        Raises ClaimNotReady (a claim is missing, being deleted, not the pod's, or an extended-resource
+        claim is left from an earlier attempt) or AllocatorError (a claim or the pod is invalid).
+        """
+        with self.lock:
+            pod = self._with_state_status(pod)
+            allocated, pending = self._split_claims(pod_claims(pod, self.state.objects["ResourceClaim"]))
+            extended = self._extended(pod)
+            if extended is not None and extended.stale is not None:
+                raise ClaimNotReady(self._stale_reason(extended))
+            ext = extended.claim_for_node(self._node_object(node_name, nodes)) if extended else None
+            return EffectiveClaims(allocated, [*pending, ext.claim] if ext else pending, ext)
+
+    @staticmethod
+    def _stale_reason(extended: PodExtendedResources) -> str:
+        meta = (extended.stale or {}).get("metadata") or {}
+        return (
+            f"ResourceClaim {meta.get('namespace') or 'default'}/{meta.get('name')}: extended-resource "
+            "claim from an earlier scheduling attempt; it must be deleted before the pod is scheduled again"
+        )
+
     # --- filter -----------------------------------------------------------------------------------
 
     def filter(
@@ -127,7 +194,23 @@ class SchedulingService:
     ) -> FilterOutcome:
         """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them."""
         with self.lock:
-            return self._filter(self._with_state_status(pod), node_names, nodes)
+            pod = self._with_state_status(pod)
+            outcome = self._filter(pod, node_names, nodes)
+        if outcome.stale_claims and self._delete_stale_claims(outcome.stale_claims):
+            # kube-scheduler's PostFilter deleted the claim and the pod is tried again: do that attempt now.
+            with self.lock:
+                outcome = self._filter(pod, node_names, nodes)
+        return outcome
+
+    def _delete_stale_claims(self, claims: list[tuple[str, str]]) -> bool:
+        """Delete leftover extended-resource claims through the binder; False if it cannot or failed."""
+        if not isinstance(self.binder, ClaimDeleter):
+            return False
+        try:
+            return all(self.binder.delete_claim(key, uid) for key, uid in claims)
+        except Exception:
+            log.exception("deleting leftover extended-resource claims %s failed", [k for k, _ in claims])
+            return False
 
     def _filter(
         self, pod: Mapping[str, Any], node_names: Sequence[str], nodes: Mapping[str, Mapping[str, Any]] | None
@@ -139,8 +222,19 @@ class SchedulingService:
         except ClaimNotReady as e:
             outcome.unresolvable = {name: str(e) for name in node_names}
             return outcome
-        if not claims:
+        try:
+            extended = self._extended(pod)
+        except AllocatorError as e:
+            outcome.error = str(e)
+            return outcome
+        if not claims and extended is None:
             outcome.passed = list(node_names)
+            return outcome
+        if extended is not None and extended.stale is not None:
+            meta = extended.stale.get("metadata") or {}
+            key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+            outcome.unresolvable = {name: self._stale_reason(extended) for name in node_names}
+            outcome.stale_claims.append((key, str(meta.get("uid") or "")))
             return outcome
         try:
             allocated, pending = self._split_claims(claims)
@@ -158,8 +252,10 @@ class SchedulingService:
                 outcome.unresolvable[name] = reason
                 continue
             try:
+                ext = extended.claim_for_node(self._node_object(name, nodes)) if extended else None
+                node_pending = [*pending, ext.claim] if ext else pending
                 allocator = Allocator(self.state.inventory, self.selectors)
-                results = allocator.allocate(node, pending) if pending else []
+                results = allocator.allocate(node, node_pending) if node_pending else []
             except NodeLocalError as e:
                 outcome.unresolvable[name] = str(e)
                 continue
@@ -168,11 +264,11 @@ class SchedulingService:
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
                 return outcome
             if results is None:
-                no_fit = diagnose(self.state.inventory, self.selectors, node, pending)
+                no_fit = diagnose(self.state.inventory, self.selectors, node, node_pending)
                 (outcome.unresolvable if no_fit.unresolvable else outcome.failed)[name] = no_fit.reason
                 continue
             outcome.passed.append(name)
-            self._keep((uid, name), _Kept(revision, tuple(results), self._score(node, results)))
+            self._keep((uid, name), _Kept(revision, tuple(results), self._score(node, results), ext))
         return outcome
 
     def _keep(self, key: tuple[str, str], kept: _Kept) -> None:
@@ -271,20 +367,22 @@ class SchedulingService:
             del self._kept[k]
         pending = iter(kept.allocations if kept else ())
         claims = pod_claims(pod, self.state.objects["ResourceClaim"])
-        return BindPlan(
-            pod,
-            node_name,
-            tuple(
-                (pc, None if (pc.claim.get("status") or {}).get("allocation") else next(pending))
-                for pc in claims
-            ),
+        planned = tuple(
+            (pc, None if (pc.claim.get("status") or {}).get("allocation") else next(pending)) for pc in claims
         )
+        extended = None
+        if kept is not None and kept.extended is not None:
+            # The extended-resource claim is allocated last (upstream's claim store keeps it last).
+            extended = ExtendedBind(kept.extended.obj, next(pending), kept.extended.pod_status())
+        return BindPlan(pod, node_name, planned, extended)
 
     @staticmethod
     def _plan_devices(plan: BindPlan) -> tuple[AllocatedDevice, ...]:
+        allocations = [(pc.key, allocation) for pc, allocation in plan.claims if allocation is not None]
+        if plan.extended is not None:
+            allocations.append((plan.extended.key, plan.extended.allocation))
         return tuple(
             device
-            for pc, allocation in plan.claims
-            if allocation is not None
-            for device in allocated_devices(allocation, f"ResourceClaim {pc.key}")
+            for key, allocation in allocations
+            for device in allocated_devices(allocation, f"ResourceClaim {key}")
         )
