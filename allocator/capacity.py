@@ -26,15 +26,23 @@ def _lookup(device: Device, requests: Mapping[str, Quantity]) -> dict[str, Quant
     """Requests keyed by the device's capacity names; None if one names a capacity the device lacks."""
     found = {}
     for name, amount in requests.items():
-        if name in device.capacity:
-            found[name] = amount
-            continue
-        domain, _, ident = name.rpartition("/")
-        if domain == device.driver and ident in device.capacity:
-            found[ident] = amount
-        else:
+        key = _capacity_key(device, name)
+        if key is None:
             return None
+        found[key] = amount
     return found
+
+
+def _capacity_key(device: Device, name: str) -> str | None:
+    """The device's spelling of a requested capacity (upstream ``resolveCapacityName``): the same name;
+    ``<driver>/x`` for a device's bare ``x``; a bare ``x`` for a device's ``<driver>/x``."""
+    if name in device.capacity:
+        return name
+    domain, qualified, ident = name.partition("/")
+    if qualified:
+        return ident if domain == device.driver and ident in device.capacity else None
+    full = f"{device.driver}/{name}"
+    return full if full in device.capacity else None
 
 
 def _rounded(requested: Fraction, policy: RequestPolicy) -> Fraction:
@@ -61,7 +69,8 @@ def _allowed(value: Fraction, policy: RequestPolicy) -> bool:
         if policy.max is not None and value > policy.max.value:
             return False
         if policy.step is not None and policy.step.value > 0:
-            return (value - policy.min.value) % policy.step.value == 0
+            # Integer path, as the rounding: Quantity.Value() of each operand, rounded up.
+            return (_ceil(value) - _ceil(policy.min.value)) % _ceil(policy.step.value) == 0
         return value >= policy.min.value
     if policy.valid_values:
         return any(v.value == value for v in policy.valid_values)

@@ -156,10 +156,23 @@ def _pool_view(
     )
 
 
+MAX_COUNTER_SETS_PER_DEVICE = 2
+"""``ResourceSliceMaxDeviceCounterConsumptionsPerDevice``: ``consumesCounters`` entries per device."""
+
+
 def _counter_reference_problem(
     devices: Iterable[Device], counter_sets: Mapping[str, Mapping[str, Quantity]]
 ) -> str:
     for device in devices:
+        # API validation rejects these slices; one that gets here anyway (a state file) is not used.
+        sets = [c.counter_set for c in device.consumes_counters]
+        if len(sets) > MAX_COUNTER_SETS_PER_DEVICE:
+            return (
+                f"device {device.name} consumes from {len(sets)} counter sets, "
+                f"at most {MAX_COUNTER_SETS_PER_DEVICE} allowed"
+            )
+        if len(set(sets)) != len(sets):
+            return f"device {device.name} lists a counter set more than once in consumesCounters"
         for consumption in device.consumes_counters:
             counters = counter_sets.get(consumption.counter_set)
             if counters is None:

@@ -306,7 +306,10 @@ class Allocator:
         return result
 
     def _evaluate_selectors(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
-        if device.binding_conditions and not self.gates.DRADeviceBindingConditions:
+        # kube-scheduler enables them only with both gates (its DeviceBindingAndStatus feature).
+        if device.binding_conditions and not (
+            self.gates.DRADeviceBindingConditions and self.gates.DRAResourceClaimDeviceStatus
+        ):
             return False
         device_class: DeviceClass = self.inventory.device_class(alt.class_name)  # type: ignore[assignment]
         owner = f"class {device_class.name}"
