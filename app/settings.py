@@ -2,7 +2,8 @@
 
 * ``ServerSettings``: where the HTTP endpoint listens and what it accepts.
 * ``SchedulingSettings``: feature gates and the device selection policy handed to the allocator.
-* ``Settings``: the state directory plus the two above.
+* ``ClusterSettings``: cluster mode (``app.kube``): API server connection, timeouts, backoff, grace periods.
+* ``Settings``: the state directory (offline) or the cluster settings, plus the two above.
 
 Every field documents its unit and why the default was chosen. ``__post_init__`` rejects values that
 cannot work (``ValueError`` naming the field), so a bad flag fails at startup, not on the first request.
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEVICE_SELECTION_POLICIES",
     "LOG_LEVELS",
+    "ClusterSettings",
     "SchedulingSettings",
     "ServerSettings",
     "Settings",
@@ -56,7 +58,22 @@ class ServerSettings:
     log_level: str = "info"
     """Python ``logging`` / uvicorn level name. ``info`` logs startup and one line per request."""
 
+    ssl_certfile: Path | None = None
+    """PEM server certificate: serve HTTPS (kube-scheduler ``enableHTTPS: true`` with a ``tlsConfig.caFile``;
+    without a CA kube-scheduler does not verify). None: plain HTTP, fine on loopback in the sidecar model."""
+
+    ssl_keyfile: Path | None = None
+    """PEM key of ``ssl_certfile``; required with it."""
+
+    ssl_ca_certs: Path | None = None
+    """PEM CA bundle: require and verify client certificates (mTLS; kube-scheduler ``tlsConfig.certFile`` /
+    ``keyFile``). The endpoint has no other authentication, so listen beyond loopback only with this."""
+
     def __post_init__(self) -> None:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile, ssl_keyfile: give both or neither")
+        if self.ssl_ca_certs is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_ca_certs: client certificates need HTTPS (ssl_certfile, ssl_keyfile)")
         if not 0 < self.port < 65536:
             raise ValueError(f"port: must be in 1..65535, got {self.port}")
         if self.max_body_bytes < 1:
@@ -86,12 +103,111 @@ class SchedulingSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """Cluster mode: how the extender reaches the API server, keeps its index current
+    (``app.kube.informers``), writes binds (``app.kube.binder``) and recovers (``app.kube.recovery``)."""
+
+    kubeconfig: Path | None = None
+    """kubeconfig file. None: the first file of ``$KUBECONFIG`` when set, else the in-cluster service
+    account."""
+
+    context: str | None = None
+    """kubeconfig context; None: its ``current-context``."""
+
+    in_cluster: bool = False
+    """Use the pod's service account even when ``$KUBECONFIG`` is set."""
+
+    connect_timeout_seconds: float = 5.0
+    """Seconds to open a connection to the API server. 5 s: the API server is near; longer means it is down,
+    and the caller (informer backoff, bind rollback) should move on."""
+
+    request_timeout_seconds: float = 10.0
+    """Total seconds for one non-watch request (list page, get, put, post). A healthy API server answers in
+    milliseconds; 10 s bounds a hung connection well inside ``bind_timeout_seconds``."""
+
+    watch_timeout_seconds: int = 300
+    """Server-side ``timeoutSeconds`` of each watch; the stream then ends and is reopened from the last
+    resourceVersion (no relist). 300 s: longer values meet client-side timeouts (kubernetes-asyncio #259)."""
+
+    watch_idle_seconds: float = 90.0
+    """No-event deadline of a watch, and its socket read timeout: a watch that delivers nothing (not even a
+    BOOKMARK) for this long is taken for dead and replaced, re-watching from the last resourceVersion. The
+    API server sends bookmarks to watchers that ask for them about once a minute, so 90 s of silence means a
+    half-open connection (kubernetes-asyncio #360), not a quiet resource."""
+
+    list_page_size: int = 500
+    """``limit`` of each list page (the API server default page size), so a relist of a large kind is many
+    small answers instead of one huge one."""
+
+    backoff_initial_seconds: float = 0.5
+    """First wait after a failed list or watch; doubles per consecutive failure."""
+
+    backoff_max_seconds: float = 30.0
+    """Longest wait between attempts: an API server back from an outage is relisted within 30 s."""
+
+    backoff_jitter: float = 0.2
+    """Each wait is multiplied by a random factor in [1 - jitter, 1 + jitter] so replicas do not relist in
+    lockstep after an API server restart. 0..1."""
+
+    bind_timeout_seconds: float = 20.0
+    """Budget for the API writes of one bind; past it the bind is rolled back and answered with ``Error``.
+    Must stay below kube-scheduler's extender ``httpTimeout`` (30 s in ``manifests/``), so the extender
+    decides the outcome, not the scheduler's client timeout."""
+
+    orphan_grace_period_seconds: float = 300.0
+    """A claim allocated and reserved for a pod that is still not bound after this long (the extender
+    stopped between the claim write and the binding) is released. 300 s: far longer than a bind and
+    kube-scheduler's retry backoff (10 s max by default), so a retried bind reuses the allocation first."""
+
+    orphan_check_interval_seconds: float = 30.0
+    """How often claims are checked for orphaned allocations (and expired reservations)."""
+
+    reservation_ttl_seconds: float = 600.0
+    """Devices written by a bind stay reserved until the ResourceClaim watch shows the write. If it never
+    does (watch broken and the write's outcome unknown), the reservation is dropped after this long, with
+    a warning: by then a relist has shown the claim's real state."""
+
+    scheduler_lease: str | None = None
+    """``namespace/name`` of the leader-election Lease of the kube-scheduler this extender is a sidecar of.
+    When set, only the replica next to the leader releases orphaned allocations (standbys keep their index
+    warm and write nothing). None: this is the only replica."""
+
+    def __post_init__(self) -> None:
+        positive = (
+            "connect_timeout_seconds",
+            "request_timeout_seconds",
+            "watch_timeout_seconds",
+            "watch_idle_seconds",
+            "list_page_size",
+            "backoff_initial_seconds",
+            "backoff_max_seconds",
+            "bind_timeout_seconds",
+            "orphan_grace_period_seconds",
+            "orphan_check_interval_seconds",
+            "reservation_ttl_seconds",
+        )
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be positive, got {getattr(self, name)}")
+        if not 0 <= self.backoff_jitter <= 1:
+            raise ValueError(f"backoff_jitter: must be in 0..1, got {self.backoff_jitter}")
+        if self.backoff_max_seconds < self.backoff_initial_seconds:
+            raise ValueError("backoff_max_seconds: must not be below backoff_initial_seconds")
+        if self.scheduler_lease is not None and len(self.scheduler_lease.split("/")) != 2:
+            raise ValueError(f"scheduler_lease: expected namespace/name, got {self.scheduler_lease!r}")
+        if self.in_cluster and self.kubeconfig is not None:
+            raise ValueError("in_cluster, kubeconfig: give one or the other")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything ``serve`` and ``simulate`` need."""
 
-    state_dir: Path
-    """Directory (or single file) of manifests the cluster state is loaded from (``app.statedir``). No
-    default: an extender without a state has nothing to allocate."""
+    state_dir: Path | None
+    """Directory (or single file) of manifests the cluster state is loaded from (``app.statedir``); None in
+    cluster mode (``cluster``). No default: an extender without a state has nothing to allocate."""
 
     server: ServerSettings = field(default_factory=ServerSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    cluster: ClusterSettings | None = None
+    """Cluster mode (list+watch the API server, write binds to it) instead of ``state_dir``."""

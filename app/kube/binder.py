@@ -1,0 +1,426 @@
+"""``KubeBinder``: a bind decision written to the API server the way kube-scheduler's PreBind + Bind do.
+
+Per claim of the plan, in the pod's ``spec.resourceClaims`` order (upstream ``bindClaim``,
+extender-protocol.md §5.2), each step with the claim's resourceVersion as precondition:
+
+1. the claim is being deleted → fail; allocating, but the claim already has an allocation → fail ("got
+   allocated elsewhere"), unless it is reserved for this very pod (an earlier attempt of this bind wrote
+   it: nothing to do, which makes a retried bind idempotent and reuses an allocation left by a crash);
+2. allocating and the finalizer ``resource.kubernetes.io/delete-protection`` missing → ``PUT`` the claim
+   with it (main resource: ``/status`` drops metadata changes);
+3. ``PUT .../status`` with ``status.allocation`` (when allocating) and the pod appended to
+   ``status.reservedFor`` as ``{resource: pods, name, uid}``;
+
+a 409 on step 2 or 3 re-reads the claim from the API server (the index may be stale) and starts over, at
+most ``CONFLICT_ATTEMPTS`` times (client-go ``retry.DefaultRetry``). Then, for a pod with DRA-backed
+extended resources (``BindPlan.extended``), the special claim is created, written like the others, and
+``pod.status.extendedResourceClaimStatus`` is patched. Last, ``POST pods/{name}/binding`` with the pod's UID
+as precondition; a 409 "already assigned to node X" is success only when X is the chosen node.
+
+Any failure rolls back what this bind wrote, newest first: the pod status patch, the reservedFor entry and
+the allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind
+answers ``Error``. When the binding request may have reached the server but got no answer, and the pod
+cannot be re-read, nothing is rolled back (a bound pod whose claims were released could never start):
+the allocation stays, and recovery (``app.kube.recovery``) either sees the pod bound or releases it after
+the grace period.
+
+After each allocation write the devices stay reserved in the index until the ResourceClaim watch shows
+the write (``app.kube.reservations``), so filters running meanwhile treat them as used.
+
+``bind`` is synchronous (the ``Binder`` protocol; the API layer runs it in a worker thread) and runs the
+writes on the event loop that owns the client (``loop``). One bind per pod at a time: a concurrent bind of
+the same pod (kube-scheduler retrying while the first is still writing) fails at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import re
+import threading
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.errors import InvalidInputError
+from allocator.inventory import allocated_devices
+from allocator.nodeselector import Node, parse_node_selector
+from app.binder import FINALIZER, BindError, BindPlan, claim_after_bind
+from app.cluster import ClusterState
+from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
+from app.kube.clock import Clock, SystemClock
+from app.kube.reservations import WrittenReservations
+from app.podclaims import pod_key
+from app.settings import ClusterSettings
+
+__all__ = ["CONFLICT_ATTEMPTS", "KubeBinder"]
+
+log = logging.getLogger(__name__)
+
+CONFLICT_ATTEMPTS = 5
+"""Attempts per claim on 409 Conflict (client-go ``retry.DefaultRetry``: 5 steps)."""
+
+_ALREADY_ASSIGNED = re.compile(r'is already assigned to node "([^"]*)"')
+
+
+@dataclass(slots=True)
+class _Written:
+    """What this bind wrote to one claim (for rollback)."""
+
+    key: str
+    uid: str
+    allocated: bool = False
+    finalizer_added: bool = False
+    status_written: bool = False
+    created: bool = False
+
+
+@dataclass(slots=True)
+class _Journal:
+    claims: list[_Written]
+    pod_status_patched: bool = False
+    outcome_unknown: bool = False
+
+    def entry(self, key: str, uid: str) -> _Written:
+        for written in self.claims:
+            if written.key == key:
+                return written
+        written = _Written(key, uid)
+        self.claims.append(written)
+        return written
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+class KubeBinder:
+    """Writes bind plans to the API server. ``claims``: the ResourceClaim Resource (set after discovery);
+    ``loop``: the event loop the client runs on (set when the runtime starts)."""
+
+    def __init__(
+        self,
+        client: Any,
+        state: ClusterState,
+        lock: AbstractContextManager[Any],
+        reservations: WrittenReservations,
+        settings: ClusterSettings,
+        *,
+        clock: Clock | None = None,
+        claims: Resource | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.lock = lock
+        self.reservations = reservations
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.claims = claims
+        self.loop = loop
+        self._inflight: dict[str, str] = {}
+        self._inflight_lock = threading.Lock()
+
+    # --- synchronous entry points (worker threads) --------------------------------------------------------
+
+    def _run(self, coro: Any) -> Any:
+        loop = self.loop
+        if loop is None or self.claims is None:
+            coro.close()
+            raise BindError("dra-extender is not connected to the API server yet")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            coro.close()
+            raise RuntimeError("KubeBinder blocks until the writes are done: call it from a worker thread")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    def bind(self, plan: BindPlan) -> None:
+        """Write ``plan``. Raises BindError (everything written rolled back, or left for recovery)."""
+        uid = str(_meta(plan.pod).get("uid") or "")
+        with self._inflight_lock:
+            if uid in self._inflight:
+                raise BindError(f"pod {pod_key(plan.pod)}: another bind of this pod is in progress")
+            self._inflight[uid] = pod_key(plan.pod)
+        try:
+            self._run(self.bind_async(plan))
+        finally:
+            with self._inflight_lock:
+                self._inflight.pop(uid, None)
+
+    def in_flight(self) -> set[str]:
+        """UIDs of the pods being bound right now."""
+        with self._inflight_lock:
+            return set(self._inflight)
+
+    def delete_claim(self, key: str, uid: str) -> bool:
+        """``ClaimDeleter``: delete ResourceClaim ``key`` if it still has ``uid``; True when it is gone."""
+        return bool(self._run(self._delete_claim(key, uid)))
+
+    async def _delete_claim(self, key: str, uid: str) -> bool:
+        assert self.claims is not None
+        namespace, name = _split(key)
+        try:
+            answer = await self.client.delete(self.claims, namespace, name, uid=uid)
+        except NotFoundError:
+            return True
+        except ConflictError:
+            return False  # another claim of that name now
+        except KubeAPIError as e:
+            raise BindError(f"deleting ResourceClaim {key}: {e}") from e
+        # A claim with finalizers is only marked for deletion (its answer is the claim itself).
+        return not _meta(answer).get("finalizers")
+
+    # --- the bind -----------------------------------------------------------------------------------------
+
+    async def bind_async(self, plan: BindPlan) -> None:
+        """The writes of ``plan`` (see the module docstring). Raises BindError."""
+        journal = _Journal([])
+        try:
+            async with self.clock.timeout(self.settings.bind_timeout_seconds):
+                for pod_claim, allocation in plan.claims:
+                    await self._bind_claim(pod_claim.key, pod_claim.claim, allocation, plan, journal)
+                extended = getattr(plan, "extended", None)
+                if extended is not None:
+                    await self._bind_extended(extended, plan, journal)
+                await self._post_binding(plan, journal)
+        except (BindError, KubeAPIError, TimeoutError) as e:
+            message = (
+                str(e)
+                if not isinstance(e, TimeoutError)
+                else (f"the writes took longer than {self.settings.bind_timeout_seconds}s")
+            )
+            if journal.outcome_unknown:
+                log.error(
+                    "bind pod=%s node=%s: %s; outcome unknown, writes left for recovery",
+                    pod_key(plan.pod),
+                    plan.node,
+                    message,
+                )
+                raise BindError(f"pod {pod_key(plan.pod)}: {message} (outcome unknown)") from e
+            await self._rollback(plan, journal)
+            raise BindError(f"pod {pod_key(plan.pod)}: {message}") from e
+
+    async def _fresh(self, key: str) -> dict[str, Any]:
+        assert self.claims is not None
+        namespace, name = _split(key)
+        try:
+            claim: dict[str, Any] = await self.client.get(self.claims, namespace, name)
+        except NotFoundError as e:
+            raise BindError(f"ResourceClaim {key} was deleted") from e
+        return claim
+
+    async def _bind_claim(
+        self,
+        key: str,
+        known: Mapping[str, Any],
+        allocation: dict[str, Any] | None,
+        plan: BindPlan,
+        journal: _Journal,
+        *,
+        created: bool = False,
+    ) -> None:
+        assert self.claims is not None
+        pod_uid = str(_meta(plan.pod).get("uid") or "")
+        devices = allocated_devices(allocation, f"ResourceClaim {key}") if allocation else ()
+        # The index holds v1; writes must carry the claim as the server serves it.
+        claim = dict(known) if self.claims.version == "v1" or created else await self._fresh(key)
+        uid = str(_meta(known).get("uid") or "")
+        stale = {str(_meta(known).get("resourceVersion") or "")}
+        last: ConflictError | None = None
+        for attempt in range(CONFLICT_ATTEMPTS):
+            if attempt:
+                claim = await self._fresh(key)
+            meta = _meta(claim)
+            stale.add(str(meta.get("resourceVersion") or ""))
+            if uid and meta.get("uid") != uid:
+                raise BindError(f"ResourceClaim {key} was replaced by a new claim of the same name")
+            if meta.get("deletionTimestamp"):
+                raise BindError(f"ResourceClaim {key} is being deleted")
+            status = claim.get("status") or {}
+            reserved = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
+            mine = any(r.get("uid") == pod_uid for r in reserved)
+            if status.get("allocation"):
+                if mine:
+                    self._check_node(key, status["allocation"], plan.node)
+                    return  # written by an earlier attempt of this bind
+                if allocation is not None:
+                    raise BindError(f"ResourceClaim {key} got allocated elsewhere in the meantime")
+            elif allocation is None:
+                raise BindError(f"ResourceClaim {key} was deallocated in the meantime")
+            written = journal.entry(key, str(meta.get("uid") or uid))
+            written.created = written.created or created
+            try:
+                if allocation is not None and FINALIZER not in (meta.get("finalizers") or ()):
+                    body = copy.deepcopy(claim)
+                    body["metadata"]["finalizers"] = [*(meta.get("finalizers") or ()), FINALIZER]
+                    claim = await self.client.replace(self.claims, body)
+                    written.finalizer_added = True
+                    stale.add(str(_meta(claim).get("resourceVersion") or ""))
+                body = claim_after_bind(claim, allocation, plan.pod)
+                try:
+                    await self.client.replace(self.claims, body, subresource="status")
+                except TransportError as e:
+                    if e.sent:
+                        # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
+                        written.status_written = True
+                        written.allocated = allocation is not None
+                        if devices:
+                            self.reservations.hold(key, devices, stale, created=created)
+                    raise
+                written.status_written = True
+                written.allocated = allocation is not None
+                if devices:
+                    self.reservations.hold(key, devices, stale, created=created)
+                return
+            except ConflictError as e:
+                last = e
+                log.debug("ResourceClaim %s: conflict (attempt %d): %s", key, attempt + 1, e)
+        raise BindError(f"ResourceClaim {key}: still conflicting after {CONFLICT_ATTEMPTS} attempts: {last}")
+
+    def _check_node(self, key: str, allocation: Mapping[str, Any], node: str) -> None:
+        selector = allocation.get("nodeSelector")
+        if not selector:
+            return
+        with self.lock:
+            known = self.state.node(node) or Node(node, {})
+        try:
+            admits = parse_node_selector(selector, f"ResourceClaim {key}: nodeSelector").matches(known)
+        except InvalidInputError:
+            admits = False
+        if not admits:
+            raise BindError(f"ResourceClaim {key} is allocated for other nodes than {node}")
+
+    async def _bind_extended(self, extended: Any, plan: BindPlan, journal: _Journal) -> None:
+        """KEP-5004: create the extended-resource claim, allocate it like the others, point the pod at it."""
+        assert self.claims is not None
+        if self.claims.version not in ("v1", "v1beta2"):
+            raise BindError(
+                f"extended-resource claims need resource.k8s.io/v1 or v1beta2 (served: {self.claims.version})"
+            )
+        body = copy.deepcopy(dict(extended.claim))
+        body["apiVersion"] = self.claims.api_version
+        body["kind"] = "ResourceClaim"
+        body.pop("status", None)
+        namespace = str(_meta(body).get("namespace") or "default")
+        created = await self.client.create(self.claims, namespace, body)
+        key = f"{namespace}/{_meta(created).get('name')}"
+        journal.entry(key, str(_meta(created).get("uid") or "")).created = True
+        await self._bind_claim(key, created, extended.allocation, plan, journal, created=True)
+        pod_namespace, pod_name = _split(pod_key(plan.pod))
+        await self.client.patch(
+            CORE_PODS,
+            pod_namespace,
+            pod_name,
+            {"status": {"extendedResourceClaimStatus": extended.pod_status}},
+            subresource="status",
+        )
+        journal.pod_status_patched = True
+
+    async def _post_binding(self, plan: BindPlan, journal: _Journal) -> None:
+        meta = _meta(plan.pod)
+        namespace, name = _split(pod_key(plan.pod))
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": meta.get("uid")},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": plan.node},
+        }
+        try:
+            await self.client.create(CORE_PODS, namespace, body, name=name, subresource="binding")
+        except ConflictError as e:
+            match = _ALREADY_ASSIGNED.search(e.message)
+            if match and match.group(1) == plan.node:
+                return  # a retried bind: bound by an earlier attempt
+            raise BindError(f"binding to node {plan.node}: {e.message}") from e
+        except TransportError as e:
+            if not e.sent:
+                raise
+            # The server may have bound the pod: ask it before deciding.
+            try:
+                pod = await self.client.get(CORE_PODS, namespace, name)
+            except KubeAPIError:
+                journal.outcome_unknown = True
+                raise e from None
+            if (
+                _meta(pod).get("uid") == meta.get("uid")
+                and (pod.get("spec") or {}).get("nodeName") == plan.node
+            ):
+                return
+            raise
+
+    # --- rollback -----------------------------------------------------------------------------------------
+
+    async def _rollback(self, plan: BindPlan, journal: _Journal) -> None:
+        pod_uid = str(_meta(plan.pod).get("uid") or "")
+        if journal.pod_status_patched:
+            namespace, name = _split(pod_key(plan.pod))
+            try:
+                await self.client.patch(
+                    CORE_PODS,
+                    namespace,
+                    name,
+                    {"status": {"extendedResourceClaimStatus": None}},
+                    subresource="status",
+                )
+            except KubeAPIError as e:
+                log.error("rollback pod=%s: clearing extendedResourceClaimStatus: %s", pod_key(plan.pod), e)
+        for written in reversed(journal.claims):
+            try:
+                await self._rollback_claim(written, pod_uid)
+            except KubeAPIError as e:
+                # The write stays in the API; its devices stay reserved until the watch shows the claim.
+                log.error("rollback pod=%s: ResourceClaim %s: %s", pod_key(plan.pod), written.key, e)
+                continue
+            self.reservations.release(written.key)
+
+    async def _rollback_claim(self, written: _Written, pod_uid: str) -> None:
+        assert self.claims is not None
+        namespace, name = _split(written.key)
+        last: ConflictError | None = None
+        for _attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                claim = await self.client.get(self.claims, namespace, name)
+            except NotFoundError:
+                return
+            meta = _meta(claim)
+            if written.uid and meta.get("uid") != written.uid:
+                return
+            try:
+                status = claim.get("status") or {}
+                if written.status_written:
+                    reserved = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
+                    keep = [r for r in reserved if r.get("uid") != pod_uid]
+                    body = copy.deepcopy(claim)
+                    new_status = body.setdefault("status", {})
+                    changed = len(keep) != len(reserved)
+                    new_status["reservedFor"] = keep or None
+                    if written.allocated and not keep and status.get("allocation"):
+                        new_status["allocation"] = None
+                        new_status["devices"] = None
+                        changed = True
+                    if changed:
+                        claim = await self.client.replace(self.claims, body, subresource="status")
+                        meta = _meta(claim)
+                if written.finalizer_added and not (claim.get("status") or {}).get("allocation"):
+                    finalizers = list(meta.get("finalizers") or ())
+                    if FINALIZER in finalizers:
+                        body = copy.deepcopy(claim)
+                        body["metadata"]["finalizers"] = [f for f in finalizers if f != FINALIZER] or None
+                        claim = await self.client.replace(self.claims, body)
+                if written.created:
+                    await self.client.delete(self.claims, namespace, name, uid=written.uid or None)
+                return
+            except ConflictError as e:
+                last = e
+        raise last or ConflictError(409, "Conflict", "rollback kept conflicting")

@@ -1,0 +1,385 @@
+"""The only module that talks to the Kubernetes API server.
+
+kubernetes-asyncio supplies the connection (kubeconfig or in-cluster configuration, TLS, bearer-token refresh,
+the aiohttp session); every call goes through ``ApiClient.call_api`` with ``_preload_content=False`` and the
+raw body is parsed with orjson (its model deserialisation is ~36x slower, ecosystem-aesthetics.md §4.2).
+Objects in and out are plain API-shaped dicts.
+
+Timeouts (``ClusterSettings``): every request has a connect timeout; ordinary requests a total timeout;
+watches a socket read timeout (a half-dead TCP connection otherwise hangs forever: kubernetes-asyncio
+#360).
+
+Exceptions::
+
+    KubeAPIError            a call failed; .status (HTTP code, 0 without an answer), .reason, .message
+    ├── ConflictError       409: resourceVersion or UID precondition failed, "already assigned to node"
+    ├── GoneError           410: the resourceVersion is too old (watch, list continuation)
+    ├── NotFoundError       404
+    └── TransportError      no HTTP answer (connection refused or reset, timeout); ``.sent`` is False only
+                            when the request certainly never reached the server (connect failure)
+
+``retry_after`` carries the ``Retry-After`` seconds of a 429/503 answer, else None.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import config as kube_config
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+__all__ = [
+    "COORDINATION_LEASES",
+    "CORE_NAMESPACES",
+    "CORE_NODES",
+    "CORE_PODS",
+    "ConflictError",
+    "GoneError",
+    "KubeAPIError",
+    "KubeClient",
+    "NotFoundError",
+    "Resource",
+    "TransportError",
+    "kubeconfig_path",
+]
+
+log = logging.getLogger(__name__)
+
+_AUTH = ["BearerToken"]
+
+
+class KubeAPIError(Exception):
+    """A Kubernetes API call failed. ``status``: HTTP status code (0: no answer)."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}" if status else message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+
+class ConflictError(KubeAPIError):
+    """409 Conflict: a precondition (resourceVersion, UID) failed or the change is not allowed now."""
+
+
+class GoneError(KubeAPIError):
+    """410 Gone: the requested resourceVersion has been compacted; relist."""
+
+
+class NotFoundError(KubeAPIError):
+    """404 Not Found."""
+
+
+class TransportError(KubeAPIError):
+    """No HTTP answer. ``sent`` is False when the request never reached the server (connect failure)."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(0, "Transport", message)
+        self.sent = sent
+
+
+_BY_STATUS: dict[int, type[KubeAPIError]] = {404: NotFoundError, 409: ConflictError, 410: GoneError}
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One API resource: ``group`` ("" for core), ``version``, ``plural`` (URL name), ``kind``."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        """``/api/v1/namespaces/ns/pods/name/binding`` and the like; no namespace = all namespaces."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace is not None:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+CORE_NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+CORE_NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+CORE_PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
+COORDINATION_LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+
+
+def kubeconfig_path(explicit: Path | None) -> Path | None:
+    """``explicit``, else the first entry of ``$KUBECONFIG``, else None (in-cluster configuration)."""
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("KUBECONFIG", "")
+    first = next((p for p in env.split(os.pathsep) if p), None)
+    return Path(first) if first else None
+
+
+def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIError:
+    reason, message = "", body.decode("utf-8", "replace")[:500]
+    try:
+        parsed = orjson.loads(body)
+        if isinstance(parsed, dict):
+            reason = str(parsed.get("reason") or "")
+            message = str(parsed.get("message") or message)
+    except orjson.JSONDecodeError:
+        pass
+    seconds: float | None = None
+    if retry_after:
+        try:
+            seconds = float(retry_after)
+        except ValueError:
+            seconds = None
+    return _BY_STATUS.get(status, KubeAPIError)(status, reason, message, seconds)
+
+
+class KubeClient:
+    """Raw, orjson-parsed calls to one API server. Create with ``connect`` inside the event loop that uses it.
+
+    ``request_timeout``: total seconds for one non-watch request; ``connect_timeout``: seconds to open a
+    connection; ``watch_read_timeout``: seconds a watch may go without receiving a byte.
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        request_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        watch_read_timeout: float = 90.0,
+    ) -> None:
+        self._api = api
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
+        self._watch_timeout = aiohttp.ClientTimeout(
+            sock_connect=connect_timeout, sock_read=watch_read_timeout
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        kubeconfig: Path | None = None,
+        *,
+        context: str | None = None,
+        in_cluster: bool = False,
+        request_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+        watch_read_timeout: float = 90.0,
+    ) -> KubeClient:
+        """Load the kubeconfig (``kubeconfig``, else ``$KUBECONFIG``) or the in-cluster configuration.
+
+        Raises ``kubernetes_asyncio.config.ConfigException`` (or OSError) when neither can be loaded.
+        """
+        configuration = Configuration()
+        path = None if in_cluster else kubeconfig_path(kubeconfig)
+        if path is not None:
+            await kube_config.load_kube_config(
+                config_file=str(path),
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        else:
+            kube_config.load_incluster_config(client_configuration=configuration)
+        return cls(
+            ApiClient(configuration),
+            request_timeout=request_timeout,
+            connect_timeout=connect_timeout,
+            watch_read_timeout=watch_read_timeout,
+        )
+
+    @property
+    def host(self) -> str:
+        return str(self._api.configuration.host)
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    # --- plumbing -------------------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send one request and return the open response (status checked). Raises KubeAPIError."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            response: aiohttp.ClientResponse = await self._api.call_api(
+                path,
+                method,
+                query_params=list(query),
+                header_params=headers,
+                body=dict(body) if body is not None else None,
+                auth_settings=_AUTH,
+                _preload_content=False,
+                _request_timeout=timeout or self._timeout,
+            )
+        except aiohttp.ClientConnectorError as e:
+            raise TransportError(f"{method} {path}: cannot connect: {e}", sent=False) from e
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise TransportError(f"{method} {path}: {type(e).__name__}: {e}", sent=True) from e
+        if not 200 <= response.status <= 299:
+            try:
+                data = await response.read()
+            except (aiohttp.ClientError, TimeoutError):
+                data = b""
+            finally:
+                response.release()
+            raise _status_error(response.status, data, response.headers.get("Retry-After"))
+        return response
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = await self._send(method, path, **kwargs)
+        try:
+            data = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise TransportError(f"{method} {path}: reading the answer: {e}", sent=True) from e
+        finally:
+            response.release()
+        try:
+            parsed = orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError as e:
+            raise KubeAPIError(response.status, "BadResponse", f"{method} {path}: not JSON: {e}") from e
+        if not isinstance(parsed, dict):
+            raise KubeAPIError(response.status, "BadResponse", f"{method} {path}: not a JSON object")
+        return parsed
+
+    # --- discovery ------------------------------------------------------------------------------------
+
+    async def api_group(self, group: str) -> dict[str, Any]:
+        """``GET /apis/{group}`` (an APIGroup: ``versions[].version``). NotFoundError when not served."""
+        return await self._json("GET", f"/apis/{group}")
+
+    async def api_resources(self, group: str, version: str) -> dict[str, Any]:
+        """``GET /apis/{group}/{version}`` (an APIResourceList: ``resources[].name/kind/namespaced``)."""
+        return await self._json("GET", f"/apis/{group}/{version}")
+
+    # --- reads ----------------------------------------------------------------------------------------
+
+    async def list(
+        self, resource: Resource, *, limit: int = 500, continue_: str | None = None
+    ) -> dict[str, Any]:
+        """One page of a list across all namespaces: ``{"metadata": {"resourceVersion", "continue"},
+        "items": [...]}``. Items carry no ``kind``/``apiVersion`` (as the API server sends them)."""
+        query = [("limit", str(limit))]
+        if continue_:
+            query.append(("continue", continue_))
+        return await self._json("GET", resource.path(), query=query)
+
+    async def watch(
+        self, resource: Resource, *, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events (``{"type", "object"}``) after ``resource_version``, with bookmarks.
+
+        The server ends the stream after about ``timeout_seconds``; the generator then returns. An ``ERROR``
+        event is raised as the matching KubeAPIError (410 → GoneError). Close the generator (``aclose``) to
+        stop early.
+        """
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        response = await self._send("GET", resource.path(), query=query, timeout=self._watch_timeout)
+        try:
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (aiohttp.ClientError, TimeoutError) as e:
+                    raise TransportError(
+                        f"watch {resource.plural}: {type(e).__name__}: {e}", sent=True
+                    ) from e
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError as e:
+                    raise KubeAPIError(200, "BadResponse", f"watch {resource.plural}: bad event: {e}") from e
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    code = int(status.get("code") or 500)
+                    raise _BY_STATUS.get(code, KubeAPIError)(
+                        code, str(status.get("reason") or ""), str(status.get("message") or "watch error")
+                    )
+                yield event
+        finally:
+            response.close()
+
+    async def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        return await self._json("GET", resource.path(namespace, name))
+
+    # --- writes ---------------------------------------------------------------------------------------
+
+    async def replace(
+        self, resource: Resource, obj: Mapping[str, Any], *, subresource: str | None = None
+    ) -> dict[str, Any]:
+        """``PUT`` the whole object (or its ``status``). A ``metadata.resourceVersion`` in ``obj`` is a
+        precondition: ConflictError when the object changed since."""
+        meta = obj.get("metadata") or {}
+        path = resource.path(meta.get("namespace"), str(meta.get("name")), subresource)
+        return await self._json("PUT", path, body=obj)
+
+    async def create(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        body: Mapping[str, Any],
+        *,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """``POST`` a new object, or to a subresource of ``name`` (``pods/{name}/binding``)."""
+        path = resource.path(namespace, name, subresource) if name else resource.path(namespace)
+        return await self._json("POST", path, body=body)
+
+    async def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Strategic-merge ``PATCH`` (core kinds only)."""
+        return await self._json(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=body,
+            content_type="application/strategic-merge-patch+json",
+        )
+
+    async def delete(
+        self, resource: Resource, namespace: str | None, name: str, *, uid: str | None = None
+    ) -> dict[str, Any]:
+        """``DELETE``; ``uid`` as a precondition (ConflictError when the object was recreated)."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        return await self._json("DELETE", resource.path(namespace, name), body=body)

@@ -1,0 +1,41 @@
+"""Time as a dependency: the informers, the binder and the recovery loop never call ``asyncio.sleep`` or
+``time.monotonic`` directly, so tests run backoff, watch deadlines and grace periods without real waits.
+
+``Clock.now()`` is monotonic seconds (only differences matter); ``sleep`` waits; ``timeout`` is an async
+context manager that cancels its body after the given number of seconds (``asyncio.timeout`` semantics:
+``TimeoutError`` leaves the block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+__all__ = ["Clock", "SystemClock"]
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Monotonic seconds."""
+        ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
+        """Cancel the block after ``seconds``; raises ``TimeoutError`` when it fires."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
+        return asyncio.timeout(seconds)

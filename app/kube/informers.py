@@ -1,0 +1,445 @@
+"""List+watch of the kinds the extender needs, feeding ``ClusterState.apply`` / ``remove`` incrementally.
+
+One ``Informer`` per kind (Namespace, Node, Pod, and the ``resource.k8s.io`` kinds), each an endless loop
+(ecosystem-aesthetics.md §2.6, the recipe kopf and client-go follow):
+
+1. **List** in pages (``limit``/``continue``), apply every item, remove the objects of that kind the list
+   no longer has (deleted while disconnected), remember the list's resourceVersion; the informer is then
+   *synced*.
+2. **Watch** from that resourceVersion with bookmarks. ADDED / MODIFIED apply the object, DELETED removes
+   it, BOOKMARK only advances the resourceVersion; every event's resourceVersion is remembered.
+3. The stream ends (server ``timeoutSeconds``), drops, or stays silent past the no-event deadline
+   (``ClusterSettings.watch_idle_seconds``: a dead connection) → watch again from the last resourceVersion,
+   no relist.
+4. **410 Gone** (the resourceVersion was compacted), as an ERROR event or an HTTP status → relist at once.
+5. Other errors (5xx, 429, network) → wait (jittered exponential backoff, or ``Retry-After``) and retry
+   the step that failed.
+
+``resource.k8s.io`` objects are converted to v1 (``app.convert.to_v1``) from whichever version the server
+serves (``discover_dra``: v1, else v1beta2, v1beta1, v1alpha3, per kind). An object that does not convert
+or parse is logged and skipped; the previous version of it stays (for a ResourceClaim, forgetting its
+allocation would free devices still in use). ``metadata.managedFields`` are dropped on arrival.
+
+Every change is applied holding the scheduling service's lock, so filter and bind see either the old or
+the new object, never a half-applied one. ``observers`` are called under the same lock after each change
+(the binder's reservations watch ResourceClaims through this).
+
+Informers depend only on the ``ListWatcher`` protocol (``app.kube.client.KubeClient`` implements it), and
+on an injectable ``Clock`` for waits and deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from allocator.errors import InvalidInputError
+from app.cluster import ClusterState, object_key
+from app.convert import DRA_GROUP, ConversionError, to_v1
+from app.kube.client import (
+    CORE_NAMESPACES,
+    CORE_NODES,
+    CORE_PODS,
+    GoneError,
+    KubeAPIError,
+    NotFoundError,
+    Resource,
+)
+from app.kube.clock import Clock, SystemClock
+from app.settings import ClusterSettings
+
+__all__ = [
+    "CORE_KINDS",
+    "DRA_KINDS",
+    "DRA_VERSIONS",
+    "REQUIRED_DRA_KINDS",
+    "Backoff",
+    "Informer",
+    "InformerStats",
+    "Informers",
+    "ListWatcher",
+    "Observer",
+    "discover_dra",
+]
+
+log = logging.getLogger(__name__)
+
+DRA_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
+"""``resource.k8s.io`` versions in order of preference; each kind is read at the first one served."""
+
+DRA_KINDS = {
+    "resourceslices": "ResourceSlice",
+    "deviceclasses": "DeviceClass",
+    "resourceclaims": "ResourceClaim",
+    "resourceclaimtemplates": "ResourceClaimTemplate",
+    "devicetaintrules": "DeviceTaintRule",
+}
+REQUIRED_DRA_KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
+"""Without these the extender cannot work; DeviceTaintRule is optional (alpha 1.33, beta 1.36)."""
+
+CORE_KINDS = {"Namespace": CORE_NAMESPACES, "Node": CORE_NODES, "Pod": CORE_PODS}
+
+Observer = Callable[[str, str, Mapping[str, Any] | None], None]
+"""``(kind, key, object or None when deleted)``, called under the lock after each change."""
+
+
+class ListWatcher(Protocol):
+    """The two reads an informer needs (``KubeClient`` implements them)."""
+
+    async def list(
+        self, resource: Resource, *, limit: int = ..., continue_: str | None = ...
+    ) -> dict[str, Any]: ...
+
+    def watch(
+        self, resource: Resource, *, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[dict[str, Any]]: ...
+
+
+async def discover_dra(client: Any) -> dict[str, Resource]:
+    """Kind → Resource for the ``resource.k8s.io`` kinds the server serves, each at its preferred version.
+
+    ``client``: has ``api_group(group)`` and ``api_resources(group, version)`` (``KubeClient``).
+    Returns {} when the group is not served at all. Raises KubeAPIError on other failures.
+    """
+    try:
+        group = await client.api_group(DRA_GROUP)
+    except NotFoundError:
+        return {}
+    served = {str(v.get("version")) for v in group.get("versions") or () if isinstance(v, Mapping)}
+    found: dict[str, Resource] = {}
+    for version in DRA_VERSIONS:
+        if version not in served:
+            continue
+        listing = await client.api_resources(DRA_GROUP, version)
+        for entry in listing.get("resources") or ():
+            kind = DRA_KINDS.get(str(entry.get("name")))
+            if kind is not None and kind not in found:
+                found[kind] = Resource(
+                    DRA_GROUP, version, str(entry["name"]), kind, bool(entry.get("namespaced"))
+                )
+    return found
+
+
+class Backoff:
+    """Jittered exponential backoff: ``initial * 2**n`` capped at ``maximum``, times ``1 ± jitter``."""
+
+    def __init__(
+        self, initial: float, maximum: float, jitter: float, rng: random.Random | None = None
+    ) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.jitter = jitter
+        self.failures = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        base = min(self.maximum, self.initial * 2 ** min(self.failures, 30))
+        self.failures += 1
+        return base * (1 + self._rng.uniform(-self.jitter, self.jitter))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+@dataclass(slots=True)
+class InformerStats:
+    """Counters for tests, logs and metrics."""
+
+    lists: int = 0
+    watches: int = 0
+    events: int = 0
+    bookmarks: int = 0
+    gone: int = 0
+    idle_timeouts: int = 0
+    errors: int = 0
+    skipped: int = 0
+    last_error: str = ""
+    waits: list[float] = field(default_factory=list)
+
+
+class Informer:
+    """List+watch one kind into ``state`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        source: ListWatcher,
+        resource: Resource,
+        state: ClusterState,
+        lock: AbstractContextManager[Any],
+        settings: ClusterSettings,
+        *,
+        clock: Clock | None = None,
+        observers: Iterable[Observer] = (),
+        rng: random.Random | None = None,
+    ) -> None:
+        self.source = source
+        self.resource = resource
+        self.kind = resource.kind
+        self.state = state
+        self.lock = lock
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.observers = list(observers)
+        self.backoff = Backoff(
+            settings.backoff_initial_seconds, settings.backoff_max_seconds, settings.backoff_jitter, rng
+        )
+        self.resource_version = ""
+        self.synced = False
+        self.stats = InformerStats()
+
+    # --- the loop -------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        while True:
+            try:
+                if not self.resource_version:
+                    await self.relist()
+                await self.watch_once()
+            except GoneError as e:
+                self.stats.gone += 1
+                log.info(
+                    "%s: resourceVersion %s expired (%s); relisting", self.kind, self.resource_version, e
+                )
+                self.resource_version = ""
+            except KubeAPIError as e:
+                self.stats.errors += 1
+                self.stats.last_error = str(e)
+                delay = e.retry_after if e.retry_after is not None else self.backoff.next()
+                self.stats.waits.append(delay)
+                log.warning("%s: %s; retrying in %.1fs", self.kind, e, delay)
+                await self.clock.sleep(delay)
+
+    async def relist(self) -> None:
+        """List every page, apply, drop what the list no longer has; then synced. Raises KubeAPIError."""
+        self.stats.lists += 1
+        seen: set[str] = set()
+        continue_: str | None = None
+        resource_version = ""
+        while True:
+            try:
+                page = await self.source.list(
+                    self.resource, limit=self.settings.list_page_size, continue_=continue_
+                )
+            except GoneError:
+                if continue_ is None:
+                    raise
+                # The continue token expired mid-list: start over (client-go does the same).
+                seen.clear()
+                continue_ = None
+                continue
+            meta = page.get("metadata") or {}
+            resource_version = str(meta.get("resourceVersion") or resource_version)
+            objects = [o for o in (self._convert(item) for item in page.get("items") or ()) if o is not None]
+            with self.lock:
+                for obj in objects:
+                    seen.add(self._apply(obj))
+            continue_ = meta.get("continue") or None
+            if not continue_:
+                break
+        with self.lock:
+            for key in [k for k in self.state.objects[self.kind] if k not in seen]:
+                self.state.remove(self.kind, key)
+                self._notify(key, None)
+        self.resource_version = resource_version
+        self.backoff.reset()
+        if not self.synced:
+            log.info("%s: synced (%d objects)", self.kind, len(self.state.objects[self.kind]))
+        self.synced = True
+
+    async def watch_once(self) -> None:
+        """One watch stream from ``resource_version`` until it ends, dies or goes silent. Raises
+        KubeAPIError (GoneError for 410)."""
+        self.stats.watches += 1
+        events = self.source.watch(
+            self.resource,
+            resource_version=self.resource_version,
+            timeout_seconds=self.settings.watch_timeout_seconds,
+        )
+        try:
+            while True:
+                try:
+                    async with self.clock.timeout(self.settings.watch_idle_seconds):
+                        event = await anext(events)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    self.stats.idle_timeouts += 1
+                    log.warning(
+                        "%s: no watch event for %ss; replacing the watch",
+                        self.kind,
+                        self.settings.watch_idle_seconds,
+                    )
+                    return
+                self.backoff.reset()
+                self._handle(event)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+
+    # --- events ---------------------------------------------------------------------------------------
+
+    def _handle(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if kind == "BOOKMARK":
+            self.stats.bookmarks += 1
+        elif kind in ("ADDED", "MODIFIED"):
+            self.stats.events += 1
+            converted = self._convert(obj)
+            if converted is not None:
+                with self.lock:
+                    self._apply(converted)
+        elif kind == "DELETED":
+            self.stats.events += 1
+            key = object_key(self.kind, obj)
+            with self.lock:
+                self.state.remove(self.kind, key)
+                self._notify(key, None)
+        else:
+            log.warning("%s: unknown watch event type %r", self.kind, kind)
+        if version:
+            self.resource_version = version
+
+    def _convert(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """The object as the state keeps it, or None (logged) when it cannot be used."""
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
+        obj.setdefault("apiVersion", self.resource.api_version)
+        obj.setdefault("kind", self.kind)
+        if self.resource.group != DRA_GROUP:
+            return obj
+        try:
+            return to_v1(obj)
+        except ConversionError as e:
+            self.stats.skipped += 1
+            log.warning("%s %s: skipped: %s", self.kind, object_key(self.kind, obj), e)
+            return None
+
+    def _apply(self, obj: dict[str, Any]) -> str:
+        """Apply under the (held) lock; returns the key. A parse error is logged; the old object stays."""
+        key = object_key(self.kind, obj)
+        try:
+            self.state.apply(self.kind, obj)
+        except InvalidInputError as e:
+            self.stats.skipped += 1
+            log.warning("%s %s: skipped: %s", self.kind, key, e)
+            return key
+        self._notify(key, obj)
+        return key
+
+    def _notify(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        for observer in self.observers:
+            observer(self.kind, key, obj)
+
+
+class Informers:
+    """Discovery, then one running ``Informer`` per kind. ``synced`` once every informer listed once."""
+
+    def __init__(
+        self,
+        source: Any,
+        state: ClusterState,
+        lock: AbstractContextManager[Any],
+        settings: ClusterSettings,
+        *,
+        clock: Clock | None = None,
+        observers: Iterable[Observer] = (),
+        rng: random.Random | None = None,
+    ) -> None:
+        self.source = source
+        self.state = state
+        self.lock = lock
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.observers = list(observers)
+        self.rng = rng
+        self.resources: dict[str, Resource] = {}
+        self.informers: dict[str, Informer] = {}
+        self.discovered = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def synced(self) -> bool:
+        return self.discovered.is_set() and all(i.synced for i in self.informers.values())
+
+    def not_synced(self) -> list[str]:
+        """Kinds still waiting for their first list (all of them before discovery)."""
+        if not self.discovered.is_set():
+            return ["discovery"]
+        return [kind for kind, informer in self.informers.items() if not informer.synced]
+
+    async def discover(self) -> None:
+        """Find the served ``resource.k8s.io`` versions, retrying with backoff until the required kinds are
+        served. Then ``resources`` maps every watched kind to its Resource."""
+        backoff = Backoff(
+            self.settings.backoff_initial_seconds,
+            self.settings.backoff_max_seconds,
+            self.settings.backoff_jitter,
+            self.rng,
+        )
+        while True:
+            try:
+                dra = await discover_dra(self.source)
+            except KubeAPIError as e:
+                delay = backoff.next()
+                log.warning("API discovery failed: %s; retrying in %.1fs", e, delay)
+                await self.clock.sleep(delay)
+                continue
+            missing = [kind for kind in REQUIRED_DRA_KINDS if kind not in dra]
+            if not missing:
+                break
+            delay = backoff.next()
+            log.error(
+                "the API server does not serve %s (resource.k8s.io %s); retrying in %.1fs",
+                ", ".join(missing),
+                "/".join(DRA_VERSIONS),
+                delay,
+            )
+            await self.clock.sleep(delay)
+        if "DeviceTaintRule" not in dra:
+            log.info("DeviceTaintRule is not served; device taints come from ResourceSlices only")
+        self.resources = {**CORE_KINDS, **dra}
+        for kind, resource in self.resources.items():
+            log.info("watching %s at %s", kind, resource.api_version)
+        self.informers = {
+            kind: Informer(
+                self.source,
+                resource,
+                self.state,
+                self.lock,
+                self.settings,
+                clock=self.clock,
+                observers=self.observers,
+                rng=self.rng,
+            )
+            for kind, resource in self.resources.items()
+        }
+        self.discovered.set()
+
+    async def start(self) -> None:
+        """Discover (blocking until the API answers) and start every informer in the background."""
+        await self.discover()
+        self._tasks = [
+            asyncio.create_task(informer.run(), name=f"informer-{kind}")
+            for kind, informer in self.informers.items()
+        ]
+
+    async def wait_synced(self, poll: float = 0.01) -> None:
+        """Wait until ``synced`` (tests; the runtime reports readiness instead)."""
+        while not self.synced:
+            await asyncio.sleep(poll)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []

@@ -1,0 +1,117 @@
+"""Devices a bind wrote to a ResourceClaim, kept reserved until the ResourceClaim watch shows the write.
+
+kube-scheduler sends no reserve/unreserve, and filters the next pods while a bind is in flight. While the
+bind runs, ``SchedulingService.bind`` reserves its devices (token ``bind:<pod>``) and releases them when the
+binder returns. But the write is in the index only once the watch delivers it, which may be later: without
+a second reservation a filter in between would see the devices free and give them to another claim.
+
+So after each successful ``status.allocation`` write the binder calls ``hold(claim, devices, stale)``:
+``stale`` are the resourceVersions the claim had *before* the write (the index's copy, the finalizer write's
+answer, re-reads after conflicts). The first time the index receives a version of that claim that is not
+stale (a watch event or a relist), or the claim disappears, the reservation is released: from then on the
+claim's own allocation holds the devices (or, after a rollback, nothing does). ``hold`` on a claim the index
+already shows at a newer version does nothing (the watch was faster than the binder).
+
+A reservation the watch never confirms (it only happens when the write's outcome is unknown and the watch is
+down) expires after ``ttl`` seconds, with a warning; ``expire`` is called by the recovery loop.
+
+Not thread-safe by itself: every method runs under the scheduling service's lock (``observe`` is an
+informer observer, called with the lock held).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.inventory import AllocatedDevice
+from app.cluster import ClusterState
+from app.kube.clock import Clock
+
+__all__ = ["WrittenReservations"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Held:
+    devices: tuple[AllocatedDevice, ...]
+    stale: frozenset[str]
+    since: float
+
+
+def _version(obj: Mapping[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+class WrittenReservations:
+    """Claim key → devices written but not yet seen back. See the module docstring."""
+
+    def __init__(
+        self, state: ClusterState, lock: AbstractContextManager[Any], clock: Clock, ttl: float
+    ) -> None:
+        self.state = state
+        self.lock = lock
+        self.clock = clock
+        self.ttl = ttl
+        self._held: dict[str, _Held] = {}
+
+    @staticmethod
+    def token(key: str) -> str:
+        return f"written:{key}"
+
+    def hold(
+        self, key: str, devices: tuple[AllocatedDevice, ...], stale: Iterable[str], *, created: bool = False
+    ) -> bool:
+        """Reserve ``devices`` for claim ``key`` until a non-stale version of it is seen. Returns False (and
+        reserves nothing) when the index already has a newer version. ``created``: the bind created the
+        claim, so the index may not have it at all yet."""
+        stale_set = frozenset(v for v in stale if v)
+        with self.lock:
+            current = self.state.get("ResourceClaim", key)
+            if current is None and not created:
+                return False
+            if current is not None and _version(current) not in stale_set:
+                return False
+            self._held[key] = _Held(devices, stale_set, self.clock.now())
+            self.state.inventory.reserve(self.token(key), devices)
+            return True
+
+    def release(self, key: str) -> None:
+        with self.lock:
+            if self._held.pop(key, None) is not None:
+                self.state.inventory.release(self.token(key))
+
+    def observe(self, kind: str, key: str, obj: Mapping[str, Any] | None) -> None:
+        """Informer observer (lock held): a new version of a held claim, or its deletion, confirms it."""
+        if kind != "ResourceClaim":
+            return
+        held = self._held.get(key)
+        if held is None:
+            return
+        if obj is None or _version(obj) not in held.stale:
+            del self._held[key]
+            self.state.inventory.release(self.token(key))
+
+    def expire(self) -> list[str]:
+        """Drop reservations older than ``ttl``; returns their claim keys."""
+        now = self.clock.now()
+        with self.lock:
+            old = [key for key, held in self._held.items() if now - held.since >= self.ttl]
+            for key in old:
+                log.warning(
+                    "ResourceClaim %s: the watch never showed the bind's write; reservation dropped", key
+                )
+                del self._held[key]
+                self.state.inventory.release(self.token(key))
+        return old
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._held
+
+    def keys(self) -> list[str]:
+        with self.lock:
+            return list(self._held)

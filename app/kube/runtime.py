@@ -1,0 +1,171 @@
+"""Cluster mode wiring: client → informers → ``ClusterState`` → ``SchedulingService`` with ``KubeBinder``,
+plus written-bind reservations and the orphan releaser.
+
+``ClusterRuntime.start()`` runs in the event loop that will own the API client: it connects (kubeconfig or
+in-cluster), then discovers the served ``resource.k8s.io`` versions and starts the informers in the
+background (retrying until the API server answers). ``ready()`` is true once every informer has listed once;
+the HTTP layer answers ``/readyz`` and refuses filter/bind before that.
+
+``serve`` runs the runtime on its own thread and event loop (``BackgroundRuntime``), apart from uvicorn's:
+informers apply events under the service lock, which a filter may hold for milliseconds, and that must not
+stall the HTTP event loop (probes) — nor must a burst of HTTP requests delay the watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from allocator.cel.expr_engine import ExprEngine
+from allocator.features import FeatureGates
+from allocator.selectors import SelectorCache
+from app.cluster import ClusterState
+from app.kube.binder import KubeBinder
+from app.kube.client import KubeClient
+from app.kube.clock import Clock, SystemClock
+from app.kube.informers import Informers
+from app.kube.leader import SchedulerLease
+from app.kube.recovery import OrphanReleaser
+from app.kube.reservations import WrittenReservations
+from app.scheduling import SchedulingService
+from app.settings import ClusterSettings
+
+__all__ = ["BackgroundRuntime", "ClusterRuntime"]
+
+log = logging.getLogger(__name__)
+
+
+class ClusterRuntime:
+    """Everything cluster mode runs. ``client``: an existing client (tests); else ``start`` connects one."""
+
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        gates: FeatureGates | None = None,
+        *,
+        client: Any = None,
+        clock: Clock | None = None,
+        selectors: SelectorCache | None = None,
+        identity: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.state = ClusterState(gates)
+        self.service = SchedulingService(self.state, selectors or SelectorCache(ExprEngine()))
+        lock = self.service.lock
+        self.reservations = WrittenReservations(
+            self.state, lock, self.clock, settings.reservation_ttl_seconds
+        )
+        self.client = client
+        self._owns_client = client is None
+        self.binder = KubeBinder(client, self.state, lock, self.reservations, settings, clock=self.clock)
+        self.service.binder = self.binder
+        self.informers = Informers(
+            client, self.state, lock, settings, clock=self.clock, observers=[self.reservations.observe]
+        )
+        self.releaser = OrphanReleaser(
+            client,
+            self.state,
+            lock,
+            self.reservations,
+            settings,
+            self.binder.in_flight,
+            clock=self.clock,
+            leader=SchedulerLease(client, settings.scheduler_lease, identity),
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def connect(self) -> None:
+        """Load the configuration and create the client (no request yet). Raises ConfigException/OSError."""
+        if self.client is None:
+            self.client = await KubeClient.connect(
+                self.settings.kubeconfig,
+                context=self.settings.context,
+                in_cluster=self.settings.in_cluster,
+                request_timeout=self.settings.request_timeout_seconds,
+                connect_timeout=self.settings.connect_timeout_seconds,
+                watch_read_timeout=self.settings.watch_idle_seconds,
+            )
+        for user in (self.binder, self.informers, self.releaser, self.releaser.leader):
+            user.client = self.client
+        self.informers.source = self.client
+
+    async def start(self) -> None:
+        """Connect, then discover and sync in the background. Raises only for an unusable configuration."""
+        await self.connect()
+        self.binder.loop = asyncio.get_running_loop()
+        self._tasks.append(asyncio.create_task(self._run(), name="cluster-runtime"))
+
+    async def _run(self) -> None:
+        await self.informers.start()
+        claims = self.informers.resources["ResourceClaim"]
+        self.binder.claims = claims
+        self.releaser.claims = claims
+        await self.releaser.run()
+
+    def ready(self) -> bool:
+        return self.informers.synced
+
+    def not_ready(self) -> list[str]:
+        """What readiness still waits for (kinds, or ``discovery``)."""
+        return self.informers.not_synced()
+
+    async def wait_ready(self, poll: float = 0.005) -> None:
+        while not self.ready():
+            for task in self._tasks:
+                if task.done():
+                    task.result()  # surface a crashed runtime
+            await asyncio.sleep(poll)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.informers.stop()
+        if self._owns_client and self.client is not None:
+            await self.client.close()
+
+
+class BackgroundRuntime:
+    """Runs a ``ClusterRuntime`` on a daemon thread with its own event loop (``serve``)."""
+
+    def __init__(self, runtime: ClusterRuntime) -> None:
+        self.runtime = runtime
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name="dra-extender-kube", daemon=True)
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self.runtime.start())
+        except BaseException as e:  # reported to start()
+            self._error = e
+            self._started.set()
+            return
+        self._started.set()
+        self.loop.run_forever()
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start and wait until connected. Re-raises the configuration error of ``ClusterRuntime.start``."""
+        self._thread.start()
+        self._started.wait(timeout)
+        if self._error is not None:
+            raise self._error
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self._thread.is_alive():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.runtime.stop(), self.loop).result(timeout)
+        except Exception as e:  # shutting down anyway
+            log.warning("stopping the cluster runtime: %s", e)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)

@@ -1,0 +1,117 @@
+"""Fixtures for cluster mode: the fake API server (``fakeapi.FakeKubeAPI``), a fake clock, and a started
+``ClusterRuntime`` talking to the fake server through the real kubernetes-asyncio client."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.kube.client import KubeClient
+from app.kube.runtime import ClusterRuntime
+from app.settings import ClusterSettings
+from tests.app.kube.fakeapi import FakeKubeAPI
+from tests.builders import device, device_class, node, resource_slice
+
+DRIVER = "gpu.example.com"
+NS = "ml"
+
+TEST_SETTINGS = ClusterSettings(
+    watch_idle_seconds=3000.0,  # 30 s real with the clock's scale: never fires unless a test lowers it
+    bind_timeout_seconds=1000.0,
+    orphan_grace_period_seconds=300.0,
+    orphan_check_interval_seconds=1e6,  # tests call OrphanReleaser.sweep() themselves
+)
+
+
+class FakeClock:
+    """Scaled time: ``sleep`` and ``timeout`` take ``scale`` times the real time asked for (a 90 s deadline
+    fires after 0.9 s, a 0.5 s backoff takes 5 ms); ``now`` is virtual and moves only with ``advance``
+    (grace periods, reservation lifetimes)."""
+
+    def __init__(self, scale: float = 0.01) -> None:
+        self.scale = scale
+        self.virtual = 1000.0
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.virtual
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await asyncio.sleep(seconds * self.scale)
+
+    def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
+        return asyncio.timeout(seconds * self.scale)
+
+    def advance(self, seconds: float) -> None:
+        self.virtual += seconds
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 3.0) -> Any:
+    """Poll ``check`` (a few ms apart) until it returns something truthy; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if loop.time() > end:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.002)
+
+
+def seed_cluster(api: FakeKubeAPI) -> None:
+    """Two nodes: n1 with gpu-0 and gpu-1, n2 with gpu-0; DeviceClass ``gpu``; namespace ``ml``."""
+    api.add("Namespace", {"metadata": {"name": NS}})
+    api.add("Node", node("n1"))
+    api.add("Node", node("n2"))
+    api.add("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"'))
+    api.add("ResourceSlice", resource_slice("n1-gpus", DRIVER, "n1", [device("gpu-0"), device("gpu-1")]))
+    api.add("ResourceSlice", resource_slice("n2-gpus", DRIVER, "n2", [device("gpu-0")]))
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeKubeAPI]:
+    server = await FakeKubeAPI().start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+Start = Callable[..., Awaitable[ClusterRuntime]]
+
+
+@pytest.fixture
+async def start_runtime(api: FakeKubeAPI, clock: FakeClock, tmp_path: Path) -> AsyncIterator[Start]:
+    """``await start_runtime(**settings_overrides)``: a runtime on the fake API, synced. Several may run
+    (a restart is a second runtime); all are stopped at the end."""
+    started: list[ClusterRuntime] = []
+
+    async def start(identity: str | None = None, **overrides: Any) -> ClusterRuntime:
+        settings = dataclasses.replace(TEST_SETTINGS, kubeconfig=api.kubeconfig(tmp_path), **overrides)
+        runtime = ClusterRuntime(settings, clock=clock, identity=identity)
+        started.append(runtime)
+        await runtime.start()
+        await asyncio.wait_for(runtime.wait_ready(), 5)
+        return runtime
+
+    yield start
+    for runtime in started:
+        await runtime.stop()
+
+
+@pytest.fixture
+async def client(api: FakeKubeAPI, tmp_path: Path) -> AsyncIterator[KubeClient]:
+    kube = await KubeClient.connect(api.kubeconfig(tmp_path))
+    yield kube
+    await kube.close()

@@ -1,0 +1,364 @@
+"""KubeBinder against the fake API server: the writes of a bind (order and bodies, as upstream PreBind +
+Bind), conflicts, rollback at every step, reservations while a bind is in flight or unconfirmed,
+idempotent retries, an API outage mid-bind, and 50 concurrent binds racing for the same devices."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from app.api import create_app
+from app.binder import FINALIZER, BindError
+from app.settings import Settings
+from tests.app.kube.conftest import DRIVER, NS, eventually, seed_cluster
+from tests.app.kube.fakeapi import FakeKubeAPI
+from tests.builders import claim, device, node, pod, request, resource_slice
+
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims"
+PODS = "/api/v1/namespaces/ml/pods"
+
+
+def add_pod(api: FakeKubeAPI, name: str, gpus: int = 1) -> dict:
+    api.add("ResourceClaim", claim(NS, f"{name}-gpu", [request("gpu", "gpu", gpus)]))
+    return api.add("Pod", pod(NS, name, [f"{name}-gpu"]))
+
+
+async def bind(runtime, name: str, node_name: str, uid: str | None = None) -> str | None:
+    """Bind as kube-scheduler's bind call does (from a worker thread); the error text, or None."""
+    try:
+        await asyncio.to_thread(runtime.service.bind, NS, name, uid or f"uid-pod-{NS}-{name}", node_name)
+    except BindError as e:
+        return str(e)
+    return None
+
+
+def writes(api: FakeKubeAPI) -> list[tuple[str, str]]:
+    return [(r.method, r.path.replace(CLAIMS, "claims").replace(PODS, "pods")) for r in api.writes()]
+
+
+def claim_in_api(api: FakeKubeAPI, name: str) -> dict:
+    found = api.get("ResourceClaim", NS, name)
+    assert found is not None
+    return found
+
+
+def assert_untouched(api: FakeKubeAPI, claim_name: str, pod_name: str) -> None:
+    c = claim_in_api(api, claim_name)
+    assert FINALIZER not in (c["metadata"].get("finalizers") or [])
+    assert not (c.get("status") or {}).get("allocation")
+    assert not (c.get("status") or {}).get("reservedFor")
+    assert not api.get("Pod", NS, pod_name)["spec"].get("nodeName")
+
+
+async def test_happy_path_writes_finalizer_then_status_then_binding(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    assert await bind(runtime, "p", "n1") is None
+    assert writes(api) == [
+        ("PUT", "claims/p-gpu"),
+        ("PUT", "claims/p-gpu/status"),
+        ("POST", "pods/p/binding"),
+    ]
+    finalizer, status, binding = api.writes()
+    assert finalizer.body["metadata"]["finalizers"] == [FINALIZER]
+    assert finalizer.body["metadata"]["resourceVersion"]  # precondition
+    assert status.body["metadata"]["resourceVersion"] != finalizer.body["metadata"]["resourceVersion"]
+    allocation = status.body["status"]["allocation"]
+    assert allocation["devices"]["results"] == [
+        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}
+    ]
+    assert allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["n1"]
+    assert status.body["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-pod-ml-p"}]
+    assert binding.body == {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p", "namespace": NS, "uid": "uid-pod-ml-p"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+    }
+    assert api.get("Pod", NS, "p")["spec"]["nodeName"] == "n1"
+    # The watch brings the writes back: the claim holds the device, no reservation is left.
+    await eventually(lambda: runtime.state.get("Pod", f"{NS}/p")["spec"].get("nodeName") == "n1")
+    await eventually(lambda: not runtime.reservations.keys())
+    assert runtime.state.inventory.is_allocated((DRIVER, "n1", "gpu-0"))
+
+
+async def test_conflict_on_status_rereads_and_retries(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", 409, times=2, reason="Conflict", message="modified")
+    assert await bind(runtime, "p", "n1") is None
+    assert api.count("GET", r"resourceclaims/p-gpu$") == 2  # a fresh read before each retry
+    assert writes(api).count(("PUT", "claims/p-gpu/status")) == 3
+    assert (claim_in_api(api, "p-gpu")["status"]["reservedFor"])[0]["name"] == "p"
+
+
+async def test_real_conflict_from_a_concurrent_change_is_retried(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    # The claim changes on the server after the index saw it (label added by someone else).
+    api.silent_watches = True
+    api.drop_watches()
+    changed = claim_in_api(api, "p-gpu")
+    changed["metadata"]["labels"] = {"team": "a"}
+    api.put("ResourceClaim", changed)
+    assert await bind(runtime, "p", "n1") is None
+    result = claim_in_api(api, "p-gpu")
+    assert result["metadata"]["labels"] == {"team": "a"}
+    assert result["metadata"]["finalizers"] == [FINALIZER]
+
+
+async def test_conflicts_that_never_end_fail_and_roll_back(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", 409, times=5, reason="Conflict", message="modified")
+    error = await bind(runtime, "p", "n1")
+    assert error is not None and "still conflicting after 5 attempts" in error
+    assert_untouched(api, "p-gpu", "p")
+    assert not runtime.reservations.keys()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "expect_rollback"),
+    [
+        ("PUT", r"resourceclaims/p-gpu$", 500, []),
+        ("PUT", r"resourceclaims/p-gpu/status$", 500, [("PUT", "claims/p-gpu")]),
+        ("POST", r"pods/p/binding$", 500, [("PUT", "claims/p-gpu/status"), ("PUT", "claims/p-gpu")]),
+        ("POST", r"pods/p/binding$", 409, [("PUT", "claims/p-gpu/status"), ("PUT", "claims/p-gpu")]),
+    ],
+    ids=["finalizer", "status", "binding-500", "binding-409"],
+)
+async def test_failure_at_each_step_rolls_back_what_was_written(
+    api, start_runtime, method, path, status, expect_rollback
+):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.fail(method, path, status, message="injected failure")
+    error = await bind(runtime, "p", "n1")
+    assert error is not None and "injected failure" in error
+    done = writes(api)
+    failed_at = next(i for i, w in enumerate(api.writes()) if w.method == method and re.search(path, w.path))
+    assert done[failed_at + 1 :] == expect_rollback
+    assert_untouched(api, "p-gpu", "p")
+    assert not runtime.reservations.keys()
+    # Nothing is held in the index either: the pod can be bound again.
+    await eventually(lambda: not runtime.state.inventory.is_allocated((DRIVER, "n1", "gpu-0")))
+    assert await bind(runtime, "p", "n1") is None
+
+
+async def test_binding_409_already_assigned_to_our_node_is_success(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.fail(
+        "POST",
+        r"pods/p/binding$",
+        409,
+        message='Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n1"',
+    )
+    assert await bind(runtime, "p", "n1") is None
+    assert claim_in_api(api, "p-gpu")["status"]["reservedFor"][0]["uid"] == "uid-pod-ml-p"
+
+
+async def test_binding_409_already_assigned_elsewhere_fails_and_rolls_back(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.fail("POST", r"pods/p/binding$", 409, message='pod p is already assigned to node "n2"')
+    error = await bind(runtime, "p", "n1")
+    assert error is not None and 'already assigned to node "n2"' in error
+    assert_untouched(api, "p-gpu", "p")
+
+
+async def test_binding_carries_the_uid_precondition(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    # The pod was deleted and recreated under the same name after the index saw it.
+    api.silent_watches = True
+    api.drop_watches()
+    recreated = api.get("Pod", NS, "p")
+    recreated["metadata"]["uid"] = "uid-new"
+    api.put("Pod", recreated)
+    error = await bind(runtime, "p", "n1")
+    assert error is not None and "Precondition failed: UID" in error
+    assert_untouched(api, "p-gpu", "p")
+
+
+async def test_filter_during_an_in_flight_bind_treats_reserved_devices_as_used(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "a")
+    b = add_pod(api, "b")
+    runtime = await start_runtime()
+    gate = api.gate("POST", r"pods/a/binding$")
+    task = asyncio.create_task(bind(runtime, "a", "n2"))
+    await eventually(lambda: api.count("POST", r"pods/a/binding$"))
+    # a's bind is writing: n2's only GPU is taken for b.
+    outcome = runtime.service.filter(b, ["n1", "n2"])
+    assert outcome.passed == ["n1"]
+    gate.set()
+    assert await task is None
+    assert runtime.service.filter(b, ["n1", "n2"]).passed == ["n1"]
+    await eventually(lambda: not runtime.reservations.keys())
+    assert runtime.service.filter(b, ["n1", "n2"]).passed == ["n1"]
+
+
+async def test_written_devices_stay_reserved_until_the_watch_confirms(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "a")
+    b = add_pod(api, "b")
+    runtime = await start_runtime()
+    api.silent_watches = True  # the claim watch will not deliver the write
+    api.drop_watches()
+    await eventually(lambda: api.open_watches("ResourceClaim") == 1)
+    assert await bind(runtime, "a", "n2") is None
+    assert runtime.reservations.keys() == [f"{NS}/a-gpu"]
+    assert not (runtime.state.get("ResourceClaim", f"{NS}/a-gpu").get("status") or {}).get("allocation")
+    assert runtime.service.filter(b, ["n1", "n2"]).passed == ["n1"]
+    api.silent_watches = False
+    api.drop_watches()  # the watch comes back and replays the write
+    await eventually(lambda: not runtime.reservations.keys())
+    assert runtime.state.get("ResourceClaim", f"{NS}/a-gpu")["status"]["allocation"]
+    assert runtime.service.filter(b, ["n1", "n2"]).passed == ["n1"]
+
+
+async def test_retry_of_a_completed_bind_is_idempotent(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    assert await bind(runtime, "p", "n1") is None
+    count = len(api.writes())
+    # Retried before the index saw the result: the claim is re-read, found reserved, the binding 409 is ours.
+    assert await bind(runtime, "p", "n1") is None
+    # Retried after the watch delivered everything: nothing to write.
+    await eventually(lambda: runtime.state.get("Pod", f"{NS}/p")["spec"].get("nodeName"))
+    assert await bind(runtime, "p", "n1") is None
+    assert ("PUT", "claims/p-gpu") not in writes(api)[count:]
+    claimed = claim_in_api(api, "p-gpu")
+    assert len(claimed["status"]["reservedFor"]) == 1
+    assert await bind(runtime, "p", "n2") is not None  # but not on another node
+
+
+async def test_stale_index_retry_reuses_the_written_allocation(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.silent_watches = True
+    api.drop_watches()
+    await eventually(lambda: api.open_watches("ResourceClaim") == 1)
+    assert await bind(runtime, "p", "n1") is None
+    version = claim_in_api(api, "p-gpu")["metadata"]["resourceVersion"]
+    # The index still shows the claim unallocated: the first write conflicts, the re-read shows it is ours.
+    assert await bind(runtime, "p", "n1") is None
+    assert claim_in_api(api, "p-gpu")["metadata"]["resourceVersion"] == version
+    assert claim_in_api(api, "p-gpu")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+
+
+async def test_api_server_down_during_bind_leaves_the_claim_for_recovery_then_retry_reuses_it(
+    api, start_runtime
+):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.disconnect("POST", r"pods/p/binding$")
+    api.disconnect("GET", r"pods/p$", times=5)  # aiohttp retries an idempotent GET once
+    error = await bind(runtime, "p", "n1")
+    assert error is not None and "outcome unknown" in error
+    written = claim_in_api(api, "p-gpu")
+    assert written["status"]["reservedFor"][0]["uid"] == "uid-pod-ml-p"  # not rolled back
+    assert not api.get("Pod", NS, "p")["spec"].get("nodeName")
+    await eventually(lambda: runtime.state.get("ResourceClaim", f"{NS}/p-gpu").get("status"))
+    # kube-scheduler retries the pod: filter keeps the allocation's node, bind writes only the binding.
+    p = runtime.state.get("Pod", f"{NS}/p")
+    assert runtime.service.filter(p, ["n1", "n2"]).passed == ["n1"]
+    count = len(api.writes())
+    assert await bind(runtime, "p", "n1") is None
+    assert writes(api)[count:] == [("POST", "pods/p/binding")]
+
+
+async def test_api_server_unreachable_binding_rolls_back(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.disconnect("POST", r"pods/p/binding$")  # answered by a disconnect, but the pod re-read shows unbound
+    error = await bind(runtime, "p", "n1")
+    assert error is not None
+    assert_untouched(api, "p-gpu", "p")
+
+
+async def test_second_bind_of_the_same_pod_while_one_runs_is_refused(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    gate = api.gate("POST", r"pods/p/binding$")
+    first = asyncio.create_task(bind(runtime, "p", "n1"))
+    await eventually(lambda: api.count("POST", r"pods/p/binding$"))
+    assert "another bind of this pod is in progress" in (await bind(runtime, "p", "n1") or "")
+    gate.set()
+    assert await first is None
+
+
+async def test_fifty_concurrent_binds_never_allocate_a_device_twice(api, start_runtime):
+    seed_cluster(api)
+    nodes = [f"w{i}" for i in range(5)]
+    for name in nodes:  # 5 nodes x 2 GPUs + n1 (2) + n2 (1) = 13 GPUs for 50 pods
+        api.add("Node", node(name))
+        api.add(
+            "ResourceSlice", resource_slice(f"{name}-gpus", DRIVER, name, [device("gpu-0"), device("gpu-1")])
+        )
+    pods = [add_pod(api, f"p{i:02d}") for i in range(50)]
+    runtime = await start_runtime()
+    rng = random.Random(7)
+    api.fail("PUT", r"/status$", 409, times=10, reason="Conflict", message="modified")
+    api.fail("POST", r"/binding$", 500, times=3, message="etcd hiccup")
+    app = create_app(runtime.service, Settings(Path("unused")))
+    candidates = ["n1", "n2", *nodes]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as http:
+        for p in pods:
+            body = orjson.dumps({"Pod": p, "NodeNames": candidates})
+            assert (await http.post("/scheduler/filter", content=body)).status_code == 200
+
+        async def bind_one(p: dict) -> dict:
+            target = rng.choice(candidates)
+            args = {
+                "PodName": p["metadata"]["name"],
+                "PodNamespace": NS,
+                "PodUID": p["metadata"]["uid"],
+                "Node": target,
+            }
+            answer = await http.post("/scheduler/bind", content=orjson.dumps(args))
+            assert answer.status_code == 200
+            return answer.json()
+
+        results = await asyncio.gather(*(bind_one(p) for p in pods))
+    errors = [r["Error"] for r in results if r["Error"]]
+    bound = [p for p in pods if api.get("Pod", NS, p["metadata"]["name"])["spec"].get("nodeName")]
+    assert len(bound) + len(errors) == 50
+    assert all(errors), "every rejected pod has a reason"
+    assert 0 < len(bound) <= 13
+    used: dict[tuple[str, str, str], str] = {}
+    for p in pods:
+        name = p["metadata"]["name"]
+        c = claim_in_api(api, f"{name}-gpu")
+        status = c.get("status") or {}
+        pod_node = api.get("Pod", NS, name)["spec"].get("nodeName")
+        if pod_node:
+            assert status["reservedFor"] == [{"resource": "pods", "name": name, "uid": p["metadata"]["uid"]}]
+            for r in status["allocation"]["devices"]["results"]:
+                device_id = (r["driver"], r["pool"], r["device"])
+                assert device_id not in used, f"{device_id} allocated to {used.get(device_id)} and {name}"
+                used[device_id] = name
+                assert r["pool"] == pod_node
+        else:  # nothing half-written
+            assert not status.get("allocation") and not status.get("reservedFor")
+            assert FINALIZER not in (c["metadata"].get("finalizers") or [])
