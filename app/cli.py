@@ -24,8 +24,9 @@ import orjson
 from allocator.errors import AllocatorError
 from allocator.features import FeatureGates, parse_feature_gates
 from app.binder import BindError
+from app.extended import missing_extended_resources
 from app.runtime import StartupError, build_runtime, state_summary
-from app.scheduling import SchedulingService
+from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEVICE_SELECTION_POLICIES,
@@ -98,11 +99,34 @@ def _choose(service: SchedulingService, pod: Mapping[str, Any], passed: list[str
     return best
 
 
+def _missing_extended_resources(
+    service: SchedulingService, pod: Mapping[str, Any], candidates: list[str]
+) -> dict[str, str]:
+    """node → NodeResourcesFit-style reason for the candidates missing a requested extended resource."""
+    state = service.state
+    classes = state.objects["DeviceClass"].values()
+    try:
+        missing = {
+            n: missing_extended_resources(pod, state.get("Node", n), classes, state.gates) for n in candidates
+        }
+    except AllocatorError:
+        return {}  # a malformed quantity: filter reports it as the pod's error
+    return {
+        n: "Insufficient " + ", ".join(names) + " (not in node allocatable and no DeviceClass backs it)"
+        for n, names in missing.items()
+        if names
+    }
+
+
 def _schedule(service: SchedulingService, pod: Mapping[str, Any], candidates: list[str]) -> dict[str, Any]:
     meta = pod.get("metadata") or {}
     namespace, name = meta.get("namespace") or "default", str(meta.get("name"))
-    outcome = service.filter(pod, candidates)
-    failed = {**outcome.failed, **outcome.unresolvable}  # a node in both is unresolvable (kube-scheduler)
+    # kube-scheduler's NodeResourcesFit runs before the extender: nodes lacking an extended resource
+    # that no DeviceClass backs never reach filter (and with no node left, filter is not called).
+    misfit = _missing_extended_resources(service, pod, candidates)
+    fitting = [node for node in candidates if node not in misfit]
+    outcome = service.filter(pod, fitting) if fitting else FilterOutcome()
+    failed = {**misfit, **outcome.failed, **outcome.unresolvable}  # unresolvable wins (kube-scheduler)
     reasons = {node: failed[node] for node in dict.fromkeys(candidates) if node in failed}
     node, error = None, outcome.error or None
     if error is None and outcome.passed:

@@ -59,6 +59,7 @@ __all__ = [
     "extended_claim_name",
     "find_extended_claim",
     "is_dra_extended_resource_name",
+    "missing_extended_resources",
     "pod_extended_resources",
 ]
 
@@ -398,6 +399,32 @@ class PodExtendedResources:
             },
         }
         return ExtendedClaim(obj, parse_claim(obj), tuple(mappings))
+
+
+def missing_extended_resources(
+    pod: Obj, node: Obj | None, device_classes: Iterable[Obj], gates: FeatureGates
+) -> list[str]:
+    """Requested extended resources (non-zero) that ``node`` offers neither itself (``status.allocatable``
+    > 0) nor through DRA (a DeviceClass maps the name and DRAExtendedResource is on), sorted.
+
+    kube-scheduler's NodeResourcesFit rejects such a node before any extender sees it ("Insufficient
+    <name>"); ``simulate`` applies this check to stand in for it. Only presence is checked, not how much
+    of a device-plugin resource other pods use. Raises InvalidInputError for a malformed quantity.
+    """
+    containers = _containers(pod)
+    names = sorted({r for c in containers for r in c.requests if is_dra_extended_resource_name(r)})
+    if not names:
+        return []
+    meta = pod.get("metadata") or {}
+    pod_ref = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+    resolver = DeviceClassResolver(device_classes) if gates.DRAExtendedResource else None
+    return [
+        r
+        for r in names
+        if any(_count(c, r, pod_ref) for c in containers)
+        and not _allocatable(node, r)
+        and not (resolver is not None and resolver.class_for(r))
+    ]
 
 
 def pod_extended_resources(

@@ -638,3 +638,37 @@ def test_simulate_lists_the_extended_claim():
     ]
     assert pods[1]["claims"] == []
     assert "1 matching device(s) usable (1 in use" in pods[1]["reasons"]["n1"]
+
+
+def test_missing_extended_resources_stands_in_for_node_resources_fit():
+    from app.extended import missing_extended_resources
+
+    pod = xpod("p", container("main", {GPU: 1, "other.example.com/fpga": 1, IMPLICIT: 1, "cpu": "1"}))
+    classes = [gpu_class()]
+    bare = {"metadata": {"name": "n"}}
+    # example.com/gpu and the implicit name are backed by DRA; the FPGA nobody provides.
+    assert missing_extended_resources(pod, bare, classes, FeatureGates()) == ["other.example.com/fpga"]
+    with_fpga = {"metadata": {"name": "n"}, "status": {"allocatable": {"other.example.com/fpga": "2"}}}
+    assert missing_extended_resources(pod, with_fpga, classes, FeatureGates()) == []
+    # Without DRAExtendedResource nothing is delegated to DRA.
+    assert missing_extended_resources(pod, with_fpga, classes, FeatureGates(DRAExtendedResource=False)) == [
+        IMPLICIT,
+        GPU,
+    ]
+
+
+def test_simulate_keeps_nodes_lacking_an_unbacked_extended_resource_from_filter():
+    svc = service(
+        ("DeviceClass", gpu_class()),
+        *gpu_node("n1", gpus=1),
+        *gpu_node("n2", gpus=1, allocatable={"other.example.com/fpga": "1"}),
+        ("Pod", xpod("p", container("main", {GPU: 1, "other.example.com/fpga": 1}))),
+    )
+    (out,) = simulate(svc)["pods"]
+    assert out["node"] == "n2"
+    assert out["reasons"] == {
+        "n1": "Insufficient other.example.com/fpga (not in node allocatable and no DeviceClass backs it)"
+    }
+    assert out["claims"][0]["allocation"]["devices"]["results"] == [
+        result("container-0-request-0", "gpu-0", pool="n2")
+    ]
