@@ -1,7 +1,9 @@
 """CEL selector evaluation for DeviceClass and request selectors (``CELDeviceSelector``).
 
-The allocator talks to an engine only through ``CELEngine.compile`` and ``SelectorProgram.evaluate``,
-so engines are interchangeable (the default is Google's C++ runtime via cel-expr-python).
+The allocator talks to an engine only through ``CELEngine.compile`` / ``SelectorProgram.evaluate`` (a
+selector: bool) and ``CELEngine.compile_value`` / ``ValueProgram.evaluate`` (a derived attribute, KEP-6080:
+an ``AttributeValue``), so engines are interchangeable (the default is Google's C++ runtime via
+cel-expr-python).
 
 The single variable is ``device`` (upstream ``dynamic-resource-allocation/cel/compile.go``):
 ``device.driver`` (string), ``device.attributes[domain][id]`` (bool, int, string, semver; lists with
@@ -25,6 +27,7 @@ __all__ = [
     "CELDevice",
     "CELEngine",
     "SelectorProgram",
+    "ValueProgram",
     "Version",
 ]
 
@@ -71,6 +74,18 @@ class SelectorProgram(Protocol):
         ...
 
 
+class ValueProgram(Protocol):
+    """One compiled derived-attribute expression (KEP-6080): same environment as a selector."""
+
+    expression: str
+
+    def evaluate(self, device: CELDevice) -> AttributeValue:
+        """The value: bool, int, str, ``Version`` or a tuple of one of them (a semver result becomes a
+        ``Version`` with canonical text). Raises CELEvalError (runtime error, cost limit, a result of another
+        type, a mixed-type or nested list), message without the device identity."""
+        ...
+
+
 class CELEngine(Protocol):
     """A CEL implementation of the DRA selector environment."""
 
@@ -78,4 +93,9 @@ class CELEngine(Protocol):
 
     def compile(self, expression: str) -> SelectorProgram:
         """Compile once. Raises CELCompileError for syntax/type errors, non-bool results, > 10 Ki text."""
+        ...
+
+    def compile_value(self, expression: str) -> ValueProgram:
+        """Compile a derived attribute expression. Raises CELCompileError for syntax/type errors, > 10 Ki
+        text, or a result type that is not string, int, bool, semver, a list of those, or dyn."""
         ...

@@ -45,9 +45,11 @@ from allocator.cel.library import (
     CheckedAst,
     LibraryError,
     SemverValue,
+    UnsupportedValue,
     cel_equal,
     check_int64,
     compare_semver,
+    derived_attribute_value,
     includes,
     is_bind,
     list_is_sorted,
@@ -65,7 +67,7 @@ from allocator.cel.library import (
 )
 from allocator.errors import CELCompileError, CELEvalError
 
-__all__ = ["CelQuantity", "CelSemver", "CelpyEngine", "CelpyProgram"]
+__all__ = ["CelQuantity", "CelSemver", "CelpyEngine", "CelpyProgram", "CelpyValueProgram"]
 
 # ------------------------------------------------------------------------------------------ values
 
@@ -540,7 +542,7 @@ class CelpyProgram:
     def __repr__(self) -> str:
         return f"CelpyProgram({self.expression!r})"
 
-    def evaluate(self, device: CELDevice) -> bool:
+    def _run(self, device: CELDevice) -> Any:
         if self._cost_error is not None:
             raise CELEvalError(self._cost_error)
         context = self._engine.context(device)
@@ -553,9 +555,47 @@ class CelpyProgram:
             raise CELEvalError("operation cancelled: expression nesting too deep") from None
         if isinstance(result, CelpyEvalError):
             raise CELEvalError(_message(result))
+        return result
+
+    def evaluate(self, device: CELDevice) -> bool:
+        result = self._run(device)
         if isinstance(result, celtypes.BoolType):
             return bool(result)
         raise CELEvalError(f"CEL result of type {_type_name(result)} could not be converted to bool")
+
+
+class CelpyValueProgram(CelpyProgram):
+    """A compiled derived attribute expression; ``evaluate`` returns an ``AttributeValue``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"CelpyValueProgram({self.expression!r})"
+
+    def evaluate(self, device: CELDevice) -> AttributeValue:  # type: ignore[override]
+        result = self._run(device)
+        try:
+            return derived_attribute_value(_plain_result(result))
+        except LibraryError as err:
+            raise CELEvalError(str(err)) from None
+
+
+def _plain_result(value: Any) -> Any:
+    """A celpy result as the plain value ``derived_attribute_value`` expects (other CEL types become
+    ``UnsupportedValue`` naming the type; celpy's uint is an int subclass, so it is tested first)."""
+    if isinstance(value, celtypes.BoolType):
+        return bool(value)
+    if isinstance(value, celtypes.UintType):
+        return UnsupportedValue("uint")
+    if isinstance(value, celtypes.IntType):
+        return int(value)
+    if isinstance(value, celtypes.StringType):
+        return str(value)
+    if isinstance(value, CelSemver):
+        return value.value
+    if isinstance(value, celtypes.ListType):
+        return [_plain_result(item) for item in value]
+    return UnsupportedValue(_type_name(value))
 
 
 class CelpyEngine:
@@ -574,7 +614,14 @@ class CelpyEngine:
 
     def compile(self, expression: str) -> CelpyProgram:
         """Raises CELCompileError: the Frontend's errors, or constructs celpy cannot evaluate."""
-        analysis = self._frontend.analyze(expression)
+        return CelpyProgram(self, expression, *self._runner(expression, value=False))
+
+    def compile_value(self, expression: str) -> CelpyValueProgram:
+        """A derived attribute expression (KEP-6080); errors as ``compile``."""
+        return CelpyValueProgram(self, expression, *self._runner(expression, value=True))
+
+    def _runner(self, expression: str, *, value: bool) -> tuple[Any, int]:
+        analysis = self._frontend.analyze(expression, value=value)
         missing = _unsupported(analysis.ast)
         if missing:
             raise CELCompileError(f"{missing} are not supported by the cel-python engine")
@@ -584,7 +631,7 @@ class CelpyEngine:
                 runner = self._env.program(self._env.compile(source), functions=self._functions)
             except Exception as err:  # celpy raises lark and its own parse errors
                 raise CELCompileError(f"cel-python cannot parse the expression: {err}") from None
-        return CelpyProgram(self, expression, runner, analysis.cost_bound)
+        return runner, analysis.cost_bound
 
     def context(self, device: CELDevice) -> dict[str, Any]:
         """The device's converted activation (cached per device, shared read-only by all threads)."""

@@ -52,9 +52,11 @@ from allocator.cel.library import (
     Expr,
     LibraryError,
     SemverValue,
+    UnsupportedValue,
     check_int64,
     compare_semver,
     decode_checked,
+    derived_attribute_value,
     includes,
     list_is_sorted,
     list_max,
@@ -73,7 +75,7 @@ from allocator.cel.library import (
 )
 from allocator.errors import CELCompileError, CELEvalError
 
-__all__ = ["Analysis", "ExprEngine", "ExprProgram", "Frontend"]
+__all__ = ["Analysis", "ExprEngine", "ExprProgram", "ExprValueProgram", "Frontend"]
 
 ACTIVATION_REUSE = 256
 """Evaluations per cached activation. cel-expr-python allocates each evaluation's values in the
@@ -581,8 +583,9 @@ class Frontend:
         self.env = new_env()
         self._probe = _RegexProbe()
 
-    def analyze(self, expression: str) -> Analysis:
-        """Raises CELCompileError (syntax, types, non-bool result, regex literal, > 10 Ki)."""
+    def analyze(self, expression: str, *, value: bool = False) -> Analysis:
+        """Raises CELCompileError (syntax, types, non-bool result, regex literal, > 10 Ki). ``value``: a
+        derived attribute expression, whose result may be any attribute type (``VALUE_RESULT_TYPES``)."""
         _check_length(expression)
         source = self._without_presence_tests(expression)
         try:
@@ -590,7 +593,13 @@ class Frontend:
         except RuntimeError as err:
             raise CELCompileError(_compile_message(err)) from None
         result = checked.return_type().name()
-        if result not in ("BOOL", "DYN"):
+        if value:
+            if not _value_result_type(result):
+                raise CELCompileError(
+                    "must evaluate to string, int, bool, semver, a list of one of those, or the unknown "
+                    f"type, not {type_name(result)}"
+                )
+        elif result not in ("BOOL", "DYN"):
             raise CELCompileError(f"must evaluate to bool or the unknown type, not {type_name(result)}")
         ast = decode_checked(checked.serialize())
         problems = _regex_errors(ast, source, self._probe)
@@ -607,6 +616,16 @@ class Frontend:
         except (RuntimeError, ValueError):
             return expression  # a syntax error: the checked compile reports it
         return apply_edits(expression, edits)
+
+
+VALUE_RESULT_TYPES = frozenset({"BOOL", "INT", "STRING", "DYN", "kubernetes.Semver"})
+"""Static result types a derived attribute expression may have (also as list elements)."""
+
+
+def _value_result_type(name: str) -> bool:
+    if name.startswith("LIST<") and name.endswith(">"):
+        name = name[5:-1]
+    return name in VALUE_RESULT_TYPES
 
 
 def cost_limit_message(cost_bound: int) -> str | None:
@@ -686,14 +705,17 @@ class ExprProgram:
     def __repr__(self) -> str:
         return f"ExprProgram({self.expression!r})"
 
-    def evaluate(self, device: CELDevice) -> bool:
+    def _run(self, device: CELDevice) -> Any:
         if self._cost_error is not None:
             raise CELEvalError(self._cost_error)
         activation = self._engine.activation(device)
         try:
-            result = self._program.eval(activation)
+            return self._program.eval(activation)
         except RuntimeError as err:
             raise CELEvalError(_exception_message(err)) from None
+
+    def evaluate(self, device: CELDevice) -> bool:
+        result = self._run(device)
         try:
             value = result.value()
         except TypeError:  # values without a Python form (optionals)
@@ -706,6 +728,38 @@ class ExprProgram:
         raise CELEvalError(
             f"CEL result of type {type_name(kind.name(), bare=True)} could not be converted to bool"
         )
+
+
+class ExprValueProgram(ExprProgram):
+    """A compiled derived attribute expression; ``evaluate`` returns an ``AttributeValue``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"ExprValueProgram({self.expression!r})"
+
+    def evaluate(self, device: CELDevice) -> AttributeValue:  # type: ignore[override]
+        result = self._run(device)
+        if result.type() == cel.Type.ERROR:
+            raise CELEvalError(runtime_message(str(result.value())))
+        try:
+            return derived_attribute_value(_plain_result(result))
+        except LibraryError as err:
+            raise CELEvalError(str(err)) from None
+
+
+def _plain_result(value: Any) -> Any:
+    """A cel-expr-python value (or list element accessor) as the plain Python value the library expects;
+    values of other CEL types become ``UnsupportedValue`` naming the type."""
+    kind = value.type()
+    name = kind.name()
+    if name in ("BOOL", "INT", "STRING"):
+        return value.value()
+    if name == "kubernetes.Semver":
+        return _semver(value.value())
+    if name.startswith("LIST"):
+        return [_plain_result(item) for item in value.value()]
+    return UnsupportedValue(type_name(name, bare=True))
 
 
 def _exception_message(err: RuntimeError) -> str:
@@ -738,6 +792,12 @@ class ExprEngine:
         """Raises CELCompileError (syntax, types, non-bool result, regex literal, > 10 Ki)."""
         analysis = self._frontend.analyze(expression)
         return ExprProgram(self, expression, self._runnable(analysis), analysis.cost_bound)
+
+    def compile_value(self, expression: str) -> ExprValueProgram:
+        """A derived attribute expression (KEP-6080). Raises CELCompileError (as ``compile``, but the result
+        may be string, int, bool, semver or a list of those)."""
+        analysis = self._frontend.analyze(expression, value=True)
+        return ExprValueProgram(self, expression, self._runnable(analysis), analysis.cost_bound)
 
     def _runnable(self, analysis: Analysis) -> Any:
         """The program actually run: the source with domain lookups and literals rewritten (module doc)."""

@@ -11,6 +11,8 @@ Sources (behaviour described, not copied):
   (int64 range), ``asApproximateFloat``, ``sign``, ``add``/``sub`` with a quantity or an int, comparisons.
 * ``k8s.io/apiserver/pkg/cel/library/lists.go``: ``isSorted``, ``sum``, ``min``, ``max`` on lists.
 * ``dynamic-resource-allocation/cel`` (DRAListTypeAttributes): ``includes`` on a list or a scalar.
+* KEP-6080 (DRADerivedAttributes): ``derived_attribute_value`` turns an expression's result into an
+  attribute value (string, int, bool, semver, or a list of one of those).
 
 Also here, because both engines use them: a reader for serialized checked expressions (``decode_checked``,
 cel-spec ``checked.proto``) and the static worst-case cost bound (``worst_case_cost``) that stands in for
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from allocator.cel import AttributeValue, Version
 from allocator.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -40,10 +43,12 @@ __all__ = [
     "SemverError",
     "SemverValue",
     "Shape",
+    "UnsupportedValue",
     "cel_equal",
     "check_int64",
     "compare_semver",
     "decode_checked",
+    "derived_attribute_value",
     "includes",
     "is_bind",
     "list_is_sorted",
@@ -336,6 +341,72 @@ def list_max(items: Sequence[object]) -> object:
     if not items:
         raise LibraryError("max called on empty list")
     return max(items)  # type: ignore[type-var]
+
+
+# ------------------------------------------------------------------------------ derived attribute values
+
+
+class UnsupportedValue:
+    """Stands for an engine value of a CEL type no attribute can hold (uint, double, map, ...), so that
+    ``derived_attribute_value`` reports it by its CEL type name."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+def _scalar_kind(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, SemverValue):
+        return "semver"
+    return None
+
+
+def _cel_type_name(value: object) -> str:
+    if isinstance(value, UnsupportedValue):
+        return value.type_name
+    return _scalar_kind(value) or {"list": "list", "number": "double", "map": "map"}.get(
+        _kind(value), _kind(value)
+    )
+
+
+def derived_attribute_value(value: object) -> AttributeValue:
+    """A derived attribute (KEP-6080) from an expression's plain result: bool, int, str, ``SemverValue``
+    or a list of one of them (a version becomes ``Version`` with its canonical text, so equal versions
+    compare equal). Raises LibraryError for any other type, a nested or mixed-type list, or an int outside
+    int64."""
+    kind = _scalar_kind(value)
+    if kind is not None:
+        return _attribute_scalar(value)
+    if isinstance(value, (list, tuple)):
+        kinds = {_scalar_kind(item) for item in value}
+        if None in kinds:
+            bad = next(item for item in value if _scalar_kind(item) is None)
+            raise LibraryError(
+                f"list element of type {_cel_type_name(bad)} is not a valid attribute value "
+                "(string, int, bool or semver)"
+            )
+        if len(kinds) > 1:
+            raise LibraryError(f"list mixes element types {', '.join(sorted(k for k in kinds if k))}")
+        return tuple(_attribute_scalar(item) for item in value)  # type: ignore[return-value]
+    raise LibraryError(
+        f"result of type {_cel_type_name(value)} is not a valid attribute value "
+        "(string, int, bool, semver or a list of those)"
+    )
+
+
+def _attribute_scalar(value: object) -> bool | int | str | Version:
+    if isinstance(value, SemverValue):
+        return Version(value.canonical())
+    if isinstance(value, int) and not isinstance(value, bool):
+        check_int64(value)
+    return value  # type: ignore[return-value]
 
 
 # -------------------------------------------------------------------------------------------- regexes
