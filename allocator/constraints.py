@@ -7,23 +7,45 @@
 * ``distinctAttribute`` (DRAConsumableCapacity): the attribute must exist and differ from the value of the
   latest device of every covered request, as upstream records one value per request.
 Both undo on backtrack (``remove``). Source: allocator-semantics §8.
+
+Derived attributes (KEP-6080, ``allocator.derived``): ``add`` receives the request's derived values for
+the device; the attribute is looked up there first, then among the device's static attributes. A
+comparison involving a derived value always uses the KEP-5491 set semantics (non-empty intersection for
+``matchAttribute``, disjoint for ``distinctAttribute``, a scalar is a one-element list), whatever
+DRAListTypeAttributes says; two static values follow the gate as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from allocator.cel import AttributeValue
 from allocator.features import FeatureGates
 from allocator.model import Constraint, Device, DeviceRequest
 
-__all__ = ["ConstraintState", "new_constraint_state"]
+__all__ = ["ConstraintState", "lookup_attribute", "new_constraint_state"]
+
+_NONE: Mapping[str, AttributeValue] = {}
 
 
 class ConstraintState(Protocol):
-    def add(self, request: DeviceRequest, device: Device) -> bool: ...
+    def add(
+        self, request: DeviceRequest, device: Device, derived: Mapping[str, AttributeValue] = _NONE
+    ) -> bool: ...
 
     def remove(self, request: DeviceRequest, device: Device) -> None: ...
+
+
+def lookup_attribute(
+    name: str, device: Device, derived: Mapping[str, AttributeValue]
+) -> tuple[AttributeValue | None, bool]:
+    """The value a constraint sees for ``name``: the request's derived attribute, else the device's static
+    attribute (qualified name; None when absent); the flag says whether it was derived."""
+    value = derived.get(name)
+    if value is not None:
+        return value, True
+    return device.attribute(name), False
 
 
 def _as_set(value: AttributeValue) -> set[tuple[type, object]]:
@@ -38,30 +60,41 @@ def _equal(a: AttributeValue, b: AttributeValue, lists: bool) -> bool:
 
 
 class _MatchAttribute:
-    __slots__ = ("constraint", "count", "lists", "value")
+    """Keeps, per added device, the first value, the values common to all devices so far and whether any
+    was derived (a stack, so ``remove`` undoes the latest ``add``)."""
+
+    __slots__ = ("constraint", "lists", "stack")
 
     def __init__(self, constraint: Constraint, lists: bool) -> None:
         self.constraint = constraint
         self.lists = lists
-        self.value: AttributeValue | None = None
-        self.count = 0
+        self.stack: list[tuple[AttributeValue, frozenset[tuple[type, object]], bool]] = []
 
-    def add(self, request: DeviceRequest, device: Device) -> bool:
+    def add(
+        self, request: DeviceRequest, device: Device, derived: Mapping[str, AttributeValue] = _NONE
+    ) -> bool:
         if not self.constraint.applies_to(request):
             return True
-        value = device.attribute(self.constraint.match_attribute)
+        value, is_derived = lookup_attribute(self.constraint.match_attribute, device, derived)
         if value is None:
             return False
-        if self.count and not _equal(value, self.value, self.lists):  # type: ignore[arg-type]
+        if not self.stack:
+            self.stack.append((value, frozenset(_as_set(value)), is_derived))
+            return True
+        first, common, any_derived = self.stack[-1]
+        any_derived = any_derived or is_derived
+        common = common & _as_set(value)
+        if self.lists or any_derived:
+            if not common:  # KEP-5491: the intersection over every device must stay non-empty
+                return False
+        elif not _equal(value, first, False):
             return False
-        if self.count == 0:
-            self.value = value
-        self.count += 1
+        self.stack.append((first, common, any_derived))
         return True
 
     def remove(self, request: DeviceRequest, device: Device) -> None:
         if self.constraint.applies_to(request):
-            self.count -= 1
+            self.stack.pop()
 
 
 class _DistinctAttribute:
@@ -70,18 +103,22 @@ class _DistinctAttribute:
     def __init__(self, constraint: Constraint, lists: bool) -> None:
         self.constraint = constraint
         self.lists = lists
-        self.values: dict[str, list[AttributeValue]] = {}
+        self.values: dict[str, list[tuple[AttributeValue, bool]]] = {}
 
-    def add(self, request: DeviceRequest, device: Device) -> bool:
+    def add(
+        self, request: DeviceRequest, device: Device, derived: Mapping[str, AttributeValue] = _NONE
+    ) -> bool:
         if not self.constraint.applies_to(request):
             return True
-        value = device.attribute(self.constraint.distinct_attribute)
+        value, is_derived = lookup_attribute(self.constraint.distinct_attribute, device, derived)
         if value is None:
             return False
         for stack in self.values.values():
-            if stack and _equal(value, stack[-1], self.lists):
-                return False
-        self.values.setdefault(request.name, []).append(value)
+            if stack:
+                other, other_derived = stack[-1]
+                if _equal(value, other, self.lists or is_derived or other_derived):
+                    return False
+        self.values.setdefault(request.name, []).append((value, is_derived))
         return True
 
     def remove(self, request: DeviceRequest, device: Device) -> None:

@@ -7,10 +7,17 @@ exclusively allocated devices, shares of multi-allocatable devices with their co
 devices reserved by binds in flight. Admin-access results do not make a device in use.
 
 Not thread-safe by itself: the caller serialises writers with readers (the app holds one lock).
+
+With a ``SelectorCache`` attached (``Inventory(gates, selectors)`` or ``attach_selectors``), DeviceClass
+selectors are evaluated when slices or classes arrive (``allocator.classmatch``), not in filter. With
+cluster-wide derived attributes (``set_cluster_attributes``, ``allocator.derived``) the stored slices hold
+devices whose attributes include them, computed once per slice revision from the slice as published
+(kept as the base for re-derivation when the config or a scoping DeviceClass changes).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +25,8 @@ from fractions import Fraction
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from allocator.classmatch import ClassMatchIndex
+from allocator.derived import ClusterDerivation
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import (
@@ -31,6 +40,7 @@ from allocator.model import (
 from allocator.nodeselector import Node
 from allocator.pools import PoolID, PoolView, gather_pools
 from allocator.quantity import QuantityError, parse_quantity
+from allocator.selectors import SelectorCache
 
 __all__ = ["AllocatedDevice", "Inventory", "allocated_devices"]
 
@@ -88,9 +98,15 @@ class _Holders:
 class Inventory:
     """The cluster's devices and their use. See the module docstring for the update model."""
 
-    def __init__(self, gates: FeatureGates | None = None) -> None:
+    def __init__(self, gates: FeatureGates | None = None, selectors: SelectorCache | None = None) -> None:
         self.gates = gates or FeatureGates()
         self._slices: dict[str, ResourceSlice] = {}
+        self._base_slices: dict[str, ResourceSlice] = {}
+        """Slices as published (before cluster-wide derived attributes), the base of re-derivation."""
+        self._derivation: ClusterDerivation | None = None
+        self._derivation_errors: dict[Device, tuple[str, ...]] = {}
+        self.class_index: ClassMatchIndex | None = None
+        """DeviceClass selector results per device (None until a SelectorCache is attached)."""
         self._pool_slices: dict[PoolID, dict[str, ResourceSlice]] = defaultdict(dict)
         self._node_slices: dict[str, dict[str, ResourceSlice]] = defaultdict(dict)
         self._global_slices: dict[str, ResourceSlice] = {}
@@ -104,29 +120,120 @@ class Inventory:
         self._taints: WeakKeyDictionary[Device, tuple[Taint, ...]] = WeakKeyDictionary()
         self.revision = 0
         """Increments on every change; kept per-node results are valid only for the revision they saw."""
+        if selectors is not None:
+            self.attach_selectors(selectors)
 
     # --- objects ----------------------------------------------------------------------------------
 
     def upsert_slice(self, slice_: ResourceSlice) -> None:
-        self.delete_slice(slice_.name)
+        old = self._remove_slice(slice_.name)
+        self._base_slices[slice_.name] = slice_
+        slice_ = self._derived_slice(slice_)
         self._slices[slice_.name] = slice_
         self._pool_slices[slice_.pool_id][slice_.name] = slice_
         if slice_.node_name:
             self._node_slices[slice_.node_name][slice_.name] = slice_
         else:
             self._global_slices[slice_.name] = slice_
+        self._reindex(old.devices if old is not None else (), slice_.devices)
         self._pools_changed(slice_)
 
     def delete_slice(self, name: str) -> None:
+        old = self._remove_slice(name)
+        if old is not None:
+            self._reindex(old.devices, ())
+
+    def _remove_slice(self, name: str) -> ResourceSlice | None:
         old = self._slices.pop(name, None)
         if old is None:
-            return
+            return None
+        self._base_slices.pop(name, None)
         self._pool_slices[old.pool_id].pop(name, None)
         if not self._pool_slices[old.pool_id]:
             del self._pool_slices[old.pool_id]
         self._node_slices.get(old.node_name, {}).pop(name, None)
         self._global_slices.pop(name, None)
         self._pools_changed(old)
+        return old
+
+    def _reindex(self, old: tuple[Device, ...], new: tuple[Device, ...]) -> None:
+        """Keep the class-match index and the derivation errors in step with a slice's devices (a device
+        object kept across a re-derivation keeps its results)."""
+        kept = {id(d) for d in old} & {id(d) for d in new}
+        removed = [d for d in old if id(d) not in kept]
+        for device in removed:
+            self._derivation_errors.pop(device, None)
+        if self.class_index is not None:
+            self.class_index.remove_devices(removed)
+            self.class_index.add_devices(d for d in new if id(d) not in kept)
+
+    def _derived_slice(self, base: ResourceSlice) -> ResourceSlice:
+        """``base`` with the cluster-wide derived attributes added to its devices (``base`` itself when
+        none applies); runtime errors are recorded per device."""
+        if self._derivation is None:
+            return base
+        devices, changed = [], False
+        for device in base.devices:
+            derived, errors = self._derivation.derive(device, self._classes)
+            if errors:
+                self._derivation_errors[derived] = errors
+            else:
+                self._derivation_errors.pop(derived, None)
+            changed = changed or derived is not device
+            devices.append(derived)
+        return dataclasses.replace(base, devices=tuple(devices)) if changed else base
+
+    def _rederive(self) -> None:
+        for base in list(self._base_slices.values()):
+            self.upsert_slice(base)
+        self.revision += 1
+
+    def _all_devices(self) -> Iterable[Device]:
+        return (d for s in self._slices.values() for d in s.devices)
+
+    # --- CEL: class matches and cluster-wide derived attributes ------------------------------------
+
+    def attach_selectors(self, selectors: SelectorCache) -> None:
+        """Evaluate DeviceClass selectors through ``selectors`` from now on, when slices and classes
+        arrive (builds the class-match index for the current contents)."""
+        self.class_index = ClassMatchIndex(selectors)
+        devices = list(self._all_devices())
+        for device_class in self._classes.values():
+            self.class_index.set_class(device_class, devices)
+
+    def set_cluster_attributes(self, derivation: ClusterDerivation | None) -> None:
+        """Replace the cluster-wide derived attributes (None: none) and re-derive every device."""
+        self._derivation = derivation
+        self._rederive()
+
+    def class_matches(self, device_class: DeviceClass, device: Device, selectors: SelectorCache) -> bool:
+        """Whether every selector of the class admits the device: from the class-match index, or through
+        ``selectors`` when no index is attached. Raises CELCompileError / CELEvalError (upstream wording:
+        ``class <name>: selector #<i> ...``), fatal for the pod."""
+        index = self.class_index
+        if index is not None and index.indexes(device_class):
+            return index.matches(device_class, device)
+        owner = f"class {device_class.name}"
+        return all(selectors.matches(e, device, owner, i) for i, e in enumerate(device_class.selectors))
+
+    def derivation_error(self, device: Device) -> str:
+        """The recorded cluster-wide derived attribute errors of the device ("" when none)."""
+        return "; ".join(self._derivation_errors.get(device, ()))
+
+    def derivation_errors(self) -> list[str]:
+        """Every recorded cluster-wide derived attribute error, sorted (one per device and attribute)."""
+        return sorted(message for errors in self._derivation_errors.values() for message in errors)
+
+    def report(self) -> dict[str, int]:
+        """Sizes for benchmarks and metrics: slices, devices, the class-match index, derivation errors."""
+        report = {
+            "slices": len(self._slices),
+            "devices": sum(len(s.devices) for s in self._slices.values()),
+            "derivation_errors": sum(len(e) for e in self._derivation_errors.values()),
+        }
+        if self.class_index is not None:
+            report.update({f"class_index_{k}": v for k, v in self.class_index.report().items()})
+        return report
 
     def _pools_changed(self, slice_: ResourceSlice) -> None:
         self.revision += 1
@@ -139,12 +246,25 @@ class Inventory:
             self._pools_by_node.pop(node, None)
 
     def upsert_class(self, device_class: DeviceClass) -> None:
+        old = self._classes.get(device_class.name)
         self._classes[device_class.name] = device_class
         self.revision += 1
+        if self.class_index is not None:
+            self.class_index.set_class(device_class, list(self._all_devices()))
+        if (
+            self._derivation is not None
+            and device_class.name in self._derivation.class_names
+            and (old is None or old.selectors != device_class.selectors)
+        ):
+            self._rederive()
 
     def delete_class(self, name: str) -> None:
         if self._classes.pop(name, None) is not None:
             self.revision += 1
+            if self.class_index is not None:
+                self.class_index.remove_class(name)
+            if self._derivation is not None and name in self._derivation.class_names:
+                self._rederive()
 
     def device_class(self, name: str) -> DeviceClass | None:
         return self._classes.get(name)
@@ -180,7 +300,8 @@ class Inventory:
         return list(self._nodes)
 
     def slice(self, name: str) -> ResourceSlice | None:
-        return self._slices.get(name)
+        """The slice as published (before cluster-wide derived attributes; ``slices()`` has them)."""
+        return self._base_slices.get(name)
 
     def slices(self) -> Iterable[ResourceSlice]:
         return self._slices.values()

@@ -11,6 +11,7 @@ DeviceTaintRule.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "Claim",
     "Constraint",
     "CounterConsumption",
+    "DerivedAttribute",
     "Device",
     "DeviceCapacity",
     "DeviceClass",
@@ -39,6 +41,7 @@ __all__ = [
     "parse_device_class",
     "parse_device_taint_rule",
     "parse_resource_slice",
+    "qualified_name_problem",
 ]
 
 DeviceID = tuple[str, str, str]
@@ -586,6 +589,22 @@ def parse_device_taint_rule(obj: Mapping[str, Any]) -> DeviceTaintRule:
 # --- ResourceClaim --------------------------------------------------------------------------------
 
 
+MAX_DERIVED_ATTRIBUTES = 8
+"""Entries of one request's ``derivedAttributes`` (KEP-6080)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedAttribute:
+    """One ``derivedAttributes`` entry (KEP-6080): a value computed by a CEL expression per candidate device.
+
+    ``name`` is a bare name (local to the claim) or a domain-qualified one (shadows the static attribute of
+    that name in this request's constraints).
+    """
+
+    name: str
+    expression: str
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceRequest:
     """An ``exactly`` request or one ``firstAvailable`` subrequest.
@@ -604,6 +623,8 @@ class DeviceRequest:
     tolerations: tuple[Toleration, ...]
     capacity_requests: Mapping[str, Quantity]
     is_subrequest: bool
+    derived_attributes: tuple[DerivedAttribute, ...] = ()
+    """``derivedAttributes`` (KEP-6080, gate DRADerivedAttributes), in spec order."""
 
     @property
     def label(self) -> str:
@@ -676,7 +697,41 @@ def _device_request(
             for k, v in _mapping(capacity.get("requests"), at / "capacity" / "requests").items()
         },
         is_subrequest=sub,
+        derived_attributes=_derived_attributes(data.get("derivedAttributes"), at / "derivedAttributes"),
     )
+
+
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def qualified_name_problem(name: str) -> str:
+    """Why ``name`` is not a ``QualifiedName`` (``[domain/]id``: a DNS subdomain of at most 63 characters
+    and a C identifier of at most 32), or "" when it is one."""
+    domain, slash, ident = name.rpartition("/")
+    if not _C_IDENTIFIER.fullmatch(ident) or len(ident) > 32:
+        return f"{ident!r} must be a C identifier of at most 32 characters"
+    if slash and (not _DNS_SUBDOMAIN.fullmatch(domain) or len(domain) > 63):
+        return f"domain {domain!r} must be a DNS subdomain of at most 63 characters"
+    return ""
+
+
+def _derived_attributes(raw: Any, at: _Path) -> tuple[DerivedAttribute, ...]:
+    entries = _list(raw, at)
+    if len(entries) > MAX_DERIVED_ATTRIBUTES:
+        raise at.error(f"must have at most {MAX_DERIVED_ATTRIBUTES} entries, got {len(entries)}")
+    result: list[DerivedAttribute] = []
+    for i, entry in enumerate(entries):
+        data = _mapping(entry, at / i, required=True)
+        name = _str(data.get("name"), at / i / "name", required=True)
+        problem = qualified_name_problem(name)
+        if problem:
+            raise (at / i / "name").error(problem)
+        if any(d.name == name for d in result):
+            raise (at / i / "name").error(f"duplicate derived attribute name {name}")
+        expression = _str(data.get("expression"), at / i / "expression", required=True)
+        result.append(DerivedAttribute(name, expression))
+    return tuple(result)
 
 
 def _request(raw: Any, at: _Path) -> Request:

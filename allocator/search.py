@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from allocator.capacity import capacity_consumption
+from allocator.cel import AttributeValue
 from allocator.constraints import ConstraintState, new_constraint_state
+from allocator.derived import NO_DERIVED_VALUES, check_request_derived, request_derived_values
 from allocator.errors import (
+    CELEvalError,
     ClaimConstraintError,
     FeatureDisabledError,
     InvalidInputError,
@@ -89,6 +92,8 @@ class Allocator:
         self._shares: dict[tuple[str, str, str], int] = defaultdict(int)
         self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
         self._selectable: dict[tuple[int, int], bool] = {}
+        self._derived: dict[tuple[int, int], Mapping[str, AttributeValue]] = {}
+        """KEP-6080 derived values per (request alternative, device) admitted by the selectors."""
         self._invalid_seen = False
 
     # --- entry point ------------------------------------------------------------------------------
@@ -176,6 +181,7 @@ class Allocator:
                 )
         if alt.admin_access is not None and not self.gates.DRAAdminAccess:
             raise FeatureDisabledError(f"{where}: admin access is requested, but the feature is disabled")
+        check_request_derived(claim, alt, self.selectors, self.gates)
         if not alt.class_name:
             raise InvalidInputError(f"{where}: missing device class name (unsupported request type?)")
         device_class = self.inventory.device_class(alt.class_name)
@@ -312,14 +318,18 @@ class Allocator:
         ):
             return False
         device_class: DeviceClass = self.inventory.device_class(alt.class_name)  # type: ignore[assignment]
-        owner = f"class {device_class.name}"
-        for i, expression in enumerate(device_class.selectors):
-            if not self.selectors.matches(expression, device, owner, i):
-                return False
+        # Class selectors come from the class-match index (evaluated when slices/classes arrived).
+        if not self.inventory.class_matches(device_class, device, self.selectors):
+            return False
+        problem = self.inventory.derivation_error(device)
+        if problem:  # a cluster-wide derived attribute failed on a device this request could use
+            raise CELEvalError(problem)
         owner = f"claim {claim.key}"
         for i, expression in enumerate(alt.selectors):
             if not self.selectors.matches(expression, device, owner, i):
                 return False
+        if alt.derived_attributes:  # KEP-6080: after the selectors admitted the device
+            self._derived[(id(alt), id(device))] = request_derived_values(self.selectors, claim, alt, device)
         return True
 
     def _capacity_consumption(self, device: Device, alt: DeviceRequest) -> dict[str, Fraction] | None:
@@ -370,8 +380,9 @@ class Allocator:
                 if taint.blocks_allocation and not any(t.tolerates(taint) for t in alt.tolerations):
                     undo_all()
                     return None
+        derived = self._derived.get((id(alt), id(device)), NO_DERIVED_VALUES)
         for state in plan.constraints:
-            if not state.add(alt, device):
+            if not state.add(alt, device, derived):
                 undo_all()
                 if must:
                     raise ClaimConstraintError(

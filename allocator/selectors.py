@@ -1,8 +1,18 @@
-"""Selector evaluation with caches: compiled programs per expression, results per (expression, device).
+"""CEL evaluation with caches: compiled programs per expression, results per (expression, device).
 
-Devices are immutable per slice revision, so a result keyed by the device object stays valid until the
-slice is replaced; the weak keys drop results of replaced devices automatically. Errors are cached too,
-so a broken selector fails every time in the same way (upstream: fatal for the pod).
+Two kinds of programs share the cache: selectors (``matches``, bool) and derived attribute expressions
+(``value``, an ``AttributeValue``, KEP-6080). Devices are immutable per slice revision, so a result keyed by
+the device object stays valid until the slice is replaced; the weak keys drop results of replaced devices
+automatically. Errors are cached too, so a broken expression fails every time in the same way (upstream:
+fatal for the pod). DeviceClass selectors do not go through the result cache: the inventory's class-match
+index (``allocator.classmatch``) evaluates them once per device revision with ``evaluate``.
+
+Memory bounds (``SelectorCache.__init__``): at most ``max_expressions`` compiled programs (the oldest
+compiled is dropped first) and about ``max_results`` cached results in total; past that, the results of
+the oldest expressions are dropped until three quarters of the bound are left (they are recomputed on
+demand). One cached result costs about 150-200 bytes (weak reference plus dict slot), so the default bound
+of 1,000,000 results is roughly 200 MB in the worst case; a cluster of 40,000 devices holds 25 request
+expressions evaluated on every device before the bound is reached.
 
 Error texts follow upstream (allocator-semantics §7):
 ``class <name>: selector #<i>: CEL compile error: <msg>`` and
@@ -12,72 +22,112 @@ Error texts follow upstream (allocator-semantics §7):
 from __future__ import annotations
 
 import threading
+from typing import Any
 from weakref import WeakKeyDictionary
 
-from allocator.cel import CELEngine, SelectorProgram
+from allocator.cel import AttributeValue, CELDevice, CELEngine, SelectorProgram, ValueProgram
 from allocator.errors import CELCompileError, CELEvalError
 from allocator.model import Device
 
-__all__ = ["SelectorCache"]
+__all__ = ["DEFAULT_MAX_EXPRESSIONS", "DEFAULT_MAX_RESULTS", "SelectorCache"]
+
+DEFAULT_MAX_EXPRESSIONS = 10_000
+"""Compiled programs kept (selectors and derived attribute expressions counted separately)."""
+
+DEFAULT_MAX_RESULTS = 1_000_000
+"""Cached (expression, device) results kept, about 200 MB at most (module docstring)."""
 
 
 class _Entry:
     __slots__ = ("error", "program", "results")
 
-    def __init__(self, program: SelectorProgram | None, error: CELCompileError | None) -> None:
+    def __init__(self, program: Any, error: CELCompileError | None) -> None:
         self.program = program
         self.error = error
-        self.results: WeakKeyDictionary[Device, bool | CELEvalError] = WeakKeyDictionary()
+        self.results: WeakKeyDictionary[Device, Any] = WeakKeyDictionary()
 
 
 class SelectorCache:
     """Compiles each expression once and remembers each (expression, device) outcome.
 
-    ``stats`` counts compiles, evaluations and hits (reported by benchmarks and explanations).
+    ``stats`` counts compiles, ``evaluations`` (cache misses), ``hits``, ``uncached`` evaluations (the
+    class-match index and cluster-wide derived attributes, which keep their own results) and ``evictions``
+    (expressions whose results were dropped to stay within ``max_results``); ``report()`` adds entry
+    counts and the hit rate (benchmarks and explanations print them).
     """
 
-    def __init__(self, engine: CELEngine, max_expressions: int = 10_000) -> None:
+    def __init__(
+        self,
+        engine: CELEngine,
+        max_expressions: int = DEFAULT_MAX_EXPRESSIONS,
+        max_results: int = DEFAULT_MAX_RESULTS,
+    ) -> None:
         self.engine = engine
         self._entries: dict[str, _Entry] = {}
+        self._values: dict[str, _Entry] = {}
         self._max = max_expressions
+        self._max_results = max_results
+        self._stored = 0
         self._lock = threading.Lock()
-        self.stats = {"compiles": 0, "evaluations": 0, "hits": 0}
+        self.stats = {"compiles": 0, "evaluations": 0, "hits": 0, "uncached": 0, "evictions": 0}
 
-    def _entry(self, expression: str) -> _Entry:
-        entry = self._entries.get(expression)
+    # --- programs ---------------------------------------------------------------------------------
+
+    def _entry(self, expression: str, table: dict[str, _Entry], value: bool) -> _Entry:
+        entry = table.get(expression)
         if entry is not None:
             return entry
         with self._lock:
-            entry = self._entries.get(expression)
+            entry = table.get(expression)
             if entry is None:
                 try:
-                    entry = _Entry(self.engine.compile(expression), None)
+                    program = (
+                        self.engine.compile_value(expression) if value else self.engine.compile(expression)
+                    )
+                    entry = _Entry(program, None)
                 except CELCompileError as e:
                     entry = _Entry(None, e)
                 self.stats["compiles"] += 1
-                if len(self._entries) >= self._max:
+                if len(table) >= self._max:
                     # Bound memory: drop the oldest expression (dicts keep insertion order).
-                    del self._entries[next(iter(self._entries))]
-                self._entries[expression] = entry
+                    dropped = table.pop(next(iter(table)))
+                    self._stored -= len(dropped.results)
+                table[expression] = entry
         return entry
 
+    def program(self, expression: str) -> SelectorProgram:
+        """The compiled selector. Raises CELCompileError (message without owner)."""
+        entry = self._entry(expression, self._entries, False)
+        if entry.error is not None:
+            raise CELCompileError(str(entry.error))
+        return entry.program  # type: ignore[no-any-return]
+
+    def value_program(self, expression: str) -> ValueProgram:
+        """The compiled derived attribute expression. Raises CELCompileError (message without owner)."""
+        entry = self._entry(expression, self._values, True)
+        if entry.error is not None:
+            raise CELCompileError(str(entry.error))
+        return entry.program  # type: ignore[no-any-return]
+
+    # --- selectors --------------------------------------------------------------------------------
+
     def matches(self, expression: str, device: Device, owner: str, index: int) -> bool:
-        """Evaluate one selector on one device.
+        """Evaluate one selector on one device (cached).
 
         ``owner`` is ``class <name>`` or ``claim <ns/name>`` and ``index`` the selector's position, both
         for the error message. Raises CELCompileError or CELEvalError (fatal for the pod).
         """
-        entry = self._entry(expression)
+        entry = self._entry(expression, self._entries, False)
         if entry.error is not None:
             raise CELCompileError(f"{owner}: selector #{index}: CEL compile error: {entry.error}")
         cached = entry.results.get(device)
         if cached is None:
             self.stats["evaluations"] += 1
             try:
-                cached = entry.program.evaluate(device.cel)  # type: ignore[union-attr]
+                cached = entry.program.evaluate(device.cel)
             except CELEvalError as e:
                 cached = e
-            entry.results[device] = cached
+            self._store(entry, device, cached)
         else:
             self.stats["hits"] += 1
         if isinstance(cached, CELEvalError):
@@ -85,4 +135,73 @@ class SelectorCache:
             raise CELEvalError(
                 f"{owner}: selector #{index} on device {driver}/{pool}/{name}: CEL runtime error: {cached}"
             )
-        return cached
+        return cached  # type: ignore[no-any-return]
+
+    def evaluate(self, expression: str, device: CELDevice) -> bool:
+        """Evaluate one selector without caching the result (the class-match index keeps its own).
+        Raises CELCompileError or CELEvalError with the engine's message (no owner, no device)."""
+        program = self.program(expression)
+        self.stats["uncached"] += 1
+        return program.evaluate(device)
+
+    # --- derived attributes -----------------------------------------------------------------------
+
+    def value(self, expression: str, device: Device) -> AttributeValue:
+        """A derived attribute expression's value on one device (cached per expression and device).
+        Raises CELCompileError or CELEvalError with the engine's message (the caller names the owner)."""
+        entry = self._entry(expression, self._values, True)
+        if entry.error is not None:
+            raise CELCompileError(str(entry.error))
+        cached = entry.results.get(device)
+        if cached is None:
+            self.stats["evaluations"] += 1
+            try:
+                cached = entry.program.evaluate(device.cel)
+            except CELEvalError as e:
+                cached = e
+            self._store(entry, device, cached)
+        else:
+            self.stats["hits"] += 1
+        if isinstance(cached, CELEvalError):
+            raise CELEvalError(str(cached))  # a fresh exception: re-raising one object grows its traceback
+        return cached  # type: ignore[no-any-return]
+
+    def evaluate_value(self, expression: str, device: CELDevice) -> AttributeValue:
+        """A derived attribute expression's value, not cached (cluster-wide attributes are computed once
+        per device revision by the inventory). Raises CELCompileError or CELEvalError."""
+        program = self.value_program(expression)
+        self.stats["uncached"] += 1
+        return program.evaluate(device)
+
+    # --- bounds and reporting ---------------------------------------------------------------------
+
+    def _store(self, entry: _Entry, device: Device, result: Any) -> None:
+        entry.results[device] = result
+        self._stored += 1
+        if self._stored > self._max_results:
+            self._shrink()
+
+    def _shrink(self) -> None:
+        """Drop the results of the oldest expressions until 3/4 of ``max_results`` are left."""
+        with self._lock:
+            entries = [*self._entries.values(), *self._values.values()]
+            total = sum(len(e.results) for e in entries)  # the live count: dead weak keys are gone
+            target = self._max_results * 3 // 4
+            for entry in entries:
+                if total <= target:
+                    break
+                total -= len(entry.results)
+                entry.results = WeakKeyDictionary()
+                self.stats["evictions"] += 1
+            self._stored = total
+
+    def report(self) -> dict[str, Any]:
+        """Counters plus sizes: ``selector_expressions``, ``value_expressions``, ``results`` (live cached
+        results) and ``hit_rate`` (hits / (hits + evaluations), 0.0 before any lookup)."""
+        stats: dict[str, Any] = dict(self.stats)
+        lookups = stats["hits"] + stats["evaluations"]
+        stats["hit_rate"] = stats["hits"] / lookups if lookups else 0.0
+        stats["selector_expressions"] = len(self._entries)
+        stats["value_expressions"] = len(self._values)
+        stats["results"] = sum(len(e.results) for e in [*self._entries.values(), *self._values.values()])
+        return stats

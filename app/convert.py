@@ -82,7 +82,8 @@ FLAT_REQUEST_FIELDS = (
     "capacity",
 )
 """Request fields that v1beta1/v1alpha3 keep directly in the request and v1 keeps under ``exactly``."""
-_SUBREQUEST_FIELDS = frozenset({"name", *FLAT_REQUEST_FIELDS} - {"adminAccess"})
+_SUBREQUEST_FIELDS = frozenset({"name", "derivedAttributes", *FLAT_REQUEST_FIELDS} - {"adminAccess"})
+# derivedAttributes: KEP-6080, checked by the allocator's parser (allocator.model).
 
 _ATTRIBUTE_TYPES = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
 _ALLOCATION_MODES = ("ExactCount", "All")

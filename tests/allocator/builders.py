@@ -119,8 +119,9 @@ class World:
         rules: list[dict[str, Any]] | None = None,
         gates: FeatureGates | None = None,
     ) -> None:
-        self.inventory = Inventory(gates or FeatureGates())
         self.selectors = SelectorCache(_ENGINE)
+        # With the selector cache attached, class selectors run through the class-match index (as served).
+        self.inventory = Inventory(gates or FeatureGates(), self.selectors)
         for obj in (
             classes
             if classes is not None

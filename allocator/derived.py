@@ -1,0 +1,238 @@
+"""Derived attributes: device attribute values computed by CEL expressions.
+
+Two sources, both evaluated in the selector environment (one variable ``device``):
+
+* **Request derived attributes** (KEP-6080, ``requests[].exactly.derivedAttributes`` and inside
+  ``firstAvailable`` subrequests, gate ``DRADerivedAttributes``). Evaluated after the request's selectors
+  admitted a device and never visible to selectors; ``constraints[].matchAttribute`` /
+  ``distinctAttribute`` look up the request's derived attribute first, then the device's static attribute
+  (``allocator.constraints``). A bare name is local to the claim; a qualified name shadows the static
+  attribute of that name. Results: string, int, bool, semver or a list of one of those (KEP-5491 set
+  semantics in constraints). A runtime error on any candidate device aborts the pod (``CELEvalError``
+  naming claim, request, attribute, device and expression); a compile error is reported before the search
+  (``CELCompileError`` naming claim, request, attribute and expression; the engine's message carries the
+  position). Values are cached per (expression, device) by ``SelectorCache.value``.
+
+* **Cluster-wide derived attributes** (this extender's config file, ``app.derivedconfig``). An operator
+  defines ``name`` (qualified), ``expression`` and optionally ``driver`` / ``deviceClassName`` scopes;
+  ``ClusterDerivation.derive`` adds the value to the device's attributes, so selectors, constraints and
+  scoring see it like a driver-published attribute (it replaces a static attribute of the same name). The
+  inventory derives each device once per slice revision and again when the config or a scoping class
+  changes. Rules:
+
+  - every expression sees the device as its driver published it (derived attributes do not see each
+    other), and a ``deviceClassName`` scope is decided by that class's selectors on the same view;
+  - a name may be defined by several entries (e.g. one per driver, each reading that driver's own
+    attribute): for each device the first entry in file order whose scopes admit it gives the value;
+  - a scope class that does not exist makes the attribute absent (no error);
+  - a runtime error leaves the attribute absent on that device and is recorded: the inventory reports it
+    (startup prints every recorded error) and the search raises it as a fatal ``CELEvalError`` when it
+    reaches the device for a request whose DeviceClass matches the device, as upstream does for a device
+    whose attributes cannot be converted. Pods that could not use the device are not affected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from allocator.cel import AttributeValue, CELDevice
+from allocator.errors import CELCompileError, CELError, CELEvalError, FeatureDisabledError
+from allocator.features import FeatureGates
+from allocator.model import Claim, Device, DeviceClass, DeviceRequest
+from allocator.selectors import SelectorCache
+
+__all__ = [
+    "NO_DERIVED_VALUES",
+    "ClusterAttribute",
+    "ClusterDerivation",
+    "check_request_derived",
+    "request_derived_values",
+]
+
+NO_DERIVED_VALUES: Mapping[str, AttributeValue] = MappingProxyType({})
+"""The derived values of a request without derived attributes."""
+
+_SHOWN_EXPRESSION = 200
+"""Characters of an expression quoted in error messages (expressions may be 10 Ki long)."""
+
+
+def _quoted(expression: str) -> str:
+    shown = expression if len(expression) <= _SHOWN_EXPRESSION else expression[:_SHOWN_EXPRESSION] + "..."
+    return repr(shown)
+
+
+def _compile_hint(message: str) -> str:
+    if "'device.name'" in message:
+        return message + " (device.name is not part of the DRA selector environment; KEP-6080 leaves it open)"
+    return message
+
+
+# --- request derived attributes (KEP-6080) --------------------------------------------------------------
+
+
+def check_request_derived(
+    claim: Claim, alt: DeviceRequest, selectors: SelectorCache, gates: FeatureGates
+) -> None:
+    """Pre-search checks of one request's ``derivedAttributes``: the gate, then each expression compiles.
+
+    Raises FeatureDisabledError (``claim <key>, request <name>: has derivedAttributes, but the
+    DRADerivedAttributes feature is disabled``) or CELCompileError (``claim <key>, request <name>: derived
+    attribute <attr>: expression '<text>': CEL compile error: <engine message with position>``).
+    """
+    if not alt.derived_attributes:
+        return
+    kind = "subrequest" if alt.is_subrequest else "request"
+    if not gates.DRADerivedAttributes:
+        raise FeatureDisabledError(
+            f"claim {claim.key}, {kind} {alt.name}: has derivedAttributes, but the DRADerivedAttributes "
+            "feature is disabled"
+        )
+    for attribute in alt.derived_attributes:
+        try:
+            selectors.value_program(attribute.expression)
+        except CELCompileError as e:
+            raise CELCompileError(
+                f"claim {claim.key}, {kind} {alt.name}: derived attribute {attribute.name}: expression "
+                f"{_quoted(attribute.expression)}: CEL compile error: {_compile_hint(str(e))}"
+            ) from None
+
+
+def request_derived_values(
+    selectors: SelectorCache, claim: Claim, alt: DeviceRequest, device: Device
+) -> Mapping[str, AttributeValue]:
+    """The request's derived attributes on ``device`` (name -> value), in spec order.
+
+    Raises CELEvalError (fatal for the pod): ``claim <key>, request <name>: derived attribute <attr> on
+    device <driver>/<pool>/<device>: CEL runtime error: <msg> (expression '<text>')``.
+    """
+    if not alt.derived_attributes:
+        return NO_DERIVED_VALUES
+    values: dict[str, AttributeValue] = {}
+    for attribute in alt.derived_attributes:
+        try:
+            values[attribute.name] = selectors.value(attribute.expression, device)
+        except CELEvalError as e:
+            driver, pool, name = device.id
+            kind = "subrequest" if alt.is_subrequest else "request"
+            raise CELEvalError(
+                f"claim {claim.key}, {kind} {alt.name}: derived attribute {attribute.name} on device "
+                f"{driver}/{pool}/{name}: CEL runtime error: {e} (expression {_quoted(attribute.expression)})"
+            ) from None
+    return values
+
+
+# --- cluster-wide derived attributes (extender config) --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterAttribute:
+    """One operator-defined attribute: ``name`` is qualified (``domain/id``); empty scopes match every
+    device. ``source`` names where it was defined, for messages (``<file>: derivedAttributes[<i>]``)."""
+
+    name: str
+    expression: str
+    driver: str = ""
+    device_class: str = ""
+    source: str = ""
+
+    @property
+    def label(self) -> str:
+        return (
+            f"derived attribute {self.name} ({self.source})"
+            if self.source
+            else f"derived attribute {self.name}"
+        )
+
+
+class ClusterDerivation:
+    """Compiled cluster-wide derived attributes; ``derive`` computes them for one device.
+
+    Raises CELCompileError at construction when an expression does not compile (naming the attribute, its
+    source and the expression).
+    """
+
+    def __init__(self, attributes: Sequence[ClusterAttribute], selectors: SelectorCache) -> None:
+        self.attributes = tuple(attributes)
+        self.selectors = selectors
+        for attribute in self.attributes:
+            try:
+                selectors.value_program(attribute.expression)
+            except CELCompileError as e:
+                raise CELCompileError(
+                    f"{attribute.label}: expression {_quoted(attribute.expression)}: CEL compile error: "
+                    f"{_compile_hint(str(e))}"
+                ) from None
+        self.class_names = frozenset(a.device_class for a in self.attributes if a.device_class)
+        """DeviceClasses that scope an attribute: a change to one of them re-derives every device."""
+
+    def derive(self, device: Device, classes: Mapping[str, DeviceClass]) -> tuple[Device, tuple[str, ...]]:
+        """``device`` with the attributes in scope added (the same object when none applies), and the
+        runtime errors (one message per failed attribute; the attribute is then absent)."""
+        probe: CELDevice | None = None
+        values: dict[str, AttributeValue] = {}
+        errors: list[str] = []
+        class_matches: dict[str, bool | str] = {}
+        decided: set[str] = set()
+        for attribute in self.attributes:
+            if attribute.name in decided or (attribute.driver and attribute.driver != device.driver):
+                continue
+            if probe is None:
+                # A private view: engine caches keyed on it die with it, so the published device (kept by
+                # the inventory as the base of re-derivation) never holds converted copies.
+                cel = device.cel
+                probe = CELDevice(cel.driver, cel.attributes, cel.capacity, cel.allow_multiple_allocations)
+            if attribute.device_class:
+                scope = class_matches.get(attribute.device_class)
+                if scope is None:
+                    scope = class_matches[attribute.device_class] = self._in_class(
+                        classes.get(attribute.device_class), probe
+                    )
+                if not scope:
+                    continue
+                if isinstance(scope, str):
+                    errors.append(self._error(attribute, device, scope))
+                    decided.add(attribute.name)
+                    continue
+            decided.add(attribute.name)  # the first entry in scope decides, even when it fails
+            try:
+                values[attribute.name] = self.selectors.evaluate_value(attribute.expression, probe)
+            except CELError as e:
+                errors.append(self._error(attribute, device, f"CEL runtime error: {e}"))
+        if not values:
+            return device, tuple(errors)
+        return _with_attributes(device, values), tuple(errors)
+
+    def _in_class(self, device_class: DeviceClass | None, probe: CELDevice) -> bool | str:
+        if device_class is None:
+            return False
+        for i, expression in enumerate(device_class.selectors):
+            try:
+                if not self.selectors.evaluate(expression, probe):
+                    return False
+            except CELCompileError as e:
+                return f"deviceClassName {device_class.name}: selector #{i}: CEL compile error: {e}"
+            except CELEvalError as e:
+                return f"deviceClassName {device_class.name}: selector #{i}: CEL runtime error: {e}"
+        return True
+
+    @staticmethod
+    def _error(attribute: ClusterAttribute, device: Device, problem: str) -> str:
+        driver, pool, name = device.id
+        return (
+            f"device {driver}/{pool}/{name}: {attribute.label}: {problem} "
+            f"(expression {_quoted(attribute.expression)})"
+        )
+
+
+def _with_attributes(device: Device, values: Mapping[str, AttributeValue]) -> Device:
+    """A copy of ``device`` whose attributes (constraint view and CEL view) include ``values``."""
+    attributes = {**device.attributes, **values}
+    cel_attributes = {domain: dict(ids) for domain, ids in device.cel.attributes.items()}
+    for qualified, value in values.items():
+        domain, _, ident = qualified.rpartition("/")
+        cel_attributes.setdefault(domain, {})[ident] = value
+    cel = dataclasses.replace(device.cel, attributes=cel_attributes)
+    return dataclasses.replace(device, attributes=attributes, cel=cel)
