@@ -345,6 +345,8 @@ class SchedulingService:
         pod = self.state.get("Pod", key)
         if pod is None:
             raise BindError(f"pod {key} not found")
+        if self.state.node(node_name) is None:
+            raise BindError(f"node {node_name} is not known to dra-extender")
         pod_uid = str((pod.get("metadata") or {}).get("uid") or key)
         if uid and pod_uid != uid:
             raise BindError(f"pod {key}: UID {uid} does not match the current pod")

@@ -95,3 +95,10 @@ def test_failed_bind_writes_nothing():
         svc.bind("ml", "p", "uid-pod-ml-p", "n1")
     assert svc.state.objects == before
     assert not svc.state.inventory.is_allocated((DRIVER, "n1", "gpu-0"))
+
+
+def test_bind_to_an_unknown_node_fails_and_writes_nothing():
+    svc = service(("Pod", pod("ml", "plain")))
+    with pytest.raises(BindError, match="node nope is not known to dra-extender"):
+        svc.bind("ml", "plain", "uid-pod-ml-plain", "nope")
+    assert "nodeName" not in svc.state.get("Pod", "ml/plain")["spec"]
