@@ -25,9 +25,10 @@ from allocator.errors import AllocatorError
 from allocator.features import FeatureGates, parse_feature_gates
 from app.binder import BindError
 from app.extended import missing_extended_resources
-from app.runtime import StartupError, build_runtime, state_summary
+from app.runtime import Runtime, StartupError, build_runtime, state_summary
 from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import (
+    CEL_ENGINES,
     DEFAULT_MAX_BODY_BYTES,
     DEVICE_SELECTION_POLICIES,
     LOG_LEVELS,
@@ -211,6 +212,18 @@ def _parser() -> argparse.ArgumentParser:
             metavar="A=true,B=false",
             help="DRA feature gates by upstream name (default: Kubernetes 1.37 defaults)",
         )
+        sub.add_argument(
+            "--cel-engine",
+            choices=CEL_ENGINES,
+            default="cel-expr",
+            help="CEL engine for selectors and derived attributes (default cel-expr)",
+        )
+        sub.add_argument(
+            "--config",
+            type=Path,
+            metavar="FILE",
+            help="extender config file (cluster-wide derivedAttributes); serve reloads it when it changes",
+        )
 
     serve = commands.add_parser("serve", help="serve filter/prioritize/bind over HTTP")
     common(serve)
@@ -295,11 +308,13 @@ def _banner(
 def _settings(args: argparse.Namespace) -> Settings:
     """Settings from the flags. Raises StartupError for a value the settings reject (e.g. port 0)."""
     try:
-        scheduling = SchedulingSettings(args.feature_gates, getattr(args, "device_selection", "first-fit"))
+        scheduling = SchedulingSettings(
+            args.feature_gates, getattr(args, "device_selection", "first-fit"), cel_engine=args.cel_engine
+        )
         if args.command == "serve":
             server = ServerSettings(args.host, args.port, args.max_body_bytes, args.log_level)
-            return Settings(args.state, server, scheduling)
-        return Settings(args.state, scheduling=scheduling)
+            return Settings(args.state, server, scheduling, config_file=args.config)
+        return Settings(args.state, scheduling=scheduling, config_file=args.config)
     except ValueError as e:
         raise StartupError(str(e)) from e
 
@@ -313,6 +328,26 @@ def _bind_example(service: SchedulingService) -> tuple[Mapping[str, Any] | None,
     return (pending[0], passed[0]) if passed else (None, None)
 
 
+MAX_PROBLEMS_SHOWN = 20
+"""Config problems (failed derived attributes) printed at startup; the rest are counted."""
+
+
+def _runtime(settings: Settings) -> Runtime:
+    """Build the runtime from the settings and print the devices where a config attribute failed."""
+    runtime = build_runtime(
+        settings.state_dir,
+        settings.scheduling.feature_gates,
+        cel_engine=settings.scheduling.cel_engine,
+        config=settings.config_file,
+    )
+    for problem in runtime.problems[:MAX_PROBLEMS_SHOWN]:
+        print(f"dra-extender: error: {problem}", file=sys.stderr)
+    if len(runtime.problems) > MAX_PROBLEMS_SHOWN:
+        hidden = len(runtime.problems) - MAX_PROBLEMS_SHOWN
+        print(f"dra-extender: error: ... and {hidden} more derived attribute errors", file=sys.stderr)
+    return runtime
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -322,7 +357,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    runtime = build_runtime(settings.state_dir, settings.scheduling.feature_gates)
+    runtime = _runtime(settings)
     for note in runtime.notes:
         log.debug("%s", note)
     example_pod, example_node = _bind_example(runtime.service)
@@ -337,6 +372,8 @@ def _serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if runtime.watcher is not None:
+        runtime.watcher.start()
     # One worker: the cluster state and the in-flight allocations live in this process.
     uvicorn.run(
         create_app(runtime.service, settings),
@@ -350,7 +387,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    runtime = build_runtime(settings.state_dir, settings.scheduling.feature_gates)
+    runtime = _runtime(settings)
     for note in runtime.notes:
         log.debug("%s", note)
     document = simulate(runtime.service, args.nodes)

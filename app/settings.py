@@ -17,6 +17,7 @@ from pathlib import Path
 from allocator.features import FeatureGates
 
 __all__ = [
+    "CEL_ENGINES",
     "DEFAULT_MAX_BODY_BYTES",
     "DEVICE_SELECTION_POLICIES",
     "LOG_LEVELS",
@@ -34,6 +35,9 @@ DEVICE_SELECTION_POLICIES = ("first-fit",)
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 """Names accepted by both ``logging`` and uvicorn's ``--log-level``."""
+
+CEL_ENGINES = ("cel-expr", "cel-python")
+"""CEL engines (``app.runtime.new_engine``): Google's C++ runtime via cel-expr-python, or cel-python."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +98,14 @@ class SchedulingSettings:
     """Which devices are picked among those that fit. ``first-fit`` (the only policy so far) reproduces the
     upstream structured allocator's device order, so a pod gets the devices kube-scheduler would pick."""
 
+    cel_engine: str = "cel-expr"
+    """CEL implementation evaluating selectors and derived attributes (``CEL_ENGINES``). ``cel-expr``
+    (default): Google's C++ runtime, ~5-10 us per uncached evaluation. ``cel-python``: the pure-Python
+    cross-check engine, 20-100x slower; the same inputs give the same results (shared conformance corpus)."""
+
     def __post_init__(self) -> None:
+        if self.cel_engine not in CEL_ENGINES:
+            raise ValueError(f"cel_engine: must be one of {', '.join(CEL_ENGINES)}, got {self.cel_engine!r}")
         if self.device_selection not in DEVICE_SELECTION_POLICIES:
             raise ValueError(
                 f"device_selection: must be one of {', '.join(DEVICE_SELECTION_POLICIES)}, "
@@ -209,5 +220,8 @@ class Settings:
 
     server: ServerSettings = field(default_factory=ServerSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    config_file: Path | None = None
+    """Extender config file (``app.derivedconfig``: cluster-wide derived attributes), reloaded by ``serve``
+    when it changes. None: no config."""
     cluster: ClusterSettings | None = None
     """Cluster mode (list+watch the API server, write binds to it) instead of ``state_dir``."""
