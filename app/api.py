@@ -5,7 +5,8 @@ Routes (``urlPrefix: http://<host>:<port>/scheduler`` with verbs ``filter``, ``p
     POST /scheduler/filter       ExtenderArgs        → 200 ExtenderFilterResult
     POST /scheduler/prioritize   ExtenderArgs        → 200 [HostPriority]
     POST /scheduler/bind         ExtenderBindingArgs → 200 ExtenderBindingResult
-    GET  /healthz, /livez, /readyz                   → 200 {"status": "ok"}
+    GET  /healthz, /livez                            → 200 {"status": "ok"}: the process answers
+    GET  /readyz                                     → 200 {"status": "ok"}; 503 while cluster mode syncs
 
 Status codes follow what kube-scheduler does with them (extender-protocol.md §3.4): any non-200 is a
 scheduling error, and so is a 200 with ``Error`` set. Hence
@@ -15,7 +16,9 @@ scheduling error, and so is a 200 with ``Error`` set. Hence
 * a fatal allocation error (invalid claim or class, CEL error, disabled feature) → 200 with ``Error``;
   "does not fit" is never an error, it is ``FailedNodes`` / ``FailedAndUnresolvableNodes``;
 * a bind that cannot be done → 200 ``{"Error": "..."}`` (nothing was written);
-* an unexpected exception → 500 ``{"Error": "internal error: ..."}``, logged with its traceback.
+* an unexpected exception → 500 ``{"Error": "internal error: ..."}``, logged with its traceback;
+* in cluster mode, before every informer has listed once (``ready``): 200 with ``Error`` for filter and
+  bind, ``[]`` for prioritize (a decision on a partial index could give a device in use to a second claim).
 
 Bodies are read as raw bytes and decoded with orjson (``app.wire``); the pydantic models below only feed
 the OpenAPI document at ``/docs`` and never validate a request (Pods are large; the wire module checks the
@@ -49,6 +52,7 @@ __all__ = ["create_app"]
 log = logging.getLogger(__name__)
 
 _JSON = "application/json"
+_SYNCING = "dra-extender is still syncing with the API server; try again"
 
 
 # --- OpenAPI documentation models (never used to validate) ------------------------------------------------
@@ -198,8 +202,11 @@ def _decide(verb: str, handler: Callable[[bytes], bytes], body: bytes) -> Respon
         return _json(wire.encode_error(f"internal error: {type(e).__name__}: {e}"), 500)
 
 
-def create_app(service: SchedulingService, settings: Settings) -> FastAPI:
-    """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies."""
+def create_app(
+    service: SchedulingService, settings: Settings, ready: Callable[[], bool] | None = None
+) -> FastAPI:
+    """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
+    ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start)."""
     limit = settings.server.max_body_bytes
     app = FastAPI(
         title="dra-extender",
@@ -247,6 +254,9 @@ def create_app(service: SchedulingService, settings: Settings) -> FastAPI:
             # kube-scheduler gave up (httpTimeout); nobody reads this answer and nothing was decided.
             log.info("%s: client disconnected before sending the whole body", verb)
             return _json(wire.encode_error("client disconnected"), 400)
+        if ready is not None and not ready():
+            log.info("%s: refused: still syncing with the API server", verb)
+            return _json(b"[]" if verb == "prioritize" else wire.encode_error(_SYNCING))
         return await run_in_threadpool(_decide, verb, handler, body)
 
     @app.post(
@@ -278,14 +288,21 @@ def create_app(service: SchedulingService, settings: Settings) -> FastAPI:
 
     health = orjson.dumps({"status": "ok"})
 
-    # Liveness and readiness are the same: the app exists only once the state has been loaded.
-    for path in ("/healthz", "/livez", "/readyz"):
+    syncing = orjson.dumps({"status": "syncing"})
+
+    def readiness() -> Response:
+        return _json(health) if ready is None or ready() else _json(syncing, 503)
+
+    # Liveness: the process answers. Readiness: the state is complete (offline: loaded before the app exists;
+    # cluster mode: every informer has listed once).
+    probes = {"/healthz": lambda: _json(health), "/livez": lambda: _json(health), "/readyz": readiness}
+    for path, probe in probes.items():
         app.add_api_route(
             path,
-            lambda: _json(health),
+            probe,
             methods=["GET"],
             summary="Probe",
-            responses={200: {"model": Health}},
+            responses={200: {"model": Health}, 503: {"model": Health, "description": "Not ready"}},
             name=path.strip("/"),
         )
     return app

@@ -3,6 +3,11 @@
 ``serve --state DIR``: load the state, print a banner to stderr, serve the extender with uvicorn (one
 worker: the cluster state lives in this process).
 
+``serve --kubeconfig PATH`` / ``serve --in-cluster`` / ``serve`` with ``$KUBECONFIG`` set (cluster mode,
+``app.kube``): list+watch the API server and write binds to it; ``/readyz`` is 503 until every informer
+has synced. ``--ssl-certfile``/``--ssl-keyfile`` serve HTTPS, ``--ssl-ca-certs`` also requires client
+certificates.
+
 ``simulate --state DIR``: schedule every pending pod of the state offline, one at a time, and print one
 JSON document to stdout (see ``simulate``).
 
@@ -13,6 +18,7 @@ invalid manifests or DRA objects, bad flags) with the message on stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Mapping, Sequence
@@ -197,10 +203,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def common(sub: argparse.ArgumentParser) -> None:
+    def common(sub: argparse.ArgumentParser, state_required: bool = True) -> None:
         sub.add_argument(
             "--state",
-            required=True,
+            required=state_required,
             type=Path,
             metavar="DIR",
             help="directory (or file) of Kubernetes manifests to load",
@@ -226,7 +232,7 @@ def _parser() -> argparse.ArgumentParser:
         )
 
     serve = commands.add_parser("serve", help="serve filter/prioritize/bind over HTTP")
-    common(serve)
+    common(serve, state_required=False)
     defaults = ServerSettings()
     serve.add_argument("--host", default=defaults.host, help=f"interface (default {defaults.host})")
     serve.add_argument("--port", type=int, default=defaults.port, help=f"TCP port (default {defaults.port})")
@@ -238,6 +244,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"largest request body in bytes (default {DEFAULT_MAX_BODY_BYTES})",
     )
+    _cluster_flags(serve)
 
     sim = commands.add_parser("simulate", help="schedule the pending pods offline, print JSON")
     common(sim)
@@ -357,6 +364,9 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    cluster = _cluster_settings(args)
+    if cluster is not None:
+        return _serve_cluster(dataclasses.replace(settings, state_dir=None, cluster=cluster))
     runtime = _runtime(settings)
     for note in runtime.notes:
         log.debug("%s", note)
@@ -381,7 +391,120 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.server.port,
         log_level=settings.server.log_level,
         workers=1,
+        **_ssl_options(settings.server),
     )
+    return EXIT_OK
+
+
+# --- cluster mode (app.kube) ------------------------------------------------------------------------------
+
+
+def _cluster_flags(serve: argparse.ArgumentParser) -> None:
+    """``serve`` flags for cluster mode and TLS (``app.settings.ClusterSettings``, ``ServerSettings``)."""
+    group = serve.add_argument_group("cluster mode (instead of --state; $KUBECONFIG is used when set)")
+    group.add_argument("--kubeconfig", type=Path, metavar="PATH", help="kubeconfig file")
+    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current-context)")
+    group.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    group.add_argument(
+        "--scheduler-lease",
+        metavar="NS/NAME",
+        help="Lease of the kube-scheduler this extender is a sidecar of: only the replica next to the leader "
+        "releases orphaned allocations",
+    )
+    group.add_argument(
+        "--orphan-grace-period",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="release an allocation whose pod is still unbound after this long (default 300)",
+    )
+    tls = serve.add_argument_group("TLS (kube-scheduler enableHTTPS / tlsConfig)")
+    tls.add_argument("--ssl-certfile", type=Path, metavar="PEM", help="serve HTTPS with this certificate")
+    tls.add_argument("--ssl-keyfile", type=Path, metavar="PEM", help="key of --ssl-certfile")
+    tls.add_argument(
+        "--ssl-ca-certs", type=Path, metavar="PEM", help="require client certificates from this CA"
+    )
+
+
+def _cluster_settings(args: argparse.Namespace) -> Any:
+    """``ClusterSettings`` when ``serve`` runs in cluster mode, else None (``--state``). Raises StartupError
+    when neither or both are asked for, or for a value the settings reject."""
+    import os
+
+    from app.settings import ClusterSettings
+
+    explicit = args.kubeconfig is not None or args.in_cluster
+    if args.state is not None:
+        if explicit:
+            raise StartupError("--state and --kubeconfig/--in-cluster exclude each other")
+        return None
+    if not explicit and not os.environ.get("KUBECONFIG"):
+        raise StartupError(
+            "serve needs --state DIR, or a cluster: --kubeconfig PATH, --in-cluster or $KUBECONFIG"
+        )
+    try:
+        return ClusterSettings(
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            in_cluster=args.in_cluster,
+            scheduler_lease=args.scheduler_lease,
+            orphan_grace_period_seconds=args.orphan_grace_period,
+        )
+    except ValueError as e:
+        raise StartupError(str(e)) from e
+
+
+def _ssl_options(server: ServerSettings) -> dict[str, Any]:
+    """uvicorn's TLS arguments: HTTPS with a certificate, client certificates required with a CA."""
+    if server.ssl_certfile is None:
+        return {}
+    import ssl
+
+    options: dict[str, Any] = {
+        "ssl_certfile": str(server.ssl_certfile),
+        "ssl_keyfile": str(server.ssl_keyfile),
+    }
+    if server.ssl_ca_certs is not None:
+        options.update(ssl_ca_certs=str(server.ssl_ca_certs), ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return options
+
+
+def _serve_cluster(settings: Settings) -> int:
+    """Cluster mode: the informers and the bind writes on their own thread, uvicorn on the main one."""
+    import uvicorn
+
+    from app.api import create_app
+    from app.kube.runtime import BackgroundRuntime, ClusterRuntime
+
+    assert settings.cluster is not None
+    runtime = ClusterRuntime(settings.cluster, settings.scheduling.feature_gates)
+    for name in ("device_selection", "scoring"):  # policy settings, where the service has them
+        if hasattr(runtime.service, name) and hasattr(settings.scheduling, name):
+            setattr(runtime.service, name, getattr(settings.scheduling, name))
+    background = BackgroundRuntime(runtime)
+    try:
+        background.start()
+    except Exception as e:  # kubeconfig or service account missing or unreadable
+        raise StartupError(f"cannot load the Kubernetes client configuration: {e}") from e
+    server = settings.server
+    url = f"{'https' if server.ssl_certfile else 'http'}://{server.host}:{server.port}"
+    print(
+        f"dra-extender: cluster mode, API server {runtime.client.host}; serving {url} (kube-scheduler "
+        f"urlPrefix: {url}/scheduler); ready (/readyz) once every informer has synced",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        uvicorn.run(
+            create_app(runtime.service, settings, ready=runtime.ready),
+            host=server.host,
+            port=server.port,
+            log_level=server.log_level,
+            workers=1,
+            **_ssl_options(server),
+        )
+    finally:
+        background.stop()
     return EXIT_OK
 
 

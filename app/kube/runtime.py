@@ -145,13 +145,17 @@ class BackgroundRuntime:
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_until_complete(self.runtime.start())
-        except BaseException as e:  # reported to start()
-            self._error = e
-            self._started.set()
-            return
-        self._started.set()
-        self.loop.run_forever()
+            try:
+                self.loop.run_until_complete(self.runtime.start())
+            except BaseException as e:  # reported to start()
+                self._error = e
+                return
+            finally:
+                self._started.set()
+            self.loop.run_forever()
+        finally:
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
 
     def start(self, timeout: float = 30.0) -> None:
         """Start and wait until connected. Re-raises the configuration error of ``ClusterRuntime.start``."""

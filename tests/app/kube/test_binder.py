@@ -362,3 +362,55 @@ async def test_fifty_concurrent_binds_never_allocate_a_device_twice(api, start_r
         else:  # nothing half-written
             assert not status.get("allocation") and not status.get("reservedFor")
             assert FINALIZER not in (c["metadata"].get("finalizers") or [])
+
+
+def add_extended_pod(api: FakeKubeAPI, name: str) -> dict:
+    """A pod asking for one GPU as the implicit extended resource of DeviceClass ``gpu`` (KEP-5004)."""
+    p = pod(NS, name)
+    p["spec"]["containers"][0]["resources"] = {"limits": {"deviceclass.resource.kubernetes.io/gpu": "1"}}
+    return api.add("Pod", p)
+
+
+async def test_extended_resource_claim_is_created_allocated_and_linked_before_binding(api, start_runtime):
+    seed_cluster(api)
+    p = add_extended_pod(api, "x")
+    runtime = await start_runtime()
+    assert runtime.service.filter(p, ["n1"]).passed == ["n1"]
+    assert await bind(runtime, "x", "n1") is None
+    steps = writes(api)
+    created_name = api.writes()[0].body["metadata"]["name"]
+    assert steps == [
+        ("POST", "claims"),
+        ("PUT", f"claims/{created_name}"),
+        ("PUT", f"claims/{created_name}/status"),
+        ("PATCH", "pods/x/status"),
+        ("POST", "pods/x/binding"),
+    ]
+    created = claim_in_api(api, created_name)
+    assert created["metadata"]["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+    assert created["metadata"]["ownerReferences"][0]["uid"] == "uid-pod-ml-x"
+    assert created["metadata"]["finalizers"] == [FINALIZER]
+    assert created["status"]["reservedFor"] == [{"resource": "pods", "name": "x", "uid": "uid-pod-ml-x"}]
+    linked = api.get("Pod", NS, "x")
+    assert linked["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == created_name
+    assert linked["spec"]["nodeName"] == "n1"
+
+
+async def test_extended_resource_bind_failure_removes_the_created_claim(api, start_runtime):
+    seed_cluster(api)
+    p = add_extended_pod(api, "x")
+    runtime = await start_runtime()
+    assert runtime.service.filter(p, ["n1"]).passed == ["n1"]
+    api.fail("POST", r"pods/x/binding$", 500, message="injected failure")
+    assert "injected failure" in (await bind(runtime, "x", "n1") or "")
+    created_name = api.writes()[0].body["metadata"]["name"]
+    assert writes(api)[-4:] == [
+        ("PATCH", "pods/x/status"),
+        ("PUT", f"claims/{created_name}/status"),
+        ("PUT", f"claims/{created_name}"),
+        ("DELETE", f"claims/{created_name}"),
+    ]
+    assert api.get("ResourceClaim", NS, created_name) is None
+    assert "extendedResourceClaimStatus" not in (api.get("Pod", NS, "x").get("status") or {})
+    assert not api.get("Pod", NS, "x")["spec"].get("nodeName")
+    assert not runtime.reservations.keys()

@@ -1,0 +1,148 @@
+"""Cluster mode end to end through the HTTP layer: readiness gates the verbs, the runtime on its own thread
+(as ``serve`` runs it), and the ``serve`` flags for cluster mode and TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ssl
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from app import cli
+from app.api import create_app
+from app.kube.runtime import BackgroundRuntime, ClusterRuntime
+from app.runtime import StartupError
+from app.settings import ClusterSettings, ServerSettings, Settings
+from tests.app.kube.conftest import NS, TEST_SETTINGS, eventually, seed_cluster
+from tests.app.kube.fakeapi import FakeKubeAPI
+from tests.builders import claim, pod, request
+
+
+def _http(app) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://extender")
+
+
+async def test_readyz_and_the_verbs_wait_for_the_informers(api: FakeKubeAPI, clock, tmp_path):
+    seed_cluster(api)
+    api.add("ResourceClaim", claim(NS, "c", [request("gpu", "gpu")]))
+    p = api.add("Pod", pod(NS, "p", ["c"]))
+    gate = api.gate("GET", r"^/api/v1/pods$")
+    runtime = ClusterRuntime(
+        dataclasses.replace(TEST_SETTINGS, kubeconfig=api.kubeconfig(tmp_path)), clock=clock
+    )
+    await runtime.start()
+    app = create_app(runtime.service, Settings(None, cluster=runtime.settings), ready=runtime.ready)
+    try:
+        async with _http(app) as http:
+            assert (await http.get("/livez")).status_code == 200
+            ready = await http.get("/readyz")
+            assert ready.status_code == 503 and ready.json() == {"status": "syncing"}
+            args = orjson.dumps({"Pod": p, "NodeNames": ["n1", "n2"]})
+            refused = (await http.post("/scheduler/filter", content=args)).json()
+            assert "still syncing" in refused["Error"]
+            assert (await http.post("/scheduler/prioritize", content=args)).json() == []
+            gate.set()
+            await eventually(runtime.ready)
+            assert (await http.get("/readyz")).status_code == 200
+            decided = (await http.post("/scheduler/filter", content=args)).json()
+            assert decided["NodeNames"] == ["n1", "n2"] and decided["Error"] == ""
+    finally:
+        await runtime.stop()
+
+
+async def test_background_runtime_serves_filter_and_bind_like_serve_does(api: FakeKubeAPI, tmp_path):
+    seed_cluster(api)
+    api.add("ResourceClaim", claim(NS, "c", [request("gpu", "gpu")]))
+    p = api.add("Pod", pod(NS, "p", ["c"]))
+    runtime = ClusterRuntime(dataclasses.replace(TEST_SETTINGS, kubeconfig=api.kubeconfig(tmp_path)))
+    background = BackgroundRuntime(runtime)
+    await asyncio.to_thread(background.start)
+    try:
+        await eventually(runtime.ready, timeout=5)
+        app = create_app(runtime.service, Settings(None, cluster=runtime.settings), ready=runtime.ready)
+        async with _http(app) as http:
+            args = orjson.dumps({"Pod": p, "NodeNames": ["n1", "n2"]})
+            assert (await http.post("/scheduler/filter", content=args)).json()["NodeNames"] == ["n1", "n2"]
+            binding = {"PodName": "p", "PodNamespace": NS, "PodUID": p["metadata"]["uid"], "Node": "n2"}
+            answer = await http.post("/scheduler/bind", content=orjson.dumps(binding))
+            assert answer.json() == {"Error": ""}
+        assert api.get("Pod", NS, "p")["spec"]["nodeName"] == "n2"
+    finally:
+        await asyncio.to_thread(background.stop)
+
+
+async def test_background_runtime_reports_an_unusable_kubeconfig(tmp_path):
+    missing = ClusterSettings(kubeconfig=tmp_path / "nope")
+    with pytest.raises(Exception, match=r"nope|kube"):
+        await asyncio.to_thread(BackgroundRuntime(ClusterRuntime(missing)).start)
+
+
+def _serve_args(*argv: str):
+    return cli._parser().parse_args(["serve", *argv])
+
+
+def test_serve_flags_choose_cluster_mode(monkeypatch, tmp_path):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    kubeconfig = tmp_path / "config"
+    settings = cli._cluster_settings(
+        _serve_args(
+            "--kubeconfig", str(kubeconfig), "--scheduler-lease", "ns/lease", "--orphan-grace-period", "60"
+        )
+    )
+    assert settings == ClusterSettings(
+        kubeconfig=kubeconfig, scheduler_lease="ns/lease", orphan_grace_period_seconds=60.0
+    )
+    assert cli._cluster_settings(_serve_args("--in-cluster")).in_cluster
+    assert cli._cluster_settings(_serve_args("--state", str(tmp_path))) is None
+    with pytest.raises(StartupError, match="exclude each other"):
+        cli._cluster_settings(_serve_args("--state", str(tmp_path), "--in-cluster"))
+    with pytest.raises(StartupError, match="serve needs --state DIR"):
+        cli._cluster_settings(_serve_args())
+    with pytest.raises(StartupError, match="scheduler_lease"):
+        cli._cluster_settings(_serve_args("--in-cluster", "--scheduler-lease", "no-slash"))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert cli._cluster_settings(_serve_args()) == ClusterSettings()
+
+
+def test_serve_without_state_or_cluster_exits_2(monkeypatch, capsys):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert cli.main(["serve"]) == 2
+    assert "serve needs --state DIR" in capsys.readouterr().err
+
+
+def test_tls_options_for_uvicorn(tmp_path):
+    assert cli._ssl_options(ServerSettings()) == {}
+    cert, key, ca = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca.pem"
+    assert cli._ssl_options(ServerSettings(ssl_certfile=cert, ssl_keyfile=key, ssl_ca_certs=ca)) == {
+        "ssl_certfile": str(cert),
+        "ssl_keyfile": str(key),
+        "ssl_ca_certs": str(ca),
+        "ssl_cert_reqs": ssl.CERT_REQUIRED,
+    }
+    with pytest.raises(ValueError, match="both or neither"):
+        ServerSettings(ssl_certfile=cert)
+    with pytest.raises(ValueError, match="need HTTPS"):
+        ServerSettings(ssl_ca_certs=ca)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("watch_idle_seconds", 0), ("backoff_jitter", 1.5), ("orphan_grace_period_seconds", -1)],
+)
+def test_cluster_settings_reject_values_that_cannot_work(field, value):
+    with pytest.raises(ValueError, match=field):
+        ClusterSettings(**{field: value})
+
+
+def test_kubeconfig_path_takes_the_first_kubeconfig_entry(monkeypatch):
+    from app.kube.client import kubeconfig_path
+
+    monkeypatch.setenv("KUBECONFIG", "/a/config:/b/config")
+    assert kubeconfig_path(None) == Path("/a/config")
+    assert kubeconfig_path(Path("/x")) == Path("/x")
+    monkeypatch.delenv("KUBECONFIG")
+    assert kubeconfig_path(None) is None
