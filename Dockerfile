@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # dra-extender image: a kube-scheduler HTTP extender for DRA (resource.k8s.io/v1).
-# Default command serves the embedded demo cluster (examples/cluster) on :8888; in a cluster, override the command,
-# e.g. `serve --host 0.0.0.0 --port 8888` with the Kubernetes source options of the CLI.
+# Default command serves the embedded demo cluster (examples/cluster) on :8888. In a cluster the manifests
+# (manifests/, `kubectl apply -k manifests/`) run it as a sidecar of a dedicated kube-scheduler with
+# `serve --in-cluster --host=127.0.0.1 --port=8888 --scheduler-lease=dra-extender/dra-scheduler`.
 #
 # Build:  docker build -t dra-extender:0.1.0 .
 # Run:    docker run --rm -p 8888:8888 dra-extender:0.1.0

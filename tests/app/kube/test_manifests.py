@@ -1,0 +1,189 @@
+"""manifests/ and the Dockerfile: the kustomization renders, every object validates against the Kubernetes
+schemas (kubernetes-validate, where installed), and the invariants that make the deployment work hold: the
+KubeSchedulerConfiguration avoids the extender gotchas (extender-protocol.md §6), RBAC is least privilege,
+pods run restricted, the sidecar gates kube-scheduler on readiness."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+MANIFESTS = ROOT / "manifests"
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (kustomize) not installed")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(MANIFESTS)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.fixture(scope="module")
+def scheduler_config() -> dict[str, Any]:
+    return yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
+
+
+def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"].startswith(name))
+    ]
+    assert len(found) == 1, f"{kind} {name}: {len(found)} found"
+    return found[0]
+
+
+def _pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return _one(docs, "Deployment")["spec"]["template"]["spec"]
+
+
+def _extender(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(c for c in _pod_spec(docs)["initContainers"] if c["name"] == "dra-extender")
+
+
+def test_every_object_validates_against_the_kubernetes_schemas(rendered):
+    validate = pytest.importorskip("kubernetes_validate")
+    kinds = sorted({d["kind"] for d in rendered})
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Namespace",
+        "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    for doc in rendered:
+        validate.validate(doc, "1.34", strict=True)
+
+
+def test_scheduler_configuration_avoids_the_extender_gotchas(scheduler_config, rendered):
+    config = scheduler_config
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["percentageOfNodesToScore"] == 100
+    for profile in config["profiles"]:
+        disabled = [p["name"] for p in profile["plugins"]["multiPoint"]["disabled"]]
+        assert "DynamicResources" in disabled
+        fit = next(c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit")
+        assert "deviceclass.resource.kubernetes.io" in fit["ignoredResourceGroups"]
+        assert fit["ignoredResources"]
+    (extender,) = config["extenders"]
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
+        "filter",
+        "prioritize",
+        "bind",
+    )
+    assert extender["weight"] > 0
+    assert extender["nodeCacheCapable"] is True
+    assert extender["ignorable"] is False
+    assert not extender.get("managedResources")
+    assert "managedResources stays empty" in (MANIFESTS / "kube-scheduler-config.yaml").read_text()
+    timeout = int(re.fullmatch(r"(\d+)s", extender["httpTimeout"]).group(1))
+    from app.settings import ClusterSettings
+
+    assert timeout > ClusterSettings().bind_timeout_seconds  # the extender decides a bind's outcome
+    if extender["urlPrefix"].startswith("https://"):
+        assert extender["enableHTTPS"] and extender["tlsConfig"]["caFile"]  # else no verification at all
+    # The URL points at the sidecar, and the extender watches the scheduler's own Lease.
+    args = _extender(rendered)["args"]
+    assert extender["urlPrefix"] == "http://127.0.0.1:8888/scheduler"
+    assert {"--host=127.0.0.1", "--port=8888", "--in-cluster"} <= set(args)
+    election = config["leaderElection"]
+    assert f"--scheduler-lease={election['resourceNamespace']}/{election['resourceName']}" in args
+    # The mounted ConfigMap carries this file.
+    configmap = _one(rendered, "ConfigMap", "dra-scheduler-config")
+    assert yaml.safe_load(configmap["data"]["config.yaml"]) == config
+
+
+def _rules(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    table: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                table.setdefault((group, resource), set()).update(rule["verbs"])
+    return table
+
+
+def test_rbac_is_least_privilege(rendered):
+    for doc in rendered:
+        for rule in doc.get("rules") or ():
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], doc["metadata"]["name"]
+    assert _rules(_one(rendered, "ClusterRole", "dra-extender")) == {
+        ("", "namespaces"): {"get", "list", "watch"},
+        ("", "nodes"): {"get", "list", "watch"},
+        ("", "pods"): {"get", "list", "watch"},
+        ("", "pods/binding"): {"create"},
+        ("", "pods/status"): {"patch"},
+        ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
+        ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch"},
+        ("resource.k8s.io", "resourceclaimtemplates"): {"get", "list", "watch"},
+        ("resource.k8s.io", "devicetaintrules"): {"get", "list", "watch"},
+        ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "update", "create", "delete"},
+        ("resource.k8s.io", "resourceclaims/status"): {"update"},
+    }
+    lease = _one(rendered, "Role", "dra-scheduler-leader-election")
+    assert {r["resources"][0]: set(r["verbs"]) for r in lease["rules"] if r.get("resourceNames")} == {
+        "leases": {"get", "update"}
+    }
+    service_account = _one(rendered, "ServiceAccount")
+    for binding in (d for d in rendered if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": service_account["metadata"]["name"],
+                "namespace": "dra-extender",
+            }
+        ]
+    reader = _one(rendered, "RoleBinding", "dra-scheduler-authentication-reader")
+    assert reader["metadata"]["namespace"] == "kube-system"
+
+
+def test_pods_run_restricted_with_probes_and_the_sidecar_gates_the_scheduler(rendered):
+    spec = _pod_spec(rendered)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    containers = [*spec["initContainers"], *spec["containers"]]
+    for container in containers:
+        context = container["securityContext"]
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert container["livenessProbe"] and container["readinessProbe"]
+        image = container["image"]
+        assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), image
+        assert container["resources"]["requests"]
+    extender = _extender(rendered)
+    assert (
+        extender["restartPolicy"] == "Always"
+    )  # native sidecar: kube-scheduler starts after its startupProbe
+    assert "/readyz" in " ".join(extender["startupProbe"]["exec"]["command"])
+    deployment = _one(rendered, "Deployment")
+    assert deployment["spec"]["replicas"] >= 2
+    pdb = _one(rendered, "PodDisruptionBudget")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["spec"]["minAvailable"] == 1
+    volume = next(v for v in spec["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"] == _one(rendered, "ConfigMap")["metadata"]["name"]
+
+
+def test_dockerfile_is_multi_stage_non_root_and_pinned():
+    text = (ROOT / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
+    assert len(stages) >= 2
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, re.MULTILINE).group(1)
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base), base
+    user = re.findall(r"^USER\s+(\S+)", text, re.MULTILINE)
+    assert user and user[-1].split(":")[0] not in ("0", "root")
+    assert re.search(r'^ENTRYPOINT \["dra-extender"\]', text, re.MULTILINE)
