@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit simulate bench lock clean
+.PHONY: run test lint unit simulate bench bench-cel lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: lint unit
 # Cluster-scale benchmark against the parse-and-echo floor (a script, not tests): prints one table.
 bench: $(STAMP)
 	$(BIN)/python -m bench.bench $(BENCH_ARGS)
+
+# CEL: us per evaluation (cold/warm) on each engine, and one filter at 5000 nodes x 8 devices; prints tables.
+bench-cel: $(STAMP)
+	$(BIN)/python -m bench.bench_cel $(BENCH_CEL_ARGS)
 
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)

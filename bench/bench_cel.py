@@ -1,0 +1,280 @@
+"""``make bench-cel``: CEL cost per evaluation on each engine, and one filter call at 5000 nodes x 8 devices.
+
+Part 1, per engine and expression (a typical selector, a quantity comparison, a semver comparison), in
+microseconds per evaluation:
+
+* ``compile``: ``engine.compile`` once per expression text (then cached by ``SelectorCache``);
+* ``cold``: ``SelectorCache.matches`` on a device never evaluated before (result-cache miss, and the engine
+  converts the device: what the first filter after a slice update pays);
+* ``uncached``: the engine's own evaluation on an already converted device (what a result-cache miss costs
+  once the device is known, e.g. a new selector on an old device);
+* ``warm``: ``SelectorCache.matches`` again on the same device (a result-cache hit: what filter pays
+  for a known selector).
+
+Part 2, per engine: a synthetic cluster (``--nodes`` x ``--devices`` GPUs, one ResourceSlice per node, one
+DeviceClass) loaded into ``ClusterState`` with the class-match index; then ``SchedulingService.filter`` for
+a pod with one claim of one device over every node name, with a request selector never seen before (a new
+text per call) and with a known selector, and with the class selector only (medians of ``--repeat`` calls),
+after a first call that also gathers every node's pools (shown on its own row). Load time includes
+evaluating the class selector on every device (the class-match index). Absolute numbers drift between
+machines; compare engines and rows measured in the same run.
+
+Run: ``python -m bench.bench_cel [--nodes 5000] [--devices 8] [--engines cel-expr,cel-python]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from allocator.cel import CELEngine
+from allocator.model import parse_resource_slice
+from allocator.selectors import SelectorCache
+from app.cluster import ClusterState
+from app.runtime import new_engine
+from app.scheduling import SchedulingService
+
+__all__ = ["main"]
+
+DRIVER = "gpu.example.com"
+CLASS = "gpu"
+NAMESPACE = "bench"
+
+EXPRESSIONS = {
+    "typical selector": f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "H100"',
+    "quantity": f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0',
+    "semver": f'device.attributes["{DRIVER}"].driverVersion.isGreaterThan(semver("550.0.0"))',
+}
+
+
+# --- synthetic objects --------------------------------------------------------------------------------------
+
+
+def _device(node: int, index: int) -> dict[str, Any]:
+    return {
+        "name": f"gpu-{index}",
+        "attributes": {
+            "model": {"string": "H100" if (node + index) % 4 else "A100"},
+            "driverVersion": {"version": f"{550 + index % 3}.{node % 10}.0"},
+            "numa": {"int": index // 4},
+            "uuid": {"string": f"GPU-{node:05d}-{index}"},
+        },
+        "capacity": {"memory": {"value": "80Gi" if index % 2 else "40Gi"}},
+    }
+
+
+def _slice(node: int, devices: int) -> dict[str, Any]:
+    name = f"node-{node:05d}"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{name}-gpus", "resourceVersion": "1"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": name,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [_device(node, i) for i in range(devices)],
+        },
+    }
+
+
+def _node(node: int) -> dict[str, Any]:
+    name = f"node-{node:05d}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+    }
+
+
+def _claim(name: str, selector: str | None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": CLASS, "count": 1}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}", "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+def _pod(name: str, claim: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [{"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+# --- part 1: per evaluation ------------------------------------------------------------------------------
+
+
+def _devices(count: int) -> list[Any]:
+    """``count`` fresh Device objects (8 per slice), never seen by any cache."""
+    per_slice = 8
+    slices = [
+        parse_resource_slice(_slice(n, per_slice)) for n in range(0, (count + per_slice - 1) // per_slice)
+    ]
+    return [d for s in slices for d in s.devices][:count]
+
+
+def _per_call(function: Callable[[], None], calls: int) -> float:
+    start = time.perf_counter()
+    function()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _expression_costs(engine_name: str, expression: str, samples: int) -> tuple[float, float, float, float]:
+    engine: CELEngine = new_engine(engine_name)
+    compiles = max(3, samples // 200)
+    compile_us = _per_call(lambda: [engine.compile(expression) for _ in range(compiles)], compiles)
+    cache = SelectorCache(engine)
+    devices = _devices(samples)
+    gc.collect()
+    cold = _per_call(lambda: [cache.matches(expression, d, "claim x", 0) for d in devices], len(devices))
+    warm = _per_call(lambda: [cache.matches(expression, d, "claim x", 0) for d in devices], len(devices))
+    program = cache.program(expression)
+    cels = [d.cel for d in devices]
+    uncached = _per_call(lambda: [program.evaluate(c) for c in cels], len(cels))
+    return compile_us, cold, uncached, warm
+
+
+def evaluation_costs(engine_name: str, samples: int) -> list[tuple[str, str, float, float, float, float]]:
+    """Rows (engine, expression, compile, cold, uncached, warm) in microseconds."""
+    return [
+        (engine_name, label, *_expression_costs(engine_name, expression, samples))
+        for label, expression in EXPRESSIONS.items()
+    ]
+
+
+# --- part 2: one filter over the cluster -----------------------------------------------------------------
+
+
+def filter_costs(engine_name: str, nodes: int, devices: int, repeat: int) -> dict[str, Any]:
+    """Load time and filter times (ms) for one engine."""
+    selectors = SelectorCache(new_engine(engine_name))
+    state = ClusterState()
+    state.inventory.attach_selectors(selectors)
+    start = time.perf_counter()
+    state.apply(
+        "DeviceClass",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        },
+    )
+    for n in range(nodes):
+        state.apply("Node", _node(n))
+        state.apply("ResourceSlice", _slice(n, devices))
+    load_s = time.perf_counter() - start
+    service = SchedulingService(state, selectors)
+    names = [f"node-{n:05d}" for n in range(nodes)]
+
+    def run(tag: str, selector: str | None) -> float:
+        state.apply("ResourceClaim", _claim(f"claim-{tag}", selector))
+        pod = _pod(f"pod-{tag}", f"claim-{tag}")
+        state.apply("Pod", pod)
+        gc.collect()
+        started = time.perf_counter()
+        outcome = service.filter(pod, names)
+        elapsed = (time.perf_counter() - started) * 1e3
+        assert not outcome.error and len(outcome.passed) == nodes, (outcome.error, len(outcome.passed))
+        return elapsed
+
+    # The first call also gathers every node's pools (cached afterwards): shown on its own row.
+    results: dict[str, Any] = {"load_s": load_s, "first call (pools gathered)": run("warm-up", None)}
+    results["class selector only"] = statistics.median(run(f"class-{i}", None) for i in range(repeat))
+
+    # A selector no cache has seen: a unique constant makes the text new; the first device of every node
+    # matches, so the search evaluates it on one device per node. Each run takes a new text (median).
+    def new_selector(i: int) -> str:
+        return f'device.attributes["{DRIVER}"].numa >= 0 && "{i}-{time.time_ns()}" != ""'
+
+    results["selector never seen"] = statistics.median(
+        run(f"new-{i}", new_selector(i)) for i in range(repeat)
+    )
+    known = new_selector(repeat)
+    run("known-first", known)
+    results["same selector again"] = statistics.median(run(f"known-{i}", known) for i in range(repeat))
+    results["selectors"] = selectors.report()
+    results["inventory"] = state.inventory.report()
+    results["policy"] = getattr(service, "device_selection", "first-fit")
+    return results
+
+
+# --- output -------------------------------------------------------------------------------------------------
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
+    return "\n".join([line, rule, *body])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_cel", description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--devices", type=int, default=8, help="devices per node")
+    parser.add_argument("--samples", type=int, default=4000, help="devices per evaluation measurement")
+    parser.add_argument("--repeat", type=int, default=5, help="filter calls per known-selector median")
+    parser.add_argument("--engines", default="cel-expr,cel-python")
+    args = parser.parse_args(argv)
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+
+    rows = []
+    for engine in engines:
+        samples = args.samples if engine == "cel-expr" else max(200, args.samples // 10)
+        rows.extend(evaluation_costs(engine, samples))
+    print("CEL evaluation, microseconds per evaluation (compile: per expression)")
+    print(
+        _table(
+            ["engine", "expression", "compile", "cold", "uncached", "warm"],
+            [[e, x, f"{c:.1f}", f"{cold:.2f}", f"{u:.2f}", f"{w:.2f}"] for e, x, c, cold, u, w in rows],
+        )
+    )
+    print()
+    filter_rows = []
+    details = []
+    for engine in engines:
+        result = filter_costs(engine, args.nodes, args.devices, args.repeat)
+        for case in (
+            "first call (pools gathered)",
+            "class selector only",
+            "selector never seen",
+            "same selector again",
+        ):
+            filter_rows.append([engine, case, f"{result[case]:.1f}"])
+        details.append((engine, result))
+    shape = f"{args.nodes} nodes x {args.devices} devices"
+    print(f"filter: one pod, one claim of 1 device, {shape}, every node name")
+    print(_table(["engine", "request selector", "filter ms"], filter_rows))
+    print()
+    for engine, result in details:
+        selectors = result["selectors"]
+        inventory = result["inventory"]
+        index = (inventory.get("class_index_matches", 0), inventory.get("class_index_evaluations", 0))
+        print(
+            f"{engine}: load {result['load_s']:.2f} s (class-match index: {index[0]} matches, {index[1]} "
+            "evaluations); selector cache: "
+            f"{selectors['results']} results, {selectors['selector_expressions']} programs, hit rate "
+            f"{selectors['hit_rate']:.2f}; device selection {result['policy']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
