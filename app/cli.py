@@ -477,7 +477,17 @@ def _serve_cluster(settings: Settings) -> int:
     from app.kube.runtime import BackgroundRuntime, ClusterRuntime
 
     assert settings.cluster is not None
-    runtime = ClusterRuntime(settings.cluster, settings.scheduling.feature_gates)
+    from allocator.selectors import SelectorCache
+    from app.derivedconfig import ConfigError, install, load_config
+    from app.runtime import new_engine
+
+    selectors = SelectorCache(new_engine(settings.scheduling.cel_engine))
+    runtime = ClusterRuntime(settings.cluster, settings.scheduling.feature_gates, selectors=selectors)
+    if settings.config_file is not None:  # cluster-wide derived attributes, before the first slice arrives
+        try:
+            install(load_config(settings.config_file), runtime.state.inventory, selectors)
+        except ConfigError as e:
+            raise StartupError(str(e)) from e
     for name in ("device_selection", "scoring"):  # policy settings, where the service has them
         if hasattr(runtime.service, name) and hasattr(settings.scheduling, name):
             setattr(runtime.service, name, getattr(settings.scheduling, name))

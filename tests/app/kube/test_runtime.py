@@ -146,3 +146,10 @@ def test_kubeconfig_path_takes_the_first_kubeconfig_entry(monkeypatch):
     assert kubeconfig_path(Path("/x")) == Path("/x")
     monkeypatch.delenv("KUBECONFIG")
     assert kubeconfig_path(None) is None
+
+
+def test_serve_in_cluster_mode_reports_an_unusable_config_file(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    missing = tmp_path / "missing.yaml"
+    assert cli.main(["serve", "--kubeconfig", str(tmp_path / "kubeconfig"), "--config", str(missing)]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
