@@ -290,12 +290,17 @@ def create_app(
 
     syncing = orjson.dumps({"status": "syncing"})
 
-    def readiness() -> Response:
+    # Probes are coroutines so they run on the event loop: sync routes share the thread pool with filters
+    # waiting for the service lock, and a probe stuck behind them would get a healthy extender restarted.
+    async def liveness() -> Response:
+        return _json(health)
+
+    async def readiness() -> Response:
         return _json(health) if ready is None or ready() else _json(syncing, 503)
 
     # Liveness: the process answers. Readiness: the state is complete (offline: loaded before the app exists;
     # cluster mode: every informer has listed once).
-    probes = {"/healthz": lambda: _json(health), "/livez": lambda: _json(health), "/readyz": readiness}
+    probes = {"/healthz": liveness, "/livez": liveness, "/readyz": readiness}
     for path, probe in probes.items():
         app.add_api_route(
             path,
