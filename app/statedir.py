@@ -301,6 +301,11 @@ def _core_object(obj: Obj, kind: str, api_version: str) -> Obj:
     """Copy of a Namespace, Node or Pod after the checks the extender relies on. Raises ConversionError."""
     if api_version != "v1":
         raise ConversionError("apiVersion", f"{kind} must be apiVersion v1, got {api_version!r}")
+    labels = (obj.get("metadata") or {}).get("labels")
+    if labels is not None and (
+        not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values())
+    ):
+        raise ConversionError("metadata.labels", "must be a map of strings to strings (quote numbers)")
     if kind == "Pod":
         _check_pod_claims(obj)
     return _deep_copy(obj)
@@ -361,11 +366,12 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
     mapping: Obj = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if not isinstance(key, (str, int, float, bool)) and key is not None:
+        if not isinstance(key, str):
+            # JSON (and so the API) has string keys only; YAML 1.1 also reads `on:` / `1:` as bool / int.
             raise yaml.constructor.ConstructorError(
                 "while constructing a mapping",
                 node.start_mark,
-                "found an unhashable key",
+                f"found a non-string key {key!r} (quote it)",
                 key_node.start_mark,
             )
         if key in mapping:
@@ -394,7 +400,7 @@ def _parse_file(file: Path) -> list[Any]:
         except orjson.JSONDecodeError as err:
             raise StateLoadError(f"not valid JSON: {err}", file=file) from err
     try:
-        return list(yaml.load_all(text, Loader=_YamlLoader))
+        documents = list(yaml.load_all(text, Loader=_YamlLoader))
     except yaml.YAMLError as err:
         template = _TEMPLATE_LINE.search(text)
         if template:
@@ -402,6 +408,49 @@ def _parse_file(file: Path) -> list[Any]:
             line = text.count("\n", 0, template.start()) + 1
             raise StateLoadError(f"line {line}: {_TEMPLATE_PROBLEM}", file=file) from err
         raise StateLoadError(_yaml_problem(err, text), file=file) from err
+    for index, document in enumerate(documents):
+        problem = _json_problem(document)
+        if problem:
+            raise StateLoadError(f"document {index}: {problem}", file=file)
+    return documents
+
+
+MAX_DOCUMENT_NODES = 1_000_000
+"""Values in one YAML document once aliases are expanded; a few thousand devices need ~10^5. Guards
+against alias bombs (a few lines expanding to billions of values)."""
+
+
+def _json_problem(document: object) -> str:
+    """Why a parsed document is not plain JSON data (binary, sets, cycles, alias bombs), or ''."""
+    sizes: dict[int, int] = {}
+    in_progress: set[int] = set()
+
+    def size(value: object) -> int:
+        if value is None or isinstance(value, (str, bool, int, float)):
+            return 1
+        if not isinstance(value, (dict, list)):
+            raise ValueError(f"unsupported YAML value of type {type(value).__name__} (plain JSON data only)")
+        key = id(value)
+        if key in sizes:
+            return sizes[key]
+        if key in in_progress:
+            raise ValueError("a YAML alias refers to itself")
+        in_progress.add(key)
+        children = value.values() if isinstance(value, dict) else value
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_DOCUMENT_NODES:
+                raise ValueError(f"more than {MAX_DOCUMENT_NODES} values once aliases are expanded")
+        in_progress.discard(key)
+        sizes[key] = total
+        return total
+
+    try:
+        size(document)
+    except (ValueError, RecursionError) as err:
+        return str(err) if isinstance(err, ValueError) else "nested too deeply"
+    return ""
 
 
 def _yaml_problem(err: yaml.YAMLError, text: str) -> str:

@@ -394,3 +394,34 @@ def test_identical_repeats_are_loaded_once_and_differing_duplicates_fail(tmp_pat
     write(tmp_path, "c.yaml", NAMESPACE.replace("name: team-a", "name: team-a, labels: {x: y}"))
     with pytest.raises(StateLoadError, match="duplicate object"):
         load_state(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ("apiVersion: v1\nkind: Node\nmetadata: {name: n, labels: {1: a}}\n", "non-string key 1"),
+        ("apiVersion: v1\nkind: Node\nmetadata: {name: n, labels: {on: a}}\n", "non-string key True"),
+        ("apiVersion: v1\nkind: Node\nmetadata: {name: n, labels: {a: !!binary aGk=}}\n", "type bytes"),
+        ("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: &a {x: [*a]}\n", "refers to itself"),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n, labels: {a: 1}}\n",
+            "metadata.labels: must be a map",
+        ),
+    ],
+)
+def test_yaml_that_is_not_plain_json_data_is_rejected_clearly(
+    tmp_path: Path, document: str, problem: str
+) -> None:
+    write(tmp_path, "bad.yaml", document)
+    assert problem in load_error(tmp_path)
+
+
+def test_alias_bomb_is_rejected_quickly(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    write(
+        tmp_path,
+        "bomb.yaml",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec:\n  " + "\n  ".join(lines),
+    )
+    assert "values once aliases are expanded" in load_error(tmp_path)
