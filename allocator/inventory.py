@@ -105,6 +105,7 @@ class Inventory:
         """Slices as published (before cluster-wide derived attributes), the base of re-derivation."""
         self._derivation: ClusterDerivation | None = None
         self._derivation_errors: dict[Device, tuple[str, ...]] = {}
+        self._rederiving = False
         self.class_index: ClassMatchIndex | None = None
         """DeviceClass selector results per device (None until a SelectorCache is attached)."""
         self._pool_slices: dict[PoolID, dict[str, ResourceSlice]] = defaultdict(dict)
@@ -126,9 +127,17 @@ class Inventory:
     # --- objects ----------------------------------------------------------------------------------
 
     def upsert_slice(self, slice_: ResourceSlice) -> None:
+        old_base = self._base_slices.get(slice_.name)
         old = self._remove_slice(slice_.name)
         self._base_slices[slice_.name] = slice_
-        slice_ = self._derived_slice(slice_)
+        # A published device object kept by the new revision (parse reuse) keeps its derived form too,
+        # unless every device is being derived again.
+        known = (
+            {id(b): (b, d) for b, d in zip(old_base.devices, old.devices, strict=True)}
+            if old is not None and old_base is not None and not self._rederiving
+            else {}
+        )
+        slice_ = self._derived_slice(slice_, known)
         self._slices[slice_.name] = slice_
         self._pool_slices[slice_.pool_id][slice_.name] = slice_
         if slice_.node_name:
@@ -167,13 +176,21 @@ class Inventory:
             self.class_index.remove_devices(removed)
             self.class_index.add_devices(d for d in new if id(d) not in kept)
 
-    def _derived_slice(self, base: ResourceSlice) -> ResourceSlice:
+    def _derived_slice(
+        self, base: ResourceSlice, known: Mapping[int, tuple[Device, Device]] | None = None
+    ) -> ResourceSlice:
         """``base`` with the cluster-wide derived attributes added to its devices (``base`` itself when
-        none applies); runtime errors are recorded per device."""
+        none applies); runtime errors are recorded per device. ``known``: published device id -> (that
+        device, its derived form) from the previous revision, reused as is."""
         if self._derivation is None:
             return base
         devices, changed = [], False
         for device in base.devices:
+            previous = known.get(id(device)) if known else None
+            if previous is not None and previous[0] is device:
+                changed = changed or previous[1] is not device
+                devices.append(previous[1])
+                continue
             derived, errors = self._derivation.derive(device, self._classes)
             if errors:
                 self._derivation_errors[derived] = errors
@@ -184,8 +201,12 @@ class Inventory:
         return dataclasses.replace(base, devices=tuple(devices)) if changed else base
 
     def _rederive(self) -> None:
-        for base in list(self._base_slices.values()):
-            self.upsert_slice(base)
+        self._rederiving = True
+        try:
+            for base in list(self._base_slices.values()):
+                self.upsert_slice(base)
+        finally:
+            self._rederiving = False
         self.revision += 1
 
     def _all_devices(self) -> Iterable[Device]:

@@ -35,7 +35,15 @@ from app.derivedconfig import ConfigError, ConfigWatcher, ExtenderConfig, instal
 from app.scheduling import SchedulingService
 from app.statedir import NAMESPACED_KINDS, ClusterObjects, StateLoadError, load_state
 
-__all__ = ["LOAD_ORDER", "Runtime", "StartupError", "build_runtime", "new_engine", "state_summary"]
+__all__ = [
+    "LOAD_ORDER",
+    "Runtime",
+    "StartupError",
+    "build_runtime",
+    "new_engine",
+    "state_summary",
+    "watch_config",
+]
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +103,9 @@ def new_engine(name: str = "cel-expr") -> CELEngine:
     raise ValueError(f"unknown CEL engine {name!r} (cel-expr or cel-python)")
 
 
-def _watch(config: Path, service: SchedulingService) -> ConfigWatcher:
-    """A watcher that installs a changed config under the service lock and logs its device errors."""
+def watch_config(config: Path, service: SchedulingService) -> ConfigWatcher:
+    """A watcher that installs a changed config under the service lock and logs its device errors (for any
+    runtime serving ``service``; call ``start()`` on it)."""
 
     def apply(new: ExtenderConfig) -> None:
         with service.lock:
@@ -140,7 +149,7 @@ def build_runtime(
     runtime = Runtime(Path(path), state, service, notes)
     if config is not None:
         runtime.problems = [f"{config}: {problem}" for problem in state.inventory.derivation_errors()]
-        runtime.watcher = _watch(Path(config), service)
+        runtime.watcher = watch_config(Path(config), service)
     return runtime
 
 
