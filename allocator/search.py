@@ -95,15 +95,27 @@ class Allocator:
         self._derived: dict[tuple[int, int], Mapping[str, AttributeValue]] = {}
         """KEP-6080 derived values per (request alternative, device) admitted by the selectors."""
         self._invalid_seen = False
+        self.max_steps = MAX_SEARCH_STEPS
+        """Device placements tried before giving up (a policy trying several searches lowers it)."""
 
     # --- entry point ------------------------------------------------------------------------------
 
-    def allocate(self, node: Node, claims: Sequence[Claim]) -> list[dict[str, Any]] | None:
+    def allocate(
+        self,
+        node: Node,
+        claims: Sequence[Claim],
+        candidate_order: Callable[[list[Candidate]], list[Candidate]] | None = None,
+    ) -> list[dict[str, Any]] | None:
         """Allocate all ``claims`` together on ``node``.
 
         Returns one API-shaped ``AllocationResult`` dict per claim (claim order), or None when the node
         cannot satisfy them. Raises AllocatorError (fatal for the pod) or NodeLocalError (only this node:
         no solution and an invalid pool was seen).
+
+        ``candidate_order`` (device-selection policies, ``allocator.alignment``): maps the candidates in
+        upstream order to the ones ExactCount slots may use, in the order to try them (a subset and/or a
+        permutation). ``All`` requests still take every matching device of the node. None (first-fit)
+        keeps upstream's order exactly.
         """
         self._node = node
         pools = self.inventory.pools_for(node)
@@ -115,6 +127,8 @@ class Allocator:
             if not s.per_device_node_selection or device_on_node(d, node)
         ]
         self._plans = [self._plan(claim, pools) for claim in claims]
+        if candidate_order is not None:
+            self._candidates = candidate_order(self._candidates)
         try:
             found = self._request(0, 0)
         except _SearchLimit:
@@ -271,7 +285,7 @@ class Allocator:
                 self._invalid_seen = self._invalid_seen or bool(candidate.pool.invalid)
                 continue
             self.stats.devices_tried += 1
-            if self.stats.devices_tried > MAX_SEARCH_STEPS:
+            if self.stats.devices_tried > self.max_steps:
                 raise _SearchLimit
             device = candidate.device
             if self._in_use(claim_index, alt, device):

@@ -1,0 +1,193 @@
+"""Scores on hand-worked nodes: components, weights, policies, unknown topology.
+
+Nodes: 8 GPUs (driver A), NUMA node 0 = gpu-0..3, 1 = gpu-4..7, PCIe roots p0 = gpu-0/1, p1 = gpu-2/3,
+p2 = gpu-4/5, p3 = gpu-6/7; optionally 4 NICs (driver B), nic-i on root pi and NUMA node i // 2.
+Default weights numa 3, pcie 2, packing 2, intact 1; score = floor(10 * weighted mean + 1/2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from allocator.alignment import NUMA_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE
+from allocator.nodeselector import Node
+from allocator.scoring import NEUTRAL, ScoringConfig, parse_weights, score_allocation
+from tests.allocator.builders import (
+    CLASS_B,
+    DRIVER_A,
+    DRIVER_B,
+    NODE1,
+    NODE2,
+    World,
+    claim,
+    device,
+    request,
+    result,
+    slice_,
+)
+
+NUMA = NUMA_ATTRIBUTE.replace("/", "__")
+ROOT = PCIE_ROOT_ATTRIBUTE.replace("/", "__")
+
+
+def gpus(node: str, *, topology: bool = True) -> dict[str, Any]:
+    devices = [
+        device(f"gpu-{i}", **({NUMA: i // 4, ROOT: f"p{i // 2}"} if topology else {})) for i in range(8)
+    ]
+    return slice_(f"{node}-gpus", DRIVER_A, node, devices, node=node)
+
+
+def nics(node: str) -> dict[str, Any]:
+    devices = [device(f"nic-{i}", **{NUMA: i // 2, ROOT: f"p{i}"}) for i in range(4)]
+    return slice_(f"{node}-nics", DRIVER_B, node, devices, node=node)
+
+
+def used(world: World, node: str, *names: str) -> World:
+    return world.allocated(f"default/used-{node}", *(result("x", n, pool=node) for n in names))
+
+
+def allocation(node: str, *picks: tuple[str, str, str]) -> dict[str, Any]:
+    """One claim's AllocationResult: (request, driver, device) per device."""
+    return {"devices": {"results": [result(req, dev, driver=drv, pool=node) for req, drv, dev in picks]}}
+
+
+def score(world: World, node: Node, c, *picks, config: ScoringConfig | None = None):
+    return score_allocation(
+        world.inventory, world.selectors, node, [c], [allocation(node.name, *picks)], config
+    )
+
+
+def components(breakdown) -> dict[str, float | None]:
+    return {c.name: c.value for c in breakdown.components}
+
+
+def test_two_gpus_on_one_numa_node_beat_two_split_across_two():
+    world = World(slices=[gpus("node-1"), gpus("node-2")])
+    used(world, "node-1", "gpu-0", "gpu-1", "gpu-4", "gpu-5", "gpu-6", "gpu-7")  # free: gpu-2, gpu-3 (NUMA 0)
+    used(world, "node-2", "gpu-0", "gpu-1", "gpu-2", "gpu-5", "gpu-6", "gpu-7")  # free: gpu-3 (0), gpu-4 (1)
+    c = claim("c", request("gpu", count=2))
+    one = score(world, NODE1, c, ("gpu", DRIVER_A, "gpu-2"), ("gpu", DRIVER_A, "gpu-3"))
+    split = score(world, NODE2, c, ("gpu", DRIVER_A, "gpu-3"), ("gpu", DRIVER_A, "gpu-4"))
+    # node-1: numa 1 (one node), pcie n/a (one request), packing 8/8, intact 1 (p1 filled, not broken):
+    # (3 + 2 + 1) / 6 = 1 -> 10. node-2: numa 1/2, packing 1, intact 1 (no whole group): 4.5 / 6 -> 8.
+    assert components(one) == {"numa": 1.0, "pcie": None, "packing": 1.0, "intact": 1.0}
+    assert components(split) == {"numa": 0.5, "pcie": None, "packing": 1.0, "intact": 1.0}
+    assert (one.score, split.score) == (10, 8)
+
+
+def test_gpu_and_nic_on_one_root_beat_different_roots():
+    world = World(slices=[gpus("node-1"), nics("node-1")])
+    c = claim("c", request("gpu"), request("nic", class_name=CLASS_B))
+    same = score(world, NODE1, c, ("gpu", DRIVER_A, "gpu-2"), ("nic", DRIVER_B, "nic-1"))
+    other = score(world, NODE1, c, ("gpu", DRIVER_A, "gpu-2"), ("nic", DRIVER_B, "nic-0"))
+    assert components(same)["pcie"] == 1.0
+    assert components(other)["pcie"] == 0.0
+    assert same.score > other.score
+    # same: numa 1, pcie 1, packing 2/12, intact: groups numa0 (gpu-0..3, nic-0/1) and numa1, p0..p3
+    # (gpu + nic each): p1 filled, numa0 broken -> 5/6. (3 + 2 + 2/6 + 5/6) / 8 = 0.77 -> 8.
+    assert same.score == 8
+
+
+def test_binpack_prefers_the_fuller_node_spread_the_emptier():
+    world = World(slices=[gpus("node-1"), gpus("node-2")])
+    used(world, "node-1", *(f"gpu-{i}" for i in range(6)))
+    c = claim("c", request("gpu"))
+    binpack = ScoringConfig("binpack")
+    spread = ScoringConfig("spread")
+    full = score(world, NODE1, c, ("gpu", DRIVER_A, "gpu-6"), config=binpack)
+    empty = score(world, NODE2, c, ("gpu", DRIVER_A, "gpu-0"), config=binpack)
+    assert components(full)["packing"] == 7 / 8
+    assert components(empty)["packing"] == 1 / 8
+    assert full.score > empty.score
+    full = score(world, NODE1, c, ("gpu", DRIVER_A, "gpu-6"), config=spread)
+    empty = score(world, NODE2, c, ("gpu", DRIVER_A, "gpu-0"), config=spread)
+    assert components(full)["packing"] == 1 / 8
+    assert components(empty)["packing"] == 7 / 8
+    assert empty.score > full.score
+
+
+def test_keeping_whole_groups_intact():
+    world = World(slices=[gpus("node-1")])
+    c = claim("c", request("gpu", count=2))
+    whole_root = score(world, NODE1, c, ("gpu", DRIVER_A, "gpu-0"), ("gpu", DRIVER_A, "gpu-1"))
+    across = score(world, NODE1, c, ("gpu", DRIVER_A, "gpu-1"), ("gpu", DRIVER_A, "gpu-2"))
+    # Whole free groups before: numa0, numa1, p0..p3 = 6. A whole root: numa0 broken -> 5/6;
+    # across p0/p1: numa0, p0, p1 broken -> 3/6.
+    assert components(whole_root)["intact"] == pytest.approx(5 / 6)
+    assert components(across)["intact"] == pytest.approx(3 / 6)
+    assert whole_root.score >= across.score
+
+
+def test_unknown_topology_is_neutral_not_numa_zero():
+    world = World(slices=[gpus("node-1", topology=False)])
+    c = claim("c", request("gpu", count=2))
+    breakdown = score(world, NODE1, c, ("gpu", DRIVER_A, "gpu-0"), ("gpu", DRIVER_A, "gpu-1"))
+    by_name = {c.name: c for c in breakdown.components}
+    assert (by_name["numa"].value, by_name["numa"].detail) == (NEUTRAL, "NUMA node unknown (not published)")
+    assert (by_name["intact"].value, by_name["intact"].detail) == (
+        NEUTRAL,
+        "no NUMA / PCIe topology published",
+    )
+    # (3 * 0.5 + 2 * 2/8 + 1 * 0.5) / 6 = 0.4167 -> 4
+    assert breakdown.score == 4
+
+
+def test_partly_known_numa_counts_unknown_devices_as_neutral():
+    devices = [device("gpu-0", **{NUMA: 0}), device("gpu-1")]
+    world = World(slices=[slice_("s", DRIVER_A, "node-1", devices)])
+    breakdown = score(
+        world,
+        NODE1,
+        claim("c", request("gpu", count=2)),
+        ("gpu", DRIVER_A, "gpu-0"),
+        ("gpu", DRIVER_A, "gpu-1"),
+    )
+    numa = next(c for c in breakdown.components if c.name == "numa")
+    assert numa.value == 0.5 * 1.0 + 0.5 * NEUTRAL
+    assert numa.detail == "1 device(s) on NUMA node 0, 1 unknown"
+
+
+def test_weights_change_the_mean():
+    world = World(slices=[gpus("node-1"), gpus("node-2")])
+    c = claim("c", request("gpu", count=2))
+    split = [("gpu", DRIVER_A, "gpu-3"), ("gpu", DRIVER_A, "gpu-4")]
+    only_numa = ScoringConfig(weights={"numa": 1, "pcie": 0, "packing": 0, "intact": 0})
+    assert score(world, NODE1, c, *split, config=only_numa).score == 5
+    only_packing = ScoringConfig(weights={"numa": 0, "pcie": 0, "packing": 1, "intact": 0})
+    assert score(world, NODE1, c, *split, config=only_packing).score == 3  # 2/8 -> 2.5 -> 3 (half up)
+
+
+def test_no_new_device_scores_zero():
+    world = World(slices=[gpus("node-1")])
+    assert score_allocation(world.inventory, world.selectors, NODE1, [], []).score == 0
+
+
+def test_scores_are_deterministic():
+    world = World(slices=[gpus("node-1"), nics("node-1")])
+    c = claim("c", request("gpu", count=3), request("nic", class_name=CLASS_B))
+    picks = [
+        ("gpu", DRIVER_A, "gpu-0"),
+        ("gpu", DRIVER_A, "gpu-1"),
+        ("gpu", DRIVER_A, "gpu-4"),
+        ("nic", DRIVER_B, "nic-0"),
+    ]
+    assert score(world, NODE1, c, *picks) == score(world, NODE1, c, *picks)
+
+
+def test_parse_weights_and_validation():
+    assert parse_weights("numa=5, intact=0") == {"numa": 5.0, "pcie": 2.0, "packing": 2.0, "intact": 0.0}
+    for bad, message in [
+        ("cpu=1", "score weight 'cpu=1': expected one of numa, pcie, packing, intact=<number>"),
+        ("numa", "score weight 'numa': expected one of numa, pcie, packing, intact=<number>"),
+        ("numa=x", "score weight numa: not a number: 'x'"),
+    ]:
+        with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)") + "$"):
+            parse_weights(bad)
+    with pytest.raises(ValueError, match="scoring policy"):
+        ScoringConfig("pack")
+    with pytest.raises(ValueError, match="at least one must be positive"):
+        ScoringConfig(weights={"numa": 0, "pcie": 0, "packing": 0, "intact": 0})
+    with pytest.raises(ValueError, match=">= 0"):
+        ScoringConfig(weights={"numa": -1})
