@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.cel import AttributeValue, CELDevice, Version
+from allocator.cel.library import SemverError, parse_semver
 from allocator.errors import InvalidInputError
 from allocator.nodeselector import NodeSelector, parse_node_selector
 from allocator.quantity import Quantity, QuantityError, parse_quantity
@@ -49,6 +50,9 @@ DeviceID = tuple[str, str, str]
 
 MAX_DEVICES_PER_CLAIM = 32
 """``AllocationResultsMaxSize``: results in one claim's allocation."""
+
+MAX_REQUESTS_PER_CLAIM = 32
+"""``DeviceRequestsMaxSize``: requests in one claim."""
 
 
 class _Path:
@@ -130,6 +134,14 @@ def _quantity(value: Any, at: _Path) -> Quantity:
         return parse_quantity(value)
     except QuantityError as e:
         raise at.error(str(e)) from e
+
+
+def _amount(value: Any, at: _Path) -> Quantity:
+    """A capacity or counter value: a quantity that is not negative."""
+    quantity = _quantity(value, at)
+    if quantity.value < 0:
+        raise at.error(f"must not be negative, got {quantity.text}")
+    return quantity
 
 
 def _strings(value: Any, at: _Path) -> tuple[str, ...]:
@@ -313,6 +325,19 @@ _ATTRIBUTE_TYPES: tuple[tuple[str, type], ...] = (("bool", bool), ("int", int), 
 _LIST_TYPES: tuple[tuple[str, type], ...] = (("bools", bool), ("ints", int), ("strings", str))
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _version(raw: Any, at: _Path) -> Version:
+    """A ``version`` attribute: semver 2.0.0 text (API validation rejects anything else)."""
+    text = _str(raw, at, required=True)
+    try:
+        parse_semver(text)
+    except SemverError as e:
+        raise at.error(f"must be a semantic version (semver 2.0.0): {e}") from e
+    return Version(text)
+
+
 def _attribute_value(raw: Any, at: _Path) -> AttributeValue:
     data = _mapping(raw, at, required=True)
     found: list[AttributeValue] = []
@@ -321,9 +346,11 @@ def _attribute_value(raw: Any, at: _Path) -> AttributeValue:
             value = data[key]
             if type(value) is not kind:
                 raise (at / key).error(f"must be of type {kind.__name__}")
+            if kind is int and not _INT64_MIN <= value <= _INT64_MAX:
+                raise (at / key).error("must fit in a signed 64-bit integer")
             found.append(value)
     if data.get("version") is not None:
-        found.append(Version(_str(data["version"], at / "version", required=True)))
+        found.append(_version(data["version"], at / "version"))
     for key, kind in _LIST_TYPES:
         if data.get(key) is not None:
             items = _list(data[key], at / key)
@@ -333,7 +360,7 @@ def _attribute_value(raw: Any, at: _Path) -> AttributeValue:
     if data.get("versions") is not None:
         found.append(
             tuple(
-                Version(_str(v, at / "versions" / i, required=True))
+                _version(v, at / "versions" / i)
                 for i, v in enumerate(_list(data["versions"], at / "versions"))
             )
         )
@@ -396,7 +423,7 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
         if "value" not in cap:
             raise (cap_at / "value").error("required field is missing")
         parsed_cap = DeviceCapacity(
-            _quantity(cap["value"], cap_at / "value"),
+            _amount(cap["value"], cap_at / "value"),
             _request_policy(cap.get("requestPolicy"), cap_at / "requestPolicy"),
         )
         capacity[key] = parsed_cap
@@ -442,7 +469,7 @@ def _counters(raw: Any, at: _Path) -> dict[str, Quantity]:
     result = {}
     for name, counter in _mapping(raw, at, required=True).items():
         entry = _mapping(counter, at / name, required=True)
-        result[name] = _quantity(entry.get("value"), at / name / "value")
+        result[name] = _amount(entry.get("value"), at / name / "value")
     return result
 
 
@@ -457,7 +484,9 @@ def _parse_devices(
     devices = []
     for i, data in enumerate(_list(raw, at)):
         old = known.get(data.get("name")) if isinstance(data, Mapping) else None
-        devices.append(old if old is not None and old.raw == data else _parse_device(data, driver, pool, at / i))
+        devices.append(
+            old if old is not None and old.raw == data else _parse_device(data, driver, pool, at / i)
+        )
     return tuple(devices)
 
 
@@ -765,15 +794,21 @@ def parse_claim_spec(namespace: str, name: str, uid: str, spec: Any, at: _Path) 
         _request(r, at / "devices" / "requests" / i)
         for i, r in enumerate(_list(devices.get("requests"), at / "devices" / "requests"))
     )
+    if len(requests) > MAX_REQUESTS_PER_CLAIM:
+        raise (at / "devices" / "requests").error(f"must have at most {MAX_REQUESTS_PER_CLAIM} items")
     seen: set[str] = set()
     for i, request in enumerate(requests):
         if request.name in seen:
             raise (at / "devices" / "requests" / i / "name").error(f"duplicate request name {request.name}")
         seen.add(request.name)
+    known = seen | {alt.name for request in requests for alt in request.alternatives}
     constraints = []
     for i, raw in enumerate(_list(devices.get("constraints"), at / "devices" / "constraints")):
         c_at = at / "devices" / "constraints" / i
         data = _mapping(raw, c_at, required=True)
+        for j, named in enumerate(_strings(data.get("requests"), c_at / "requests")):
+            if named not in known:
+                raise (c_at / "requests" / j).error(f"no request or subrequest named {named} in this claim")
         constraints.append(
             Constraint(
                 requests=_strings(data.get("requests"), c_at / "requests"),

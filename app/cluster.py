@@ -21,7 +21,7 @@ from allocator.model import (
     parse_device_taint_rule,
     parse_resource_slice,
 )
-from allocator.nodeselector import Node
+from allocator.nodeselector import Node, parse_node_selector
 
 __all__ = ["KINDS", "ClusterState", "node_from_api", "object_key"]
 
@@ -88,6 +88,7 @@ class ClusterState:
         elif kind == "ResourceClaim":
             status = obj.get("status") or {}
             devices = allocated_devices(status.get("allocation"), f"ResourceClaim {key}")
+            _check_claim_status(status, f"ResourceClaim {key}")
             self.inventory.set_allocation(key, devices)
         elif kind not in self.objects:
             raise InvalidInputError(f"unsupported kind {kind}")
@@ -147,3 +148,23 @@ class ClusterState:
                 object_key("Pod", p),
             ),
         )
+
+
+def _check_claim_status(status: Mapping[str, Any], where: str) -> None:
+    """The parts of ``status`` the extender reads besides the results: the allocation's ``nodeSelector``
+    and ``reservedFor`` entries. Raises InvalidInputError naming the field."""
+    allocation = status.get("allocation")
+    selector = allocation.get("nodeSelector") if isinstance(allocation, Mapping) else None
+    if selector is not None:
+        parse_node_selector(selector, f"{where}: status.allocation.nodeSelector")
+    reserved = status.get("reservedFor")
+    if reserved is None:
+        return
+    if not isinstance(reserved, list):
+        raise InvalidInputError(f"{where}: status.reservedFor: must be a list")
+    for i, entry in enumerate(reserved):
+        # uid is required by the API but trimmed from some published dumps: only its type is checked.
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            raise InvalidInputError(f"{where}: status.reservedFor[{i}]: must be an object with a string name")
+        if not isinstance(entry.get("uid", ""), str):
+            raise InvalidInputError(f"{where}: status.reservedFor[{i}].uid: must be a string")

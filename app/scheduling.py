@@ -7,7 +7,9 @@
   bind while the inventory is unchanged. An extended-resource claim left from an earlier attempt fails
   every node; as kube-scheduler's PostFilter, the service deletes it (binder permitting) and filters once
   more, which is the attempt kube-scheduler would make next.
-* prioritize: 0-10 per node from the kept result (packing: prefer nodes the pod fills the most).
+* prioritize: 0-10 per node, scored in filter from the kept result (``allocator.scoring``: NUMA and PCIe
+  alignment, binpack or spread); devices inside a node are chosen by the device-selection policy
+  (``allocator.alignment``: ``aligned`` by default, ``first-fit`` for upstream's order).
 * bind: decide on the chosen node (the kept result while the inventory is unchanged), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
   claims and the pod (``app.binder``); the reservation is released once the write is done or failed.
@@ -23,12 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from allocator.alignment import select
 from allocator.diagnose import diagnose
 from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
 from allocator.inventory import AllocatedDevice, allocated_devices
 from allocator.model import Claim
 from allocator.nodeselector import Node, parse_node_selector
-from allocator.search import Allocator
+from allocator.scoring import ScoringConfig, score_allocation
 from allocator.selectors import SelectorCache
 from app.binder import Binder, BindError, BindPlan, ClaimDeleter, ExtendedBind, StateBinder
 from app.cluster import ClusterState, node_from_api
@@ -84,9 +87,21 @@ class _Kept:
 class SchedulingService:
     """The extender's decisions over a ``ClusterState``."""
 
-    def __init__(self, state: ClusterState, selectors: SelectorCache, binder: Binder | None = None) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        selectors: SelectorCache,
+        binder: Binder | None = None,
+        *,
+        device_selection: str = "aligned",
+        scoring: ScoringConfig | None = None,
+    ) -> None:
         self.state = state
         self.selectors = selectors
+        self.device_selection = device_selection
+        """``aligned`` or ``first-fit`` (``allocator.alignment``); set before serving."""
+        self.scoring = scoring or ScoringConfig()
+        """Scoring policy and weights (``allocator.scoring``); set before serving."""
         self.lock = threading.RLock()
         self.binder: Binder = binder or StateBinder(state, self.lock)
         self._kept: dict[tuple[str, str], _Kept] = {}
@@ -254,8 +269,7 @@ class SchedulingService:
             try:
                 ext = extended.claim_for_node(self._node_object(name, nodes)) if extended else None
                 node_pending = [*pending, ext.claim] if ext else pending
-                allocator = Allocator(self.state.inventory, self.selectors)
-                results = allocator.allocate(node, node_pending) if node_pending else []
+                results = self._select(node, node_pending) if node_pending else []
             except NodeLocalError as e:
                 outcome.unresolvable[name] = str(e)
                 continue
@@ -268,7 +282,8 @@ class SchedulingService:
                 (outcome.unresolvable if no_fit.unresolvable else outcome.failed)[name] = no_fit.reason
                 continue
             outcome.passed.append(name)
-            self._keep((uid, name), _Kept(revision, tuple(results), self._score(node, results), ext))
+            score = self._score(node, node_pending, results)
+            self._keep((uid, name), _Kept(revision, tuple(results), score, ext))
         return outcome
 
     def _keep(self, key: tuple[str, str], kept: _Kept) -> None:
@@ -292,16 +307,19 @@ class SchedulingService:
 
     # --- prioritize -------------------------------------------------------------------------------
 
-    def _score(self, node: Node, results: list[dict[str, Any]]) -> int:
-        """Packing: the share of the node's devices in use once this pod is placed, as 0..10."""
-        total = used = 0
-        for pool in self.state.inventory.pools_for(node):
-            for slice_ in pool.slices:
-                for device in slice_.devices:
-                    total += 1
-                    used += self.state.inventory.is_allocated(device.id)
-        picked = sum(len(r["devices"]["results"]) for r in results)
-        return 0 if total == 0 else min(10, round(10 * (used + picked) / total))
+    def _select(self, node: Node, claims: list[Claim]) -> list[dict[str, Any]] | None:
+        """Allocate ``claims`` on ``node`` with the device-selection policy. Raises like the allocator."""
+        selection = select(
+            self.state.inventory, self.selectors, node, claims, self.device_selection, self.scoring.topology
+        )
+        return selection.results
+
+    def _score(self, node: Node, claims: list[Claim], results: list[dict[str, Any]]) -> int:
+        """0..10 for the allocation ``results`` of ``claims`` on ``node`` (``allocator.scoring``)."""
+        if not results:
+            return 0
+        inventory = self.state.inventory
+        return score_allocation(inventory, self.selectors, node, claims, results, self.scoring).score
 
     def prioritize(
         self,

@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from allocator.alignment import DEVICE_SELECTION_POLICIES
 from allocator.features import FeatureGates
+from allocator.scoring import ScoringConfig
 
 __all__ = [
     "CEL_ENGINES",
@@ -29,9 +31,6 @@ __all__ = [
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 """8 MiB: see ``ServerSettings.max_body_bytes``."""
-
-DEVICE_SELECTION_POLICIES = ("first-fit",)
-"""Known device selection policies; ``first-fit`` is upstream's order (allocator-semantics.md)."""
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 """Names accepted by both ``logging`` and uvicorn's ``--log-level``."""
@@ -94,9 +93,15 @@ class SchedulingSettings:
     """DRA feature gates by upstream name. Default: Kubernetes 1.37 defaults (``allocator.features``), so
     the extender decides like the in-tree plugin of the matching scheduler release."""
 
-    device_selection: str = "first-fit"
-    """Which devices are picked among those that fit. ``first-fit`` (the only policy so far) reproduces the
-    upstream structured allocator's device order, so a pod gets the devices kube-scheduler would pick."""
+    device_selection: str = "aligned"
+    """Which devices are picked among those that fit on a node (``allocator.alignment``). ``aligned``
+    (default): devices on one PCIe root, else one NUMA node, in the tightest such group, so whole groups
+    stay free for later pods. ``first-fit``: the upstream structured allocator's device order, so a pod gets
+    exactly the devices kube-scheduler would pick (use it to compare with the in-tree plugin)."""
+
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    """Prioritize: ``binpack`` (default) or ``spread`` and the weights of the NUMA, PCIe, packing and
+    intact-group components (``allocator.scoring``; defaults numa=3, pcie=2, packing=2, intact=1)."""
 
     cel_engine: str = "cel-expr"
     """CEL implementation evaluating selectors and derived attributes (``CEL_ENGINES``). ``cel-expr``

@@ -66,3 +66,45 @@ def test_claim_errors_name_the_field():
         "must be an integer, got str",
     ):
         parse_claim(obj)
+
+
+@pytest.mark.parametrize(
+    ("attribute", "message"),
+    [
+        ({"int": 2**63}, r"attributes\.x\.int: must fit in a signed 64-bit integer"),
+        ({"version": "not-semver"}, r"attributes\.x\.version: must be a semantic version"),
+        ({"version": "1.2"}, r"attributes\.x\.version: must be a semantic version"),
+    ],
+)
+def test_attribute_values_are_validated_as_the_api_server_does(attribute, message):
+    obj = slice_("s1", DRIVER_A, "node-1", [device("gpu-0")])
+    obj["spec"]["devices"][0]["attributes"] = {"x": attribute}
+    with pytest.raises(InvalidInputError, match=message):
+        parse_resource_slice(obj)
+
+
+def test_negative_capacity_is_rejected():
+    obj = slice_("s1", DRIVER_A, "node-1", [device("gpu-0")])
+    obj["spec"]["devices"][0]["capacity"] = {"memory": {"value": "-1"}}
+    with pytest.raises(InvalidInputError, match=r"capacity\.memory\.value: must not be negative, got -1"):
+        parse_resource_slice(obj)
+
+
+def _claim(requests, constraints=None):
+    devices = {"requests": requests, **({"constraints": constraints} if constraints else {})}
+    return {"metadata": {"name": "c", "namespace": "ns"}, "spec": {"devices": devices}}
+
+
+def test_claim_with_more_than_32_requests_is_rejected():
+    requests = [{"name": f"r{i}", "exactly": {"deviceClassName": "x"}} for i in range(33)]
+    with pytest.raises(InvalidInputError, match=r"spec\.devices\.requests: must have at most 32 items"):
+        parse_claim(_claim(requests))
+
+
+def test_constraint_must_name_existing_requests():
+    requests = [{"name": "gpu", "firstAvailable": [{"name": "big", "deviceClassName": "x"}]}]
+    parse_claim(_claim(requests, [{"requests": ["gpu", "gpu/big"], "matchAttribute": "a.b/c"}]))
+    with pytest.raises(
+        InvalidInputError, match=r"constraints\[0\]\.requests\[0\]: no request or subrequest named nic"
+    ):
+        parse_claim(_claim(requests, [{"requests": ["nic"], "matchAttribute": "a.b/c"}]))

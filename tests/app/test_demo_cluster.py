@@ -14,7 +14,8 @@ XID_TOLERATION = {"key": "gpu.nvidia.com/xid", "operator": "Exists", "effect": "
 
 
 def run_simulate(capsys, *args: str) -> dict:
-    assert main(["simulate", "--state", str(DEMO), *args]) == 0
+    # The hand-worked placements follow upstream's device order, not the aligned default.
+    assert main(["simulate", "--state", str(DEMO), "--device-selection", "first-fit", *args]) == 0
     return json.loads(capsys.readouterr().out)
 
 

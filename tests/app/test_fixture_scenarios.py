@@ -223,7 +223,8 @@ class StateDir:
 
     def simulate(self, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, dict[str, Any]]:
         """Run ``simulate``; returns the pods keyed ``namespace/name`` in output (scheduling) order."""
-        code = main(["simulate", "--state", str(self.path), *args])
+        # Upstream placements: first-fit (the default device selection is aligned).
+        code = main(["simulate", "--state", str(self.path), "--device-selection", "first-fit", *args])
         out, err = capsys.readouterr()
         assert code == 0, f"simulate exited {code}: {err}"
         document = orjson.loads(out)
