@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit simulate bench bench-cel lock clean
+.PHONY: run test lint unit simulate bench bench-cel bench-frag lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ bench: $(STAMP)
 # CEL: us per evaluation (cold/warm) on each engine, and one filter at 5000 nodes x 8 devices; prints tables.
 bench-cel: $(STAMP)
 	$(BIN)/python -m bench.bench_cel $(BENCH_CEL_ARGS)
+
+# Device selection aligned vs first-fit: do later NUMA- / PCIe-aligned pods still fit? Prints one table.
+bench-frag: $(STAMP)
+	$(BIN)/python -m bench.fragmentation $(BENCH_FRAG_ARGS)
 
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)

@@ -7,6 +7,7 @@ Routes (``urlPrefix: http://<host>:<port>/scheduler`` with verbs ``filter``, ``p
     POST /scheduler/bind         ExtenderBindingArgs → 200 ExtenderBindingResult
     GET  /healthz, /livez                            → 200 {"status": "ok"}: the process answers
     GET  /readyz                                     → 200 {"status": "ok"}; 503 while cluster mode syncs
+    GET/POST /api/v1/...                             → explanations (``app.explain_api``)
 
 Status codes follow what kube-scheduler does with them (extender-protocol.md §3.4): any non-200 is a
 scheduling error, and so is a 200 with ``Error`` set. Hence
@@ -44,6 +45,7 @@ from starlette.requests import ClientDisconnect
 from allocator.errors import AllocatorError
 from app import wire
 from app.binder import BindError
+from app.explain_api import explain_router
 from app.scheduling import SchedulingService
 from app.settings import Settings
 
@@ -310,6 +312,8 @@ def create_app(
             responses={200: {"model": Health}, 503: {"model": Health, "description": "Not ready"}},
             name=path.strip("/"),
         )
+    # Read-only explanations under /api/v1 (app.explain_api).
+    app.include_router(explain_router(service, limit))
     return app
 
 

@@ -9,7 +9,13 @@ has synced. ``--ssl-certfile``/``--ssl-keyfile`` serve HTTPS, ``--ssl-ca-certs``
 certificates.
 
 ``simulate --state DIR``: schedule every pending pod of the state offline, one at a time, and print one
-JSON document to stdout (see ``simulate``).
+JSON document to stdout (see ``simulate``); ``--output human`` prints tables instead (``app.explain_cli``).
+
+``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
+(``app.explain_cli``).
+
+``serve``, ``simulate`` and ``explain`` take ``--device-selection aligned|first-fit`` (default aligned),
+``--scoring-policy binpack|spread`` and ``--score-weights`` (``app.settings.SchedulingSettings``).
 
 Exit codes: 0 when the command ran (pods may stay pending), 2 on unusable input (missing directory,
 invalid manifests or DRA objects, bad flags) with the message on stderr.
@@ -29,7 +35,9 @@ import orjson
 
 from allocator.errors import AllocatorError
 from allocator.features import FeatureGates, parse_feature_gates
+from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from app.binder import BindError
+from app.explain_cli import add_explain_parser, render_simulation, run_explain
 from app.extended import missing_extended_resources
 from app.runtime import Runtime, StartupError, build_runtime, state_summary
 from app.scheduling import FilterOutcome, SchedulingService
@@ -197,6 +205,37 @@ def _positive(text: str) -> int:
     return value
 
 
+def _score_weights(text: str) -> dict[str, float]:
+    try:
+        return parse_weights(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _policy_flags(sub: argparse.ArgumentParser) -> None:
+    """Device selection and scoring (``allocator.alignment``, ``allocator.scoring``)."""
+    sub.add_argument(
+        "--device-selection",
+        choices=DEVICE_SELECTION_POLICIES,
+        default="aligned",
+        help="devices chosen on a node: aligned (default: one PCIe root / NUMA node, tightest group) "
+        "or first-fit (upstream's order, the devices kube-scheduler would pick)",
+    )
+    sub.add_argument(
+        "--scoring-policy",
+        choices=SCORING_POLICIES,
+        default="binpack",
+        help="prioritize: binpack (default) prefers nodes the pod fills; spread prefers emptier nodes",
+    )
+    sub.add_argument(
+        "--score-weights",
+        type=_score_weights,
+        default=None,
+        metavar="numa=3,pcie=2,packing=2,intact=1",
+        help="weights of the score components (the defaults shown; a subset keeps the others)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-extender", description="kube-scheduler extender allocating DRA devices"
@@ -255,11 +294,14 @@ def _parser() -> argparse.ArgumentParser:
         help="candidate nodes in this order (default: every node, sorted by name)",
     )
     sim.add_argument(
-        "--device-selection",
-        choices=DEVICE_SELECTION_POLICIES,
-        default="first-fit",
-        help="how devices are chosen on a node; first-fit is upstream's order (default)",
+        "--output",
+        choices=("json", "human"),
+        default="json",
+        help="json (default): one document; human: placement and utilisation tables",
     )
+    for sub in (serve, sim):
+        _policy_flags(sub)
+    add_explain_parser(commands, common, _policy_flags)
     sim.epilog = (
         "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
     )
@@ -315,8 +357,15 @@ def _banner(
 def _settings(args: argparse.Namespace) -> Settings:
     """Settings from the flags. Raises StartupError for a value the settings reject (e.g. port 0)."""
     try:
+        weights = getattr(args, "score_weights", None)
+        scoring = ScoringConfig(
+            getattr(args, "scoring_policy", "binpack"), **({"weights": weights} if weights else {})
+        )
         scheduling = SchedulingSettings(
-            args.feature_gates, getattr(args, "device_selection", "first-fit"), cel_engine=args.cel_engine
+            args.feature_gates,
+            getattr(args, "device_selection", "aligned"),
+            scoring=scoring,
+            cel_engine=args.cel_engine,
         )
         if args.command == "serve":
             server = ServerSettings(args.host, args.port, args.max_body_bytes, args.log_level)
@@ -352,6 +401,8 @@ def _runtime(settings: Settings) -> Runtime:
     if len(runtime.problems) > MAX_PROBLEMS_SHOWN:
         hidden = len(runtime.problems) - MAX_PROBLEMS_SHOWN
         print(f"dra-extender: error: ... and {hidden} more derived attribute errors", file=sys.stderr)
+    runtime.service.device_selection = settings.scheduling.device_selection
+    runtime.service.scoring = settings.scheduling.scoring
     return runtime
 
 
@@ -524,7 +575,10 @@ def _simulate(args: argparse.Namespace) -> int:
     for note in runtime.notes:
         log.debug("%s", note)
     document = simulate(runtime.service, args.nodes)
-    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    if args.output == "human":
+        render_simulation(document, runtime.service, sys.stdout)
+    else:
+        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     sys.stdout.flush()
     return EXIT_OK
 
@@ -536,6 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
+        if args.command == "explain":
+            return run_explain(args, _runtime(_settings(args)).service)
         return _serve(args) if args.command == "serve" else _simulate(args)
     except StartupError as e:
         print(f"dra-extender: {e}", file=sys.stderr)

@@ -1,0 +1,859 @@
+"""Explanations: why a pod fits where it fits, what a claim holds, what a node offers (REST, read-only).
+
+Routes (included by ``app.api.create_app``; documented in its OpenAPI at ``/docs``)::
+
+    GET  /api/v1/namespaces/{ns}/pods/{name}/explain[?node=N]   → PodExplanation
+    GET  /api/v1/namespaces/{ns}/resourceclaims/{name}          → ClaimView
+    GET  /api/v1/nodes/{name}/devices                           → NodeDevices
+    POST /api/v1/explain[?node=N]   ResourceClaim | ResourceClaimTemplate (JSON or YAML) → WhatIfExplanation
+
+Per node an explanation gives the verdict filter would give (``fits``, ``does-not-fit``,
+``unresolvable``, ``error``) with its reason, per claim and request alternative the device funnel of
+``allocator.explain`` (in pools → class selectors → request selectors → taints → not in use → counters /
+capacity → constraints, with named rejected devices and the rule), and for nodes that fit the allocation
+the device-selection policy would choose and its score broken down (``allocator.scoring``).
+
+Nothing is created or kept: the functions below read the cluster state under the service lock and never
+write it, never keep per-(pod, node) results, never reserve devices. The same functions feed the CLI
+(``app.explain_cli``). Errors: ``NotFound`` (HTTP 404) for an unknown pod, claim or node;
+``BadObject`` (HTTP 400) for a what-if body that is not a ResourceClaim or ResourceClaimTemplate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any, Literal
+
+import orjson
+import yaml
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from allocator.alignment import select
+from allocator.cel import Version
+from allocator.diagnose import diagnose
+from allocator.errors import AllocatorError, NodeLocalError
+from allocator.explain import (
+    RequestFunnel,
+    claim_funnels,
+    class_usage,
+    counters_left,
+    node_devices,
+    taint_source,
+)
+from allocator.model import Claim, parse_claim
+from allocator.nodeselector import Node, parse_node_selector
+from allocator.quantity import format_like
+from allocator.scoring import ScoreBreakdown, score_allocation
+from app.podclaims import ClaimNotReady, PodClaim, pod_claims
+from app.scheduling import SchedulingService
+
+__all__ = [
+    "BadObject",
+    "ClaimView",
+    "NodeDevices",
+    "NodeVerdict",
+    "NotFound",
+    "PodExplanation",
+    "WhatIfExplanation",
+    "claim_view",
+    "explain_object",
+    "explain_pod",
+    "explain_router",
+    "node_devices_view",
+    "parse_object",
+]
+
+Verdict = Literal["fits", "does-not-fit", "unresolvable", "error"]
+
+
+class NotFound(LookupError):
+    """The pod, claim or node is not in the cluster state (HTTP 404)."""
+
+
+class BadObject(ValueError):
+    """A what-if body that cannot be explained (HTTP 400); the message names the problem."""
+
+
+# --- response models --------------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ErrorAnswer(_Model):
+    """Body of a 4xx answer."""
+
+    Error: str
+
+
+class RejectedDevice(_Model):
+    """A device a stage removed: which rule, and why in words."""
+
+    device: str = Field(description="driver/pool/device")
+    rule: str = Field(description="e.g. class-selector, request-selector, taint, in-use, counters, capacity")
+    message: str
+
+
+class FunnelStage(_Model):
+    stage: str = Field(
+        description="in_pools, class_selectors, request_selectors, tolerations, not_in_use, "
+        "counters_capacity or constraints"
+    )
+    title: str
+    count: int = Field(description="devices left after this stage")
+    rejected: int = Field(description="devices this stage removed")
+    rules: dict[str, int] = Field(description="removed devices per rule")
+    examples: list[RejectedDevice] = Field(description="a few of the removed devices, named")
+
+
+class RequestExplanation(_Model):
+    """The funnel of one request alternative (``req`` or ``req/sub`` of firstAvailable)."""
+
+    claim: str
+    request: str
+    deviceClass: str
+    allocationMode: str
+    needed: int
+    usable: int = Field(description="devices left after every stage (an upper bound: the search decides)")
+    shortAt: str | None = Field(description="first stage leaving fewer devices than needed, or null")
+    stages: list[FunnelStage]
+
+
+class PickedDevice(_Model):
+    request: str
+    driver: str
+    pool: str
+    device: str
+    numaNode: str | None = Field(description="resource.kubernetes.io/numaNode (null: unknown)")
+    pcieRoot: list[str] = Field(description="resource.kubernetes.io/pcieRoot (empty: unknown)")
+
+
+class ClaimAllocation(_Model):
+    """The allocation a bind on this node would write to one claim."""
+
+    claim: str
+    devices: list[PickedDevice]
+    allocation: dict[str, Any] = Field(description="status.allocation as it would be written")
+
+
+class ScoreComponentModel(_Model):
+    name: str = Field(description="numa, pcie, packing or intact")
+    value: float | None = Field(description="0..1; null when it does not apply to this pod")
+    weight: float
+    detail: str
+
+
+class ScoreModel(_Model):
+    """The prioritize score (kube-scheduler adds score * extender weight * 10) and its arithmetic."""
+
+    score: int = Field(ge=0, le=10)
+    policy: str
+    components: list[ScoreComponentModel]
+
+
+class NodeVerdict(_Model):
+    node: str
+    verdict: Verdict
+    reason: str = Field(description="why not (the filter reason), or ''")
+    placement: str | None = Field(description="which device-selection attempt found the allocation")
+    allocations: list[ClaimAllocation] = Field(description="for fitting nodes: the claims' new allocations")
+    score: ScoreModel | None
+    requests: list[RequestExplanation] = Field(description="funnels of the claims still to allocate")
+
+
+class PodClaimSummary(_Model):
+    podClaimName: str
+    claim: str = Field(description="namespace/name of the ResourceClaim")
+    allocated: bool
+    extendedResources: bool = False
+
+
+class PodExplanation(_Model):
+    namespace: str
+    name: str
+    uid: str
+    nodeName: str | None = Field(description="spec.nodeName when the pod is bound already")
+    deviceSelection: str
+    scoringPolicy: str
+    claims: list[PodClaimSummary]
+    error: str = Field(description="an error that fails the pod on every node (filter Error), or ''")
+    nodes: list[NodeVerdict]
+
+
+class WhatIfExplanation(_Model):
+    kind: str
+    namespace: str
+    name: str
+    deviceSelection: str
+    scoringPolicy: str
+    error: str
+    nodes: list[NodeVerdict]
+
+
+class ResultDevice(_Model):
+    request: str
+    driver: str
+    pool: str
+    device: str
+    adminAccess: bool = False
+    shareID: str | None = None
+    consumedCapacity: dict[str, str] | None = None
+
+
+class DeviceStatusModel(_Model):
+    """``status.devices[]`` as the driver wrote it (DRAResourceClaimDeviceStatus)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    driver: str
+    pool: str
+    device: str
+    shareID: str | None = None
+    conditions: list[dict[str, Any]] = Field(default_factory=list)
+    data: Any = None
+    networkData: dict[str, Any] | None = None
+
+
+class ClaimView(_Model):
+    """A ResourceClaim as the extender sees it."""
+
+    namespace: str
+    name: str
+    uid: str
+    resourceVersion: str
+    spec: dict[str, Any]
+    allocated: bool
+    results: list[ResultDevice]
+    allocation: dict[str, Any] | None
+    availableOn: list[str] = Field(description="known nodes the allocation's nodeSelector admits")
+    reservedFor: list[dict[str, Any]]
+    devices: list[DeviceStatusModel] = Field(description="status.devices")
+    usedBy: list[str] = Field(description="pods (namespace/name) that reference the claim")
+    holdsDevices: list[str] = Field(description="driver/pool/device the inventory records for this claim")
+
+
+class TaintModel(_Model):
+    key: str
+    value: str
+    effect: str
+    source: str = Field(description="ResourceSlice <name> or DeviceTaintRule <name>")
+    blocksAllocation: bool
+
+
+class CapacityModel(_Model):
+    value: str
+    consumed: str | None = Field(None, description="shares' consumed capacity (multi-allocatable devices)")
+
+
+class CounterConsumptionModel(_Model):
+    counterSet: str
+    counters: dict[str, str]
+
+
+class DeviceInfo(_Model):
+    driver: str
+    pool: str
+    device: str
+    slice: str
+    attributes: dict[str, Any]
+    capacity: dict[str, CapacityModel]
+    taints: list[TaintModel]
+    allocatedTo: list[str] = Field(description="claims (or binds in flight) holding the device")
+    inUse: bool
+    allowMultipleAllocations: bool
+    consumesCounters: list[CounterConsumptionModel]
+    numaNode: str | None
+    pcieRoot: list[str]
+
+
+class CounterModel(_Model):
+    value: str
+    left: str
+
+
+class CounterSetModel(_Model):
+    name: str
+    counters: dict[str, CounterModel]
+
+
+class PoolInfo(_Model):
+    driver: str
+    pool: str
+    generation: int
+    slices: list[str]
+    usable: bool
+    incomplete: bool
+    invalid: str
+    counterSets: list[CounterSetModel] = Field(description="shared counters: pool value and what is left")
+
+
+class ClassUsageModel(_Model):
+    deviceClass: str
+    total: int
+    inUse: int
+    free: int
+    tainted: int
+    groups: int = Field(description="aligned groups (NUMA nodes, else PCIe roots) holding the class")
+    wholeFreeGroups: int
+    largestFreeGroup: int
+
+
+class NodeDevices(_Model):
+    node: str
+    labels: dict[str, str]
+    pools: list[PoolInfo]
+    devices: list[DeviceInfo]
+    usage: list[ClassUsageModel] = Field(description="per DeviceClass: utilisation and fragmentation")
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, Version):
+        return value.text
+    if isinstance(value, tuple):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _text(value: object | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _funnel_model(funnel: RequestFunnel) -> RequestExplanation:
+    return RequestExplanation(
+        claim=funnel.claim,
+        request=funnel.request,
+        deviceClass=funnel.device_class,
+        allocationMode=funnel.mode,
+        needed=funnel.needed,
+        usable=funnel.usable,
+        shortAt=funnel.short or None,
+        stages=[
+            FunnelStage(
+                stage=s.name,
+                title=s.title,
+                count=s.count,
+                rejected=s.rejected,
+                rules=dict(s.rules),
+                examples=[
+                    RejectedDevice(device=r.device, rule=r.rule, message=r.message) for r in s.examples
+                ],
+            )
+            for s in funnel.stages
+        ],
+    )
+
+
+def _score_model(breakdown: ScoreBreakdown) -> ScoreModel:
+    return ScoreModel(
+        score=breakdown.score,
+        policy=breakdown.policy,
+        components=[
+            ScoreComponentModel(name=c.name, value=c.value, weight=c.weight, detail=c.detail)
+            for c in breakdown.components
+        ],
+    )
+
+
+def _allocations(
+    service: SchedulingService, node: Node, claims: Sequence[Claim], results: Sequence[Mapping[str, Any]]
+) -> list[ClaimAllocation]:
+    topology = service.scoring.topology
+    index = {nd.device.id: nd.device for nd in node_devices(service.state.inventory, node)}
+    allocations = []
+    for claim, allocation in zip(claims, results, strict=False):
+        picked = []
+        for entry in allocation["devices"]["results"]:
+            device = index.get((entry["driver"], entry["pool"], entry["device"]))
+            picked.append(
+                PickedDevice(
+                    request=entry["request"],
+                    driver=entry["driver"],
+                    pool=entry["pool"],
+                    device=entry["device"],
+                    numaNode=_text(topology.numa(device)) if device else None,
+                    pcieRoot=sorted(map(str, topology.roots(device))) if device else [],
+                )
+            )
+        allocations.append(ClaimAllocation(claim=claim.key, devices=picked, allocation=dict(allocation)))
+    return allocations
+
+
+def _node_verdict(
+    service: SchedulingService, node: Node, pending: Sequence[Claim], blocked: str
+) -> NodeVerdict:
+    """Decide ``node`` as filter would, without keeping anything, and explain it."""
+    inventory, selectors = service.state.inventory, service.selectors
+    funnels = [
+        _funnel_model(f) for claim in pending for f in claim_funnels(inventory, selectors, node, claim)
+    ]
+
+    def verdict(kind: Verdict, reason: str) -> NodeVerdict:
+        return NodeVerdict(
+            node=node.name,
+            verdict=kind,
+            reason=reason,
+            placement=None,
+            allocations=[],
+            score=None,
+            requests=funnels,
+        )
+
+    if blocked:
+        return verdict("unresolvable", blocked)
+    if not pending:
+        return NodeVerdict(
+            node=node.name, verdict="fits", reason="", placement=None, allocations=[], score=None, requests=[]
+        )
+    try:
+        selection = select(
+            inventory, selectors, node, pending, service.device_selection, service.scoring.topology
+        )
+    except NodeLocalError as e:
+        return verdict("unresolvable", str(e))
+    except AllocatorError as e:
+        return verdict("error", str(e))
+    if selection.results is None:
+        no_fit = diagnose(inventory, selectors, node, pending)
+        return verdict("unresolvable" if no_fit.unresolvable else "does-not-fit", no_fit.reason)
+    breakdown = score_allocation(inventory, selectors, node, pending, selection.results, service.scoring)
+    return NodeVerdict(
+        node=node.name,
+        verdict="fits",
+        reason="",
+        placement=selection.placement,
+        allocations=_allocations(service, node, pending, selection.results),
+        score=_score_model(breakdown),
+        requests=funnels,
+    )
+
+
+def _nodes(service: SchedulingService, only: str | None) -> list[Node]:
+    if only is not None:
+        node = service.state.node(only)
+        if node is None:
+            raise NotFound(f"node {only} not found")
+        return [node]
+    return [
+        n for name in sorted(service.state.objects["Node"]) if (n := service.state.node(name)) is not None
+    ]
+
+
+# --- explain a pod ----------------------------------------------------------------------------------------
+
+
+def explain_pod(
+    service: SchedulingService, namespace: str, name: str, node: str | None = None
+) -> PodExplanation:
+    """Explain every node (or ``node``) for pod ``namespace/name``. Raises NotFound."""
+    with service.lock:
+        pod = service.state.get("Pod", f"{namespace}/{name}")
+        if pod is None:
+            raise NotFound(f"pod {namespace}/{name} not found")
+        nodes = _nodes(service, node)
+        meta = pod.get("metadata") or {}
+        error, summaries, verdicts = "", [], []
+        for target in nodes:
+            try:
+                effective = service.effective_claims(pod, target.name)
+            except ClaimNotReady as e:
+                verdicts.append(_node_verdict(service, target, [], str(e)))
+                continue
+            except AllocatorError as e:
+                error = str(e)
+                verdicts = []
+                break
+            if not summaries:
+                summaries = _claim_summaries(
+                    pod, service, effective.allocated, effective.pending, effective.extended
+                )
+            blocked = service._allocated_claims_reason(effective.allocated, target, pod)
+            verdicts.append(_node_verdict(service, target, effective.pending, blocked))
+        if any(v.verdict == "error" for v in verdicts):
+            error = next(v.reason for v in verdicts if v.verdict == "error")
+        return PodExplanation(
+            namespace=namespace,
+            name=name,
+            uid=str(meta.get("uid") or ""),
+            nodeName=(pod.get("spec") or {}).get("nodeName") or None,
+            deviceSelection=service.device_selection,
+            scoringPolicy=service.scoring.policy,
+            claims=summaries,
+            error=error,
+            nodes=verdicts,
+        )
+
+
+def _claim_summaries(
+    pod: Mapping[str, Any],
+    service: SchedulingService,
+    allocated: Sequence[PodClaim],
+    pending: Sequence[Claim],
+    extended: Any,
+) -> list[PodClaimSummary]:
+    try:
+        names = {pc.key: pc.pod_claim_name for pc in pod_claims(pod, service.state.objects["ResourceClaim"])}
+    except ClaimNotReady:
+        names = {}
+    summaries = [
+        PodClaimSummary(podClaimName=pc.pod_claim_name, claim=pc.key, allocated=True) for pc in allocated
+    ]
+    extended_key = extended.key if extended is not None else None
+    for claim in pending:
+        summaries.append(
+            PodClaimSummary(
+                podClaimName=names.get(claim.key, ""),
+                claim=claim.key,
+                allocated=False,
+                extendedResources=claim.key == extended_key,
+            )
+        )
+    return summaries
+
+
+# --- what-if ----------------------------------------------------------------------------------------------
+
+
+def parse_object(body: bytes | str) -> dict[str, Any]:
+    """A JSON or YAML document: one ResourceClaim or ResourceClaimTemplate. Raises BadObject."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        try:
+            obj = yaml.safe_load(body)
+        except yaml.YAMLError as e:
+            raise BadObject(f"body is neither JSON nor YAML: {e}") from None
+    if not isinstance(obj, dict):
+        raise BadObject("body must be one ResourceClaim or ResourceClaimTemplate object")
+    kind = obj.get("kind") or (
+        "ResourceClaimTemplate" if "spec" in (obj.get("spec") or {}) else "ResourceClaim"
+    )
+    if kind not in ("ResourceClaim", "ResourceClaimTemplate"):
+        raise BadObject(f"kind {kind}: expected ResourceClaim or ResourceClaimTemplate")
+    return {**obj, "kind": kind}
+
+
+def _what_if_claim(obj: Mapping[str, Any]) -> Claim:
+    """The allocator view of a ResourceClaim, or of the claim a ResourceClaimTemplate would make."""
+    meta = dict(obj.get("metadata") or {})
+    meta.setdefault("name", "what-if")
+    meta["namespace"] = meta.get("namespace") or "default"
+    if obj["kind"] == "ResourceClaimTemplate":
+        spec = (obj.get("spec") or {}).get("spec")
+        return parse_claim({"metadata": meta, "spec": spec})
+    return parse_claim({"metadata": meta, "spec": obj.get("spec")})
+
+
+def explain_object(
+    service: SchedulingService, obj: Mapping[str, Any], node: str | None = None
+) -> WhatIfExplanation:
+    """What-if: where the claim (or the template's claim) would fit now. Nothing is created.
+
+    Raises NotFound for an unknown ``node``; an invalid claim is reported in ``error``."""
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "default", meta.get("name") or "what-if"
+    with service.lock:
+        nodes = _nodes(service, node)
+        error, verdicts = "", []
+        try:
+            claim = _what_if_claim(obj)
+            service._check_admin_access(claim)
+        except AllocatorError as e:
+            error = str(e)
+        else:
+            verdicts = [_node_verdict(service, target, [claim], "") for target in nodes]
+            error = next((v.reason for v in verdicts if v.verdict == "error"), "")
+        return WhatIfExplanation(
+            kind=str(obj["kind"]),
+            namespace=namespace,
+            name=name,
+            deviceSelection=service.device_selection,
+            scoringPolicy=service.scoring.policy,
+            error=error,
+            nodes=verdicts,
+        )
+
+
+# --- a claim ----------------------------------------------------------------------------------------------
+
+
+def _result_device(entry: Mapping[str, Any]) -> ResultDevice:
+    return ResultDevice(
+        request=str(entry.get("request") or ""),
+        driver=str(entry.get("driver") or ""),
+        pool=str(entry.get("pool") or ""),
+        device=str(entry.get("device") or ""),
+        adminAccess=entry.get("adminAccess") is True,
+        shareID=entry.get("shareID"),
+        consumedCapacity=entry.get("consumedCapacity"),
+    )
+
+
+def claim_view(service: SchedulingService, namespace: str, name: str) -> ClaimView:
+    """The claim ``namespace/name`` with its allocation, status.devices, holders. Raises NotFound."""
+    key = f"{namespace}/{name}"
+    with service.lock:
+        obj = service.state.get("ResourceClaim", key)
+        if obj is None:
+            raise NotFound(f"resourceclaim {key} not found")
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        allocation = status.get("allocation") or None
+        available: list[str] = []
+        if allocation:
+            selector = allocation.get("nodeSelector")
+            parsed = parse_node_selector(selector, f"ResourceClaim {key}: nodeSelector") if selector else None
+            for node_name in sorted(service.state.objects["Node"]):
+                node = service.state.node(node_name)
+                if node is not None and (parsed is None or parsed.matches(node)):
+                    available.append(node_name)
+        results = ((allocation or {}).get("devices") or {}).get("results") or []
+        holds = sorted(
+            "/".join(d)
+            for d in {(r.get("driver"), r.get("pool"), r.get("device")) for r in results}
+            if key in service.state.inventory.holders(d)  # type: ignore[arg-type]
+        )
+        return ClaimView(
+            namespace=namespace,
+            name=name,
+            uid=str(meta.get("uid") or ""),
+            resourceVersion=str(meta.get("resourceVersion") or ""),
+            spec=dict(obj.get("spec") or {}),
+            allocated=bool(allocation),
+            results=[_result_device(r) for r in results],
+            allocation=dict(allocation) if allocation else None,
+            availableOn=available,
+            reservedFor=list(status.get("reservedFor") or []),
+            devices=[DeviceStatusModel.model_validate(d) for d in status.get("devices") or []],
+            usedBy=_pods_using(service, namespace, name),
+            holdsDevices=holds,
+        )
+
+
+def _pods_using(service: SchedulingService, namespace: str, name: str) -> list[str]:
+    users = []
+    for key, pod in sorted(service.state.objects["Pod"].items()):
+        if ((pod.get("metadata") or {}).get("namespace") or "default") != namespace:
+            continue
+        status = pod.get("status") or {}
+        generated = {
+            s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or ()
+        }
+        extended = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
+            if entry.get("resourceClaimName") == name or generated.get(entry.get("name")) == name:
+                users.append(key)
+                break
+        else:
+            if extended == name:
+                users.append(key)
+    return users
+
+
+# --- a node's devices -------------------------------------------------------------------------------------
+
+
+def _quantity_text(value: Fraction, like: Any) -> str:
+    return format_like(value, like)
+
+
+def node_devices_view(service: SchedulingService, name: str) -> NodeDevices:
+    """Every device visible from node ``name``: attributes, capacity, taints and their source, holders,
+    counters left per pool, and per-class utilisation. Raises NotFound."""
+    with service.lock:
+        node = service.state.node(name)
+        if node is None:
+            raise NotFound(f"node {name} not found")
+        inventory, topology = service.state.inventory, service.scoring.topology
+        pools = []
+        for pool in inventory.pools_for(node):
+            left = counters_left(inventory, pool)
+            pools.append(
+                PoolInfo(
+                    driver=pool.driver,
+                    pool=pool.pool,
+                    generation=pool.generation,
+                    slices=[s.name for s in pool.slices],
+                    usable=pool.usable,
+                    incomplete=pool.incomplete,
+                    invalid=pool.invalid,
+                    counterSets=[
+                        CounterSetModel(
+                            name=set_name,
+                            counters={
+                                c: CounterModel(value=q.text, left=_quantity_text(left[set_name][c], q))
+                                for c, q in sorted(counters.items())
+                            },
+                        )
+                        for set_name, counters in sorted(pool.counter_sets.items())
+                    ],
+                )
+            )
+        devices = []
+        members = []
+        for nd in node_devices(inventory, node):
+            device = nd.device
+            members.append(device)
+            consumed = inventory.consumed_capacity(device.id)
+            devices.append(
+                DeviceInfo(
+                    driver=device.driver,
+                    pool=device.pool,
+                    device=device.name,
+                    slice=nd.slice.name,
+                    attributes={k: _json_value(v) for k, v in sorted(device.attributes.items())},
+                    capacity={
+                        k: CapacityModel(
+                            value=c.value.text,
+                            consumed=_quantity_text(consumed[k], c.value) if k in consumed else None,
+                        )
+                        for k, c in sorted(device.capacity.items())
+                    },
+                    taints=[
+                        TaintModel(
+                            key=t.key,
+                            value=t.value,
+                            effect=t.effect,
+                            source=taint_source(t, nd.slice.name),
+                            blocksAllocation=t.blocks_allocation,
+                        )
+                        for t in inventory.taints(device)
+                    ],
+                    allocatedTo=inventory.holders(device.id),
+                    inUse=inventory.is_allocated(device.id),
+                    allowMultipleAllocations=device.allow_multiple_allocations,
+                    consumesCounters=[
+                        CounterConsumptionModel(
+                            counterSet=c.counter_set,
+                            counters={k: q.text for k, q in sorted(c.counters.items())},
+                        )
+                        for c in device.consumes_counters
+                    ],
+                    numaNode=_text(topology.numa(device)),
+                    pcieRoot=sorted(map(str, topology.roots(device))),
+                )
+            )
+        usage = class_usage(inventory, service.selectors, node, topology.groups(members))
+        return NodeDevices(
+            node=name,
+            labels=dict(node.labels),
+            pools=pools,
+            devices=devices,
+            usage=[
+                ClassUsageModel(
+                    deviceClass=u.device_class,
+                    total=u.total,
+                    inUse=u.in_use,
+                    free=u.free,
+                    tainted=u.tainted,
+                    groups=u.groups_total,
+                    wholeFreeGroups=u.groups_free,
+                    largestFreeGroup=u.largest_free_group,
+                )
+                for u in usage
+            ],
+        )
+
+
+# --- HTTP -------------------------------------------------------------------------------------------------
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"Error": message})
+
+
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorAnswer, "description": "Unknown object"}}
+
+_WHAT_IF_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "One ResourceClaim or ResourceClaimTemplate (resource.k8s.io/v1), JSON or YAML.",
+        "content": {
+            "application/json": {"schema": {"type": "object", "additionalProperties": True}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def explain_router(service: SchedulingService, max_body_bytes: int) -> APIRouter:
+    """The read-only explanation routes over ``service`` (sync routes run in the thread pool)."""
+    router = APIRouter(prefix="/api/v1", tags=["explain"])
+
+    @router.get(
+        "/namespaces/{namespace}/pods/{name}/explain",
+        response_model=PodExplanation,
+        responses=_NOT_FOUND,
+        summary="Why a pod fits (or not) on each node, with device funnels, allocation and score",
+    )
+    def pod_explain(
+        namespace: str,
+        name: str,
+        node: str | None = Query(None, description="explain only this node"),
+    ) -> PodExplanation | JSONResponse:
+        try:
+            return explain_pod(service, namespace, name, node)
+        except NotFound as e:
+            return _error(404, str(e))
+
+    @router.get(
+        "/namespaces/{namespace}/resourceclaims/{name}",
+        response_model=ClaimView,
+        responses=_NOT_FOUND,
+        summary="A ResourceClaim as the extender sees it: allocation, status.devices, holders",
+    )
+    def get_claim(namespace: str, name: str) -> ClaimView | JSONResponse:
+        try:
+            return claim_view(service, namespace, name)
+        except NotFound as e:
+            return _error(404, str(e))
+
+    @router.get(
+        "/nodes/{name}/devices",
+        response_model=NodeDevices,
+        responses=_NOT_FOUND,
+        summary="A node's devices: attributes, capacity, taints and their source, holders, counters left",
+    )
+    def get_node_devices(name: str) -> NodeDevices | JSONResponse:
+        try:
+            return node_devices_view(service, name)
+        except NotFound as e:
+            return _error(404, str(e))
+
+    @router.post(
+        "/explain",
+        response_model=WhatIfExplanation,
+        responses={
+            400: {"model": ErrorAnswer, "description": "Not a ResourceClaim or ResourceClaimTemplate"},
+            413: {"model": ErrorAnswer, "description": "Body larger than max_body_bytes"},
+            **_NOT_FOUND,
+        },
+        openapi_extra=_WHAT_IF_BODY,
+        summary="What-if: where would this ResourceClaim or ResourceClaimTemplate fit now (nothing created)",
+    )
+    async def what_if(
+        request: Request, node: str | None = Query(None, description="explain only this node")
+    ) -> WhatIfExplanation | JSONResponse:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            return _error(413, f"request body exceeds {max_body_bytes} bytes")
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body_bytes:
+                return _error(413, f"request body exceeds {max_body_bytes} bytes")
+        try:
+            obj = parse_object(body)
+            return await run_in_threadpool(explain_object, service, obj, node)
+        except BadObject as e:
+            return _error(400, str(e))
+        except NotFound as e:
+            return _error(404, str(e))
+
+    return router

@@ -1,0 +1,171 @@
+"""``dra-extender explain`` and ``simulate --output human`` on the demo cluster; policy flags."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from app.cli import main
+from app.explain_api import explain_pod
+from app.runtime import build_runtime
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "cluster"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_explain_pod_table(capsys):
+    code, out, err = run(capsys, "explain", "--state", str(DEMO), "demo/numa-quad")
+    assert (code, err) == (0, "")
+    assert "Pod demo/numa-quad" in out
+    assert "device selection aligned, scoring binpack" in out
+    for text in (
+        "== gpu-node-1: fits, score",
+        "(numaNode 0)",
+        "allocation that would be chosen",
+        "gpu.nvidia.com/gpu-node-1/gpu-0",
+        "devices left after each stage",
+        "constraints",
+        "rejected devices (examples)",
+        "== gaudi-node-1: unresolvable",
+    ):
+        assert text in out, text
+    # cpu-node-1 has no device at all: only its summary row, no detail section.
+    assert "== cpu-node-1" not in out
+
+
+def test_explain_json_is_the_rest_answer(capsys):
+    code, out, _ = run(
+        capsys, "explain", "--state", str(DEMO), "--output", "json", "demo/gpu-nic", "--node", "gpu-node-1"
+    )
+    assert code == 0
+    expected = explain_pod(build_runtime(DEMO).service, "demo", "gpu-nic", "gpu-node-1")
+    assert orjson.loads(out) == expected.model_dump(mode="json")
+
+
+def test_explain_policy_flags(capsys):
+    code, out, _ = run(
+        capsys,
+        "explain",
+        "--state",
+        str(DEMO),
+        "--output",
+        "json",
+        "--device-selection",
+        "first-fit",
+        "demo/gpu-nic",
+    )
+    assert code == 0
+    node = next(n for n in orjson.loads(out)["nodes"] if n["node"] == "gpu-node-1")
+    assert [d["device"] for d in node["allocations"][0]["devices"]] == ["gpu-0", "pci-0000-18-00-0"]
+    assert node["placement"] == "first-fit"
+
+
+def test_explain_what_if_claim_file(capsys, tmp_path):
+    templates = yaml.safe_load_all((DEMO / "07-resourceclaimtemplates.yaml").read_text())
+    template = next(t for t in templates if t and t["metadata"]["name"] == "four-gpus-one-numa")
+    path = tmp_path / "claim.yaml"
+    path.write_text(yaml.safe_dump(template))
+    code, out, _ = run(capsys, "explain", "--state", str(DEMO), str(path))
+    assert code == 0
+    assert "What-if ResourceClaimTemplate demo/four-gpus-one-numa (nothing is created)" in out
+    assert "== gpu-node-1: fits" in out
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [("demo/nope", "pod demo/nope not found"), ("nope", "pod default/nope not found")],
+)
+def test_explain_unknown_pod_exits_2(capsys, target, message):
+    code, out, err = run(capsys, "explain", "--state", str(DEMO), target)
+    assert (code, out) == (2, "")
+    assert err == f"dra-extender: {message}\n"
+
+
+def test_explain_unknown_node_exits_2(capsys):
+    code, _, err = run(capsys, "explain", "--state", str(DEMO), "--node", "nope", "demo/gpu-nic")
+    assert (code, err) == (2, "dra-extender: node nope not found\n")
+
+
+def test_explain_without_rich_prints_plain_tables(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "rich.console", None)  # import fails: the plain renderer is used
+    code, out, _ = run(capsys, "explain", "--state", str(DEMO), "--node", "gpu-node-1", "demo/two-gpus")
+    assert code == 0
+    assert "Nodes\nnode        verdict  score  placement" in out
+    assert "gpu-node-1: devices left after each stage" in out
+
+
+# --- simulate ---------------------------------------------------------------------------------------------
+
+
+def test_simulate_human_output(capsys):
+    code, out, err = run(capsys, "simulate", "--state", str(DEMO), "--output", "human")
+    assert (code, err) == (0, "")
+    assert "Placement: 7 of 9 pod(s) placed (device selection aligned, scoring binpack)" in out
+    assert "demo/numa-quad" in out and "gpus: gpu-0, gpu-1, gpu-2, gpu-3" in out
+    assert "Utilisation and fragmentation per node and device class" in out
+    assert "Per device class" in out
+
+
+def test_simulate_human_plain_rows(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "rich.console", None)
+    code, out, _ = run(capsys, "simulate", "--state", str(DEMO), "--output", "human")
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("demo/")}
+    # two-gpus is left with only the tainted gpu-7: the reason shown is gpu-node-1's, not the empty nodes'.
+    assert rows["demo/two-gpus"].split(None, 2)[2] == (
+        "gpu-node-1: claim demo/two-gpus, request gpus: 0 of 8 matching device(s) usable (7 in use, "
+        "1 tainted), 2 needed (+2 node(s) with other reasons)"
+    )
+    usage = [line.split() for line in out.splitlines() if line.startswith("gpu-node-1")]
+    assert ["gpu-node-1", "gpu.nvidia.com", "8", "7", "1", "1", "0", "of", "2", "1"] in usage
+
+
+def test_simulate_json_stays_the_default(capsys):
+    code, out, _ = run(capsys, "simulate", "--state", str(DEMO))
+    assert code == 0
+    document = orjson.loads(out)
+    assert list(document) == ["pods"]
+
+
+def test_simulate_device_selection_default_is_aligned(capsys):
+    def gpu_single(*flags: str) -> str:
+        code, out, _ = run(capsys, "simulate", "--state", str(DEMO), *flags)
+        assert code == 0
+        pod = next(p for p in orjson.loads(out)["pods"] if p["name"] == "gpu-single")
+        return pod["claims"][0]["allocation"]["devices"]["results"][0]["device"]
+
+    assert gpu_single("--device-selection", "first-fit") == "gpu-0"
+    # aligned: the root whose partner GPU is tainted (one usable GPU left) is the tightest fit
+    assert gpu_single() == "gpu-6"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--score-weights", "cpu=1"), "score weight 'cpu=1'"),
+        (("--score-weights", "numa=0,pcie=0,packing=0,intact=0"), "at least one must be positive"),
+        (("--scoring-policy", "pack"), "invalid choice: 'pack'"),
+        (("--device-selection", "best"), "invalid choice: 'best'"),
+    ],
+)
+def test_bad_policy_flags_exit_2(capsys, flags, message):
+    code, _, err = run(capsys, "simulate", "--state", str(DEMO), *flags)
+    assert code == 2
+    assert message in err
+
+
+def test_spread_policy_is_accepted(capsys):
+    code, out, _ = run(
+        capsys, "simulate", "--state", str(DEMO), "--scoring-policy", "spread", "--score-weights", "numa=1"
+    )
+    assert code == 0
+    assert orjson.loads(out)["pods"]
