@@ -505,3 +505,14 @@ def test_unchanged_devices_keep_their_derived_form_across_slice_updates():
     assert [d.attribute("example.com/half") for d in after] == [0, 1]
     # Only gpu-1 is evaluated again: its derived attribute and the two class selectors of the index.
     assert world.selectors.stats["uncached"] == uncached + 3
+
+
+def test_expressions_longer_than_10_ki_do_not_compile():
+    world = World(slices=[gpus(0)], classes=CLASSES)
+    long = "1" + " + 1" * 2600  # 10,401 bytes
+    c = claim("c", request("gpu", GPU_CLASS, derivedAttributes=[derived("n", long)]))
+    with pytest.raises(CELCompileError) as error:
+        world.allocate(c)
+    text = str(error.value)
+    assert text.startswith("claim default/c, request gpu: derived attribute n: expression '1 + 1 + 1")
+    assert "...': CEL compile error: expression is 10401 bytes long, more than the limit of 10240" in text
