@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,11 @@ ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 MAX_RESERVED_FOR = 256
 """``ResourceClaimReservedForMaxSize``."""
+
+FILTER_TIME_BUDGET = 3.0
+"""Seconds one filter call may spend searching. kube-scheduler waits 5 s (default ``httpTimeout``) and
+the whole scheduling queue waits with it, so a claim whose search explodes (constraints that can never
+be met on big nodes) must not hold the service: nodes not decided in time fail with a reason."""
 
 MAX_KEPT_RESULTS = 200_000
 """Per-(pod, node) results kept between filter and bind; the oldest are dropped first. kube-scheduler
@@ -82,6 +88,8 @@ class _Kept:
     score: int
     extended: ExtendedClaim | None = None
     """The node's extended-resource claim; its allocation is the last of ``allocations``."""
+    claims: tuple[str, ...] = ()
+    """Keys of the pending claims the allocations are for: a bind reuses the result only for them."""
 
 
 class SchedulingService:
@@ -105,6 +113,9 @@ class SchedulingService:
         self.lock = threading.RLock()
         self.binder: Binder = binder or StateBinder(state, self.lock)
         self._kept: dict[tuple[str, str], _Kept] = {}
+        self._inflight: dict[str, str] = {}
+        """Claim key -> pod key of binds writing a new allocation for that claim right now."""
+        self.filter_time_budget = FILTER_TIME_BUDGET
 
     # --- helpers ----------------------------------------------------------------------------------
 
@@ -208,6 +219,9 @@ class SchedulingService:
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> FilterOutcome:
         """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them."""
+        if _needs_no_devices(pod):
+            # Fast path without the lock: no claims and no extended resource a DeviceClass could back.
+            return FilterOutcome(passed=list(node_names))
         with self.lock:
             pod = self._with_state_status(pod)
             outcome = self._filter(pod, node_names, nodes)
@@ -245,6 +259,10 @@ class SchedulingService:
         if not claims and extended is None:
             outcome.passed = list(node_names)
             return outcome
+        busy = self._claim_in_flight(pod, claims)
+        if busy:
+            outcome.failed = {name: busy for name in node_names}
+            return outcome
         if extended is not None and extended.stale is not None:
             meta = extended.stale.get("metadata") or {}
             key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
@@ -257,7 +275,13 @@ class SchedulingService:
             outcome.error = str(e)
             return outcome
         revision = self.state.inventory.revision
+        pending_keys = tuple(pc.key for pc in claims if not (pc.claim.get("status") or {}).get("allocation"))
+        budget = self.filter_time_budget
+        deadline = time.monotonic() + budget
         for name in node_names:
+            if time.monotonic() > deadline:
+                outcome.failed[name] = f"dra-extender: filter time budget ({budget:g} s) used up first"
+                continue
             node = self._node(name, nodes)
             if node is None:
                 outcome.unresolvable[name] = f"node {name} is not known to dra-extender"
@@ -283,8 +307,18 @@ class SchedulingService:
                 continue
             outcome.passed.append(name)
             score = self._score(node, node_pending, results)
-            self._keep((uid, name), _Kept(revision, tuple(results), score, ext))
+            self._keep((uid, name), _Kept(revision, tuple(results), score, ext, pending_keys))
         return outcome
+
+    def _claim_in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> str:
+        """Why the pod must wait: one of its unallocated claims is being allocated by another pod's bind
+        (upstream PreFilter rejects the same way). Empty when none is."""
+        me = pod_key(pod)
+        for pc in claims:
+            holder = self._inflight.get(pc.key)
+            if holder is not None and holder != me:
+                return f"claim {pc.key} is being allocated for pod {holder}; retry once that bind is done"
+        return ""
 
     def _keep(self, key: tuple[str, str], kept: _Kept) -> None:
         self._kept.pop(key, None)
@@ -351,12 +385,19 @@ class SchedulingService:
             if plan is None:
                 return
             token = f"bind:{pod_key(plan.pod)}"
+            allocating = [pc.key for pc, allocation in plan.claims if allocation is not None]
+            busy = [key for key in allocating if key in self._inflight]
+            if busy:
+                raise BindError(f"claim {busy[0]} is being allocated for pod {self._inflight[busy[0]]}")
+            self._inflight.update(dict.fromkeys(allocating, pod_key(plan.pod)))
             self.state.inventory.reserve(token, self._plan_devices(plan))
         try:
             self.binder.bind(plan)
         finally:
             with self.lock:
                 self.state.inventory.release(token)
+                for key in allocating:
+                    self._inflight.pop(key, None)
 
     def _bind_plan(self, key: str, uid: str, node_name: str) -> BindPlan | None:
         """The decision for a bind, or None when the pod is already on that node (a retried bind)."""
@@ -373,8 +414,10 @@ class SchedulingService:
             if bound == node_name:
                 return None
             raise BindError(f"pod {key} is already assigned to node {bound!r}")
+        claims = pod_claims(pod, self.state.objects["ResourceClaim"])
+        pending_keys = tuple(pc.key for pc in claims if not (pc.claim.get("status") or {}).get("allocation"))
         kept = self._kept.get((pod_uid, node_name))
-        if kept is None or kept.revision != self.state.inventory.revision:
+        if kept is None or kept.revision != self.state.inventory.revision or kept.claims != pending_keys:
             # The inventory changed since filter (or filter never ran here): decide again.
             outcome = self._filter(pod, [node_name], None)
             if outcome.error:
@@ -386,7 +429,6 @@ class SchedulingService:
         for k in [k for k in self._kept if k[0] == pod_uid]:
             del self._kept[k]
         pending = iter(kept.allocations if kept else ())
-        claims = pod_claims(pod, self.state.objects["ResourceClaim"])
         planned = tuple(
             (pc, None if (pc.claim.get("status") or {}).get("allocation") else next(pending)) for pc in claims
         )
@@ -406,3 +448,19 @@ class SchedulingService:
             for key, allocation in allocations
             for device in allocated_devices(allocation, f"ResourceClaim {key}")
         )
+
+
+def _needs_no_devices(pod: Mapping[str, Any]) -> bool:
+    """No pod claims and no resource name with a domain (every extended resource, and so every resource a
+    DeviceClass can back, is domain-qualified): the pod fits every node as far as DRA goes."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return False
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        resources = container.get("resources") if isinstance(container, Mapping) else None
+        if not isinstance(resources, Mapping):
+            continue
+        for kind in ("requests", "limits"):
+            if any("/" in str(name) for name in resources.get(kind) or {}):
+                return False
+    return True

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 import pytest
 
 from allocator.cel.expr_engine import ExprEngine
+from allocator.errors import InvalidInputError
 from allocator.selectors import SelectorCache
 from app.binder import BindError
 from app.cluster import ClusterState
@@ -102,3 +104,105 @@ def test_bind_to_an_unknown_node_fails_and_writes_nothing():
     with pytest.raises(BindError, match="node nope is not known to dra-extender"):
         svc.bind("ml", "plain", "uid-pod-ml-plain", "nope")
     assert "nodeName" not in svc.state.get("Pod", "ml/plain")["spec"]
+
+
+class _SlowBinder:
+    """Holds every bind until released, like an API write in flight."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def bind(self, plan: Any) -> None:
+        self.entered.set()
+        assert self.release.wait(5)
+        self.inner.bind(plan)
+
+
+def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight():
+    svc = service(
+        ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
+        ("Pod", pod("ml", "a", ["shared"])),
+        ("Pod", pod("ml", "b", ["shared"])),
+    )
+    slow = _SlowBinder(svc.binder)
+    svc.binder = slow
+    first = threading.Thread(target=svc.bind, args=("ml", "a", "uid-pod-ml-a", "n1"))
+    first.start()
+    assert slow.entered.wait(5)
+    busy = "claim ml/shared is being allocated for pod ml/a; retry once that bind is done"
+    assert svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"]).failed == {"n1": busy, "n2": busy}
+    with pytest.raises(BindError, match="claim ml/shared is being allocated for pod ml/a"):
+        svc.bind("ml", "b", "uid-pod-ml-b", "n2")
+    slow.release.set()
+    first.join(5)
+    svc.bind("ml", "b", "uid-pod-ml-b", "n1")
+    status = svc.state.get("ResourceClaim", "ml/shared")["status"]
+    assert [r["device"] for r in status["allocation"]["devices"]["results"]] == ["gpu-0"]
+    assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
+
+
+def test_bind_does_not_reuse_a_result_filtered_for_other_claims_of_the_same_uid():
+    svc = service(
+        ("ResourceClaim", claim("ml", "two", [request("gpus", "gpu", 1)])),
+        ("ResourceClaim", claim("ml", "other", [request("gpu", "gpu")])),
+        ("Pod", pod("ml", "p", ["two"])),
+    )
+    forged = copy.deepcopy(svc.state.get("Pod", "ml/p"))
+    forged["spec"]["resourceClaims"] = [{"name": "two", "resourceClaimName": "other"}]
+    assert svc.filter(forged, ["n1"]).passed == ["n1"]
+    svc.bind("ml", "p", "uid-pod-ml-p", "n1")
+    assert svc.state.get("ResourceClaim", "ml/other").get("status") is None
+    results = svc.state.get("ResourceClaim", "ml/two")["status"]["allocation"]["devices"]["results"]
+    assert [(r["request"], r["device"]) for r in results] == [("gpus", "gpu-0")]
+
+
+def test_filter_time_budget_fails_the_nodes_it_could_not_decide():
+    svc = service(
+        ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu")])), ("Pod", pod("ml", "p", ["c"]))
+    )
+    svc.filter_time_budget = -1.0
+    outcome = svc.filter(svc.state.get("Pod", "ml/p"), ["n1", "n2"])
+    assert outcome.passed == []
+    assert outcome.failed == dict.fromkeys(
+        ["n1", "n2"], "dra-extender: filter time budget (-1 s) used up first"
+    )
+
+
+def test_pod_without_claims_or_extended_resources_passes_without_waiting_for_the_lock():
+    svc = service()
+    plain = pod("ml", "plain")
+    plain["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    with svc.lock:
+        result: list[Any] = []
+        worker = threading.Thread(target=lambda: result.append(svc.filter(plain, ["n1", "nope"])))
+        worker.start()
+        worker.join(2)
+        assert result and result[0].passed == ["n1", "nope"]
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ({"reservedFor": [5]}, r"status\.reservedFor\[0\]: must be an object"),
+        (
+            {
+                "allocation": {
+                    "devices": {"results": []},
+                    "nodeSelector": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Bogus"}]}]
+                    },
+                }
+            },
+            r"unsupported operator 'Bogus'",
+        ),
+    ],
+)
+def test_claim_status_the_extender_reads_is_validated_when_applied(status, message):
+    obj = claim("ml", "c", [request("gpu", "gpu")])
+    obj["status"] = status
+    svc = service()
+    with pytest.raises(InvalidInputError, match=message):
+        svc.state.apply("ResourceClaim", obj)
+    assert svc.state.get("ResourceClaim", "ml/c") is None
