@@ -120,7 +120,9 @@ class Inventory:
         self._pools_by_node: dict[str, list[PoolView]] = {}
         self._taints: WeakKeyDictionary[Device, tuple[Taint, ...]] = WeakKeyDictionary()
         self.revision = 0
-        """Increments on every change; kept per-node results are valid only for the revision they saw."""
+        """Increments on every change."""
+        self._global_version = 0
+        self._node_versions: dict[str, int] = defaultdict(int)
         if selectors is not None:
             self.attach_selectors(selectors)
 
@@ -207,7 +209,7 @@ class Inventory:
                 self.upsert_slice(base)
         finally:
             self._rederiving = False
-        self.revision += 1
+        self._touch_all()
 
     def _all_devices(self) -> Iterable[Device]:
         return (d for s in self._slices.values() for d in s.devices)
@@ -256,8 +258,35 @@ class Inventory:
             report.update({f"class_index_{k}": v for k, v in self.class_index.report().items()})
         return report
 
-    def _pools_changed(self, slice_: ResourceSlice) -> None:
+    # --- versions: what a per-node decision depends on ------------------------------------------
+
+    def node_version(self, name: str) -> tuple[int, int]:
+        """Changes whenever anything an allocation on node ``name`` depends on changes: its pools'
+        slices and device use (a pool's counters count its devices on every node), its labels, classes,
+        taint rules and derived attributes. Equal versions mean an equal decision for equal claims."""
+        return (self._global_version, self._node_versions.get(name, 0))
+
+    def _touch_all(self) -> None:
         self.revision += 1
+        self._global_version += 1
+
+    def _touch_pools(self, pool_ids: Iterable[PoolID], also: Iterable[str] = ()) -> None:
+        self.revision += 1
+        nodes = set(also)
+        for pool_id in pool_ids:
+            slices = self._pool_slices.get(pool_id, {}).values()
+            if any(not s.node_name for s in slices):
+                self._global_version += 1
+                return
+            nodes.update(s.node_name for s in slices)
+        for node in nodes:
+            self._node_versions[node] += 1
+
+    def _pools_changed(self, slice_: ResourceSlice) -> None:
+        if slice_.node_name:
+            self._touch_pools([slice_.pool_id], also=[slice_.node_name])
+        else:
+            self._touch_all()
         if not slice_.node_name or self._global_slices:
             self._pools_by_node.clear()
             return
@@ -269,7 +298,7 @@ class Inventory:
     def upsert_class(self, device_class: DeviceClass) -> None:
         old = self._classes.get(device_class.name)
         self._classes[device_class.name] = device_class
-        self.revision += 1
+        self._touch_all()
         if self.class_index is not None:
             self.class_index.set_class(device_class, list(self._all_devices()))
         if (
@@ -281,7 +310,7 @@ class Inventory:
 
     def delete_class(self, name: str) -> None:
         if self._classes.pop(name, None) is not None:
-            self.revision += 1
+            self._touch_all()
             if self.class_index is not None:
                 self.class_index.remove_class(name)
             if self._derivation is not None and name in self._derivation.class_names:
@@ -296,23 +325,23 @@ class Inventory:
     def upsert_taint_rule(self, rule: DeviceTaintRule) -> None:
         self._rules[rule.name] = rule
         self._taints = WeakKeyDictionary()
-        self.revision += 1
+        self._touch_all()
 
     def delete_taint_rule(self, name: str) -> None:
         if self._rules.pop(name, None) is not None:
             self._taints = WeakKeyDictionary()
-            self.revision += 1
+            self._touch_all()
 
     def upsert_node(self, node: Node) -> None:
         if self._nodes.get(node.name) != node:
             self._nodes[node.name] = node
             self._pools_by_node.pop(node.name, None)
-            self.revision += 1
+            self._touch_pools((), also=[node.name])
 
     def delete_node(self, name: str) -> None:
         if self._nodes.pop(name, None) is not None:
             self._pools_by_node.pop(name, None)
-            self.revision += 1
+            self._touch_pools((), also=[name])
 
     def node(self, name: str) -> Node | None:
         return self._nodes.get(name)
@@ -367,7 +396,8 @@ class Inventory:
         self, table: dict[str, tuple[AllocatedDevice, ...]], key: str, devices: tuple[AllocatedDevice, ...]
     ) -> None:
         holder = f"{id(table)}:{key}"
-        for old in table.pop(key, ()):
+        previous = table.pop(key, ())
+        for old in previous:
             entry = self._holders.get(old.id)
             if entry is not None:
                 entry.exclusive.discard(holder)
@@ -384,7 +414,7 @@ class Inventory:
                 entry.exclusive.add(holder)
         if devices:
             table[key] = devices
-        self.revision += 1
+        self._touch_pools({(d.id[0], d.id[1]) for d in (*previous, *devices)})
 
     def is_exclusively_allocated(self, device_id: DeviceID) -> bool:
         entry = self._holders.get(device_id)

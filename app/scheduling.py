@@ -19,12 +19,15 @@ Decisions hold one lock (the state is a single in-memory index); binder writes h
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from allocator.alignment import select
 from allocator.diagnose import diagnose
@@ -82,14 +85,29 @@ class EffectiveClaims:
 
 
 @dataclass(frozen=True, slots=True)
-class _Kept:
-    revision: int
-    allocations: tuple[dict[str, Any], ...]
+class _Decision:
+    """What one node decided for a claims shape, valid while the node's version is unchanged."""
+
+    version: tuple[int, int]
+    results: tuple[dict[str, Any], ...] | None
     score: int
-    extended: ExtendedClaim | None = None
-    """The node's extended-resource claim; its allocation is the last of ``allocations``."""
-    claims: tuple[str, ...] = ()
-    """Keys of the pending claims the allocations are for: a bind reuses the result only for them."""
+    reason: str
+    unresolvable: bool
+
+
+@dataclass(slots=True)
+class _PodView:
+    """What filter decided for one pod, for prioritize and bind.
+
+    Decisions shared by every pod with the same claim specs live in ``SchedulingService._decisions``
+    under ``(shape, node)``; ``private`` holds the ones that cannot be shared (shares of multi-allocatable
+    devices, nodes as kube-scheduler sent them, extended-resource claims, already-allocated claims).
+    """
+
+    shape: bytes
+    claims: tuple[str, ...]
+    """Keys of the pending claims the decisions are for: a bind reuses them only for the same claims."""
+    private: dict[str, tuple[_Decision, ExtendedClaim | None]] = field(default_factory=dict)
 
 
 class SchedulingService:
@@ -112,7 +130,11 @@ class SchedulingService:
         """Scoring policy and weights (``allocator.scoring``); set before serving."""
         self.lock = threading.RLock()
         self.binder: Binder = binder or StateBinder(state, self.lock)
-        self._kept: dict[tuple[str, str], _Kept] = {}
+        self._pods: dict[str, _PodView] = {}
+        """Per pod UID, the latest filter's view (oldest dropped first beyond MAX_KEPT_RESULTS pods)."""
+        self._decisions: dict[tuple[bytes, str], _Decision] = {}
+        """Per (claims shape, node): pods with equal pending claim specs (one template) get equal
+        decisions on a node whose version is unchanged, so most nodes are decided by one lookup."""
         self._inflight: dict[str, str] = {}
         """Claim key -> pod key of binds writing a new allocation for that claim right now."""
         self.filter_time_budget = FILTER_TIME_BUDGET
@@ -274,41 +296,100 @@ class SchedulingService:
         except AllocatorError as e:
             outcome.error = str(e)
             return outcome
-        revision = self.state.inventory.revision
-        pending_keys = tuple(pc.key for pc in claims if not (pc.claim.get("status") or {}).get("allocation"))
+        inventory = self.state.inventory
+        pending_claims = [pc for pc in claims if not (pc.claim.get("status") or {}).get("allocation")]
+        view = _PodView(
+            b"\n".join(
+                orjson.dumps(pc.claim.get("spec"), option=orjson.OPT_SORT_KEYS) for pc in pending_claims
+            ),
+            tuple(pc.key for pc in pending_claims),
+        )
+        self._pods.pop(uid, None)
+        self._pods[uid] = view
+        if len(self._pods) > MAX_KEPT_RESULTS:
+            del self._pods[next(iter(self._pods))]
+        # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
+        shareable = nodes is None and extended is None and not allocated
+        decisions, shape = self._decisions, view.shape
         budget = self.filter_time_budget
         deadline = time.monotonic() + budget
-        for name in node_names:
-            if time.monotonic() > deadline:
-                outcome.failed[name] = f"dra-extender: filter time budget ({budget:g} s) used up first"
-                continue
-            node = self._node(name, nodes)
-            if node is None:
-                outcome.unresolvable[name] = f"node {name} is not known to dra-extender"
-                continue
-            reason = self._allocated_claims_reason(allocated, node, pod)
-            if reason:
-                outcome.unresolvable[name] = reason
-                continue
-            try:
-                ext = extended.claim_for_node(self._node_object(name, nodes)) if extended else None
-                node_pending = [*pending, ext.claim] if ext else pending
-                results = self._select(node, node_pending) if node_pending else []
-            except NodeLocalError as e:
-                outcome.unresolvable[name] = str(e)
-                continue
-            except AllocatorError as e:
-                outcome.error = str(e)
-                outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
-                return outcome
-            if results is None:
-                no_fit = diagnose(self.state.inventory, self.selectors, node, node_pending)
-                (outcome.unresolvable if no_fit.unresolvable else outcome.failed)[name] = no_fit.reason
-                continue
-            outcome.passed.append(name)
-            score = self._score(node, node_pending, results)
-            self._keep((uid, name), _Kept(revision, tuple(results), score, ext, pending_keys))
+        for index, name in enumerate(node_names):
+            if index % 64 == 0 and time.monotonic() > deadline:
+                outcome.failed.update(
+                    dict.fromkeys(
+                        node_names[index:], f"dra-extender: filter time budget ({budget:g} s) used up first"
+                    )
+                )
+                break
+            version = inventory.node_version(name)
+            decision = decisions.get((shape, name)) if shareable else None
+            if decision is None or decision.version != version:
+                try:
+                    decision = self._decide_node(
+                        name, nodes, pod, allocated, pending, extended, version, view
+                    )
+                except AllocatorError as e:
+                    outcome.error = str(e)
+                    outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
+                    return outcome
+                if decision is None:
+                    outcome.unresolvable[name] = f"node {name} is not known to dra-extender"
+                    continue
+            elif decision.results is None:
+                decision = _named(decision, pending)
+            if decision.results is None:
+                (outcome.unresolvable if decision.unresolvable else outcome.failed)[name] = decision.reason
+            else:
+                outcome.passed.append(name)
         return outcome
+
+    def _decide_node(
+        self,
+        name: str,
+        nodes: Mapping[str, Mapping[str, Any]] | None,
+        pod: Mapping[str, Any],
+        allocated: list[PodClaim],
+        pending: list[Claim],
+        extended: PodExtendedResources | None,
+        version: tuple[int, int],
+        view: _PodView,
+    ) -> _Decision | None:
+        """Decide one node the slow way and record it (shared or private). None: the node is unknown."""
+        node = self._node(name, nodes)
+        if node is None:
+            return None
+        reason = self._allocated_claims_reason(allocated, node, pod)
+        if reason:
+            return _Decision(version, None, 0, reason, True)
+        ext = extended.claim_for_node(self._node_object(name, nodes)) if extended else None
+        claims = [*pending, ext.claim] if ext else pending
+        decision = self._decide(node, claims, version)
+        if nodes is None and extended is None and not allocated and not _has_share(decision.results):
+            self._remember((view.shape, name), decision, claims)
+        else:
+            view.private[name] = (decision, ext)
+        return decision
+
+    def _decide(self, node: Node, claims: list[Claim], version: tuple[int, int]) -> _Decision:
+        """Allocate ``claims`` on ``node`` and score it, or say why not. Raises AllocatorError (fatal)."""
+        try:
+            results = self._select(node, claims) if claims else []
+        except NodeLocalError as e:
+            return _Decision(version, None, 0, str(e), True)
+        if results is None:
+            no_fit = diagnose(self.state.inventory, self.selectors, node, claims)
+            return _Decision(version, None, 0, no_fit.reason, no_fit.unresolvable)
+        return _Decision(version, tuple(results), self._score(node, claims, results), "", False)
+
+    def _remember(self, key: tuple[bytes, str], decision: _Decision, claims: list[Claim]) -> None:
+        """Cache a decision for every pod with the same claim specs: claim names in the reason become
+        placeholders (``_named`` puts the asking pod's claims back)."""
+        reason = decision.reason
+        for index, claim in enumerate(claims):
+            reason = reason.replace(f"claim {claim.key},", f"claim \x00{index}\x00,")
+        self._decisions[key] = dataclasses.replace(decision, reason=reason)
+        if len(self._decisions) > MAX_KEPT_RESULTS:
+            del self._decisions[next(iter(self._decisions))]
 
     def _claim_in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> str:
         """Why the pod must wait: one of its unallocated claims is being allocated by another pod's bind
@@ -320,11 +401,18 @@ class SchedulingService:
                 return f"claim {pc.key} is being allocated for pod {holder}; retry once that bind is done"
         return ""
 
-    def _keep(self, key: tuple[str, str], kept: _Kept) -> None:
-        self._kept.pop(key, None)
-        self._kept[key] = kept
-        while len(self._kept) > MAX_KEPT_RESULTS:
-            del self._kept[next(iter(self._kept))]
+    def _kept(self, uid: str, node: str) -> tuple[_Decision, ExtendedClaim | None] | None:
+        """The pod's current decision for ``node`` from its last filter, or None if it is outdated."""
+        view = self._pods.get(uid)
+        if view is None:
+            return None
+        found = view.private.get(node)
+        if found is None:
+            shared = self._decisions.get((view.shape, node))
+            found = (shared, None) if shared is not None else None
+        if found is None or found[0].version != self.state.inventory.node_version(node):
+            return None
+        return found
 
     def _allocated_claims_reason(self, allocated: list[PodClaim], node: Node, pod: Mapping[str, Any]) -> str:
         uid = (pod.get("metadata") or {}).get("uid")
@@ -365,15 +453,13 @@ class SchedulingService:
         with self.lock:
             pod = self._with_state_status(pod)
             uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
-            revision = self.state.inventory.revision
-            missing = [
-                n
-                for n in node_names
-                if (kept := self._kept.get((uid, n))) is None or kept.revision != revision
-            ]
+            kept = {n: self._kept(uid, n) for n in node_names}
+            missing = [n for n, found in kept.items() if found is None]
             if missing:
+                # Re-filtering replaces the pod's view: keep the decisions found so far.
                 self._filter(pod, missing, nodes)
-            return [(n, kept.score if (kept := self._kept.get((uid, n))) else 0) for n in node_names]
+                kept.update({n: self._kept(uid, n) for n in missing})
+            return [(n, found[0].score if found else 0) for n, found in kept.items()]
 
     # --- bind -------------------------------------------------------------------------------------
 
@@ -416,26 +502,27 @@ class SchedulingService:
             raise BindError(f"pod {key} is already assigned to node {bound!r}")
         claims = pod_claims(pod, self.state.objects["ResourceClaim"])
         pending_keys = tuple(pc.key for pc in claims if not (pc.claim.get("status") or {}).get("allocation"))
-        kept = self._kept.get((pod_uid, node_name))
-        if kept is None or kept.revision != self.state.inventory.revision or kept.claims != pending_keys:
-            # The inventory changed since filter (or filter never ran here): decide again.
+        view = self._pods.get(pod_uid)
+        kept = self._kept(pod_uid, node_name)
+        if kept is None or view is None or view.claims != pending_keys or kept[0].results is None:
+            # Something changed since filter (or filter never ran here): decide again.
             outcome = self._filter(pod, [node_name], None)
             if outcome.error:
                 raise BindError(outcome.error)
             if node_name not in outcome.passed:
                 reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
                 raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
-        kept = self._kept.get((pod_uid, node_name))  # none kept for a pod without claims
-        for k in [k for k in self._kept if k[0] == pod_uid]:
-            del self._kept[k]
-        pending = iter(kept.allocations if kept else ())
+            kept = self._kept(pod_uid, node_name)  # None for a pod without claims
+        self._pods.pop(pod_uid, None)
+        decision, ext = kept if kept is not None else (None, None)
+        pending = iter(decision.results or () if decision is not None else ())
         planned = tuple(
             (pc, None if (pc.claim.get("status") or {}).get("allocation") else next(pending)) for pc in claims
         )
         extended = None
-        if kept is not None and kept.extended is not None:
+        if ext is not None:
             # The extended-resource claim is allocated last (upstream's claim store keeps it last).
-            extended = ExtendedBind(kept.extended.obj, next(pending), kept.extended.pod_status())
+            extended = ExtendedBind(ext.obj, next(pending), ext.pod_status())
         return BindPlan(pod, node_name, planned, extended)
 
     @staticmethod
@@ -464,3 +551,19 @@ def _needs_no_devices(pod: Mapping[str, Any]) -> bool:
             if any("/" in str(name) for name in resources.get(kind) or {}):
                 return False
     return True
+
+
+def _has_share(results: tuple[dict[str, Any], ...] | None) -> bool:
+    """Whether an allocation holds shares of multi-allocatable devices: each share needs its own
+    ``shareID``, so such a decision is never handed to a second pod."""
+    return any(r.get("shareID") for a in results or () for r in a["devices"]["results"])
+
+
+def _named(decision: _Decision, claims: list[Claim]) -> _Decision:
+    """A cached decision with the asking pod's claim names in its reason."""
+    if "\x00" not in decision.reason:
+        return decision
+    reason = decision.reason
+    for index, claim in enumerate(claims):
+        reason = reason.replace(f"claim \x00{index}\x00,", f"claim {claim.key},")
+    return dataclasses.replace(decision, reason=reason)

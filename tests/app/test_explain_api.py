@@ -45,7 +45,8 @@ def snapshot(service: SchedulingService) -> tuple[Any, ...]:
     return (
         state.inventory.revision,
         copy.deepcopy(state.objects),
-        dict(service._kept),
+        dict(service._pods),
+        dict(service._decisions),
     )
 
 
