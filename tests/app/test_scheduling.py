@@ -206,3 +206,33 @@ def test_claim_status_the_extender_reads_is_validated_when_applied(status, messa
     with pytest.raises(InvalidInputError, match=message):
         svc.state.apply("ResourceClaim", obj)
     assert svc.state.get("ResourceClaim", "ml/c") is None
+
+
+def test_pods_with_equal_claim_specs_share_decisions_until_a_node_changes():
+    svc = service(
+        ("ResourceClaim", claim("ml", "a", [request("gpu", "gpu")])),
+        ("ResourceClaim", claim("ml", "b", [request("gpu", "gpu")])),
+        ("Pod", pod("ml", "a", ["a"])),
+        ("Pod", pod("ml", "b", ["b"])),
+    )
+    assert svc.filter(svc.state.get("Pod", "ml/a"), ["n1", "n2"]).passed == ["n1", "n2"]
+    svc.bind("ml", "a", "uid-pod-ml-a", "n1")
+    # n1's only GPU is taken: the decision shared with pod a must not be reused for pod b on n1.
+    outcome = svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"])
+    assert outcome.passed == ["n2"]
+    assert outcome.failed == {
+        "n1": "claim ml/b, request gpu: 0 of 1 matching device(s) usable (1 in use, 0 tainted), 1 needed"
+    }
+
+
+def test_a_shared_no_fit_reason_names_the_asking_pods_claim():
+    svc = service(
+        ("ResourceClaim", claim("ml", "x", [request("gpu", "gpu", 2)])),
+        ("ResourceClaim", claim("ml", "y", [request("gpu", "gpu", 2)])),
+        ("Pod", pod("ml", "x", ["x"])),
+        ("Pod", pod("ml", "y", ["y"])),
+    )
+    first = svc.filter(svc.state.get("Pod", "ml/x"), ["n1"])
+    second = svc.filter(svc.state.get("Pod", "ml/y"), ["n1"])
+    assert first.unresolvable["n1"].startswith("claim ml/x, request gpu:")
+    assert second.unresolvable["n1"] == first.unresolvable["n1"].replace("ml/x", "ml/y")

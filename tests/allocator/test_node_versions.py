@@ -1,0 +1,59 @@
+"""Inventory node versions: every change an allocation on a node depends on must change its version,
+and unrelated nodes keep theirs (so their decisions stay cached)."""
+
+from __future__ import annotations
+
+from allocator.inventory import AllocatedDevice
+from allocator.model import parse_device_class, parse_device_taint_rule, parse_resource_slice
+from allocator.nodeselector import Node
+from tests.allocator.builders import CLASS_A, DRIVER_A, World, device, device_class, slice_
+
+
+def world() -> World:
+    w = World(
+        slices=[
+            slice_("s1", DRIVER_A, "node-1", [device("gpu-0")]),
+            slice_("s2", DRIVER_A, "node-2", [device("gpu-0")], node="node-2"),
+        ]
+    )
+    w.inventory.upsert_node(Node("node-1", {}))
+    w.inventory.upsert_node(Node("node-2", {}))
+    return w
+
+
+def test_allocation_changes_only_the_node_of_the_device():
+    inventory = world().inventory
+    one, two = inventory.node_version("node-1"), inventory.node_version("node-2")
+    inventory.set_allocation("ns/c", (AllocatedDevice((DRIVER_A, "node-1", "gpu-0"), False, "", {}),))
+    assert inventory.node_version("node-1") != one
+    assert inventory.node_version("node-2") == two
+    one = inventory.node_version("node-1")
+    inventory.reserve("bind:x", (AllocatedDevice((DRIVER_A, "node-2", "gpu-0"), False, "", {}),))
+    assert inventory.node_version("node-1") == one
+    assert inventory.node_version("node-2") != two
+
+
+def test_slice_and_label_changes_touch_their_node_and_global_objects_touch_all():
+    inventory = world().inventory
+    before = {n: inventory.node_version(n) for n in ("node-1", "node-2")}
+    inventory.upsert_slice(parse_resource_slice(slice_("s1", DRIVER_A, "node-1", [device("gpu-0", x=1)])))
+    assert inventory.node_version("node-1") != before["node-1"]
+    assert inventory.node_version("node-2") == before["node-2"]
+    inventory.upsert_node(Node("node-2", {"zone": "b"}))
+    assert inventory.node_version("node-2") != before["node-2"]
+    for change in (
+        lambda: inventory.upsert_class(parse_device_class(device_class(CLASS_A, "true"))),
+        lambda: inventory.upsert_taint_rule(
+            parse_device_taint_rule(
+                {"metadata": {"name": "r"}, "spec": {"taint": {"key": "k", "effect": "NoSchedule"}}}
+            )
+        ),
+        lambda: inventory.upsert_slice(
+            parse_resource_slice(
+                slice_("everywhere", DRIVER_A, "net", [device("nic-0")], node=None, allNodes=True)
+            )
+        ),
+    ):
+        before = {n: inventory.node_version(n) for n in ("node-1", "node-2")}
+        change()
+        assert all(inventory.node_version(n) != v for n, v in before.items())
