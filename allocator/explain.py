@@ -204,10 +204,7 @@ def class_matches(selectors: SelectorCache, inventory: Inventory, class_name: st
     if device_class is None:
         return False
     try:
-        return all(
-            selectors.matches(e, device, f"class {device_class.name}", i)
-            for i, e in enumerate(device_class.selectors)
-        )
+        return inventory.class_matches(device_class, device, selectors)
     except CELError:
         return False
 

@@ -391,7 +391,7 @@ MAX_PROBLEMS_SHOWN = 20
 def _runtime(settings: Settings) -> Runtime:
     """Build the runtime from the settings and print the devices where a config attribute failed."""
     runtime = build_runtime(
-        settings.state_dir,
+        settings.state_dir,  # type: ignore[arg-type]
         settings.scheduling.feature_gates,
         cel_engine=settings.scheduling.cel_engine,
         config=settings.config_file,
@@ -530,7 +530,7 @@ def _serve_cluster(settings: Settings) -> int:
     assert settings.cluster is not None
     from allocator.selectors import SelectorCache
     from app.derivedconfig import ConfigError, install, load_config
-    from app.runtime import new_engine
+    from app.runtime import new_engine, watch_config
 
     selectors = SelectorCache(new_engine(settings.scheduling.cel_engine))
     runtime = ClusterRuntime(settings.cluster, settings.scheduling.feature_gates, selectors=selectors)
@@ -542,6 +542,8 @@ def _serve_cluster(settings: Settings) -> int:
     for name in ("device_selection", "scoring"):  # policy settings, where the service has them
         if hasattr(runtime.service, name) and hasattr(settings.scheduling, name):
             setattr(runtime.service, name, getattr(settings.scheduling, name))
+    if settings.config_file is not None:
+        watch_config(settings.config_file, runtime.service).start()  # re-derive on change, as offline
     background = BackgroundRuntime(runtime)
     try:
         background.start()

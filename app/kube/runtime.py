@@ -55,6 +55,8 @@ class ClusterRuntime:
         self.clock: Clock = clock or SystemClock()
         self.state = ClusterState(gates)
         self.service = SchedulingService(self.state, selectors or SelectorCache(ExprEngine()))
+        # DeviceClass selectors are evaluated as slices and classes arrive, not in filter.
+        self.state.inventory.attach_selectors(self.service.selectors)
         lock = self.service.lock
         self.reservations = WrittenReservations(
             self.state, lock, self.clock, settings.reservation_ttl_seconds
