@@ -95,6 +95,19 @@ class _Holders:
     shares: dict[tuple[str, str], Mapping[str, Fraction]] = field(default_factory=dict)
 
 
+class _NodeVersions:
+    """``node_version`` for many nodes at once: ``(global_version, get(name))`` equals it."""
+
+    __slots__ = ("_versions", "global_version")
+
+    def __init__(self, global_version: int, versions: Mapping[str, int]) -> None:
+        self.global_version = global_version
+        self._versions = versions
+
+    def get(self, name: str) -> int:
+        return self._versions.get(name, 0)
+
+
 class Inventory:
     """The cluster's devices and their use. See the module docstring for the update model."""
 
@@ -265,6 +278,10 @@ class Inventory:
         slices and device use (a pool's counters count its devices on every node), its labels, classes,
         taint rules and derived attributes. Equal versions mean an equal decision for equal claims."""
         return (self._global_version, self._node_versions.get(name, 0))
+
+    def node_versions(self) -> _NodeVersions:
+        """A read-only view of every node's version, for loops over thousands of nodes."""
+        return _NodeVersions(self._global_version, self._node_versions)
 
     def _touch_all(self) -> None:
         self.revision += 1

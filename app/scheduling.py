@@ -56,6 +56,10 @@ FILTER_TIME_BUDGET = 3.0
 the whole scheduling queue waits with it, so a claim whose search explodes (constraints that can never
 be met on big nodes) must not hold the service: nodes not decided in time fail with a reason."""
 
+MAX_SHAPES = 256
+"""Distinct claim specs whose per-node decisions are kept (oldest dropped first): one per template or
+shared-claim spec in use, each holding at most one decision per node."""
+
 MAX_KEPT_RESULTS = 200_000
 """Per-(pod, node) results kept between filter and bind; the oldest are dropped first. kube-scheduler
 filters one pod at a time, so this only bounds memory when many pods are filtered but never bound."""
@@ -132,7 +136,7 @@ class SchedulingService:
         self.binder: Binder = binder or StateBinder(state, self.lock)
         self._pods: dict[str, _PodView] = {}
         """Per pod UID, the latest filter's view (oldest dropped first beyond MAX_KEPT_RESULTS pods)."""
-        self._decisions: dict[tuple[bytes, str], _Decision] = {}
+        self._decisions: dict[bytes, dict[str, _Decision]] = {}
         """Per (claims shape, node): pods with equal pending claim specs (one template) get equal
         decisions on a node whose version is unchanged, so most nodes are decided by one lookup."""
         self._inflight: dict[str, str] = {}
@@ -310,37 +314,45 @@ class SchedulingService:
             del self._pods[next(iter(self._pods))]
         # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
         shareable = nodes is None and extended is None and not allocated
-        decisions, shape = self._decisions, view.shape
+        decisions = self._decisions.get(view.shape) if shareable else None
+        versions = inventory.node_versions()
+        named: dict[str, str] = {}  # a shared reason with this pod's claim names, once per distinct reason
+        passed, failed, unresolvable = outcome.passed, outcome.failed, outcome.unresolvable
         budget = self.filter_time_budget
         deadline = time.monotonic() + budget
         for index, name in enumerate(node_names):
             if index % 64 == 0 and time.monotonic() > deadline:
-                outcome.failed.update(
+                failed.update(
                     dict.fromkeys(
                         node_names[index:], f"dra-extender: filter time budget ({budget:g} s) used up first"
                     )
                 )
                 break
-            version = inventory.node_version(name)
-            decision = decisions.get((shape, name)) if shareable else None
-            if decision is None or decision.version != version:
-                try:
-                    decision = self._decide_node(
-                        name, nodes, pod, allocated, pending, extended, version, view
-                    )
-                except AllocatorError as e:
-                    outcome.error = str(e)
-                    outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
-                    return outcome
-                if decision is None:
-                    outcome.unresolvable[name] = f"node {name} is not known to dra-extender"
+            # The hot path: one lookup per node while its version is unchanged.
+            decision = decisions.get(name) if decisions is not None else None
+            if decision is not None and decision.version == (versions.global_version, versions.get(name)):
+                if decision.results is not None:
+                    passed.append(name)
                     continue
+                reason = named.get(decision.reason)
+                if reason is None:
+                    reason = named[decision.reason] = _named(decision.reason, pending)
+                (unresolvable if decision.unresolvable else failed)[name] = reason
+                continue
+            try:
+                decision = self._decide_node(name, nodes, pod, allocated, pending, extended, view)
+            except AllocatorError as e:
+                outcome.error = str(e)
+                outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
+                return outcome
+            if decisions is None and shareable:
+                decisions = self._decisions.get(view.shape)
+            if decision is None:
+                unresolvable[name] = f"node {name} is not known to dra-extender"
             elif decision.results is None:
-                decision = _named(decision, pending)
-            if decision.results is None:
-                (outcome.unresolvable if decision.unresolvable else outcome.failed)[name] = decision.reason
+                (unresolvable if decision.unresolvable else failed)[name] = decision.reason
             else:
-                outcome.passed.append(name)
+                passed.append(name)
         return outcome
 
     def _decide_node(
@@ -351,10 +363,10 @@ class SchedulingService:
         allocated: list[PodClaim],
         pending: list[Claim],
         extended: PodExtendedResources | None,
-        version: tuple[int, int],
         view: _PodView,
     ) -> _Decision | None:
         """Decide one node the slow way and record it (shared or private). None: the node is unknown."""
+        version = self.state.inventory.node_version(name)
         node = self._node(name, nodes)
         if node is None:
             return None
@@ -365,7 +377,7 @@ class SchedulingService:
         claims = [*pending, ext.claim] if ext else pending
         decision = self._decide(node, claims, version)
         if nodes is None and extended is None and not allocated and not _has_share(decision.results):
-            self._remember((view.shape, name), decision, claims)
+            self._remember(view.shape, name, decision, claims)
         else:
             view.private[name] = (decision, ext)
         return decision
@@ -381,15 +393,18 @@ class SchedulingService:
             return _Decision(version, None, 0, no_fit.reason, no_fit.unresolvable)
         return _Decision(version, tuple(results), self._score(node, claims, results), "", False)
 
-    def _remember(self, key: tuple[bytes, str], decision: _Decision, claims: list[Claim]) -> None:
+    def _remember(self, shape: bytes, node: str, decision: _Decision, claims: list[Claim]) -> None:
         """Cache a decision for every pod with the same claim specs: claim names in the reason become
         placeholders (``_named`` puts the asking pod's claims back)."""
         reason = decision.reason
         for index, claim in enumerate(claims):
             reason = reason.replace(f"claim {claim.key},", f"claim \x00{index}\x00,")
-        self._decisions[key] = dataclasses.replace(decision, reason=reason)
-        if len(self._decisions) > MAX_KEPT_RESULTS:
-            del self._decisions[next(iter(self._decisions))]
+        by_node = self._decisions.get(shape)
+        if by_node is None:
+            by_node = self._decisions[shape] = {}
+            if len(self._decisions) > MAX_SHAPES:
+                del self._decisions[next(iter(self._decisions))]
+        by_node[node] = dataclasses.replace(decision, reason=reason)
 
     def _claim_in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> str:
         """Why the pod must wait: one of its unallocated claims is being allocated by another pod's bind
@@ -408,7 +423,7 @@ class SchedulingService:
             return None
         found = view.private.get(node)
         if found is None:
-            shared = self._decisions.get((view.shape, node))
+            shared = self._decisions.get(view.shape, {}).get(node)
             found = (shared, None) if shared is not None else None
         if found is None or found[0].version != self.state.inventory.node_version(node):
             return None
@@ -453,13 +468,31 @@ class SchedulingService:
         with self.lock:
             pod = self._with_state_status(pod)
             uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
-            kept = {n: self._kept(uid, n) for n in node_names}
-            missing = [n for n, found in kept.items() if found is None]
+            scores = self._kept_scores(uid, node_names)
+            missing = [n for n, score in scores.items() if score is None]
             if missing:
-                # Re-filtering replaces the pod's view: keep the decisions found so far.
+                # Re-filtering replaces the pod's view: keep the scores found so far.
                 self._filter(pod, missing, nodes)
-                kept.update({n: self._kept(uid, n) for n in missing})
-            return [(n, found[0].score if found else 0) for n, found in kept.items()]
+                scores.update(self._kept_scores(uid, missing))
+            return [(n, score or 0) for n, score in scores.items()]
+
+    def _kept_scores(self, uid: str, node_names: Sequence[str]) -> dict[str, int | None]:
+        """The score of each node's current decision for the pod (None where it must be decided again)."""
+        view = self._pods.get(uid)
+        if view is None:
+            return dict.fromkeys(node_names)
+        shared = self._decisions.get(view.shape, {})
+        versions = self.state.inventory.node_versions()
+        scores: dict[str, int | None] = {}
+        for name in node_names:
+            found = view.private.get(name)
+            decision = found[0] if found is not None else shared.get(name)
+            current = decision is not None and decision.version == (
+                versions.global_version,
+                versions.get(name),
+            )
+            scores[name] = decision.score if current else None  # type: ignore[union-attr]
+        return scores
 
     # --- bind -------------------------------------------------------------------------------------
 
@@ -559,11 +592,8 @@ def _has_share(results: tuple[dict[str, Any], ...] | None) -> bool:
     return any(r.get("shareID") for a in results or () for r in a["devices"]["results"])
 
 
-def _named(decision: _Decision, claims: list[Claim]) -> _Decision:
-    """A cached decision with the asking pod's claim names in its reason."""
-    if "\x00" not in decision.reason:
-        return decision
-    reason = decision.reason
+def _named(reason: str, claims: list[Claim]) -> str:
+    """A cached reason with the asking pod's claim names in it."""
     for index, claim in enumerate(claims):
         reason = reason.replace(f"claim \x00{index}\x00,", f"claim {claim.key},")
-    return dataclasses.replace(decision, reason=reason)
+    return reason
