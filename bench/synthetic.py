@@ -30,7 +30,7 @@ class Shape:
 
     nodes: int
     gpus: int
-    nics: int = 0
+    nics: int = 4
     tainted_every: int = 97
     """Every n-th GPU (cluster-wide) carries a NoSchedule taint; 0 for none."""
     accelerator_every: int = 10
