@@ -21,8 +21,8 @@ run: $(STAMP)
 	$(BIN)/dra-extender serve --state $(STATE) --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check app allocator tests bench
-	$(BIN)/ruff format --check app allocator tests bench
+	$(BIN)/ruff check app allocator tests bench loadtests
+	$(BIN)/ruff format --check app allocator tests bench loadtests
 	$(BIN)/lint-imports --no-cache
 
 unit: $(STAMP)
