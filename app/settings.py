@@ -170,6 +170,24 @@ class ClusterSettings:
     Must stay below kube-scheduler's extender ``httpTimeout`` (30 s in ``manifests/``), so the extender
     decides the outcome, not the scheduler's client timeout."""
 
+    binding_timeout_seconds: float = 600.0
+    """How long a bind waits for device binding conditions (DRADeviceBindingConditions with
+    DRAResourceClaimDeviceStatus): when a claim's allocation has result entries with ``bindingConditions``,
+    the bind, after writing the claims, waits until a driver sets every one of them ``True`` in the claim's
+    ``status.devices[]`` (then binds the pod), or one of the ``bindingFailureConditions`` turns ``True``, or
+    this time passes (then rolls back and answers ``Error``). 600 s: kube-scheduler's default
+    (``DynamicResourcesArgs.bindingTimeout``), time for a fabric to attach a device to the node.
+
+    The wait holds the bind call open: kube-scheduler only waits ``httpTimeout`` for the answer, so with such
+    drivers raise the extender's ``httpTimeout`` above this plus ``bind_timeout_seconds`` (or lower this).
+    Otherwise kube-scheduler gives up on the call and retries the pod, whose next bind is refused while this
+    one waits; the waiting bind still binds the pod or rolls back. Each waiting bind also keeps one HTTP
+    worker thread (40 by default) busy."""
+
+    binding_poll_seconds: float = 5.0
+    """Seconds between two reads of the claims a bind waits for (``binding_timeout_seconds``); the first read
+    is right after the claim writes. 5 s: kube-scheduler's interval; one GET per waiting claim each time."""
+
     orphan_grace_period_seconds: float = 300.0
     """A claim allocated and reserved for a pod that is still not bound after this long (the extender
     stopped between the claim write and the binding) is released. 300 s: far longer than a bind and
@@ -198,6 +216,8 @@ class ClusterSettings:
             "backoff_initial_seconds",
             "backoff_max_seconds",
             "bind_timeout_seconds",
+            "binding_timeout_seconds",
+            "binding_poll_seconds",
             "orphan_grace_period_seconds",
             "orphan_check_interval_seconds",
             "reservation_ttl_seconds",

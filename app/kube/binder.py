@@ -14,8 +14,16 @@ extender-protocol.md §5.2), each step with the claim's resourceVersion as preco
 a 409 on step 2 or 3 re-reads the claim from the API server (the index may be stale) and starts over, at
 most ``CONFLICT_ATTEMPTS`` times (client-go ``retry.DefaultRetry``). Then, for a pod with DRA-backed
 extended resources (``BindPlan.extended``), the special claim is created, written like the others, and
-``pod.status.extendedResourceClaimStatus`` is patched. Last, ``POST pods/{name}/binding`` with the pod's UID
-as precondition; a 409 "already assigned to node X" is success only when X is the chosen node.
+``pod.status.extendedResourceClaimStatus`` is patched. Then, with DRADeviceBindingConditions and
+DRAResourceClaimDeviceStatus on, when a claim of the pod (allocated now or before) has result entries with
+``bindingConditions``, the bind waits as upstream PreBind does (extender-protocol.md §4.2): every
+``ClusterSettings.binding_poll_seconds`` it reads those claims until, for each such device, every binding
+condition type is ``True`` in the claim's ``status.devices[]`` entry of that (driver, pool, device, shareID);
+it fails when one of the device's ``bindingFailureConditions`` is ``True``, when the pod's reservation or
+the claim goes away, or after ``binding_timeout_seconds``. The wait has its own budget (not
+``bind_timeout_seconds``), runs without the service lock, and the devices stay reserved meanwhile. Last,
+``POST pods/{name}/binding`` with the pod's UID as precondition; a 409 "already assigned to node X" is success
+only when X is the chosen node.
 
 Any failure rolls back what this bind wrote, newest first: the pod status patch, the reservedFor entry and
 the allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind
@@ -41,7 +49,7 @@ import re
 import threading
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.errors import InvalidInputError
@@ -78,10 +86,21 @@ class _Written:
 
 
 @dataclass(slots=True)
+class _Wait:
+    """A claim of the pod whose allocation has result entries with binding conditions."""
+
+    key: str
+    uid: str
+    results: tuple[Mapping[str, Any], ...]
+    """The result entries with ``bindingConditions`` (the allocation cannot change while reserved)."""
+
+
+@dataclass(slots=True)
 class _Journal:
     claims: list[_Written]
     pod_status_patched: bool = False
     outcome_unknown: bool = False
+    waits: list[_Wait] = field(default_factory=list)
 
     def entry(self, key: str, uid: str) -> _Written:
         for written in self.claims:
@@ -100,6 +119,35 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
 def _split(key: str) -> tuple[str, str]:
     namespace, _, name = key.partition("/")
     return namespace, name
+
+
+def _conditioned(allocation: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], ...]:
+    """The result entries of ``allocation`` that have binding conditions."""
+    results = ((allocation or {}).get("devices") or {}).get("results") or ()
+    return tuple(r for r in results if isinstance(r, Mapping) and r.get("bindingConditions"))
+
+
+def _device_label(result: Mapping[str, Any]) -> str:
+    label = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
+    return f"{label} (share {result['shareID']})" if result.get("shareID") else label
+
+
+def _device_status(status: Mapping[str, Any], result: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``status.devices[]`` entry of a result entry (key: driver, pool, device, shareID), or {}."""
+    for entry in status.get("devices") or ():
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("driver") == result.get("driver")
+            and entry.get("pool") == result.get("pool")
+            and entry.get("device") == result.get("device")
+            and (entry.get("shareID") or None) == (result.get("shareID") or None)
+        ):
+            return entry
+    return {}
+
+
+_Pending = tuple[str, str, list[str]]
+"""(claim key, device label, binding condition types not True yet)"""
 
 
 class KubeBinder:
@@ -193,7 +241,13 @@ class KubeBinder:
                 extended = getattr(plan, "extended", None)
                 if extended is not None:
                     await self._bind_extended(extended, plan, journal)
-                await self._post_binding(plan, journal)
+                if not journal.waits:
+                    await self._post_binding(plan, journal)
+            if journal.waits:
+                await self._await_binding_conditions(plan, journal)
+                # The binding gets a budget of its own after the wait.
+                async with self.clock.timeout(self.settings.bind_timeout_seconds):
+                    await self._post_binding(plan, journal)
         except (BindError, KubeAPIError, TimeoutError) as e:
             message = (
                 str(e)
@@ -253,6 +307,7 @@ class KubeBinder:
             if status.get("allocation"):
                 if mine:
                     self._check_node(key, status["allocation"], plan.node)
+                    self._note_wait(journal, key, str(meta.get("uid") or uid), status["allocation"])
                     return  # written by an earlier attempt of this bind
                 if allocation is not None:
                     raise BindError(f"ResourceClaim {key} got allocated elsewhere in the meantime")
@@ -282,11 +337,21 @@ class KubeBinder:
                 written.allocated = allocation is not None
                 if devices:
                     self.reservations.hold(key, devices, stale, created=created)
+                self._note_wait(journal, key, written.uid, body["status"]["allocation"])
                 return
             except ConflictError as e:
                 last = e
                 log.debug("ResourceClaim %s: conflict (attempt %d): %s", key, attempt + 1, e)
         raise BindError(f"ResourceClaim {key}: still conflicting after {CONFLICT_ATTEMPTS} attempts: {last}")
+
+    def _note_wait(self, journal: _Journal, key: str, uid: str, allocation: Mapping[str, Any]) -> None:
+        """Remember claim ``key`` for the binding-conditions wait if its allocation needs one."""
+        gates = self.state.gates
+        if not (gates.DRADeviceBindingConditions and gates.DRAResourceClaimDeviceStatus):
+            return  # upstream waits only with both gates on
+        results = _conditioned(allocation)
+        if results:
+            journal.waits.append(_Wait(key, uid, results))
 
     def _check_node(self, key: str, allocation: Mapping[str, Any], node: str) -> None:
         selector = allocation.get("nodeSelector")
@@ -326,6 +391,96 @@ class KubeBinder:
             subresource="status",
         )
         journal.pod_status_patched = True
+
+    # --- binding conditions -------------------------------------------------------------------------------
+
+    async def _await_binding_conditions(self, plan: BindPlan, journal: _Journal) -> None:
+        """Poll the claims in ``journal.waits`` until every binding condition is True (module docstring).
+        Raises BindError naming the claim, device and condition (failure, or timeout with what is missing)."""
+        timeout = self.settings.binding_timeout_seconds
+        pod_uid = str(_meta(plan.pod).get("uid") or "")
+        log.info(
+            "bind pod=%s node=%s: waiting up to %gs for binding conditions of %s",
+            pod_key(plan.pod),
+            plan.node,
+            timeout,
+            ", ".join(wait.key for wait in journal.waits),
+        )
+        pending: list[_Pending] = [
+            (wait.key, _device_label(r), list(r["bindingConditions"]))
+            for wait in journal.waits
+            for r in wait.results
+        ]
+        try:
+            async with self.clock.timeout(timeout):
+                while True:
+                    current: list[_Pending] = []
+                    for wait in journal.waits:
+                        current.extend(await self._binding_pending(wait, pod_uid, pending))
+                    pending = current
+                    if not pending:
+                        log.info("bind pod=%s: binding conditions met", pod_key(plan.pod))
+                        return
+                    await self.clock.sleep(self.settings.binding_poll_seconds)
+        except TimeoutError:
+            key, device, missing = pending[0]
+            others = len(pending) - 1
+            more = f" (and {others} more device{'s' if others > 1 else ''})" if others else ""
+            raise BindError(
+                f"ResourceClaim {key}: device {device}: binding condition {', '.join(missing)} "
+                f"not True after the binding timeout of {timeout:g}s{more}"
+            ) from None
+
+    async def _binding_pending(self, wait: _Wait, pod_uid: str, before: list[_Pending]) -> list[_Pending]:
+        """What of ``wait`` is not True yet, read from the API server. Raises BindError for a True failure
+        condition, or when the claim or the pod's reservation is gone."""
+        # A GET rather than the informer-fed index: right after our write the index may still show the
+        # claim before it, and telling that stale copy from one whose reservation was removed meanwhile
+        # would need ordering resourceVersions, which the API declares opaque. The server's copy is current
+        # (and exists for a claim this bind just created), does not depend on the watch being healthy during a
+        # wait of minutes, and costs one GET per waiting claim per poll.
+        assert self.claims is not None
+        namespace, name = _split(wait.key)
+        try:
+            claim = await self.client.get(self.claims, namespace, name)
+        except NotFoundError as e:
+            raise BindError(
+                f"ResourceClaim {wait.key} was deleted while waiting for binding conditions"
+            ) from e
+        except KubeAPIError as e:
+            # Transient (the API server restarting, a timeout): ask again at the next poll.
+            log.warning("ResourceClaim %s: reading binding conditions: %s", wait.key, e)
+            return [p for p in before if p[0] == wait.key]
+        meta = _meta(claim)
+        if wait.uid and meta.get("uid") != wait.uid:
+            raise BindError(f"ResourceClaim {wait.key} was replaced by a new claim of the same name")
+        if meta.get("deletionTimestamp"):
+            raise BindError(f"ResourceClaim {wait.key} is being deleted")
+        status = claim.get("status") or {}
+        reserved = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
+        if not status.get("allocation") or not any(r.get("uid") == pod_uid for r in reserved):
+            raise BindError(f"ResourceClaim {wait.key}: the pod's reservation was removed during the wait")
+        pending: list[_Pending] = []
+        for result in wait.results:
+            conditions = {
+                c.get("type"): c
+                for c in _device_status(status, result).get("conditions") or ()
+                if isinstance(c, Mapping)
+            }
+            for failure in result.get("bindingFailureConditions") or ():
+                found = conditions.get(failure)
+                if found is not None and found.get("status") == "True":
+                    detail = "; ".join(f"{k}: {found[k]}" for k in ("reason", "message") if found.get(k))
+                    raise BindError(
+                        f"ResourceClaim {wait.key}: device {_device_label(result)}: binding failure "
+                        f"condition {failure} is True" + (f" ({detail})" if detail else "")
+                    )
+            missing = [
+                t for t in result["bindingConditions"] if (conditions.get(t) or {}).get("status") != "True"
+            ]
+            if missing:
+                pending.append((wait.key, _device_label(result), missing))
+        return pending
 
     async def _post_binding(self, plan: BindPlan, journal: _Journal) -> None:
         meta = _meta(plan.pod)
