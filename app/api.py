@@ -46,7 +46,7 @@ from allocator.errors import AllocatorError
 from app import wire
 from app.binder import BindError
 from app.explain_api import explain_router
-from app.scheduling import SchedulingService
+from app.scheduling import SchedulingService, needs_no_devices
 from app.settings import Settings
 
 __all__ = ["create_app"]
@@ -192,7 +192,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _decide(verb: str, handler: Callable[[bytes], bytes], body: bytes) -> Response:
+def _decide(verb: str, handler: Callable[[Any], bytes], body: Any) -> Response:
     """Run one verb on a body: 200 with the encoded result, 400 on WireError, 500 on a bug."""
     try:
         return _json(handler(body))
@@ -218,8 +218,8 @@ def create_app(
     )
     app.openapi = _openapi(app)  # type: ignore[method-assign]
 
-    def filter_(body: bytes) -> bytes:
-        args = wire.decode_extender_args(body)
+    def filter_(body: bytes | wire.ExtenderArgs) -> bytes:
+        args = body if isinstance(body, wire.ExtenderArgs) else wire.decode_extender_args(body)
         outcome = service.filter(args.pod, args.candidate_names, args.nodes_by_name)
         log.debug(
             "filter pod=%s nodes=%d passed=%d error=%r",
@@ -246,7 +246,7 @@ def create_app(
         log.debug("bind pod=%s/%s node=%s", args.pod_namespace, args.pod_name, args.node)
         return wire.encode_binding_result()
 
-    async def run(verb: str, handler: Callable[[bytes], bytes], request: Request) -> Response:
+    async def run(verb: str, handler: Callable[[Any], bytes], request: Request) -> Response:
         try:
             body = await _read_body(request, limit)
         except _Reject as e:
@@ -259,6 +259,16 @@ def create_app(
         if ready is not None and not ready():
             log.info("%s: refused: still syncing with the API server", verb)
             return _json(b"[]" if verb == "prioritize" else wire.encode_error(_SYNCING))
+        if verb == "filter":
+            try:
+                args = wire.decode_extender_args(body)
+            except wire.WireError as e:
+                log.info("%s: bad request: %s", verb, e)
+                return _json(wire.encode_error(str(e)), 400)
+            if needs_no_devices(args.pod):
+                # Decided in µs without the state lock: no thread handoff either.
+                return _decide(verb, handler, args)
+            return await run_in_threadpool(_decide, verb, handler, args)
         return await run_in_threadpool(_decide, verb, handler, body)
 
     @app.post(

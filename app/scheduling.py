@@ -42,7 +42,7 @@ from app.cluster import ClusterState, node_from_api
 from app.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
 from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
 
-__all__ = ["EffectiveClaims", "FilterOutcome", "SchedulingService"]
+__all__ = ["EffectiveClaims", "FilterOutcome", "SchedulingService", "needs_no_devices"]
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ class SchedulingService:
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> FilterOutcome:
         """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them."""
-        if _needs_no_devices(pod):
+        if needs_no_devices(pod):
             # Fast path without the lock: no claims and no extended resource a DeviceClass could back.
             return FilterOutcome(passed=list(node_names))
         with self.lock:
@@ -570,7 +570,7 @@ class SchedulingService:
         )
 
 
-def _needs_no_devices(pod: Mapping[str, Any]) -> bool:
+def needs_no_devices(pod: Mapping[str, Any]) -> bool:
     """No pod claims and no resource name with a domain (every extended resource, and so every resource a
     DeviceClass can back, is domain-qualified): the pod fits every node as far as DRA goes."""
     spec = pod.get("spec") or {}
