@@ -343,16 +343,31 @@ class DeviceChecker:
                 "binding-conditions",
                 "device has binding conditions and the DRADeviceBindingConditions feature is disabled",
             )
-        found = _selector_rejection(
-            self.selectors,
-            device_class.selectors,
-            device,
-            f"class {device_class.name}",
-            "class_selectors",
-            "class-selector",
-        )
-        if found is not None:
-            return found
+        # The class-match index answers without evaluating CEL; only a rejected device is looked at
+        # selector by selector, to name the selector that said no.
+        try:
+            admitted = inventory.class_matches(device_class, device, self.selectors)
+        except CELError as e:
+            return Rejection(label, "class_selectors", "cel-error", str(e))
+        if not admitted and len(device_class.selectors) == 1:
+            owner = f"class {device_class.name}"
+            return Rejection(
+                label,
+                "class_selectors",
+                "class-selector",
+                f"{owner}: selector #0 is false: {device_class.selectors[0]}",
+            )
+        if not admitted:
+            found = _selector_rejection(
+                self.selectors,
+                device_class.selectors,
+                device,
+                f"class {device_class.name}",
+                "class_selectors",
+                "class-selector",
+            )
+            if found is not None:
+                return found
         problem = inventory.derivation_error(device)
         if problem:  # a cluster-wide derived attribute failed on it: the search stops the pod there
             return Rejection(label, "class_selectors", "derived-attribute-error", problem)

@@ -128,6 +128,9 @@ class SchedulingService:
     ) -> None:
         self.state = state
         self.selectors = selectors
+        if state.inventory.class_index is None:
+            # DeviceClass selectors are evaluated as slices and classes arrive, not in filter.
+            state.inventory.attach_selectors(selectors)
         self.device_selection = device_selection
         """``aligned`` or ``first-fit`` (``allocator.alignment``); set before serving."""
         self.scoring = scoring or ScoringConfig()

@@ -11,6 +11,7 @@ with orjson and echo a well-formed answer (all nodes pass, score 0, bind ok). No
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,8 @@ def main() -> None:
         app = floor_app()
     else:
         service = build_service(Shape(args.nodes, args.gpus), args.allocated)
+        gc.collect()
+        gc.freeze()  # as `dra-extender serve` does after loading its state
         app = create_app(service, Settings(state_dir=Path("synthetic")))
         _bench_router(app, service)
     uvicorn.run(app, host="127.0.0.1", port=args.port, workers=1, log_level="warning", access_log=False)
