@@ -18,7 +18,7 @@ devices whose attributes include them, computed once per slice revision from the
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -95,6 +95,10 @@ class _Holders:
     shares: dict[tuple[str, str], Mapping[str, Fraction]] = field(default_factory=dict)
 
 
+MAX_LOGGED_CHANGES = 100_000
+"""Node-version changes remembered for ``nodes_changed_since``; a reader further behind starts over."""
+
+
 class _NodeVersions:
     """``node_version`` for many nodes at once: ``(global_version, get(name))`` equals it."""
 
@@ -136,6 +140,9 @@ class Inventory:
         """Increments on every change."""
         self._global_version = 0
         self._node_versions: dict[str, int] = defaultdict(int)
+        self.change_seq = 0
+        """Counts node-version changes; ``nodes_changed_since`` answers from the recent ones."""
+        self._changes: deque[tuple[int, str]] = deque(maxlen=MAX_LOGGED_CHANGES)
         if selectors is not None:
             self.attach_selectors(selectors)
 
@@ -279,6 +286,22 @@ class Inventory:
         taint rules and derived attributes. Equal versions mean an equal decision for equal claims."""
         return (self._global_version, self._node_versions.get(name, 0))
 
+    def nodes_changed_since(self, seq: int, global_version: int) -> set[str] | None:
+        """Nodes whose version changed after change ``seq``; None when that cannot be told (a global
+        change happened since ``global_version``, or the log no longer reaches back to ``seq``)."""
+        if global_version != self._global_version:
+            return None
+        if seq == self.change_seq:
+            return set()
+        if not self._changes or self._changes[0][0] > seq + 1:
+            return None
+        changed = set()
+        for number, node in reversed(self._changes):
+            if number <= seq:
+                break
+            changed.add(node)
+        return changed
+
     def node_versions(self) -> _NodeVersions:
         """A read-only view of every node's version, for loops over thousands of nodes."""
         return _NodeVersions(self._global_version, self._node_versions)
@@ -298,6 +321,8 @@ class Inventory:
             nodes.update(s.node_name for s in slices)
         for node in nodes:
             self._node_versions[node] += 1
+            self.change_seq += 1
+            self._changes.append((self.change_seq, node))
 
     def _pools_changed(self, slice_: ResourceSlice) -> None:
         if slice_.node_name:

@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +100,41 @@ class _Decision:
 
 
 @dataclass(slots=True)
+class _ShapeOutcome:
+    """A claims shape's answer for one node list (``names_key``) as of inventory change ``seq``; reasons
+    keep the claim-name placeholders of the shared decisions. ``undecided`` nodes (time budget, unknown
+    node) are decided again on every call."""
+
+    names_key: int
+    global_version: int
+    seq: int
+    passed: dict[str, None] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    undecided: set[str] = field(default_factory=set)
+
+    def covers(self, name: str) -> bool:
+        return (
+            name in self.passed or name in self.failed or name in self.unresolvable or name in self.undecided
+        )
+
+    def record(self, names: Iterable[str], decisions: Mapping[str, _Decision]) -> None:
+        """Take each node's shared decision (as decided just now) into the answer."""
+        for name in names:
+            self.passed.pop(name, None)
+            self.failed.pop(name, None)
+            self.unresolvable.pop(name, None)
+            self.undecided.discard(name)
+            decision = decisions.get(name)
+            if decision is None:
+                self.undecided.add(name)
+            elif decision.results is not None:
+                self.passed[name] = None
+            else:
+                (self.unresolvable if decision.unresolvable else self.failed)[name] = decision.reason
+
+
+@dataclass(slots=True)
 class _PodView:
     """What filter decided for one pod, for prioritize and bind.
 
@@ -140,6 +175,8 @@ class SchedulingService:
         self._pods: dict[str, _PodView] = {}
         """Per pod UID, the latest filter's view (oldest dropped first beyond MAX_KEPT_RESULTS pods)."""
         self._decisions: dict[bytes, dict[str, _Decision]] = {}
+        self._outcomes: dict[bytes, _ShapeOutcome] = {}
+        """Per claims shape, the last answer for a whole node list, patched node by node afterwards."""
         """Per (claims shape, node): pods with equal pending claim specs (one template) get equal
         decisions on a node whose version is unchanged, so most nodes are decided by one lookup."""
         self._inflight: dict[str, str] = {}
@@ -303,7 +340,6 @@ class SchedulingService:
         except AllocatorError as e:
             outcome.error = str(e)
             return outcome
-        inventory = self.state.inventory
         pending_claims = [pc for pc in claims if not (pc.claim.get("status") or {}).get("allocation")]
         view = _PodView(
             b"\n".join(
@@ -317,19 +353,84 @@ class SchedulingService:
             del self._pods[next(iter(self._pods))]
         # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
         shareable = nodes is None and extended is None and not allocated
+        if shareable:
+            return self._filter_shared(outcome, node_names, pod, pending, view)
+        self._decide_nodes(outcome, node_names, nodes, pod, allocated, pending, extended, view)
+        return outcome
+
+    def _filter_shared(
+        self,
+        outcome: FilterOutcome,
+        node_names: Sequence[str],
+        pod: Mapping[str, Any],
+        pending: list[Claim],
+        view: _PodView,
+    ) -> FilterOutcome:
+        """Filter from the shape's previous answer for the same node list, deciding again only the
+        nodes whose version changed since (usually just the node of the last bind)."""
+        inventory = self.state.inventory
+        seq = inventory.change_seq
+        names_key = hash(tuple(node_names))
+        last = self._outcomes.get(view.shape)
+        changed = None
+        if last is not None and last.names_key == names_key:
+            changed = inventory.nodes_changed_since(last.seq, last.global_version)
+        if changed is None:
+            self._decide_nodes(outcome, node_names, None, pod, [], pending, None, view)
+            if not outcome.error:
+                last = _ShapeOutcome(names_key, inventory.node_versions().global_version, seq)
+                last.record(node_names, self._decisions.get(view.shape, {}))
+                self._outcomes[view.shape] = last
+                if len(self._outcomes) > MAX_SHAPES:
+                    del self._outcomes[next(iter(self._outcomes))]
+            return outcome
+        redo = [n for n in {*changed, *last.undecided} if last.covers(n)]
+        now = FilterOutcome()
+        self._decide_nodes(now, redo, None, pod, [], pending, None, view)
+        if now.error:
+            return now
+        last.record(redo, self._decisions.get(view.shape, {}))
+        last.seq = seq
+        named: dict[str, str] = {}
+
+        def name(reason: str) -> str:
+            found = named.get(reason)
+            if found is None:
+                found = named[reason] = _named(reason, pending)
+            return found
+
+        outcome.passed = list(last.passed)
+        outcome.failed = {n: name(r) for n, r in last.failed.items()}
+        outcome.unresolvable = {n: name(r) for n, r in last.unresolvable.items()}
+        # Nodes without a shared decision (time budget, unknown node, shares): this call's answer.
+        outcome.passed.extend(n for n in now.passed if n in last.undecided)
+        outcome.failed.update((n, r) for n, r in now.failed.items() if n in last.undecided)
+        outcome.unresolvable.update((n, r) for n, r in now.unresolvable.items() if n in last.undecided)
+        return outcome
+
+    def _decide_nodes(
+        self,
+        outcome: FilterOutcome,
+        node_names: Sequence[str],
+        nodes: Mapping[str, Mapping[str, Any]] | None,
+        pod: Mapping[str, Any],
+        allocated: list[PodClaim],
+        pending: list[Claim],
+        extended: PodExtendedResources | None,
+        view: _PodView,
+    ) -> None:
+        """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current).
+        On a fatal error ``outcome.error`` is set and the node lists are empty."""
+        shareable = nodes is None and extended is None and not allocated
         decisions = self._decisions.get(view.shape) if shareable else None
-        versions = inventory.node_versions()
+        versions = self.state.inventory.node_versions()
         named: dict[str, str] = {}  # a shared reason with this pod's claim names, once per distinct reason
         passed, failed, unresolvable = outcome.passed, outcome.failed, outcome.unresolvable
         budget = self.filter_time_budget
         deadline = time.monotonic() + budget
         for index, name in enumerate(node_names):
             if index % 64 == 0 and time.monotonic() > deadline:
-                failed.update(
-                    dict.fromkeys(
-                        node_names[index:], f"dra-extender: filter time budget ({budget:g} s) used up first"
-                    )
-                )
+                failed.update(dict.fromkeys(node_names[index:], _budget_reason(budget)))
                 break
             # The hot path: one lookup per node while its version is unchanged.
             decision = decisions.get(name) if decisions is not None else None
@@ -347,7 +448,7 @@ class SchedulingService:
             except AllocatorError as e:
                 outcome.error = str(e)
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
-                return outcome
+                return
             if decisions is None and shareable:
                 decisions = self._decisions.get(view.shape)
             if decision is None:
@@ -356,7 +457,6 @@ class SchedulingService:
                 (unresolvable if decision.unresolvable else failed)[name] = decision.reason
             else:
                 passed.append(name)
-        return outcome
 
     def _decide_node(
         self,
@@ -600,3 +700,7 @@ def _named(reason: str, claims: list[Claim]) -> str:
     for index, claim in enumerate(claims):
         reason = reason.replace(f"claim \x00{index}\x00,", f"claim {claim.key},")
     return reason
+
+
+def _budget_reason(budget: float) -> str:
+    return f"dra-extender: filter time budget ({budget:g} s) used up first"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 import threading
 from typing import Any
 
@@ -236,3 +237,40 @@ def test_a_shared_no_fit_reason_names_the_asking_pods_claim():
     second = svc.filter(svc.state.get("Pod", "ml/y"), ["n1"])
     assert first.unresolvable["n1"].startswith("claim ml/x, request gpu:")
     assert second.unresolvable["n1"] == first.unresolvable["n1"].replace("ml/x", "ml/y")
+
+
+def test_cached_answers_equal_a_fresh_decision_through_binds_and_changes():
+    # An independent oracle: a service built from the same objects with no caches decides from scratch.
+    rng = random.Random(7)
+    nodes = [f"n{i}" for i in range(6)]
+    objects: list[tuple[str, dict[str, Any]]] = [("Node", node(n)) for n in nodes]
+    objects.append(("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"')))
+    objects += [
+        ("ResourceSlice", resource_slice(f"{n}-gpus", DRIVER, n, [device(f"gpu-{g}") for g in range(2)]))
+        for n in nodes
+    ]
+    svc = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
+    for step in range(40):
+        name = f"p{step}"
+        count = rng.choice([1, 1, 2])
+        svc.state.apply("ResourceClaim", claim("ml", name, [request("gpu", "gpu", count)]))
+        svc.state.apply("Pod", pod("ml", name, [name]))
+        if step % 9 == 8:  # a node changes its labels: only that node's decisions are redone
+            svc.state.apply("Node", node(rng.choice(nodes), {"step": str(step)}))
+        got = svc.filter(svc.state.get("Pod", f"ml/{name}"), nodes)
+        fresh_state = ClusterState.from_objects(
+            [
+                (k, o)
+                for k in ("Node", "DeviceClass", "ResourceSlice", "ResourceClaim", "Pod")
+                for o in svc.state.objects[k].values()
+            ]
+        )
+        fresh = SchedulingService(fresh_state, SelectorCache(ExprEngine()))
+        want = fresh.filter(fresh.state.get("Pod", f"ml/{name}"), nodes)
+        assert (sorted(got.passed), got.failed, got.unresolvable) == (
+            sorted(want.passed),
+            want.failed,
+            want.unresolvable,
+        ), step
+        if got.passed and rng.random() < 0.8:
+            svc.bind("ml", name, f"uid-pod-ml-{name}", rng.choice(got.passed))
