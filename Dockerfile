@@ -20,8 +20,8 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 # Dependencies first (own layer, rebuilt only when the lock file changes). All pinned wheels are binary for
 # CPython 3.11 manylinux x86_64, so no compiler is needed.
-COPY requirements.lock ./
-RUN pip install -r requirements.lock
+COPY requirements-runtime.lock ./
+RUN pip install -r requirements-runtime.lock
 # Then the project itself, without touching the pinned dependency set. pyproject.toml names README.md as the
 # package readme, so it must be in the build context.
 COPY pyproject.toml README.md ./

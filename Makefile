@@ -45,10 +45,13 @@ bench-frag: $(STAMP)
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)
 
-# Re-resolve the pinned dependency set after editing pyproject.toml.
+# Re-resolve the pinned dependency sets after editing pyproject.toml (the runtime set, for the image, is the
+# full set without the dev tools).
 lock: $(STAMP)
 	$(BIN)/pip-compile --quiet --extra dev --strip-extras --no-emit-index-url --no-emit-find-links \
 		-o requirements.lock pyproject.toml
+	$(BIN)/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-find-links \
+		-c requirements.lock -o requirements-runtime.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
