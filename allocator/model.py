@@ -12,6 +12,7 @@ DeviceTaintRule.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -369,13 +370,15 @@ def _attribute_value(raw: Any, at: _Path) -> AttributeValue:
     return found[0]
 
 
+# Attribute names repeat on every device of a driver: interned, tens of thousands of devices share one
+# string per name instead of holding copies.
 def _qualify(name: str, driver: str) -> str:
-    return name if "/" in name else f"{driver}/{name}"
+    return sys.intern(name if "/" in name else f"{driver}/{name}")
 
 
 def _split(qualified: str) -> tuple[str, str]:
     domain, _, ident = qualified.rpartition("/")
-    return domain, ident
+    return sys.intern(domain), sys.intern(ident)
 
 
 def _request_policy(raw: Any, at: _Path) -> RequestPolicy | None:
@@ -426,7 +429,7 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
             _amount(cap["value"], cap_at / "value"),
             _request_policy(cap.get("requestPolicy"), cap_at / "requestPolicy"),
         )
-        capacity[key] = parsed_cap
+        capacity[sys.intern(key)] = parsed_cap
         domain, ident = _split(_qualify(key, driver))
         cel_capacity.setdefault(domain, {})[ident] = parsed_cap.value
     consumes = tuple(

@@ -10,6 +10,7 @@ binary SI (Ki Mi Gi Ti Pi Ei), decimal SI (n u m "" k M G T P E) or decimal expo
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 from functools import total_ordering
@@ -70,10 +71,22 @@ class Quantity:
 
 
 def parse_quantity(raw: object) -> Quantity:
-    """Parse a quantity from YAML/JSON (a string, or a bare int/float as YAML may give).
+    """Parse a quantity from YAML/JSON (a string, or a bare int/float as YAML may give); equal texts give
+    the same (immutable) object, as capacities and counters repeat on every device.
 
     Raises QuantityError naming the text when it is not a valid quantity.
     """
+    if isinstance(raw, str):
+        return _parse_text(raw)
+    return _parse(raw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(raw: str) -> Quantity:
+    return _parse(raw)
+
+
+def _parse(raw: object) -> Quantity:
     if isinstance(raw, Quantity):
         return raw
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):

@@ -213,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer cycles")
     args = parser.parse_args(argv)
-    small = Shape(100 if args.quick else 500, 10)
-    large = Shape(1000 if args.quick else 5000, 8)
+    # The shapes count devices per node: GPUs only (pass --nics to bench.server for mixed nodes).
+    small = Shape(100 if args.quick else 500, 10, nics=0)
+    large = Shape(1000 if args.quick else 5000, 8, nics=0)
     cycles = 50 if args.quick else 200
     rows: list[tuple[str, str, str, str]] = []
 

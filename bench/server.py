@@ -134,12 +134,13 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--gpus", type=int, default=10)
     parser.add_argument("--allocated", type=int, default=0)
+    parser.add_argument("--nics", type=int, default=0, help="NICs per node on the GPUs' PCIe roots")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.kind == "floor":
         app = floor_app()
     else:
-        service = build_service(Shape(args.nodes, args.gpus), args.allocated)
+        service = build_service(Shape(args.nodes, args.gpus, args.nics), args.allocated)
         gc.collect()
         gc.freeze()  # as `dra-extender serve` does after loading its state
         app = create_app(service, Settings(state_dir=Path("synthetic")))

@@ -82,6 +82,13 @@ ACTIVATION_REUSE = 256
 activation's arena and frees them only with the activation, so a cached activation is rebuilt after this
 many uses: memory stays bounded and the rebuild (~2-5 us) costs < 2 % per evaluation."""
 
+MAX_ACTIVATIONS_PER_THREAD = 4096
+"""Activations kept per thread (each holds a C++ arena, several KiB): selector results are cached per
+device by ``SelectorCache``, so activations only matter while a device is first evaluated."""
+
+MAX_CONVERTED_DEVICES = 16384
+"""Devices kept in CEL value form (shared by threads); beyond it the table starts over."""
+
 ITERATION_BUDGET = 10_000
 """cel-cpp's default ``comprehension_max_iterations`` (not configurable through cel-expr-python)."""
 
@@ -824,6 +831,8 @@ class ExprEngine:
             slots = self._local.slots = weakref.WeakKeyDictionary()
         slot = slots.get(device)
         if slot is None or slot[1] <= 0:
+            if len(slots) >= MAX_ACTIVATIONS_PER_THREAD:
+                slots.clear()  # bound memory: each activation holds a C++ arena
             slot = [self._env.Activation(self._device_data(device)), ACTIVATION_REUSE]
             slots[device] = slot
         slot[1] -= 1
@@ -833,6 +842,8 @@ class ExprEngine:
         with self._lock:
             entry = self._devices.get(device)
             if entry is None:
+                if len(self._devices) >= MAX_CONVERTED_DEVICES:
+                    self._devices.clear()  # bound memory; a device is converted again when next evaluated
                 entry = self._devices[device] = self._new_entry(device)
         if entry.error is not None:
             raise CELEvalError(entry.error)
