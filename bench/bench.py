@@ -195,7 +195,7 @@ def peak_rss_mb(shape: Shape, allocated: int) -> float:
     """Peak RSS of a process holding the extender's state at ``shape`` with ``allocated`` claims."""
     code = (
         "import resource, sys; from bench.server import build_service; from bench.synthetic import Shape; "
-        f"s = build_service(Shape({shape.nodes}, {shape.gpus}), {allocated}); "
+        f"s = build_service(Shape({shape.nodes}, {shape.gpus}, {shape.nics}), {allocated}); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
