@@ -108,7 +108,8 @@ class _ShapeOutcome:
     names_key: int
     global_version: int
     seq: int
-    passed: dict[str, None] = field(default_factory=dict)
+    passed: dict[str, int] = field(default_factory=dict)
+    """Passing node -> its score."""
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     undecided: set[str] = field(default_factory=set)
@@ -129,7 +130,7 @@ class _ShapeOutcome:
             if decision is None:
                 self.undecided.add(name)
             elif decision.results is not None:
-                self.passed[name] = None
+                self.passed[name] = decision.score
             else:
                 (self.unresolvable if decision.unresolvable else self.failed)[name] = decision.reason
 
@@ -571,13 +572,32 @@ class SchedulingService:
         with self.lock:
             pod = self._with_state_status(pod)
             uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
-            scores = self._kept_scores(uid, node_names)
+            scores = self._current_scores(uid, node_names)
             missing = [n for n, score in scores.items() if score is None]
             if missing:
                 # Re-filtering replaces the pod's view: keep the scores found so far.
                 self._filter(pod, missing, nodes)
                 scores.update(self._kept_scores(uid, missing))
             return [(n, score or 0) for n, score in scores.items()]
+
+    def _current_scores(self, uid: str, node_names: Sequence[str]) -> dict[str, int | None]:
+        """Scores from the shape's answer when nothing changed since it (one dict read per node), else
+        node by node."""
+        view = self._pods.get(uid)
+        last = self._outcomes.get(view.shape) if view is not None else None
+        inventory = self.state.inventory
+        if (
+            last is None
+            or last.seq != inventory.change_seq
+            or last.global_version != inventory.node_versions().global_version
+        ):
+            return self._kept_scores(uid, node_names)
+        passed = last.passed
+        scores: dict[str, int | None] = {n: passed.get(n) for n in node_names}
+        others = [n for n, score in scores.items() if score is None]
+        if others:
+            scores.update(self._kept_scores(uid, others))
+        return scores
 
     def _kept_scores(self, uid: str, node_names: Sequence[str]) -> dict[str, int | None]:
         """The score of each node's current decision for the pod (None where it must be decided again)."""

@@ -272,5 +272,9 @@ def test_cached_answers_equal_a_fresh_decision_through_binds_and_changes():
             want.failed,
             want.unresolvable,
         ), step
+        pod_now = svc.state.get("Pod", f"ml/{name}")
+        assert svc.prioritize(pod_now, got.passed) == fresh.prioritize(
+            fresh.state.get("Pod", f"ml/{name}"), got.passed
+        )
         if got.passed and rng.random() < 0.8:
             svc.bind("ml", name, f"uid-pod-ml-{name}", rng.choice(got.passed))
