@@ -120,6 +120,17 @@ class SelectorCache:
         entry = self._entry(expression, self._entries, False)
         if entry.error is not None:
             raise CELCompileError(f"{owner}: selector #{index}: CEL compile error: {entry.error}")
+        cached = self._result(entry, device)
+        if isinstance(cached, CELEvalError):
+            driver, pool, name = device.id
+            raise CELEvalError(
+                f"{owner}: selector #{index} on device {driver}/{pool}/{name}: CEL runtime error: {cached}"
+            )
+        return cached  # type: ignore[no-any-return]
+
+    def _result(self, entry: Any, device: Device) -> Any:
+        """The cached outcome of ``entry``'s program on ``device`` (a value or the CELEvalError), evaluated
+        and stored on first use."""
         cached = entry.results.get(device)
         if cached is None:
             self.stats["evaluations"] += 1
@@ -130,12 +141,7 @@ class SelectorCache:
             self._store(entry, device, cached)
         else:
             self.stats["hits"] += 1
-        if isinstance(cached, CELEvalError):
-            driver, pool, name = device.id
-            raise CELEvalError(
-                f"{owner}: selector #{index} on device {driver}/{pool}/{name}: CEL runtime error: {cached}"
-            )
-        return cached  # type: ignore[no-any-return]
+        return cached
 
     def evaluate(self, expression: str, device: CELDevice) -> bool:
         """Evaluate one selector without caching the result (the class-match index keeps its own).
@@ -152,16 +158,7 @@ class SelectorCache:
         entry = self._entry(expression, self._values, True)
         if entry.error is not None:
             raise CELCompileError(str(entry.error))
-        cached = entry.results.get(device)
-        if cached is None:
-            self.stats["evaluations"] += 1
-            try:
-                cached = entry.program.evaluate(device.cel)
-            except CELEvalError as e:
-                cached = e
-            self._store(entry, device, cached)
-        else:
-            self.stats["hits"] += 1
+        cached = self._result(entry, device)
         if isinstance(cached, CELEvalError):
             raise CELEvalError(str(cached))  # a fresh exception: re-raising one object grows its traceback
         return cached  # type: ignore[no-any-return]
