@@ -223,6 +223,8 @@ class Inventory:
         return dataclasses.replace(base, devices=tuple(devices)) if changed else base
 
     def _rederive(self) -> None:
+        # Errors belong to the derivation that produced them: a new (or no) config starts clean.
+        self._derivation_errors.clear()
         self._rederiving = True
         try:
             for base in list(self._base_slices.values()):

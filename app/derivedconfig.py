@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from allocator.derived import ClusterAttribute, ClusterDerivation
 from allocator.errors import CELCompileError
 from allocator.inventory import Inventory
 from allocator.model import qualified_name_problem
 from allocator.selectors import SelectorCache
+from app.statedir import load_yaml_document
 
 __all__ = [
     "DEFAULT_POLL_SECONDS",
@@ -139,9 +138,9 @@ def load_config(path: Path) -> ExtenderConfig:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read the config file: {e}") from e
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        data = load_yaml_document(text, str(path))
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     return parse_config(data, Path(path))
 
 

@@ -26,7 +26,6 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import orjson
-import yaml
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,8 +47,10 @@ from allocator.model import Claim, parse_claim
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.quantity import format_like
 from allocator.scoring import ScoreBreakdown, score_allocation
+from app.convert import ConversionError, to_v1
 from app.podclaims import ClaimNotReady, PodClaim, pod_claims
 from app.scheduling import SchedulingService
+from app.statedir import load_yaml_document
 
 __all__ = [
     "BadObject",
@@ -526,17 +527,30 @@ def parse_object(body: bytes | str) -> dict[str, Any]:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         try:
-            obj = yaml.safe_load(body)
-        except yaml.YAMLError as e:
+            obj = load_yaml_document(body, "body")
+        except ValueError as e:
             raise BadObject(f"body is neither JSON nor YAML: {e}") from None
     if not isinstance(obj, dict):
         raise BadObject("body must be one ResourceClaim or ResourceClaimTemplate object")
-    kind = obj.get("kind") or (
-        "ResourceClaimTemplate" if "spec" in (obj.get("spec") or {}) else "ResourceClaim"
-    )
+    spec = obj.get("spec")
+    if spec is not None and not isinstance(spec, dict):
+        raise BadObject("spec: must be an object")
+    kind = obj.get("kind") or ("ResourceClaimTemplate" if "spec" in (spec or {}) else "ResourceClaim")
     if kind not in ("ResourceClaim", "ResourceClaimTemplate"):
         raise BadObject(f"kind {kind}: expected ResourceClaim or ResourceClaimTemplate")
-    return {**obj, "kind": kind}
+    meta = obj.get("metadata")
+    if meta is not None and (
+        not isinstance(meta, dict)
+        or any(k in meta and not isinstance(meta[k], str) for k in ("name", "namespace", "uid"))
+    ):
+        raise BadObject("metadata: must be an object whose name, namespace and uid are strings")
+    obj = {**obj, "kind": kind}
+    if obj.get("apiVersion", "resource.k8s.io/v1") != "resource.k8s.io/v1":
+        try:
+            obj = to_v1(obj)  # older resource.k8s.io versions, as the state loader accepts them
+        except ConversionError as e:
+            raise BadObject(str(e)) from None
+    return obj
 
 
 def _what_if_claim(obj: Mapping[str, Any]) -> Claim:

@@ -47,7 +47,15 @@ import yaml
 
 from app.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
 
-__all__ = ["KIND_FIELDS", "NAMESPACED_KINDS", "ClusterObjects", "StateLoadError", "load_state", "stable_uid"]
+__all__ = [
+    "KIND_FIELDS",
+    "NAMESPACED_KINDS",
+    "ClusterObjects",
+    "StateLoadError",
+    "load_state",
+    "load_yaml_document",
+    "stable_uid",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -418,6 +426,20 @@ def _parse_file(file: Path) -> list[Any]:
 MAX_DOCUMENT_NODES = 1_000_000
 """Values in one YAML document once aliases are expanded; a few thousand devices need ~10^5. Guards
 against alias bombs (a few lines expanding to billions of values)."""
+
+
+def load_yaml_document(text: str | bytes, what: str) -> Any:
+    """One YAML (or JSON) document as plain JSON data, with the state loader's rules: string keys, no
+    duplicate keys, timestamps kept as strings, no binary/sets, no self-referencing or exploding aliases.
+    Raises ValueError naming ``what`` (for bodies and files other than a state directory)."""
+    try:
+        document = yaml.load(text, Loader=_YamlLoader)
+    except yaml.YAMLError as err:
+        raise ValueError(f"{what}: {_yaml_problem(err, text if isinstance(text, str) else '')}") from err
+    problem = _json_problem(document)
+    if problem:
+        raise ValueError(f"{what}: {problem}")
+    return document
 
 
 def _json_problem(document: object) -> str:

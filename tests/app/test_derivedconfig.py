@@ -253,3 +253,17 @@ def test_simulate_reports_config_problems(
 def test_unknown_engine_is_a_usage_error(state_dir: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["simulate", "--state", str(state_dir), "--cel-engine", "fast"]) == 2
     assert "invalid choice: 'fast'" in capsys.readouterr().err
+
+
+def test_an_empty_config_clears_the_previous_runtime_errors(state_dir: Path, tmp_path: Path):
+    from app.derivedconfig import install
+
+    broken = {"name": "example.com/numa", "expression": f'device.attributes["{GPU}"].numa'}
+    runtime = build_runtime(state_dir, config=write(tmp_path / "derived.yaml", [broken]))
+    assert runtime.problems
+    empty = load_config(write(tmp_path / "empty.yaml", text="derivedAttributes: []\n"))
+    assert install(empty, runtime.state.inventory, runtime.service.selectors) == []
+    outcome = runtime.service.filter(runtime.state.get("Pod", f"{NS}/p"), ["n1"])
+    # No runtime error any more: without the attribute the pod's constraint simply cannot be met.
+    assert (outcome.passed, outcome.error) == ([], "")
+    assert "derived attribute" not in outcome.failed["n1"]

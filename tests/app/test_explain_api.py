@@ -529,3 +529,35 @@ def test_real_gaudi_taint_rule_in_funnel_and_inventory(fixture_state):
     stage = next(s for s in verdict.requests[0].stages if s.stage == "tolerations")
     assert (stage.count, stage.rules) == (7, {"taint": 1})
     assert "from DeviceTaintRule" in stage.examples[0].message
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (
+            b"a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+            b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+            b"e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+            b"g: [*f, *f, *f, *f, *f, *f, *f, *f, *f]\n",
+            "aliases are expanded",
+        ),
+        (b'{"metadata": [], "spec": {}}', "metadata: must be an object"),
+        (b'{"metadata": {"name": 5}, "spec": {}}', "metadata: must be an object"),
+        (b'{"kind": "ResourceClaimTemplate", "spec": []}', "spec: must be an object"),
+    ],
+)
+async def test_what_if_rejects_bombs_and_malformed_metadata_with_400(client, body, problem):
+    response = await client.post("/api/v1/explain", content=body)
+    assert response.status_code == 400
+    assert problem in response.json()["Error"]
+
+
+async def test_what_if_accepts_a_v1beta1_claim(client):
+    claim = {
+        "apiVersion": "resource.k8s.io/v1beta1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "old", "namespace": "demo"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.nvidia.com"}]}},
+    }
+    response = await client.post("/api/v1/explain", content=orjson.dumps(claim))
+    assert response.status_code == 200, response.text
