@@ -42,7 +42,7 @@ from allocator.pools import PoolID, PoolView, gather_pools
 from allocator.quantity import QuantityError, parse_quantity
 from allocator.selectors import SelectorCache
 
-__all__ = ["AllocatedDevice", "Inventory", "allocated_devices"]
+__all__ = ["AllocatedDevice", "Inventory", "NodeVersions", "allocated_devices"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,7 @@ MAX_LOGGED_CHANGES = 100_000
 """Node-version changes remembered for ``nodes_changed_since``; a reader further behind starts over."""
 
 
-class _NodeVersions:
+class NodeVersions:
     """``node_version`` for many nodes at once: ``(global_version, get(name))`` equals it."""
 
     __slots__ = ("_versions", "global_version")
@@ -304,9 +304,9 @@ class Inventory:
             changed.add(node)
         return changed
 
-    def node_versions(self) -> _NodeVersions:
+    def node_versions(self) -> NodeVersions:
         """A read-only view of every node's version, for loops over thousands of nodes."""
-        return _NodeVersions(self._global_version, self._node_versions)
+        return NodeVersions(self._global_version, self._node_versions)
 
     def _touch_all(self) -> None:
         self.revision += 1

@@ -116,7 +116,6 @@ class StateBinder:
         self.lock = lock
 
     def bind(self, plan: BindPlan) -> None:
-        claims = [claim_after_bind(pc.claim, allocation, plan.pod) for pc, allocation in plan.claims]
         pod = copy.deepcopy(dict(plan.pod))
         pod.setdefault("spec", {})["nodeName"] = plan.node
         created = None
@@ -130,6 +129,15 @@ class StateBinder:
             if plan.extended is not None and self.state.get("ResourceClaim", plan.extended.key) is not None:
                 raise BindError(f"ResourceClaim {plan.extended.key} already exists")
             snapshot = [self.state.get("ResourceClaim", pc.key) for pc, _ in plan.claims]
+            # Written from the claims as they are now, not as planned: a concurrent bind of another pod
+            # sharing a claim may have appended its own reservedFor entry meanwhile.
+            claims = []
+            for (pc, allocation), current in zip(plan.claims, snapshot, strict=True):
+                if current is None:
+                    raise BindError(f"ResourceClaim {pc.key} was deleted")
+                if allocation is not None and (current.get("status") or {}).get("allocation"):
+                    raise BindError(f"ResourceClaim {pc.key} got allocated elsewhere in the meantime")
+                claims.append(claim_after_bind(current, allocation, plan.pod))
             try:
                 for claim in claims:
                     self.state.apply("ResourceClaim", claim)

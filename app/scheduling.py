@@ -32,7 +32,7 @@ import orjson
 from allocator.alignment import select
 from allocator.diagnose import diagnose
 from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
-from allocator.inventory import AllocatedDevice, allocated_devices
+from allocator.inventory import AllocatedDevice, NodeVersions, allocated_devices
 from allocator.model import Claim
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.scoring import ScoringConfig, score_allocation
@@ -119,15 +119,18 @@ class _ShapeOutcome:
             name in self.passed or name in self.failed or name in self.unresolvable or name in self.undecided
         )
 
-    def record(self, names: Iterable[str], decisions: Mapping[str, _Decision]) -> None:
-        """Take each node's shared decision (as decided just now) into the answer."""
+    def record(
+        self, names: Iterable[str], decisions: Mapping[str, _Decision], versions: NodeVersions
+    ) -> None:
+        """Take each node's shared decision into the answer; a node without a current one (not decided in
+        time, unknown, not shareable) is undecided and decided again on the next call."""
         for name in names:
             self.passed.pop(name, None)
             self.failed.pop(name, None)
             self.unresolvable.pop(name, None)
             self.undecided.discard(name)
             decision = decisions.get(name)
-            if decision is None:
+            if decision is None or decision.version != (versions.global_version, versions.get(name)):
                 self.undecided.add(name)
             elif decision.results is not None:
                 self.passed[name] = decision.score
@@ -147,6 +150,10 @@ class _PodView:
     shape: bytes
     claims: tuple[str, ...]
     """Keys of the pending claims the decisions are for: a bind reuses them only for the same claims."""
+    pod_spec: bytes = b""
+    """The pod spec they were made for (containers' extended resources): a bind reuses them only for it."""
+    shared: bool = False
+    """Whether the decisions are the shape's shared ones (else only ``private`` holds this pod's)."""
     private: dict[str, tuple[_Decision, ExtendedClaim | None]] = field(default_factory=dict)
 
 
@@ -313,6 +320,15 @@ class SchedulingService:
     ) -> FilterOutcome:
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
+        bound = self._bound_node(pod)
+        if bound:
+            # kube-scheduler's copy may predate a bind that already happened (e.g. its bind call timed
+            # out): only that node fits, and nothing of the pod's (claims included) is touched.
+            outcome.passed = [n for n in node_names if n == bound]
+            outcome.unresolvable = {
+                n: f"pod is already bound to node {bound}" for n in node_names if n != bound
+            }
+            return outcome
         try:
             claims = pod_claims(pod, self.state.objects["ResourceClaim"])
         except ClaimNotReady as e:
@@ -342,18 +358,14 @@ class SchedulingService:
             outcome.error = str(e)
             return outcome
         pending_claims = [pc for pc in claims if not (pc.claim.get("status") or {}).get("allocation")]
-        view = _PodView(
-            b"\n".join(
-                orjson.dumps(pc.claim.get("spec"), option=orjson.OPT_SORT_KEYS) for pc in pending_claims
-            ),
-            tuple(pc.key for pc in pending_claims),
-        )
+        view = _PodView(_shape(pending_claims), tuple(pc.key for pc in pending_claims), _spec_key(pod))
         self._pods.pop(uid, None)
         self._pods[uid] = view
         if len(self._pods) > MAX_KEPT_RESULTS:
             del self._pods[next(iter(self._pods))]
         # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
         shareable = nodes is None and extended is None and not allocated
+        view.shared = shareable
         if shareable:
             return self._filter_shared(outcome, node_names, pod, pending, view)
         self._decide_nodes(outcome, node_names, nodes, pod, allocated, pending, extended, view)
@@ -380,7 +392,7 @@ class SchedulingService:
             self._decide_nodes(outcome, node_names, None, pod, [], pending, None, view)
             if not outcome.error:
                 last = _ShapeOutcome(names_key, inventory.node_versions().global_version, seq)
-                last.record(node_names, self._decisions.get(view.shape, {}))
+                last.record(node_names, self._decisions.get(view.shape, {}), inventory.node_versions())
                 self._outcomes[view.shape] = last
                 if len(self._outcomes) > MAX_SHAPES:
                     del self._outcomes[next(iter(self._outcomes))]
@@ -390,7 +402,7 @@ class SchedulingService:
         self._decide_nodes(now, redo, None, pod, [], pending, None, view)
         if now.error:
             return now
-        last.record(redo, self._decisions.get(view.shape, {}))
+        last.record(redo, self._decisions.get(view.shape, {}), inventory.node_versions())
         last.seq = seq
         named: dict[str, str] = {}
 
@@ -444,6 +456,9 @@ class SchedulingService:
                     reason = named[decision.reason] = _named(decision.reason, pending)
                 (unresolvable if decision.unresolvable else failed)[name] = reason
                 continue
+            if time.monotonic() > deadline:  # the slow path: checked before every search
+                failed.update(dict.fromkeys(node_names[index:], _budget_reason(budget)))
+                break
             try:
                 decision = self._decide_node(name, nodes, pod, allocated, pending, extended, view)
             except AllocatorError as e:
@@ -510,6 +525,15 @@ class SchedulingService:
                 del self._decisions[next(iter(self._decisions))]
         by_node[node] = dataclasses.replace(decision, reason=reason)
 
+    def _bound_node(self, pod: Mapping[str, Any]) -> str:
+        """The node the state has this pod (same UID) bound to, or ''."""
+        known = self.state.get("Pod", pod_key(pod))
+        if known is None or (known.get("metadata") or {}).get("uid") != (pod.get("metadata") or {}).get(
+            "uid"
+        ):
+            return ""
+        return str((known.get("spec") or {}).get("nodeName") or "")
+
     def _claim_in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> str:
         """Why the pod must wait: one of its unallocated claims is being allocated by another pod's bind
         (upstream PreFilter rejects the same way). Empty when none is."""
@@ -526,7 +550,7 @@ class SchedulingService:
         if view is None:
             return None
         found = view.private.get(node)
-        if found is None:
+        if found is None and view.shared:
             shared = self._decisions.get(view.shape, {}).get(node)
             found = (shared, None) if shared is not None else None
         if found is None or found[0].version != self.state.inventory.node_version(node):
@@ -584,7 +608,7 @@ class SchedulingService:
         """Scores from the shape's answer when nothing changed since it (one dict read per node), else
         node by node."""
         view = self._pods.get(uid)
-        last = self._outcomes.get(view.shape) if view is not None else None
+        last = self._outcomes.get(view.shape) if view is not None and view.shared else None
         inventory = self.state.inventory
         if (
             last is None
@@ -604,7 +628,7 @@ class SchedulingService:
         view = self._pods.get(uid)
         if view is None:
             return dict.fromkeys(node_names)
-        shared = self._decisions.get(view.shape, {})
+        shared = self._decisions.get(view.shape, {}) if view.shared else {}
         versions = self.state.inventory.node_versions()
         scores: dict[str, int | None] = {}
         for name in node_names:
@@ -660,7 +684,15 @@ class SchedulingService:
         pending_keys = tuple(pc.key for pc in claims if not (pc.claim.get("status") or {}).get("allocation"))
         view = self._pods.get(pod_uid)
         kept = self._kept(pod_uid, node_name)
-        if kept is None or view is None or view.claims != pending_keys or kept[0].results is None:
+        pending_claims = [pc for pc in claims if not (pc.claim.get("status") or {}).get("allocation")]
+        if (
+            kept is None
+            or view is None
+            or view.claims != pending_keys
+            or view.shape != _shape(pending_claims)
+            or view.pod_spec != _spec_key(pod)
+            or kept[0].results is None
+        ):
             # Something changed since filter (or filter never ran here): decide again.
             outcome = self._filter(pod, [node_name], None)
             if outcome.error:
@@ -724,3 +756,12 @@ def _named(reason: str, claims: list[Claim]) -> str:
 
 def _budget_reason(budget: float) -> str:
     return f"dra-extender: filter time budget ({budget:g} s) used up first"
+
+
+def _shape(claims: Sequence[PodClaim]) -> bytes:
+    """The claims' specs, canonical: pods whose pending claims have equal specs get equal decisions."""
+    return b"\n".join(orjson.dumps(pc.claim.get("spec"), option=orjson.OPT_SORT_KEYS) for pc in claims)
+
+
+def _spec_key(pod: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(pod.get("spec"), option=orjson.OPT_SORT_KEYS)

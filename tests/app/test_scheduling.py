@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import random
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -278,3 +279,85 @@ def test_cached_answers_equal_a_fresh_decision_through_binds_and_changes():
         )
         if got.passed and rng.random() < 0.8:
             svc.bind("ml", name, f"uid-pod-ml-{name}", rng.choice(got.passed))
+
+
+def test_a_claim_recreated_between_filter_and_bind_is_decided_again():
+    svc = service(
+        ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu", 1)])), ("Pod", pod("ml", "p", ["c"]))
+    )
+    assert svc.filter(svc.state.get("Pod", "ml/p"), ["n1"]).passed == ["n1"]
+    svc.state.remove("ResourceClaim", "ml/c")
+    recreated = claim("ml", "c", [request("gpu", "gpu", 2)])
+    recreated["metadata"]["uid"] = "new-uid"
+    svc.state.apply("ResourceClaim", recreated)
+    with pytest.raises(BindError, match="does not fit on node n1"):  # n1 has one GPU; the claim now wants two
+        svc.bind("ml", "p", "uid-pod-ml-p", "n1")
+    assert svc.state.get("ResourceClaim", "ml/c").get("status") is None
+
+
+def test_filtering_an_already_bound_pod_again_changes_nothing():
+    svc = service(
+        ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu")])), ("Pod", pod("ml", "p", ["c"]))
+    )
+    stale_copy = copy.deepcopy(svc.state.get("Pod", "ml/p"))
+    svc.bind("ml", "p", "uid-pod-ml-p", "n2")
+    before = copy.deepcopy(svc.state.objects)
+    outcome = svc.filter(stale_copy, ["n1", "n2"])
+    assert outcome.passed == ["n2"]
+    assert outcome.unresolvable == {"n1": "pod is already bound to node n2"}
+    assert svc.state.objects == before
+
+
+def test_the_time_budget_is_checked_before_every_slow_decision():
+    svc = service(
+        ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu")])), ("Pod", pod("ml", "p", ["c"]))
+    )
+    decide = svc._decide_node
+    calls: list[str] = []
+
+    def slow(name: str, *args: Any) -> Any:
+        calls.append(name)
+        time.sleep(0.2)
+        return decide(name, *args)
+
+    svc._decide_node = slow  # type: ignore[method-assign]
+    svc.filter_time_budget = 0.1
+    outcome = svc.filter(svc.state.get("Pod", "ml/p"), ["n1", "n2"])
+    assert calls == ["n1"]
+    assert outcome.failed == {"n2": "dra-extender: filter time budget (0.1 s) used up first"}
+
+
+def test_nodes_left_undecided_after_a_change_are_decided_again_next_time():
+    svc = service(
+        ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu")])), ("Pod", pod("ml", "p", ["c"]))
+    )
+    the_pod = svc.state.get("Pod", "ml/p")
+    assert svc.filter(the_pod, ["n1", "n2"]).passed == ["n1", "n2"]
+    rule = {"metadata": {"name": "all"}, "spec": {"taint": {"key": "k", "effect": "NoSchedule"}}}
+    svc.state.apply("DeviceTaintRule", rule)
+    svc.filter_time_budget = -1.0  # nothing gets decided after the change
+    assert svc.filter(the_pod, ["n1", "n2"]).passed == []
+    svc.filter_time_budget = 3.0
+    outcome = svc.filter(the_pod, ["n1", "n2"])
+    assert outcome.passed == []
+    assert set(outcome.failed) | set(outcome.unresolvable) == {"n1", "n2"}
+    assert all("tainted" in r for r in outcome.failed.values())
+
+
+def test_concurrent_binds_of_pods_sharing_an_allocated_claim_keep_every_reservation():
+    svc = service(
+        ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
+        *(("Pod", pod("ml", n, ["shared"])) for n in ("a", "b", "c")),
+    )
+    svc.bind("ml", "a", "uid-pod-ml-a", "n1")
+    slow = _SlowBinder(svc.binder)
+    svc.binder = slow
+    threads = [threading.Thread(target=svc.bind, args=("ml", n, f"uid-pod-ml-{n}", "n1")) for n in ("b", "c")]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    slow.release.set()
+    for t in threads:
+        t.join(5)
+    reserved = svc.state.get("ResourceClaim", "ml/shared")["status"]["reservedFor"]
+    assert sorted(r["name"] for r in reserved) == ["a", "b", "c"]
