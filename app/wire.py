@@ -161,6 +161,13 @@ def _check_pod(pod: Any) -> Obj:
         _expect(entry, dict, at, optional=False)
         for key in ("name", "resourceClaimName", "resourceClaimTemplateName"):
             _expect(entry.get(key), str, f"{at}.{key}")
+    for kind in ("containers", "initContainers"):  # their resources may name DRA-backed extended resources
+        for i, container in enumerate(_expect(spec.get(kind), list, f"Pod.spec.{kind}") or ()):
+            at = f"Pod.spec.{kind}[{i}]"
+            _expect(container, dict, at, optional=False)
+            resources = _expect(container.get("resources"), dict, f"{at}.resources") or {}
+            for key in ("requests", "limits"):
+                _expect(resources.get(key), dict, f"{at}.resources.{key}")
     status = _expect(pod.get("status"), dict, "Pod.status") or {}
     statuses = _expect(status.get("resourceClaimStatuses"), list, "Pod.status.resourceClaimStatuses") or ()
     for i, entry in enumerate(statuses):
@@ -182,6 +189,8 @@ def _check_nodes(nodes: Any) -> list[Obj] | None:
         _expect(node, dict, at, optional=False)
         _metadata_name(node, at)
         _expect(node["metadata"].get("labels"), dict, f"{at}.metadata.labels")
+        status = _expect(node.get("status"), dict, f"{at}.status") or {}
+        _expect(status.get("allocatable"), dict, f"{at}.status.allocatable")
     return items
 
 

@@ -292,3 +292,20 @@ def test_encode_bind_and_error():
         b'{"Error":"claim ml/trainer-0-gpu-7xk2p: conflict"}'
     )
     assert encode_error("Pod: required") == b'{"Error":"Pod: required"}'
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "message"),
+    [
+        ({"containers": {"a": 1}}, "Pod.spec.containers: must be an array"),
+        (
+            {"containers": [{"name": "c", "resources": {"limits": ["x"]}}]},
+            "Pod.spec.containers[0].resources.limits: must be an object",
+        ),
+        ({"initContainers": ["x"]}, "Pod.spec.initContainers[0]: must be an object"),
+    ],
+)
+def test_container_resources_are_checked_where_extended_resources_are_read(pod_spec, message):
+    body = orjson.dumps({"Pod": {"metadata": {"name": "p"}, "spec": pod_spec}, "NodeNames": ["n"]})
+    with pytest.raises(WireError, match=re.escape(message)):
+        decode_extender_args(body)
