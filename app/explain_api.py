@@ -21,6 +21,7 @@ write it, never keep per-(pod, node) results, never reserve devices. The same fu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
@@ -460,7 +461,13 @@ def explain_pod(
         nodes = _nodes(service, node)
         meta = pod.get("metadata") or {}
         error, summaries, verdicts = "", [], []
+        # Explaining holds the service lock like filter does: the same time budget keeps scheduling going.
+        deadline = time.monotonic() + service.filter_time_budget
         for target in nodes:
+            if time.monotonic() > deadline:
+                late = "not explained: the time budget ran out; ask for this node alone with ?node="
+                verdicts.append(_node_verdict(service, target, [], late + target.name))
+                continue
             try:
                 effective = service.effective_claims(pod, target.name)
             except ClaimNotReady as e:

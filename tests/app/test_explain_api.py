@@ -561,3 +561,11 @@ async def test_what_if_accepts_a_v1beta1_claim(client):
     }
     response = await client.post("/api/v1/explain", content=orjson.dumps(claim))
     assert response.status_code == 200, response.text
+
+
+async def test_explaining_every_node_stops_at_the_time_budget(client, demo):
+    demo.service.filter_time_budget = -1.0
+    response = await client.get("/api/v1/namespaces/demo/pods/gpu-single/explain")
+    assert response.status_code == 200
+    reasons = [n["reason"] for n in response.json()["nodes"]]
+    assert reasons and all(r.startswith("not explained: the time budget ran out") for r in reasons)
