@@ -295,7 +295,8 @@ class SchedulingService:
         """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them."""
         if needs_no_devices(pod):
             # Fast path without the lock: no claims and no extended resource a DeviceClass could back.
-            return FilterOutcome(passed=list(node_names))
+            # The candidate list itself is the answer (the encoder recognises it: no copy, no lookups).
+            return FilterOutcome(passed=node_names if isinstance(node_names, list) else list(node_names))
         with self.lock:
             pod = self._with_state_status(pod)
             outcome = self._filter(pod, node_names, nodes)
