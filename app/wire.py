@@ -18,7 +18,7 @@ failure maps, and a bare array for prioritize.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -55,18 +55,20 @@ class ExtenderArgs:
     pod: Obj
     nodes: list[Obj] | None
     node_names: list[str] | None
+    candidate_names: list[str] = field(init=False)
+    """The candidate node names in request order (``NodeNames`` wins when both are sent); one list per
+    request, not to be modified (the filter fast path answers with this very list)."""
+
+    def __post_init__(self) -> None:
+        names = self.node_names
+        if names is None:
+            names = [node["metadata"]["name"] for node in self.nodes or ()]
+        object.__setattr__(self, "candidate_names", names)
 
     @property
     def node_cache_capable(self) -> bool:
         """True when kube-scheduler sent ``NodeNames``: it then reads ``NodeNames`` from the answer."""
         return self.node_names is not None
-
-    @property
-    def candidate_names(self) -> list[str]:
-        """The candidate node names in request order (``NodeNames`` wins when both are sent)."""
-        if self.node_names is not None:
-            return list(self.node_names)
-        return [node["metadata"]["name"] for node in self.nodes or ()]
 
     @property
     def nodes_by_name(self) -> dict[str, Obj] | None:
