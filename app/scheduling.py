@@ -3,14 +3,16 @@
 * filter: the pod's claims are resolved; a pod without claims passes every node (fast path); allocated
   claims must admit the node through their ``nodeSelector``; the unallocated ones are allocated together
   on each node, followed by the node's extended-resource claim when the pod asks for extended resources
-  backed by DRA (``app.extended``, KEP-5004). The result per (pod UID, node) is kept for prioritize and
-  bind while the inventory is unchanged. An extended-resource claim left from an earlier attempt fails
+  backed by DRA (``app.extended``, KEP-5004). Decisions are kept per (claims shape, node) while the
+  node's inventory version is unchanged, shared by pods with equal claim specs; a shape's answer for a
+  node list is patched only for nodes changed since. An extended-resource claim left from an earlier
+  attempt fails
   every node; as kube-scheduler's PostFilter, the service deletes it (binder permitting) and filters once
   more, which is the attempt kube-scheduler would make next.
 * prioritize: 0-10 per node, scored in filter from the kept result (``allocator.scoring``: NUMA and PCIe
   alignment, binpack or spread); devices inside a node are chosen by the device-selection policy
   (``allocator.alignment``: ``aligned`` by default, ``first-fit`` for upstream's order).
-* bind: decide on the chosen node (the kept result while the inventory is unchanged), reserve those
+* bind: decide on the chosen node (the kept decision while it is current), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
   claims and the pod (``app.binder``); the reservation is released once the write is done or failed.
 
@@ -183,24 +185,31 @@ class SchedulingService:
         self._pods: dict[str, _PodView] = {}
         """Per pod UID, the latest filter's view (oldest dropped first beyond MAX_KEPT_RESULTS pods)."""
         self._decisions: dict[bytes, dict[str, _Decision]] = {}
-        self._outcomes: dict[bytes, _ShapeOutcome] = {}
-        """Per claims shape, the last answer for a whole node list, patched node by node afterwards."""
         """Per (claims shape, node): pods with equal pending claim specs (one template) get equal
         decisions on a node whose version is unchanged, so most nodes are decided by one lookup."""
+        self._outcomes: dict[bytes, _ShapeOutcome] = {}
+        """Per claims shape, the last answer for a whole node list, patched node by node afterwards."""
         self._inflight: dict[str, str] = {}
         """Claim key -> pod key of binds writing a new allocation for that claim right now."""
         self.filter_time_budget = FILTER_TIME_BUDGET
 
     # --- helpers ----------------------------------------------------------------------------------
 
-    def _with_state_status(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The request's pod, with ``resourceClaimStatuses`` from the state when the request lacks them."""
-        if (pod.get("status") or {}).get("resourceClaimStatuses"):
-            return pod
+    def _state_pod(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The state's copy of the request's pod (same namespace, name and UID), or None."""
         known = self.state.get("Pod", pod_key(pod))
         if known is None or (known.get("metadata") or {}).get("uid") != (pod.get("metadata") or {}).get(
             "uid"
         ):
+            return None
+        return known
+
+    def _with_state_status(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The request's pod, with ``resourceClaimStatuses`` from the state when the request lacks them."""
+        if (pod.get("status") or {}).get("resourceClaimStatuses"):
+            return pod
+        known = self._state_pod(pod)
+        if known is None:
             return pod
         statuses = (known.get("status") or {}).get("resourceClaimStatuses")
         if not statuses:
@@ -209,17 +218,15 @@ class SchedulingService:
         merged["status"] = {**(pod.get("status") or {}), "resourceClaimStatuses": statuses}
         return merged
 
-    def _split_claims(self, claims: list[PodClaim]) -> tuple[list[PodClaim], list[Claim]]:
-        """Allocated and pending claims. Raises InvalidInputError for a claim the API server would refuse."""
-        allocated = [c for c in claims if (c.claim.get("status") or {}).get("allocation")]
-        pending = [
-            self.state.parsed_claim(c.key)
-            for c in claims
-            if not (c.claim.get("status") or {}).get("allocation")
-        ]
+    def _split_claims(self, claims: list[PodClaim]) -> tuple[list[PodClaim], list[PodClaim], list[Claim]]:
+        """Allocated claims, pending ones, and the pending ones parsed. Raises InvalidInputError for a claim
+        the API server would refuse."""
+        allocated = [pc for pc in claims if _is_allocated(pc)]
+        pending_claims = [pc for pc in claims if not _is_allocated(pc)]
+        pending = [self.state.parsed_claim(pc.key) for pc in pending_claims]
         for claim in pending:
             self._check_admin_access(claim)
-        return allocated, pending
+        return allocated, pending_claims, pending
 
     def _check_admin_access(self, claim: Claim) -> None:
         """KEP-5018: adminAccess is admitted only in namespaces labelled
@@ -269,7 +276,7 @@ class SchedulingService:
         """
         with self.lock:
             pod = self._with_state_status(pod)
-            allocated, pending = self._split_claims(pod_claims(pod, self.state.objects["ResourceClaim"]))
+            allocated, _, pending = self._split_claims(pod_claims(pod, self.state.objects["ResourceClaim"]))
             extended = self._extended(pod)
             if extended is not None and extended.stale is not None:
                 raise ClaimNotReady(self._stale_reason(extended))
@@ -354,20 +361,18 @@ class SchedulingService:
             outcome.stale_claims.append((key, str(meta.get("uid") or "")))
             return outcome
         try:
-            allocated, pending = self._split_claims(claims)
+            allocated, pending_claims, pending = self._split_claims(claims)
         except AllocatorError as e:
             outcome.error = str(e)
             return outcome
-        pending_claims = [pc for pc in claims if not (pc.claim.get("status") or {}).get("allocation")]
         view = _PodView(_shape(pending_claims), tuple(pc.key for pc in pending_claims), _spec_key(pod))
         self._pods.pop(uid, None)
         self._pods[uid] = view
         if len(self._pods) > MAX_KEPT_RESULTS:
             del self._pods[next(iter(self._pods))]
         # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
-        shareable = nodes is None and extended is None and not allocated
-        view.shared = shareable
-        if shareable:
+        view.shared = nodes is None and extended is None and not allocated
+        if view.shared:
             return self._filter_shared(outcome, node_names, pod, pending, view)
         self._decide_nodes(outcome, node_names, nodes, pod, allocated, pending, extended, view)
         return outcome
@@ -435,8 +440,7 @@ class SchedulingService:
     ) -> None:
         """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current).
         On a fatal error ``outcome.error`` is set and the node lists are empty."""
-        shareable = nodes is None and extended is None and not allocated
-        decisions = self._decisions.get(view.shape) if shareable else None
+        decisions = self._decisions.get(view.shape) if view.shared else None
         versions = self.state.inventory.node_versions()
         named: dict[str, str] = {}  # a shared reason with this pod's claim names, once per distinct reason
         passed, failed, unresolvable = outcome.passed, outcome.failed, outcome.unresolvable
@@ -466,7 +470,7 @@ class SchedulingService:
                 outcome.error = str(e)
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
                 return
-            if decisions is None and shareable:
+            if decisions is None and view.shared:
                 decisions = self._decisions.get(view.shape)
             if decision is None:
                 unresolvable[name] = f"node {name} is not known to dra-extender"
@@ -496,7 +500,7 @@ class SchedulingService:
         ext = extended.claim_for_node(self._node_object(name, nodes)) if extended else None
         claims = [*pending, ext.claim] if ext else pending
         decision = self._decide(node, claims, version)
-        if nodes is None and extended is None and not allocated and not _has_share(decision.results):
+        if view.shared and not _has_share(decision.results):
             self._remember(view.shape, name, decision, claims)
         else:
             view.private[name] = (decision, ext)
@@ -528,12 +532,8 @@ class SchedulingService:
 
     def _bound_node(self, pod: Mapping[str, Any]) -> str:
         """The node the state has this pod (same UID) bound to, or ''."""
-        known = self.state.get("Pod", pod_key(pod))
-        if known is None or (known.get("metadata") or {}).get("uid") != (pod.get("metadata") or {}).get(
-            "uid"
-        ):
-            return ""
-        return str((known.get("spec") or {}).get("nodeName") or "")
+        known = self._state_pod(pod)
+        return str(((known or {}).get("spec") or {}).get("nodeName") or "")
 
     def _claim_in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> str:
         """Why the pod must wait: one of its unallocated claims is being allocated by another pod's bind
@@ -682,10 +682,10 @@ class SchedulingService:
                 return None
             raise BindError(f"pod {key} is already assigned to node {bound!r}")
         claims = pod_claims(pod, self.state.objects["ResourceClaim"])
-        pending_keys = tuple(pc.key for pc in claims if not (pc.claim.get("status") or {}).get("allocation"))
+        pending_claims = [pc for pc in claims if not _is_allocated(pc)]
+        pending_keys = tuple(pc.key for pc in pending_claims)
         view = self._pods.get(pod_uid)
         kept = self._kept(pod_uid, node_name)
-        pending_claims = [pc for pc in claims if not (pc.claim.get("status") or {}).get("allocation")]
         if (
             kept is None
             or view is None
@@ -705,9 +705,7 @@ class SchedulingService:
         self._pods.pop(pod_uid, None)
         decision, ext = kept if kept is not None else (None, None)
         pending = iter(decision.results or () if decision is not None else ())
-        planned = tuple(
-            (pc, None if (pc.claim.get("status") or {}).get("allocation") else next(pending)) for pc in claims
-        )
+        planned = tuple((pc, None if _is_allocated(pc) else next(pending)) for pc in claims)
         extended = None
         if ext is not None:
             # The extended-resource claim is allocated last (upstream's claim store keeps it last).
@@ -766,3 +764,7 @@ def _shape(claims: Sequence[PodClaim]) -> bytes:
 
 def _spec_key(pod: Mapping[str, Any]) -> bytes:
     return orjson.dumps(pod.get("spec"), option=orjson.OPT_SORT_KEYS)
+
+
+def _is_allocated(pc: PodClaim) -> bool:
+    return bool((pc.claim.get("status") or {}).get("allocation"))
