@@ -91,13 +91,11 @@ def check_request_derived(
             "feature is disabled"
         )
     for attribute in alt.derived_attributes:
-        try:
-            selectors.value_program(attribute.expression)
-        except CELCompileError as e:
-            raise CELCompileError(
-                f"claim {claim.key}, {kind} {alt.name}: derived attribute {attribute.name}: expression "
-                f"{_quoted(attribute.expression)}: CEL compile error: {_compile_hint(str(e))}"
-            ) from None
+        _compile(
+            selectors,
+            attribute.expression,
+            f"claim {claim.key}, {kind} {alt.name}: derived attribute {attribute.name}",
+        )
 
 
 def request_derived_values(
@@ -158,13 +156,7 @@ class ClusterDerivation:
         self.attributes = tuple(attributes)
         self.selectors = selectors
         for attribute in self.attributes:
-            try:
-                selectors.value_program(attribute.expression)
-            except CELCompileError as e:
-                raise CELCompileError(
-                    f"{attribute.label}: expression {_quoted(attribute.expression)}: CEL compile error: "
-                    f"{_compile_hint(str(e))}"
-                ) from None
+            _compile(selectors, attribute.expression, attribute.label)
         self.class_names = frozenset(a.device_class for a in self.attributes if a.device_class)
         """DeviceClasses that scope an attribute: a change to one of them re-derives every device."""
 
@@ -236,3 +228,14 @@ def _with_attributes(device: Device, values: Mapping[str, AttributeValue]) -> De
         cel_attributes.setdefault(domain, {})[ident] = value
     cel = dataclasses.replace(device.cel, attributes=cel_attributes)
     return dataclasses.replace(device, attributes=attributes, cel=cel)
+
+
+def _compile(selectors: SelectorCache, expression: str, owner: str) -> None:
+    """Compile a derived-attribute expression now. Raises CELCompileError naming ``owner``, the
+    expression and the position."""
+    try:
+        selectors.value_program(expression)
+    except CELCompileError as e:
+        raise CELCompileError(
+            f"{owner}: expression {_quoted(expression)}: CEL compile error: {_compile_hint(str(e))}"
+        ) from None
