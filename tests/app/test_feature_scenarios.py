@@ -14,89 +14,48 @@ Fixture files are never copied into the repository; without ``../shared/fixtures
 from __future__ import annotations
 
 import re
-import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-import yaml
 
-from app.cli import main, simulate
 from app.extended import EXTENDED_RESOURCE_CLAIM_ANNOTATION
-from app.runtime import build_runtime
+from tests.app import scenario_support as support
+from tests.app.scenario_support import EX, EX_CP, EXD, H100, NV, P4D, UID, StateDir, dev, extended, generated
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-
-NODES = "constructed/cluster-state/nodes.yaml"  # hgx-h100-node-01 and ip-192-168-153-160.ec2.internal
-NV_CLASSES = "real/nvidia-gpu/deployments/helm/dra-driver-nvidia-gpu/rendered-deviceclasses-v1.yaml"
-H100_SLICE = "constructed/nvidia-gpu/h100-8gpu.resourceslice.yaml"
-H100_SHARES = "constructed/nvidia-gpu/h100-8gpu-consumable-shares4.resourceslice.yaml"
-A100_DYNAMIC_MIG = "constructed/nvidia-gpu/a100-p4d-8gpu-dynamicmig.resourceslices.yaml"
 NV_EXTENDED = "real/nvidia-gpu/demo/specs/extended-resources"
 NV_SHARES = "real/nvidia-gpu/demo/specs/consumable-shares"
-EX_SLICES = "real/dra-example-driver/README.kubectl-get-resourceslice.yaml"
-EX_CLASS = "real/dra-example-driver/deployments/helm/dra-example-driver/rendered-deviceclass-gpu-v1.yaml"
-EX_DEMO = "real/dra-example-driver/demo/examples"
-EX_PARTITIONS = "constructed/dra-example-driver/gpu-profile-2gpu-2partitions.resourceslices.yaml"
-BINDING_SLICE = (
-    "real/k8s-website/docs/concepts/scheduling-eviction/dynamic-resource-allocation/"
-    "alpha-binding-conditions.resourceslice.yaml"
-)
-
-H100 = "hgx-h100-node-01"
-P4D = "ip-192-168-153-160.ec2.internal"
-EX = "dra-example-driver-cluster-worker"
-EX_CP = "dra-example-driver-cluster-control-plane"
-NV, EXD = "gpu.nvidia.com", "gpu.example.com"
 T = "2026-09-01T10:00:{:02d}Z"  # creationTimestamps of hand-written pods: after the fixture pods (none)
-FIRST_FIT = ("--device-selection", "first-fit")
+
+# These scenarios do not compare opaque config, nor the wording of the reasons.
+assert_placed = partial(support.assert_placed, check_config=False)
+assert_unschedulable = partial(support.assert_unschedulable, reasons_said=False)
 
 
-# --- matchers and small builders ------------------------------------------------------------------------
+@pytest.fixture
+def state(tmp_path: Path) -> StateDir:
+    return support.state_dir(tmp_path)
 
 
-class _Like:
-    """Equal to any string matching a regular expression (generated names, share UIDs)."""
-
-    def __init__(self, pattern: str) -> None:
-        self._re = re.compile(pattern)
-        self.pattern = pattern
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, str) and bool(self._re.fullmatch(other))
-
-    def __hash__(self) -> int:
-        return 0
-
-    def __repr__(self) -> str:
-        return f"<like {self.pattern}>"
+# --- small builders ---------------------------------------------------------------------------------------
 
 
-UID = _Like(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def extended(pod: str) -> _Like:
-    """The extended-resource claim of ``pod``: ``<pod>-extended-resources-`` plus 5 characters."""
-    return _Like(re.escape(f"{pod}-extended-resources-") + r"[a-z0-9]{5}")
-
-
-def generated(pod: str, pod_claim: str) -> _Like:
-    return _Like(re.escape(f"{pod}-{pod_claim}-") + r"[a-z0-9]{5}")
-
-
-def dev(request: str, driver: str, pool: str, device: str, **extra: Any) -> dict[str, Any]:
-    return {"request": request, "driver": driver, "pool": pool, "device": device, **extra}
+def assert_one_extended(
+    pods: dict[str, dict[str, Any]], key: str, node_name: str, driver: str, device: str, **kw: Any
+) -> None:
+    """Pod ``key`` with one extended resource of count 1 on ``node_name``: its claim holds one device."""
+    name = key.split("/")[1]
+    assert_placed(
+        pods[key],
+        node_name,
+        [(extended(name), [dev("container-0-request-0", driver, node_name, device)])],
+        **kw,
+    )
 
 
 def share(request: str, driver: str, pool: str, device: str, **consumed: str) -> dict[str, Any]:
     return dev(request, driver, pool, device, shareID=UID, consumedCapacity=consumed)
-
-
-def pinned(node: str) -> dict[str, Any]:
-    return {
-        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
-    }
 
 
 def node(
@@ -158,6 +117,12 @@ def template(namespace: str, name: str, device_class: str, **exactly: Any) -> di
     }
 
 
+def full_gpu_template(namespace: str) -> dict[str, Any]:
+    """Template ``full-gpu``: an example-driver device with a ``full`` attribute (a whole GPU)."""
+    selectors = [{"cel": {"expression": "'full' in device.attributes['gpu.example.com']"}}]
+    return template(namespace, "full-gpu", EXD, selectors=selectors)
+
+
 def device_class(name: str, expression: str, extended_resource: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
     if extended_resource:
@@ -170,89 +135,6 @@ def device_class(name: str, expression: str, extended_resource: str | None = Non
     }
 
 
-# --- state directory ------------------------------------------------------------------------------------
-
-
-class StateDir:
-    """A state directory in tmp_path: fixture files (verbatim or edited copies) plus hand-written objects."""
-
-    def __init__(self, path: Path) -> None:
-        path.mkdir()
-        self.path = path
-        self._count = 0
-
-    def _next(self, label: str) -> Path:
-        self._count += 1
-        return self.path / f"{self._count:02d}-{label.replace('/', '__')}"
-
-    def fixture(self, *relative: str) -> StateDir:
-        for rel in relative:
-            source = FIXTURES / rel
-            assert source.is_file(), f"fixture missing: {source}"
-            shutil.copyfile(source, self._next(rel))
-        return self
-
-    def edited(self, rel: str, edit: Any) -> StateDir:
-        """A fixture file with ``edit(document)`` applied to each document (a driver option's effect)."""
-        documents = [d for d in yaml.safe_load_all((FIXTURES / rel).read_text()) if d]
-        for document in documents:
-            edit(document)
-        self._next(rel).write_text(yaml.safe_dump_all(documents, sort_keys=False))
-        return self
-
-    def objects(self, label: str, *objects: dict[str, Any]) -> StateDir:
-        self._next(f"{label}.yaml").write_text(yaml.safe_dump_all(list(objects), sort_keys=False))
-        return self
-
-    def simulate(self, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, dict[str, Any]]:
-        """``dra-extender simulate`` with first-fit; the pods keyed ``namespace/name`` in scheduling order."""
-        code = main(["simulate", "--state", str(self.path), *FIRST_FIT, *args])
-        out, err = capsys.readouterr()
-        assert code == 0, f"simulate exited {code}: {err}"
-        return {f"{p['namespace']}/{p['name']}": p for p in orjson.loads(out)["pods"]}
-
-    def simulate_state(self) -> tuple[dict[str, dict[str, Any]], Any]:
-        """Simulate in process; also returns the cluster state afterwards (pod status, created claims)."""
-        runtime = build_runtime(self.path)
-        if hasattr(runtime.service, "device_selection"):
-            runtime.service.device_selection = "first-fit"
-        document = simulate(runtime.service)
-        return {f"{p['namespace']}/{p['name']}": p for p in document["pods"]}, runtime.state
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> StateDir:
-    if not FIXTURES.is_dir():
-        pytest.skip(f"../shared/fixtures not found at {FIXTURES} (a clone without the shared fixtures)")
-    return StateDir(tmp_path / "state")
-
-
-def assert_placed(
-    out: dict[str, Any],
-    node_name: str,
-    claims: list[tuple[Any, list[dict[str, Any]]]],
-    *,
-    failed: set[str],
-    selectors: list[dict[str, Any] | None] | None = None,
-) -> None:
-    """Bound to ``node_name``; per claim (name, results in order); pinned to the node unless ``selectors``."""
-    assert out["error"] is None, out["error"]
-    assert out["node"] == node_name, out["reasons"]
-    assert [c["name"] for c in out["claims"]] == [name for name, _ in claims]
-    for i, (got, (_, results)) in enumerate(zip(out["claims"], claims, strict=True)):
-        assert got["allocation"]["devices"]["results"] == results
-        want = selectors[i] if selectors is not None else pinned(node_name)
-        assert got["allocation"].get("nodeSelector") == want
-    assert set(out["reasons"]) == failed
-
-
-def assert_unschedulable(out: dict[str, Any], nodes: set[str]) -> None:
-    assert out["node"] is None and out["error"] is None, out["error"]
-    assert set(out["reasons"]) == nodes
-    assert all(c["allocation"] is None for c in out["claims"])
-
-
-# ===========================================================================================================
 # NVIDIA: extended resources backed by DRA (demo/specs/extended-resources)
 # ===========================================================================================================
 
@@ -260,18 +142,13 @@ def assert_unschedulable(out: dict[str, Any], nodes: set[str]) -> None:
 def test_nvidia_gpu_full_pod_gets_an_extended_resource_claim_and_pod_status(state):
     # gpu.nvidia.com carries extendedResourceName nvidia.com/gpu (Helm chart default); no node lists
     # nvidia.com/gpu in its allocatable, so the request goes through DRA.
-    state.fixture(NODES, NV_CLASSES, H100_SLICE, f"{NV_EXTENDED}/gpu-full.yaml")
+    state.fixture(support.NODES, support.NV_CLASSES, support.H100_SLICE, f"{NV_EXTENDED}/gpu-full.yaml")
     pods, cluster = state.simulate_state()
     key = "extended-resource-gpu-full/gpu-full-pod"
     assert list(pods) == [key]
     # One container, limits {nvidia.com/gpu: 1} -> request container-0-request-0, count 1: the first GPU
     # of the only GPU node, gpu-0. The A100 node has no slices in this state.
-    assert_placed(
-        pods[key],
-        H100,
-        [(extended("gpu-full-pod"), [dev("container-0-request-0", NV, H100, "gpu-0")])],
-        failed={P4D},
-    )
+    assert_one_extended(pods, key, H100, NV, "gpu-0", failed_nodes={P4D})
     name = pods[key]["claims"][0]["name"]
     claim = cluster.get("ResourceClaim", f"extended-resource-gpu-full/{name}")
     bound = cluster.get("Pod", key)
@@ -312,7 +189,7 @@ def test_nvidia_gpu_full_pod_gets_an_extended_resource_claim_and_pod_status(stat
 def test_nvidia_device_plugin_node_takes_the_gpu_without_a_claim(state, capsys):
     # A node whose device plugin advertises nvidia.com/gpu: NodeResourcesFit handles the request there and
     # no device is allocated; the node without GPUs fails (no slices, nothing allocatable).
-    state.fixture(NV_CLASSES, H100_SLICE, f"{NV_EXTENDED}/gpu-full.yaml")
+    state.fixture(support.NV_CLASSES, support.H100_SLICE, f"{NV_EXTENDED}/gpu-full.yaml")
     state.objects("nodes", node("dp-node", allocatable={"nvidia.com/gpu": "8"}), node("cpu-node"))
     pods = state.simulate(capsys)
     out = pods["extended-resource-gpu-full/gpu-full-pod"]
@@ -331,7 +208,11 @@ MIG_5GB_CLASS = device_class(
 
 def test_nvidia_extended_resources_on_a100_dynamic_mig(state, capsys):
     state.fixture(
-        NODES, NV_CLASSES, A100_DYNAMIC_MIG, f"{NV_EXTENDED}/gpu-full.yaml", f"{NV_EXTENDED}/mig-1g-12gb.yaml"
+        support.NODES,
+        support.NV_CLASSES,
+        support.A100_DYNAMIC_MIG,
+        f"{NV_EXTENDED}/gpu-full.yaml",
+        f"{NV_EXTENDED}/mig-1g-12gb.yaml",
     )
     state.objects(
         "extra",
@@ -354,11 +235,8 @@ def test_nvidia_extended_resources_on_a100_dynamic_mig(state, capsys):
     ]
     # Slices are searched by name: -c8v9b holds gpu-7 and its MIG placements, then (-cs8x1 has only
     # counters) -d2f3g gpu-4, -h4j5k gpu-5. The full-GPU class matches type 'gpu': gpu-7 first.
-    assert_placed(
-        pods["extended-resource-gpu-full/gpu-full-pod"],
-        P4D,
-        [(extended("gpu-full-pod"), [dev("container-0-request-0", NV, P4D, "gpu-7")])],
-        failed={H100},
+    assert_one_extended(
+        pods, "extended-resource-gpu-full/gpu-full-pod", P4D, NV, "gpu-7", failed_nodes={H100}
     )
     # An A100-40GB has no 1g.12gb profile: no device matches the class anywhere.
     out = pods["extended-resource-mig-1g12gb/mig-1g12gb-pod"]
@@ -369,39 +247,25 @@ def test_nvidia_extended_resources_on_a100_dynamic_mig(state, capsys):
         r"selectors, 1 needed",
         out["reasons"][P4D],
     )
-    # gpu-7 consumes every counter of its set, so none of its MIG placements fits; on gpu-4 the first two
-    # 1g.5gb placements (memory slices 0 and 1) do.
-    assert_placed(
-        pods["default/mig-pair"],
-        P4D,
-        [
-            (
-                extended("mig-pair"),
-                [
-                    dev("container-0-request-0", NV, P4D, "gpu-4-mig-1g5gb-19-0"),
-                    dev("container-0-request-0", NV, P4D, "gpu-4-mig-1g5gb-19-1"),
-                ],
-            )
+    expected = {
+        # gpu-7 consumes every counter of its set, so none of its MIG placements fits; on gpu-4 the first
+        # two 1g.5gb placements (memory slices 0 and 1) do.
+        "mig-pair": [
+            ("container-0-request-0", "gpu-4-mig-1g5gb-19-0"),
+            ("container-0-request-0", "gpu-4-mig-1g5gb-19-1"),
         ],
-        failed={H100},
-    )
-    # mixed: main (index 1) asks nvidia.com/gpu (request index 0 of its sorted names) and 1g.5gb (index 1);
-    # init container prep (index 0) reuses main's 1g.5gb request. Whole GPU: gpu-7 in use, gpu-4 has MIG
-    # devices (its counters are partly used), gpu-5 is free. 1g.5gb: gpu-4 @0 and @1 are taken, @2 fits.
-    assert_placed(
-        pods["default/mixed"],
-        P4D,
-        [
-            (
-                extended("mixed"),
-                [
-                    dev("container-1-request-0", NV, P4D, "gpu-5"),
-                    dev("container-1-request-1", NV, P4D, "gpu-4-mig-1g5gb-19-2"),
-                ],
-            )
-        ],
-        failed={H100},
-    )
+        # mixed: main (index 1) asks nvidia.com/gpu (request index 0 of its sorted names) and 1g.5gb (index
+        # 1); init container prep (index 0) reuses main's 1g.5gb request. Whole GPU: gpu-7 in use, gpu-4 has
+        # MIG devices (its counters are partly used), gpu-5 is free. 1g.5gb: gpu-4 @0 and @1 are taken, @2.
+        "mixed": [("container-1-request-0", "gpu-5"), ("container-1-request-1", "gpu-4-mig-1g5gb-19-2")],
+    }
+    for name, results in expected.items():
+        assert_placed(
+            pods[f"default/{name}"],
+            P4D,
+            [(extended(name), [dev(request, NV, P4D, device) for request, device in results])],
+            failed_nodes={H100},
+        )
 
 
 # ===========================================================================================================
@@ -411,9 +275,9 @@ def test_nvidia_extended_resources_on_a100_dynamic_mig(state, capsys):
 
 def test_nvidia_h100_consumable_shares_with_extended_resource_pods(state, capsys):
     state.fixture(
-        NODES,
-        NV_CLASSES,
-        H100_SHARES,
+        support.NODES,
+        support.NV_CLASSES,
+        support.H100_SHARES,
         f"{NV_SHARES}/integer-sharing.yaml",
         f"{NV_SHARES}/memory-sharing.yaml",
         f"{NV_SHARES}/unlimited-sharing.yaml",
@@ -439,50 +303,31 @@ def test_nvidia_h100_consumable_shares_with_extended_resource_pods(state, capsys
     pods = state.simulate(capsys)
     assert len(pods) == 10
     # Every GPU: 4 shares (default 1) and 81559Mi of memory (default 0), multi-allocatable.
-    # gpu-1share asks nothing: shares 1, memory 0; four of them fill gpu-0.
-    for i in range(4):
-        key = f"gpu-share-integer/integer-sharing-{i}"
+    template_shares = [  # (pod, GPU, memory of the one share)
+        # gpu-1share asks nothing: shares 1, memory 0; four of them fill gpu-0.
+        *((f"gpu-share-integer/integer-sharing-{i}", "gpu-0", "0") for i in range(4)),
+        # gpu-4gi: memory 4Gi (1Mi steps), shares 1 by default; gpu-0 has no share left -> gpu-1.
+        *((f"gpu-share-memory/memory-sharing-{i}", "gpu-1", "4Gi") for i in range(2)),
+        ("gpu-share-unlimited/unlimited-sharing-0", "gpu-1", "0"),
+    ]
+    for key, device, memory in template_shares:
         assert_placed(
             pods[key],
             H100,
             [
                 (
-                    generated(f"integer-sharing-{i}", "gpu"),
-                    [share("gpu", NV, H100, "gpu-0", memory="0", shares="1")],
+                    generated(key.split("/")[1], "gpu"),
+                    [share("gpu", NV, H100, device, memory=memory, shares="1")],
                 )
             ],
-            failed={P4D},
+            failed_nodes={P4D},
         )
-    # gpu-4gi: memory 4Gi (1Mi steps), shares 1 by default; gpu-0 has no share left -> gpu-1.
-    for i in range(2):
-        assert_placed(
-            pods[f"gpu-share-memory/memory-sharing-{i}"],
-            H100,
-            [
-                (
-                    generated(f"memory-sharing-{i}", "gpu"),
-                    [share("gpu", NV, H100, "gpu-1", memory="4Gi", shares="1")],
-                )
-            ],
-            failed={P4D},
-        )
-    assert_placed(
-        pods["gpu-share-unlimited/unlimited-sharing-0"],
-        H100,
-        [
-            (
-                generated("unlimited-sharing-0", "gpu"),
-                [share("gpu", NV, H100, "gpu-1", memory="0", shares="1")],
-            )
-        ],
-        failed={P4D},
-    )
     # nvidia.com/gpu: 1 through DRA on a shared GPU is one more share: gpu-1's fourth.
     assert_placed(
         pods["default/one-gpu"],
         H100,
         [(extended("one-gpu"), [share("container-0-request-0", NV, H100, "gpu-1", memory="0", shares="1")])],
-        failed={P4D},
+        failed_nodes={P4D},
     )
     # count 2: gpu-0 and gpu-1 are full; gpu-2, then slot 2 resumes after it: gpu-3.
     assert_placed(
@@ -497,7 +342,7 @@ def test_nvidia_h100_consumable_shares_with_extended_resource_pods(state, capsys
                 ],
             )
         ],
-        failed={P4D},
+        failed_nodes={P4D},
     )
     # 5 shares pass the range max (4) on every GPU: the request fits no device.
     assert_unschedulable(pods["default/five-shares"], {H100, P4D})
@@ -515,14 +360,17 @@ def test_nvidia_h100_consumable_shares_with_extended_resource_pods(state, capsys
 def example_driver(
     state: StateDir, *, extended_resource_name: str | None = None, worker: dict[str, Any] | None = None
 ):
-    state.fixture(EX_SLICES, f"{EX_DEMO}/extended-resource-request/extended-resource-request.yaml")
+    state.fixture(
+        support.EX_SLICES, f"{support.EX_DEMO}/extended-resource-request/extended-resource-request.yaml"
+    )
     if extended_resource_name:
         # The chart installed with --set deviceClass.extendedResourceName=<name>.
         state.edited(
-            EX_CLASS, lambda doc: doc["spec"].__setitem__("extendedResourceName", extended_resource_name)
+            support.EX_CLASS,
+            lambda doc: doc["spec"].__setitem__("extendedResourceName", extended_resource_name),
         )
     else:
-        state.fixture(EX_CLASS)
+        state.fixture(support.EX_CLASS)
     return state.objects("nodes", worker or node(EX), node(EX_CP))
 
 
@@ -530,12 +378,7 @@ def test_dra_example_extended_resource_request_default_chart(state, capsys):
     pods = example_driver(state).simulate(capsys)
     assert list(pods) == ["extended-resource-request/pod0", "extended-resource-request/pod1"]
     # pod0 uses the implicit name deviceclass.resource.kubernetes.io/gpu.example.com: the first GPU.
-    assert_placed(
-        pods["extended-resource-request/pod0"],
-        EX,
-        [(extended("pod0"), [dev("container-0-request-0", EXD, EX, "gpu-0")])],
-        failed={EX_CP},
-    )
+    assert_one_extended(pods, "extended-resource-request/pod0", EX, EXD, "gpu-0", failed_nodes={EX_CP})
     # pod1 asks for example.com/gpu, which no class maps by default: it stays Pending (NodeResourcesFit).
     out = pods["extended-resource-request/pod1"]
     assert_unschedulable(out, {EX, EX_CP})
@@ -544,18 +387,8 @@ def test_dra_example_extended_resource_request_default_chart(state, capsys):
 
 def test_dra_example_extended_resource_request_with_explicit_name(state, capsys):
     pods = example_driver(state, extended_resource_name="example.com/gpu").simulate(capsys)
-    assert_placed(
-        pods["extended-resource-request/pod0"],
-        EX,
-        [(extended("pod0"), [dev("container-0-request-0", EXD, EX, "gpu-0")])],
-        failed={EX_CP},
-    )
-    assert_placed(
-        pods["extended-resource-request/pod1"],
-        EX,
-        [(extended("pod1"), [dev("container-0-request-0", EXD, EX, "gpu-1")])],
-        failed={EX_CP},
-    )
+    assert_one_extended(pods, "extended-resource-request/pod0", EX, EXD, "gpu-0", failed_nodes={EX_CP})
+    assert_one_extended(pods, "extended-resource-request/pod1", EX, EXD, "gpu-1", failed_nodes={EX_CP})
 
 
 def test_dra_example_extended_resource_request_on_a_device_plugin_node(state, capsys):
@@ -563,12 +396,7 @@ def test_dra_example_extended_resource_request_on_a_device_plugin_node(state, ca
     # implicit name is never in allocatable, so it still gets a DRA device.
     worker = node(EX, allocatable={"example.com/gpu": "2"})
     pods = example_driver(state, extended_resource_name="example.com/gpu", worker=worker).simulate(capsys)
-    assert_placed(
-        pods["extended-resource-request/pod0"],
-        EX,
-        [(extended("pod0"), [dev("container-0-request-0", EXD, EX, "gpu-0")])],
-        failed={EX_CP},
-    )
+    assert_one_extended(pods, "extended-resource-request/pod0", EX, EXD, "gpu-0", failed_nodes={EX_CP})
     out = pods["extended-resource-request/pod1"]
     assert out["node"] == EX and out["claims"] == []
 
@@ -581,7 +409,11 @@ def test_dra_example_extended_resource_request_on_a_device_plugin_node(state, ca
 def test_dra_example_partitionable_devices_with_extended_resource_pods(state, capsys):
     # 2 GPUs x 2 partitions: counter slice -pc1ss (gpu-<i>-counters: 80Gi, compute 100), device slice -pd2ss
     # gpu-0-partition-0, gpu-0-partition-1, gpu-0-full, gpu-1-partition-0, gpu-1-partition-1, gpu-1-full.
-    state.fixture(EX_CLASS, EX_PARTITIONS, f"{EX_DEMO}/partitionable-devices/partitionable-devices.yaml")
+    state.fixture(
+        support.EX_CLASS,
+        support.EX_PARTITIONS,
+        f"{support.EX_DEMO}/partitionable-devices/partitionable-devices.yaml",
+    )
     state.objects(
         "extra",
         node(EX),
@@ -592,12 +424,7 @@ def test_dra_example_partitionable_devices_with_extended_resource_pods(state, ca
             T.format(1),
             limits={"deviceclass.resource.kubernetes.io/gpu.example.com": 1},
         ),
-        template(
-            "partitionable-devices",
-            "full-gpu",
-            EXD,
-            selectors=[{"cel": {"expression": "'full' in device.attributes['gpu.example.com']"}}],
-        ),
+        full_gpu_template("partitionable-devices"),
         pod("partitionable-devices", "full", T.format(2), templates={"gpu": "full-gpu"}),
     )
     pods = state.simulate(capsys)
@@ -607,26 +434,10 @@ def test_dra_example_partitionable_devices_with_extended_resource_pods(state, ca
         "partitionable-devices/full",
     ]
     # count 2: partition-0 and partition-1 of gpu-0 use its 80Gi / 100 exactly.
-    assert_placed(
-        pods["partitionable-devices/pod0"],
-        EX,
-        [
-            (
-                generated("pod0", "gpu-partitions"),
-                [
-                    dev("gpu-partition", EXD, EX, "gpu-0-partition-0"),
-                    dev("gpu-partition", EXD, EX, "gpu-0-partition-1"),
-                ],
-            )
-        ],
-        failed={EX_CP},
-    )
+    support.assert_demo_partitions_pod0(pods, check_config=False)
     # gpu-0-full finds gpu-0's counters used up; the next device that fits is gpu-1-partition-0.
-    assert_placed(
-        pods["partitionable-devices/one-more"],
-        EX,
-        [(extended("one-more"), [dev("container-0-request-0", EXD, EX, "gpu-1-partition-0")])],
-        failed={EX_CP},
+    assert_one_extended(
+        pods, "partitionable-devices/one-more", EX, EXD, "gpu-1-partition-0", failed_nodes={EX_CP}
     )
     # Both full GPUs are blocked by their partitions' counters: no fit, and freeing devices would help.
     out = pods["partitionable-devices/full"]
@@ -641,22 +452,17 @@ def _multi_allocatable(document: dict[str, Any]) -> None:
 
 
 def test_dra_example_shared_partitions(state, capsys):
-    state.edited(EX_PARTITIONS, _multi_allocatable)
+    state.edited(support.EX_PARTITIONS, _multi_allocatable)
     state.fixture(
-        EX_CLASS,
-        f"{EX_DEMO}/gpu-allow-multiple-allocations/gpu-allow-multiple-allocations.yaml",
-        f"{EX_DEMO}/gpu-allow-multiple-allocations-partitionable/gpu-allow-multiple-allocations-partitionable.yaml",
+        support.EX_CLASS,
+        f"{support.EX_DEMO}/gpu-allow-multiple-allocations/gpu-allow-multiple-allocations.yaml",
+        f"{support.EX_DEMO}/gpu-allow-multiple-allocations-partitionable/gpu-allow-multiple-allocations-partitionable.yaml",
     )
     state.objects(
         "extra",
         node(EX),
         node(EX_CP),
-        template(
-            "default",
-            "full-gpu",
-            EXD,
-            selectors=[{"cel": {"expression": "'full' in device.attributes['gpu.example.com']"}}],
-        ),
+        full_gpu_template("default"),
         pod("default", "full-0", T.format(1), templates={"gpu": "full-gpu"}),
         pod("default", "full-1", T.format(2), templates={"gpu": "full-gpu"}),
     )
@@ -680,27 +486,27 @@ def test_dra_example_shared_partitions(state, capsys):
             pods[key],
             EX,
             [(claim_name, [share("gpu", EXD, EX, "gpu-0-partition-0", memory="8Gi", compute="10")])],
-            failed={EX_CP},
+            failed_nodes={EX_CP},
         )
     assert_placed(
         pods[f"{plain}/pod0"],
         EX,
         [("shared-gpu-pod0", [share("gpu", EXD, EX, "gpu-0-partition-0", memory="16Gi", compute="20")])],
-        failed={EX_CP},
+        failed_nodes={EX_CP},
     )
     # 48Gi > 40Gi on partition-0: partition-1's first share also takes its counters (gpu-0: 80Gi / 100).
     assert_placed(
         pods[f"{plain}/pod1"],
         EX,
         [("shared-gpu-pod1", [share("gpu", EXD, EX, "gpu-0-partition-1", memory="16Gi", compute="20")])],
-        failed={EX_CP},
+        failed_nodes={EX_CP},
     )
     # A full GPU asked without amounts takes all of its capacity; gpu-0-full has no counters left.
     assert_placed(
         pods["default/full-0"],
         EX,
         [(generated("full-0", "gpu"), [share("gpu", EXD, EX, "gpu-1-full", memory="80Gi", compute="100")])],
-        failed={EX_CP},
+        failed_nodes={EX_CP},
     )
     # Nothing left: gpu-1-full's capacity is used up, gpu-0-full has no counters.
     out = pods["default/full-1"]
@@ -714,7 +520,7 @@ def test_dra_example_shared_partitions(state, capsys):
 
 
 def binding_state(state: StateDir) -> StateDir:
-    state.fixture(BINDING_SLICE)
+    state.fixture(support.BINDING_SLICE)
     local = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -745,7 +551,7 @@ def test_binding_conditions_devices_come_last_and_are_pinned(state):
         pods["default/pod-0"],
         "hp-node",
         [(generated("pod-0", "gpu"), [dev("gpu", "dra.example.com", "z-local", "local-0")])],
-        failed={"plain-node"},
+        failed_nodes={"plain-node"},
     )
     # The fabric GPU: conditions copied, pinned to the node by bindsToNode although its slice uses a selector.
     conditions = {
@@ -756,7 +562,7 @@ def test_binding_conditions_devices_come_last_and_are_pinned(state):
         pods["default/pod-1"],
         "hp-node",
         [(generated("pod-1", "gpu"), [dev("gpu", "dra.example.com", "gpu-pool", "gpu-1", **conditions)])],
-        failed={"plain-node"},
+        failed_nodes={"plain-node"},
     )
     assert_unschedulable(pods["default/pod-2"], {"hp-node", "plain-node"})
     # The binder stamps allocationTimestamp where binding conditions start the binding timeout.

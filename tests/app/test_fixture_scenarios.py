@@ -13,27 +13,44 @@ Fixture files are never copied into the repository; a missing ``../shared/fixtur
 
 from __future__ import annotations
 
-import re
-import shutil
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-import yaml
 
-from app.cli import main
-
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+from tests.app import scenario_support as support
+from tests.app.scenario_support import (
+    A100_DYNAMIC_MIG,
+    BINDING_SLICE,
+    EX,
+    EX_CLASS,
+    EX_CP,
+    EX_DEMO,
+    EX_PARTITIONS,
+    EX_SLICES,
+    EXD,
+    H100,
+    H100_SHARES,
+    H100_SLICE,
+    NODES,
+    NV,
+    NV_CLASSES,
+    P4D,
+    UID,
+    StateDir,
+    assert_fatal,
+    assert_placed,
+    assert_unschedulable,
+    dev,
+    generated,
+    gpu_partitions,
+    load_fixture,
+    pinned,
+)
 
 # --- fixture paths (relative to FIXTURES) ------------------------------------------------------------------
 
-NODES = "constructed/cluster-state/nodes.yaml"  # Node hgx-h100-node-01 and ip-192-168-153-160.ec2.internal
-NV_CLASSES = "real/nvidia-gpu/deployments/helm/dra-driver-nvidia-gpu/rendered-deviceclasses-v1.yaml"
-H100_SLICE = "constructed/nvidia-gpu/h100-8gpu.resourceslice.yaml"
-H100_SHARES = "constructed/nvidia-gpu/h100-8gpu-consumable-shares4.resourceslice.yaml"
 A100_STATIC_MIG = "constructed/nvidia-gpu/a100-p4d-static-mig-half-balanced.resourceslice.yaml"
-A100_DYNAMIC_MIG = "constructed/nvidia-gpu/a100-p4d-8gpu-dynamicmig.resourceslices.yaml"
 QUICKSTART = "real/nvidia-gpu/demo/specs/quickstart/v1"
 BATS = "real/nvidia-gpu/tests/bats/specs"
 CLUSTER_STATE = "constructed/cluster-state"
@@ -41,10 +58,6 @@ DRANET_H100 = "constructed/nic/dranet-hgx-h100-node-01.resourceslice.yaml"
 CPU_H100 = "constructed/cpu/dra-cpu-hgx-h100-node-01-grouped-numa.resourceslice.yaml"
 EFA = "real/dranet/examples/aws_eks_examples/gpu-efa"
 
-EX_SLICES = "real/dra-example-driver/README.kubectl-get-resourceslice.yaml"  # kind: List, gpu-0..gpu-7
-EX_CLASS = "real/dra-example-driver/deployments/helm/dra-example-driver/rendered-deviceclass-gpu-v1.yaml"
-EX_DEMO = "real/dra-example-driver/demo/examples"
-EX_PARTITIONS = "constructed/dra-example-driver/gpu-profile-2gpu-2partitions.resourceslices.yaml"
 EX_NET = "constructed/dra-example-driver/net-profile-2nic-consumable.resourceslice.yaml"
 TAINTS = "device-taints-tolerations/device-taint-pod-toleration"  # below EX_DEMO
 
@@ -62,79 +75,16 @@ SRIOV_DEMO = "real/sriov/demo"
 
 # --- node / driver names ------------------------------------------------------------------------------------
 
-H100 = "hgx-h100-node-01"
-P4D = "ip-192-168-153-160.ec2.internal"
-EX = "dra-example-driver-cluster-worker"
-EX_CP = "dra-example-driver-cluster-control-plane"
 GAUDI_NODE = "gaudi3-node-01"
 XPU_NODE = "xpu-max1550-node-01"
 CPU_NODE = "cpu-node-01"
 SRIOV_NODE = "worker-sriov-01"
-NV, EXD, GAUDI, XPU, DRANET = (
-    "gpu.nvidia.com",
-    "gpu.example.com",
-    "gaudi.intel.com",
-    "gpu.intel.com",
-    "dra.net",
-)
+GAUDI, XPU, DRANET = "gaudi.intel.com", "gpu.intel.com", "dra.net"
 SRIOV = "sriovnetwork.k8snetworkplumbingwg.io"
 
 XID_TOLERATION = {"key": "gpu.nvidia.com/xid", "operator": "Exists", "effect": "NoSchedule"}
 # creationTimestamps of hand-written pods: they sort after fixture pods (which have none)
 T = "2026-09-01T10:00:0{}Z"
-
-
-# --- matchers -----------------------------------------------------------------------------------------------
-
-
-class _Uid:
-    """Equal to any UUID string (shareIDs are fresh random UIDs)."""
-
-    _re = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, str) and bool(self._re.match(other))
-
-    def __hash__(self) -> int:
-        return 0
-
-    def __repr__(self) -> str:
-        return "<any UUID>"
-
-
-class _Generated:
-    """Equal to a template claim name ``<pod>-<podClaimName>-<5 characters>``."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self._re = re.compile(re.escape(prefix) + r"[a-z0-9]{5}$")
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, str) and bool(self._re.match(other))
-
-    def __hash__(self) -> int:
-        return hash(self.prefix)
-
-    def __repr__(self) -> str:
-        return f"<{self.prefix}xxxxx>"
-
-
-UID = _Uid()
-
-
-def generated(pod: str, pod_claim: str) -> _Generated:
-    return _Generated(f"{pod}-{pod_claim}-")
-
-
-def dev(request: str, driver: str, pool: str, device: str, **extra: Any) -> dict[str, Any]:
-    """One expected ``devices.results`` entry; ``extra`` holds adminAccess/tolerations/shareID/..."""
-    return {"request": request, "driver": driver, "pool": pool, "device": device, **extra}
-
-
-def pinned(node: str) -> dict[str, Any]:
-    return {
-        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
-    }
 
 
 # --- hand-written objects -----------------------------------------------------------------------------------
@@ -195,108 +145,13 @@ def exactly(name: str, device_class: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "exactly": {"deviceClassName": device_class, **fields}}
 
 
-# --- state directory and simulate ---------------------------------------------------------------------------
-
-
-class StateDir:
-    """A state directory in tmp_path: fixture files copied verbatim plus hand-written objects."""
-
-    def __init__(self, path: Path) -> None:
-        path.mkdir()
-        self.path = path
-        self._count = 0
-
-    def _next(self, label: str) -> Path:
-        self._count += 1
-        return self.path / f"{self._count:02d}-{label}"
-
-    def fixture(self, *relative: str) -> StateDir:
-        for rel in relative:
-            source = FIXTURES / rel
-            assert source.is_file(), f"fixture missing: {source}"
-            shutil.copyfile(source, self._next(rel.replace("/", "__")))
-        return self
-
-    def objects(self, label: str, *objects: dict[str, Any]) -> StateDir:
-        self._next(f"{label}.yaml").write_text(yaml.safe_dump_all(list(objects), sort_keys=False))
-        return self
-
-    def simulate(self, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, dict[str, Any]]:
-        """Run ``simulate``; returns the pods keyed ``namespace/name`` in output (scheduling) order."""
-        # Upstream placements: first-fit (the default device selection is aligned).
-        code = main(["simulate", "--state", str(self.path), "--device-selection", "first-fit", *args])
-        out, err = capsys.readouterr()
-        assert code == 0, f"simulate exited {code}: {err}"
-        document = orjson.loads(out)
-        assert list(document) == ["pods"]
-        return {f"{p['namespace']}/{p['name']}": p for p in document["pods"]}
+# --- state directory ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def state(tmp_path: Path) -> StateDir:
-    if not FIXTURES.is_dir():
-        pytest.skip(f"../shared/fixtures not found: {FIXTURES}")
-    return StateDir(tmp_path / "state")
-
-
-def load_fixture(rel: str) -> list[dict[str, Any]]:
-    """The documents of a fixture file (to read expected opaque config parameters, never results)."""
-    return [d for d in yaml.safe_load_all((FIXTURES / rel).read_text()) if d]
-
-
-# --- assertions ---------------------------------------------------------------------------------------------
-
-
-def _normalize_config(config: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """``requests`` cleared (null / absent / empty) all mean "every request" (§15)."""
-    out = []
-    for entry in config or []:
-        entry = dict(entry)
-        if not entry.get("requests"):
-            entry.pop("requests", None)
-        out.append(entry)
-    return out
-
-
-def assert_placed(
-    pod_out: dict[str, Any],
-    node_name: str,
-    claims: list[tuple[Any, list[dict[str, Any]]]],
-    *,
-    failed_nodes: set[str] | None = None,
-    config: list[list[dict[str, Any]]] | None = None,
-    node_selectors: list[dict[str, Any] | None] | None = None,
-) -> None:
-    """Pod bound to ``node_name``; per claim (name, expected results in order); allocations pinned to the
-    node unless ``node_selectors`` gives the expected ``nodeSelector`` per claim (None = absent)."""
-    assert pod_out["error"] is None, pod_out["error"]
-    assert pod_out["node"] == node_name, pod_out["reasons"]
-    assert [c["name"] for c in pod_out["claims"]] == [name for name, _ in claims]
-    for i, (claim_out, (_, expected)) in enumerate(zip(pod_out["claims"], claims, strict=True)):
-        allocation = claim_out["allocation"]
-        assert allocation is not None, f"claim {claim_out['name']} not allocated"
-        assert allocation["devices"]["results"] == expected
-        want_selector = node_selectors[i] if node_selectors is not None else pinned(node_name)
-        assert allocation.get("nodeSelector") == want_selector
-        want_config = config[i] if config is not None else []
-        assert _normalize_config(allocation["devices"].get("config")) == want_config
-    if failed_nodes is not None:
-        assert set(pod_out["reasons"]) == failed_nodes
-
-
-def assert_unschedulable(pod_out: dict[str, Any], candidates: set[str]) -> None:
-    """Not placed, no fatal error, every candidate node has a reason, no claim allocated."""
-    assert pod_out["node"] is None
-    assert pod_out["error"] is None, pod_out["error"]
-    assert set(pod_out["reasons"]) == candidates
-    assert all(isinstance(why, str) and why for why in pod_out["reasons"].values())
-    assert all(c["allocation"] is None for c in pod_out["claims"])
-
-
-def assert_fatal(pod_out: dict[str, Any], error_prefix: str) -> None:
-    assert pod_out["node"] is None
-    assert pod_out["error"] is not None and pod_out["error"].startswith(error_prefix), pod_out["error"]
-    assert all(c["allocation"] is None for c in pod_out["claims"])
+    # Upstream placements: first-fit (the default device selection is aligned); output holds only pods.
+    return support.state_dir(tmp_path, pods_only=True)
 
 
 # ===========================================================================================================
@@ -1070,33 +925,12 @@ def test_dra_example_partitionable_devices(state, capsys):
         "partitionable-devices/pod2",
     ]
     # Two partitions of gpu-0 use its 80Gi / 100 compute exactly.
-    assert_placed(
-        pods["partitionable-devices/pod0"],
-        EX,
-        [
-            (
-                generated("pod0", "gpu-partitions"),
-                [
-                    dev("gpu-partition", EXD, EX, "gpu-0-partition-0"),
-                    dev("gpu-partition", EXD, EX, "gpu-0-partition-1"),
-                ],
-            )
-        ],
-        failed_nodes={EX_CP},
-    )
+    support.assert_demo_partitions_pod0(pods)
     # gpu-0-full finds its counters exhausted; the next fits are gpu-1's two partitions.
     assert_placed(
         pods["partitionable-devices/pod1"],
         EX,
-        [
-            (
-                generated("pod1", "gpu-partitions"),
-                [
-                    dev("gpu-partition", EXD, EX, "gpu-1-partition-0"),
-                    dev("gpu-partition", EXD, EX, "gpu-1-partition-1"),
-                ],
-            )
-        ],
+        [(generated("pod1", "gpu-partitions"), gpu_partitions("gpu-partition", 1))],
         failed_nodes={EX_CP},
     )
     # Only the two full GPUs are left and both counter sets are used up.
@@ -1613,10 +1447,7 @@ def test_nvidia_imex_channels_from_node_selector_pools(state, capsys):
 # Binding conditions (website example slice): such pools are searched last; conditions copied to the result
 # ===========================================================================================================
 
-BC_SLICE = (
-    "real/k8s-website/docs/concepts/scheduling-eviction/dynamic-resource-allocation/"
-    "alpha-binding-conditions.resourceslice.yaml"
-)
+BC_SLICE = BINDING_SLICE
 
 
 def binding_conditions(state: StateDir) -> StateDir:
