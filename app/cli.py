@@ -358,13 +358,11 @@ def _banner(
 def _settings(args: argparse.Namespace) -> Settings:
     """Settings from the flags. Raises StartupError for a value the settings reject (e.g. port 0)."""
     try:
-        weights = getattr(args, "score_weights", None)
-        scoring = ScoringConfig(
-            getattr(args, "scoring_policy", "binpack"), **({"weights": weights} if weights else {})
-        )
+        weights = args.score_weights  # every command has the policy flags (_policy_flags)
+        scoring = ScoringConfig(args.scoring_policy, **({"weights": weights} if weights else {}))
         scheduling = SchedulingSettings(
             args.feature_gates,
-            getattr(args, "device_selection", "aligned"),
+            args.device_selection,
             scoring=scoring,
             cel_engine=args.cel_engine,
         )
@@ -389,6 +387,12 @@ MAX_PROBLEMS_SHOWN = 20
 """Config problems (failed derived attributes) printed at startup; the rest are counted."""
 
 
+def _apply_policies(service: SchedulingService, scheduling: SchedulingSettings) -> None:
+    """Device selection and scoring of the settings, on the service."""
+    service.device_selection = scheduling.device_selection
+    service.scoring = scheduling.scoring
+
+
 def _runtime(settings: Settings) -> Runtime:
     """Build the runtime from the settings and print the devices where a config attribute failed."""
     runtime = build_runtime(
@@ -402,8 +406,7 @@ def _runtime(settings: Settings) -> Runtime:
     if len(runtime.problems) > MAX_PROBLEMS_SHOWN:
         hidden = len(runtime.problems) - MAX_PROBLEMS_SHOWN
         print(f"dra-extender: error: ... and {hidden} more derived attribute errors", file=sys.stderr)
-    runtime.service.device_selection = settings.scheduling.device_selection
-    runtime.service.scoring = settings.scheduling.scoring
+    _apply_policies(runtime.service, settings.scheduling)
     # The loaded state is long-lived: keep the cyclic collector from rescanning it on every full collection
     # (with 10^6 objects each one costs tens of ms on the request path).
     gc.collect()
@@ -544,9 +547,7 @@ def _serve_cluster(settings: Settings) -> int:
             install(load_config(settings.config_file), runtime.state.inventory, selectors)
         except ConfigError as e:
             raise StartupError(str(e)) from e
-    for name in ("device_selection", "scoring"):  # policy settings, where the service has them
-        if hasattr(runtime.service, name) and hasattr(settings.scheduling, name):
-            setattr(runtime.service, name, getattr(settings.scheduling, name))
+    _apply_policies(runtime.service, settings.scheduling)
     if settings.config_file is not None:
         watch_config(settings.config_file, runtime.service).start()  # re-derive on change, as offline
     background = BackgroundRuntime(runtime)

@@ -22,9 +22,8 @@ write it, never keep per-(pod, node) results, never reserve devices. The same fu
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from fractions import Fraction
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
 import orjson
 from fastapi import APIRouter, Query, Request
@@ -65,11 +64,13 @@ __all__ = [
     "explain_object",
     "explain_pod",
     "explain_router",
+    "known_nodes",
     "node_devices_view",
     "parse_object",
 ]
 
 Verdict = Literal["fits", "does-not-fit", "unresolvable", "error"]
+_T = TypeVar("_T")
 
 
 class NotFound(LookupError):
@@ -410,9 +411,7 @@ def _node_verdict(
     if blocked:
         return verdict("unresolvable", blocked)
     if not pending:
-        return NodeVerdict(
-            node=node.name, verdict="fits", reason="", placement=None, allocations=[], score=None, requests=[]
-        )
+        return verdict("fits", "")  # no funnels either
     try:
         selection = select(
             inventory, selectors, node, pending, service.device_selection, service.scoring.topology
@@ -436,15 +435,20 @@ def _node_verdict(
     )
 
 
-def _nodes(service: SchedulingService, only: str | None) -> list[Node]:
-    if only is not None:
-        node = service.state.node(only)
-        if node is None:
-            raise NotFound(f"node {only} not found")
-        return [node]
+def known_nodes(service: SchedulingService) -> list[Node]:
+    """The nodes of the state the inventory knows, sorted by name (call under the service lock)."""
     return [
         n for name in sorted(service.state.objects["Node"]) if (n := service.state.node(name)) is not None
     ]
+
+
+def _nodes(service: SchedulingService, only: str | None) -> list[Node]:
+    if only is None:
+        return known_nodes(service)
+    node = service.state.node(only)
+    if node is None:
+        raise NotFound(f"node {only} not found")
+    return [node]
 
 
 # --- explain a pod ----------------------------------------------------------------------------------------
@@ -483,8 +487,7 @@ def explain_pod(
                 )
             blocked = service._allocated_claims_reason(effective.allocated, target, pod)
             verdicts.append(_node_verdict(service, target, effective.pending, blocked))
-        if any(v.verdict == "error" for v in verdicts):
-            error = next(v.reason for v in verdicts if v.verdict == "error")
+        error = next((v.reason for v in verdicts if v.verdict == "error"), error)
         return PodExplanation(
             namespace=namespace,
             name=name,
@@ -565,10 +568,10 @@ def _what_if_claim(obj: Mapping[str, Any]) -> Claim:
     meta = dict(obj.get("metadata") or {})
     meta.setdefault("name", "what-if")
     meta["namespace"] = meta.get("namespace") or "default"
+    spec = obj.get("spec")
     if obj["kind"] == "ResourceClaimTemplate":
-        spec = (obj.get("spec") or {}).get("spec")
-        return parse_claim({"metadata": meta, "spec": spec})
-    return parse_claim({"metadata": meta, "spec": obj.get("spec")})
+        spec = (spec or {}).get("spec")
+    return parse_claim({"metadata": meta, "spec": spec})
 
 
 def explain_object(
@@ -630,10 +633,7 @@ def claim_view(service: SchedulingService, namespace: str, name: str) -> ClaimVi
         if allocation:
             selector = allocation.get("nodeSelector")
             parsed = parse_node_selector(selector, f"ResourceClaim {key}: nodeSelector") if selector else None
-            for node_name in sorted(service.state.objects["Node"]):
-                node = service.state.node(node_name)
-                if node is not None and (parsed is None or parsed.matches(node)):
-                    available.append(node_name)
+            available = [n.name for n in known_nodes(service) if parsed is None or parsed.matches(n)]
         results = ((allocation or {}).get("devices") or {}).get("results") or []
         holds = sorted(
             "/".join(d)
@@ -680,10 +680,6 @@ def _pods_using(service: SchedulingService, namespace: str, name: str) -> list[s
 # --- a node's devices -------------------------------------------------------------------------------------
 
 
-def _quantity_text(value: Fraction, like: Any) -> str:
-    return format_like(value, like)
-
-
 def node_devices_view(service: SchedulingService, name: str) -> NodeDevices:
     """Every device visible from node ``name``: attributes, capacity, taints and their source, holders,
     counters left per pool, and per-class utilisation. Raises NotFound."""
@@ -708,7 +704,7 @@ def node_devices_view(service: SchedulingService, name: str) -> NodeDevices:
                         CounterSetModel(
                             name=set_name,
                             counters={
-                                c: CounterModel(value=q.text, left=_quantity_text(left[set_name][c], q))
+                                c: CounterModel(value=q.text, left=format_like(left[set_name][c], q))
                                 for c, q in sorted(counters.items())
                             },
                         )
@@ -732,7 +728,7 @@ def node_devices_view(service: SchedulingService, name: str) -> NodeDevices:
                     capacity={
                         k: CapacityModel(
                             value=c.value.text,
-                            consumed=_quantity_text(consumed[k], c.value) if k in consumed else None,
+                            consumed=format_like(consumed[k], c.value) if k in consumed else None,
                         )
                         for k, c in sorted(device.capacity.items())
                     },
@@ -789,6 +785,14 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"Error": message})
 
 
+def _or_404(view: Callable[..., _T], *args: Any) -> _T | JSONResponse:
+    """``view(*args)``, or the 404 answer when it raises NotFound."""
+    try:
+        return view(*args)
+    except NotFound as e:
+        return _error(404, str(e))
+
+
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorAnswer, "description": "Unknown object"}}
 
 _WHAT_IF_BODY = {
@@ -818,10 +822,7 @@ def explain_router(service: SchedulingService, max_body_bytes: int) -> APIRouter
         name: str,
         node: str | None = Query(None, description="explain only this node"),
     ) -> PodExplanation | JSONResponse:
-        try:
-            return explain_pod(service, namespace, name, node)
-        except NotFound as e:
-            return _error(404, str(e))
+        return _or_404(explain_pod, service, namespace, name, node)
 
     @router.get(
         "/namespaces/{namespace}/resourceclaims/{name}",
@@ -830,10 +831,7 @@ def explain_router(service: SchedulingService, max_body_bytes: int) -> APIRouter
         summary="A ResourceClaim as the extender sees it: allocation, status.devices, holders",
     )
     def get_claim(namespace: str, name: str) -> ClaimView | JSONResponse:
-        try:
-            return claim_view(service, namespace, name)
-        except NotFound as e:
-            return _error(404, str(e))
+        return _or_404(claim_view, service, namespace, name)
 
     @router.get(
         "/nodes/{name}/devices",
@@ -842,10 +840,7 @@ def explain_router(service: SchedulingService, max_body_bytes: int) -> APIRouter
         summary="A node's devices: attributes, capacity, taints and their source, holders, counters left",
     )
     def get_node_devices(name: str) -> NodeDevices | JSONResponse:
-        try:
-            return node_devices_view(service, name)
-        except NotFound as e:
-            return _error(404, str(e))
+        return _or_404(node_devices_view, service, name)
 
     @router.post(
         "/explain",

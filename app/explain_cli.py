@@ -31,6 +31,7 @@ from app.explain_api import (
     WhatIfExplanation,
     explain_object,
     explain_pod,
+    known_nodes,
     parse_object,
 )
 from app.scheduling import SchedulingService
@@ -299,14 +300,11 @@ def render_simulation(document: Mapping[str, Any], service: SchedulingService, o
     with service.lock:
         state = service.state
         topology = service.scoring.topology
-        for name in sorted(state.objects["Node"]):
-            node = state.node(name)
-            if node is None:
-                continue
+        for node in known_nodes(service):
             groups = topology.groups([nd.device for nd in node_devices(state.inventory, node)])
             for u in class_usage(state.inventory, service.selectors, node, groups):
                 usage.add(
-                    name,
+                    node.name,
                     u.device_class,
                     u.total,
                     u.in_use,

@@ -55,7 +55,7 @@ from typing import Any
 from allocator.errors import InvalidInputError
 from allocator.inventory import allocated_devices
 from allocator.nodeselector import Node, parse_node_selector
-from app.binder import FINALIZER, BindError, BindPlan, claim_after_bind
+from app.binder import FINALIZER, BindError, BindPlan, ExtendedBind, claim_after_bind
 from app.cluster import ClusterState
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
 from app.kube.clock import Clock, SystemClock
@@ -144,6 +144,39 @@ def _device_status(status: Mapping[str, Any], result: Mapping[str, Any]) -> Mapp
         ):
             return entry
     return {}
+
+
+def _reserved_for(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
+
+
+def release_pod(
+    claim: Mapping[str, Any], pod_uid: str, *, deallocate: bool
+) -> tuple[dict[str, Any], bool, bool]:
+    """The ``/status`` body releasing pod ``pod_uid``: a copy of ``claim`` without the pod in
+    ``status.reservedFor`` and, with ``deallocate`` when no consumer is left, without the allocation and
+    ``status.devices``. Also whether the pod was reserved and whether the allocation is cleared."""
+    status = claim.get("status") or {}
+    reserved = _reserved_for(status)
+    keep = [r for r in reserved if r.get("uid") != pod_uid]
+    body = copy.deepcopy(dict(claim))
+    new_status = body.setdefault("status", {})
+    new_status["reservedFor"] = keep or None
+    deallocated = deallocate and not keep and bool(status.get("allocation"))
+    if deallocated:
+        new_status["allocation"] = None
+        new_status["devices"] = None
+    return body, len(keep) != len(reserved), deallocated
+
+
+def without_finalizer(claim: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A copy of ``claim`` without ``FINALIZER`` in ``metadata.finalizers``; None when it is not there."""
+    finalizers = list(_meta(claim).get("finalizers") or ())
+    if FINALIZER not in finalizers:
+        return None
+    body = copy.deepcopy(dict(claim))
+    body["metadata"]["finalizers"] = [f for f in finalizers if f != FINALIZER] or None
+    return body
 
 
 _Pending = tuple[str, str, list[str]]
@@ -238,9 +271,8 @@ class KubeBinder:
             async with self.clock.timeout(self.settings.bind_timeout_seconds):
                 for pod_claim, allocation in plan.claims:
                     await self._bind_claim(pod_claim.key, pod_claim.claim, allocation, plan, journal)
-                extended = getattr(plan, "extended", None)
-                if extended is not None:
-                    await self._bind_extended(extended, plan, journal)
+                if plan.extended is not None:
+                    await self._bind_extended(plan.extended, plan, journal)
                 if not journal.waits:
                     await self._post_binding(plan, journal)
             if journal.waits:
@@ -302,8 +334,7 @@ class KubeBinder:
             if meta.get("deletionTimestamp"):
                 raise BindError(f"ResourceClaim {key} is being deleted")
             status = claim.get("status") or {}
-            reserved = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
-            mine = any(r.get("uid") == pod_uid for r in reserved)
+            mine = any(r.get("uid") == pod_uid for r in _reserved_for(status))
             if status.get("allocation"):
                 if mine:
                     self._check_node(key, status["allocation"], plan.node)
@@ -366,7 +397,7 @@ class KubeBinder:
         if not admits:
             raise BindError(f"ResourceClaim {key} is allocated for other nodes than {node}")
 
-    async def _bind_extended(self, extended: Any, plan: BindPlan, journal: _Journal) -> None:
+    async def _bind_extended(self, extended: ExtendedBind, plan: BindPlan, journal: _Journal) -> None:
         """KEP-5004: create the extended-resource claim, allocate it like the others, point the pod at it."""
         assert self.claims is not None
         if self.claims.version not in ("v1", "v1beta2"):
@@ -457,8 +488,7 @@ class KubeBinder:
         if meta.get("deletionTimestamp"):
             raise BindError(f"ResourceClaim {wait.key} is being deleted")
         status = claim.get("status") or {}
-        reserved = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
-        if not status.get("allocation") or not any(r.get("uid") == pod_uid for r in reserved):
+        if not status.get("allocation") or not any(r.get("uid") == pod_uid for r in _reserved_for(status)):
             raise BindError(f"ResourceClaim {wait.key}: the pod's reservation was removed during the wait")
         pending: list[_Pending] = []
         for result in wait.results:
@@ -548,30 +578,16 @@ class KubeBinder:
                 claim = await self.client.get(self.claims, namespace, name)
             except NotFoundError:
                 return
-            meta = _meta(claim)
-            if written.uid and meta.get("uid") != written.uid:
+            if written.uid and _meta(claim).get("uid") != written.uid:
                 return
             try:
-                status = claim.get("status") or {}
                 if written.status_written:
-                    reserved = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
-                    keep = [r for r in reserved if r.get("uid") != pod_uid]
-                    body = copy.deepcopy(claim)
-                    new_status = body.setdefault("status", {})
-                    changed = len(keep) != len(reserved)
-                    new_status["reservedFor"] = keep or None
-                    if written.allocated and not keep and status.get("allocation"):
-                        new_status["allocation"] = None
-                        new_status["devices"] = None
-                        changed = True
-                    if changed:
+                    body, unreserved, deallocated = release_pod(claim, pod_uid, deallocate=written.allocated)
+                    if unreserved or deallocated:
                         claim = await self.client.replace(self.claims, body, subresource="status")
-                        meta = _meta(claim)
                 if written.finalizer_added and not (claim.get("status") or {}).get("allocation"):
-                    finalizers = list(meta.get("finalizers") or ())
-                    if FINALIZER in finalizers:
-                        body = copy.deepcopy(claim)
-                        body["metadata"]["finalizers"] = [f for f in finalizers if f != FINALIZER] or None
+                    body = without_finalizer(claim)
+                    if body is not None:
                         claim = await self.client.replace(self.claims, body)
                 if written.created:
                     await self.client.delete(self.claims, namespace, name, uid=written.uid or None)

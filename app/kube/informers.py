@@ -145,6 +145,13 @@ class Backoff:
     def reset(self) -> None:
         self.failures = 0
 
+    @classmethod
+    def from_settings(cls, settings: ClusterSettings, rng: random.Random | None = None) -> Backoff:
+        """The backoff ``settings`` configure (their ``backoff_*`` fields)."""
+        return cls(
+            settings.backoff_initial_seconds, settings.backoff_max_seconds, settings.backoff_jitter, rng
+        )
+
 
 @dataclass(slots=True)
 class InformerStats:
@@ -185,9 +192,7 @@ class Informer:
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
         self.observers = list(observers)
-        self.backoff = Backoff(
-            settings.backoff_initial_seconds, settings.backoff_max_seconds, settings.backoff_jitter, rng
-        )
+        self.backoff = Backoff.from_settings(settings, rng)
         self.resource_version = ""
         self.synced = False
         self.stats = InformerStats()
@@ -378,12 +383,7 @@ class Informers:
     async def discover(self) -> None:
         """Find the served ``resource.k8s.io`` versions, retrying with backoff until the required kinds are
         served. Then ``resources`` maps every watched kind to its Resource."""
-        backoff = Backoff(
-            self.settings.backoff_initial_seconds,
-            self.settings.backoff_max_seconds,
-            self.settings.backoff_jitter,
-            self.rng,
-        )
+        backoff = Backoff.from_settings(self.settings, self.rng)
         while True:
             try:
                 dra = await discover_dra(self.source)

@@ -23,14 +23,13 @@ claim write has the re-read resourceVersion as precondition. Only the active rep
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from app.binder import FINALIZER
 from app.cluster import ClusterState
+from app.kube.binder import release_pod, without_finalizer
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
@@ -159,16 +158,11 @@ class OrphanReleaser:
             claim = await self.client.get(self.claims, namespace, name)
         except NotFoundError:
             return False
-        status = claim.get("status") or {}
-        reserved = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
-        keep = [r for r in reserved if r.get("uid") != pod_uid]
-        if not status.get("allocation") or len(keep) == len(reserved) or pod_uid in self.in_flight():
+        if not (claim.get("status") or {}).get("allocation"):
             return False
-        body = copy.deepcopy(claim)
-        body["status"]["reservedFor"] = keep or None
-        if not keep:
-            body["status"]["allocation"] = None
-            body["status"]["devices"] = None
+        body, unreserved, deallocated = release_pod(claim, pod_uid, deallocate=True)
+        if not unreserved or pod_uid in self.in_flight():
+            return False
         try:
             claim = await self.client.replace(self.claims, body, subresource="status")
         except ConflictError:
@@ -179,10 +173,8 @@ class OrphanReleaser:
             pod_key,
             self.settings.orphan_grace_period_seconds,
         )
-        finalizers = list(_meta(claim).get("finalizers") or ())
-        if not keep and FINALIZER in finalizers:
-            body = copy.deepcopy(claim)
-            body["metadata"]["finalizers"] = [f for f in finalizers if f != FINALIZER] or None
+        body = without_finalizer(claim) if deallocated else None
+        if body is not None:
             try:
                 await self.client.replace(self.claims, body)
             except KubeAPIError as e:
