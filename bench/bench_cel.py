@@ -11,13 +11,14 @@ microseconds per evaluation:
 * ``warm``: ``SelectorCache.matches`` again on the same device (a result-cache hit: what filter pays
   for a known selector).
 
-Part 2, per engine: a synthetic cluster (``--nodes`` x ``--devices`` GPUs, one ResourceSlice per node, one
-DeviceClass) loaded into ``ClusterState`` with the class-match index; then ``SchedulingService.filter`` for
-a pod with one claim of one device over every node name, with a request selector never seen before (a new
-text per call) and with a known selector, and with the class selector only (medians of ``--repeat`` calls),
-after a first call that also gathers every node's pools (shown on its own row). Load time includes
-evaluating the class selector on every device (the class-match index). Absolute numbers drift between
-machines; compare engines and rows measured in the same run.
+Part 2, per engine: a synthetic cluster (``bench.synthetic``, its ``"mixed"`` GPU layout: ``--nodes`` x
+``--devices`` GPUs, one ResourceSlice per node, one DeviceClass) loaded into ``ClusterState`` with the
+class-match index; then ``SchedulingService.filter`` for a pod with one claim of one device over every
+node name, with a request selector never seen before (a new text per call) and with a known selector, and
+with the class selector only (medians of ``--repeat`` calls), after a first call that also gathers every
+node's pools (shown on its own row). Load time includes evaluating the class selector on every device (the
+class-match index). Absolute numbers drift between machines; compare engines and rows measured in the same
+run.
 
 Run: ``python -m bench.bench_cel [--nodes 5000] [--devices 8] [--engines cel-expr,cel-python]``.
 """
@@ -37,12 +38,12 @@ from allocator.selectors import SelectorCache
 from app.cluster import ClusterState
 from app.runtime import new_engine
 from app.scheduling import SchedulingService
+from bench.synthetic import MIXED_DRIVER, Shape, device_class, gpu_pod, node_name, node_objects, request
 
 __all__ = ["main"]
 
-DRIVER = "gpu.example.com"
+DRIVER = MIXED_DRIVER
 CLASS = "gpu"
-NAMESPACE = "bench"
 
 EXPRESSIONS = {
     "typical selector": f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model == "H100"',
@@ -54,66 +55,9 @@ EXPRESSIONS = {
 # --- synthetic objects --------------------------------------------------------------------------------------
 
 
-def _device(node: int, index: int) -> dict[str, Any]:
-    return {
-        "name": f"gpu-{index}",
-        "attributes": {
-            "model": {"string": "H100" if (node + index) % 4 else "A100"},
-            "driverVersion": {"version": f"{550 + index % 3}.{node % 10}.0"},
-            "numa": {"int": index // 4},
-            "uuid": {"string": f"GPU-{node:05d}-{index}"},
-        },
-        "capacity": {"memory": {"value": "80Gi" if index % 2 else "40Gi"}},
-    }
-
-
-def _slice(node: int, devices: int) -> dict[str, Any]:
-    name = f"node-{node:05d}"
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{name}-gpus", "resourceVersion": "1"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": name,
-            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-            "devices": [_device(node, i) for i in range(devices)],
-        },
-    }
-
-
-def _node(node: int) -> dict[str, Any]:
-    name = f"node-{node:05d}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-    }
-
-
-def _claim(name: str, selector: str | None) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": CLASS, "count": 1}
-    if selector:
-        exactly["selectors"] = [{"cel": {"expression": selector}}]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}", "resourceVersion": "1"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-    }
-
-
-def _pod(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}"},
-        "spec": {
-            "containers": [{"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-        },
-        "status": {"phase": "Pending"},
-    }
+def _shape(nodes: int, devices: int) -> Shape:
+    """``nodes`` x ``devices`` GPUs of the mixed layout (what ``EXPRESSIONS`` select), nothing else."""
+    return Shape(nodes, devices, nics=0, tainted_every=0, accelerator_every=0, layout="mixed")
 
 
 # --- part 1: per evaluation ------------------------------------------------------------------------------
@@ -122,9 +66,8 @@ def _pod(name: str, claim: str) -> dict[str, Any]:
 def _devices(count: int) -> list[Any]:
     """``count`` fresh Device objects (8 per slice), never seen by any cache."""
     per_slice = 8
-    slices = [
-        parse_resource_slice(_slice(n, per_slice)) for n in range(0, (count + per_slice - 1) // per_slice)
-    ]
+    shape = _shape((count + per_slice - 1) // per_slice, per_slice)
+    slices = [parse_resource_slice(obj) for kind, obj in node_objects(shape) if kind == "ResourceSlice"]
     return [d for s in slices for d in s.devices][:count]
 
 
@@ -166,25 +109,19 @@ def filter_costs(engine_name: str, nodes: int, devices: int, repeat: int) -> dic
     state = ClusterState()
     state.inventory.attach_selectors(selectors)
     start = time.perf_counter()
-    state.apply(
-        "DeviceClass",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": CLASS},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
-    )
-    for n in range(nodes):
-        state.apply("Node", _node(n))
-        state.apply("ResourceSlice", _slice(n, devices))
+    state.apply("DeviceClass", device_class(CLASS, f'device.driver == "{DRIVER}"'))
+    for kind, obj in node_objects(_shape(nodes, devices)):
+        state.apply(kind, obj)
     load_s = time.perf_counter() - start
     service = SchedulingService(state, selectors)
-    names = [f"node-{n:05d}" for n in range(nodes)]
+    names = [node_name(n) for n in range(nodes)]
+    pods = 0
 
-    def run(tag: str, selector: str | None) -> float:
-        state.apply("ResourceClaim", _claim(f"claim-{tag}", selector))
-        pod = _pod(f"pod-{tag}", f"claim-{tag}")
+    def run(selector: str | None) -> float:
+        nonlocal pods
+        pods += 1
+        pod, claim = gpu_pod(pods, requests=[request("gpu", CLASS, 1, [selector] if selector else [])])
+        state.apply("ResourceClaim", claim)
         state.apply("Pod", pod)
         gc.collect()
         started = time.perf_counter()
@@ -194,20 +131,18 @@ def filter_costs(engine_name: str, nodes: int, devices: int, repeat: int) -> dic
         return elapsed
 
     # The first call also gathers every node's pools (cached afterwards): shown on its own row.
-    results: dict[str, Any] = {"load_s": load_s, "first call (pools gathered)": run("warm-up", None)}
-    results["class selector only"] = statistics.median(run(f"class-{i}", None) for i in range(repeat))
+    results: dict[str, Any] = {"load_s": load_s, "first call (pools gathered)": run(None)}
+    results["class selector only"] = statistics.median(run(None) for _ in range(repeat))
 
     # A selector no cache has seen: a unique constant makes the text new; the first device of every node
     # matches, so the search evaluates it on one device per node. Each run takes a new text (median).
     def new_selector(i: int) -> str:
         return f'device.attributes["{DRIVER}"].numa >= 0 && "{i}-{time.time_ns()}" != ""'
 
-    results["selector never seen"] = statistics.median(
-        run(f"new-{i}", new_selector(i)) for i in range(repeat)
-    )
+    results["selector never seen"] = statistics.median(run(new_selector(i)) for i in range(repeat))
     known = new_selector(repeat)
-    run("known-first", known)
-    results["same selector again"] = statistics.median(run(f"known-{i}", known) for i in range(repeat))
+    run(known)
+    results["same selector again"] = statistics.median(run(known) for _ in range(repeat))
     results["selectors"] = selectors.report()
     results["inventory"] = state.inventory.report()
     results["policy"] = getattr(service, "device_selection", "first-fit")

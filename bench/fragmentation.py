@@ -1,14 +1,15 @@
 """``make bench-frag``: how well the device selection keeps aligned device sets free, aligned vs first-fit.
 
-A synthetic cluster (default 50 nodes) of 8-GPU nodes: NUMA node 0 = gpu-0..3, NUMA node 1 = gpu-4..7,
-four PCIe roots of two GPUs each, and four RDMA NICs, one per root (``resource.kubernetes.io/numaNode``
-and ``pcieRoot`` on every device, as the NVIDIA and DRANET drivers publish them). A seeded random stream
-of pods asking for 1-8 GPUs (sizes weighted towards small pods, ``SIZES``; a quarter also ask for NICs,
-without a constraint) goes one pod at a time through the extender's own filter -> prioritize -> bind
-(``SchedulingService``; the same scoring for both policies). At each GPU utilisation checkpoint the cluster
-is filled up to it, then ``CHURN`` x (running pods) random pods end, each followed by refilling: holes left
-by finished pods are where device choice matters. Pods that fit nowhere are skipped (they would pend).
-The same stream (same seeds) runs with each device-selection policy.
+A synthetic cluster (``bench.synthetic``, default 50 nodes) of 8-GPU nodes: NUMA node 0 = gpu-0..3, NUMA
+node 1 = gpu-4..7, four PCIe roots of two GPUs each, and four RDMA NICs, one per root
+(``resource.kubernetes.io/numaNode`` and ``pcieRoot`` on every device, as the NVIDIA and DRANET drivers
+publish them); no taints, no other drivers. A seeded random stream of pods asking for 1-8 GPUs (sizes
+weighted towards small pods, ``SIZES``; a quarter also ask for NICs, without a constraint) goes one pod at
+a time through the extender's own filter -> prioritize -> bind (``SchedulingService``; the same scoring
+for both policies). At each GPU utilisation checkpoint the cluster is filled up to it, then ``CHURN`` x
+(running pods) random pods end, each followed by refilling: holes left by finished pods are where device
+choice matters. Pods that fit nowhere are skipped (they would pend). The same stream (same seeds) runs
+with each device-selection policy.
 
 At every checkpoint two later pods are probed (filter over every node, nothing is bound):
 
@@ -38,13 +39,21 @@ from allocator.scoring import ScoringConfig, parse_weights
 from allocator.selectors import SelectorCache
 from app.cluster import ClusterState
 from app.scheduling import SchedulingService
+from bench.synthetic import (
+    GPU_CLASS,
+    GPU_DRIVER,
+    NAMESPACE,
+    NIC_CLASS,
+    NIC_DRIVER,
+    NUMA,
+    PCIE_ROOT,
+    Shape,
+    cluster_objects,
+    gpu_pod,
+    request,
+)
 
 __all__ = ["Result", "main", "run"]
-
-GPU_DRIVER, NIC_DRIVER = "gpu.nvidia.com", "dra.net"
-GPU_CLASS, NIC_CLASS = "gpu.nvidia.com", "dra.net"
-NUMA, ROOT = "resource.kubernetes.io/numaNode", "resource.kubernetes.io/pcieRoot"
-NAMESPACE = "bench"
 
 SIZES = {1: 30, 2: 25, 3: 5, 4: 20, 5: 3, 6: 5, 7: 2, 8: 10}
 """GPUs per pod -> relative frequency: mostly 1, 2, 4 and 8 GPUs, as training and inference jobs ask."""
@@ -67,92 +76,18 @@ fragmentation comes from pods ending in the middle of groups, not from filling a
 # --- cluster ----------------------------------------------------------------------------------------------
 
 
-def _node(i: int) -> str:
-    return f"node-{i:03d}"
-
-
-def _slice(node: str, driver: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{driver}"},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
-
-
 def cluster(nodes: int) -> list[tuple[str, dict[str, Any]]]:
-    """Nodes, two DeviceClasses and per node a GPU slice and a NIC slice (see the module docstring)."""
-    objects: list[tuple[str, dict[str, Any]]] = [
-        (
-            "DeviceClass",
-            {
-                "metadata": {"name": GPU_CLASS},
-                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{GPU_DRIVER}"'}}]},
-            },
-        ),
-        (
-            "DeviceClass",
-            {
-                "metadata": {"name": NIC_CLASS},
-                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{NIC_DRIVER}"'}}]},
-            },
-        ),
-        ("Namespace", {"metadata": {"name": NAMESPACE}}),
-    ]
-    for i in range(nodes):
-        name = _node(i)
-        objects.append(("Node", {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
-        gpus = [
-            {
-                "name": f"gpu-{g}",
-                "attributes": {NUMA: {"int": g // 4}, ROOT: {"string": f"pci0000:{g // 2:02x}"}},
-                "capacity": {"memory": {"value": "80Gi"}},
-            }
-            for g in range(8)
-        ]
-        nics = [
-            {"name": f"nic-{r}", "attributes": {NUMA: {"int": r // 2}, ROOT: {"string": f"pci0000:{r:02x}"}}}
-            for r in range(4)
-        ]
-        objects.append(("ResourceSlice", _slice(name, GPU_DRIVER, gpus)))
-        objects.append(("ResourceSlice", _slice(name, NIC_DRIVER, nics)))
-    return objects
-
-
-def _claim(name: str, requests: list[dict[str, Any]], constraint: str | None = None) -> dict[str, Any]:
-    devices: dict[str, Any] = {"requests": requests}
-    if constraint:
-        devices["constraints"] = [{"matchAttribute": constraint}]
-    return {
-        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}"},
-        "spec": {"devices": devices},
-    }
-
-
-def _pod(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}"},
-        "spec": {
-            "containers": [{"name": "c"}],
-            "resourceClaims": [{"name": "devices", "resourceClaimName": claim}],
-        },
-        "status": {"phase": "Pending"},
-    }
-
-
-def _exactly(name: str, device_class: str, count: int) -> dict[str, Any]:
-    return {"name": name, "exactly": {"deviceClassName": device_class, "count": count}}
+    """The synthetic cluster of ``nodes`` nodes (see the module docstring) and its namespace."""
+    shape = Shape(nodes, gpus=8, nics=4, tainted_every=0, accelerator_every=0)
+    return [*cluster_objects(shape), ("Namespace", {"metadata": {"name": NAMESPACE}})]
 
 
 PROBES = {
-    "numa4": ([_exactly("gpus", GPU_CLASS, 4)], NUMA),
-    "gpu+nic": ([_exactly("gpu", GPU_CLASS, 1), _exactly("nic", NIC_CLASS, 1)], ROOT),
+    "numa4": ([request("gpus", GPU_CLASS, 4)], NUMA),
+    "gpu+nic": ([request("gpu", GPU_CLASS, 1), request("nic", NIC_CLASS, 1)], PCIE_ROOT),
 }
+PROBE_INDEX = 900_000
+"""Pod index of the first probe (``gpu_pod``), above any stream pod's."""
 
 
 # --- scheduling -------------------------------------------------------------------------------------------
@@ -175,8 +110,7 @@ def _schedule(service: SchedulingService, pod: dict[str, Any], nodes: list[str])
 def _probe(service: SchedulingService, name: str, nodes: list[str]) -> int:
     """Nodes where the probe pod would fit now (nothing is bound; the probe is removed again)."""
     requests, constraint = PROBES[name]
-    claim = _claim(f"probe-{name}", requests, constraint)
-    pod = _pod(f"probe-{name}", claim["metadata"]["name"])
+    pod, claim = gpu_pod(PROBE_INDEX + list(PROBES).index(name), requests=requests, constraints=[constraint])
     state = service.state
     state.apply("ResourceClaim", claim)
     state.apply("Pod", pod)
@@ -239,11 +173,10 @@ class _Stream:
         """One new pod: filter -> prioritize -> bind; False (and nothing kept) if it fits nowhere."""
         self.counter += 1
         size = self.arrivals.choices(list(SIZES), list(SIZES.values()))[0]
-        requests = [_exactly("gpus", GPU_CLASS, size)]
+        requests = [request("gpus", GPU_CLASS, size)]
         if self.arrivals.random() < NIC_SHARE:
-            requests.append(_exactly("nics", NIC_CLASS, (size + 1) // 2))
-        claim = _claim(f"c{self.counter}", requests)
-        pod = _pod(f"p{self.counter}", claim["metadata"]["name"])
+            requests.append(request("nics", NIC_CLASS, (size + 1) // 2))
+        pod, claim = gpu_pod(self.counter, requests=requests)
         keys = (f"{NAMESPACE}/{pod['metadata']['name']}", f"{NAMESPACE}/{claim['metadata']['name']}")
         self.state.apply("ResourceClaim", claim)
         self.state.apply("Pod", pod)
