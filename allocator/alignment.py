@@ -26,7 +26,6 @@ derived attribute materialised on devices, can stand in for the standard one.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +79,8 @@ class Topology:
     )
     """(numa, roots) per device: devices are immutable per slice revision, so this never goes stale."""
 
-    def _lookup(self, device: Device) -> tuple[object | None, frozenset[object]]:
+    def place(self, device: Device) -> tuple[object | None, frozenset[object]]:
+        """``(numa(device), roots(device))``, computed once per device."""
         found = self._known.get(device)
         if found is None:
             found = (self._numa(device), self._roots(device))
@@ -89,11 +89,11 @@ class Topology:
 
     def numa(self, device: Device) -> object | None:
         """The device's NUMA node (a list's first element: the physical node), or None when unknown."""
-        return self._lookup(device)[0]
+        return self.place(device)[0]
 
     def roots(self, device: Device) -> frozenset[object]:
         """The device's PCIe roots (usually one; empty when unknown)."""
-        return self._lookup(device)[1]
+        return self.place(device)[1]
 
     def _numa(self, device: Device) -> object | None:
         for name in self.numa_attributes:
@@ -163,28 +163,42 @@ class _Aligner:
         self.claims, self.topology = claims, topology
         checker = DeviceChecker(inventory, selectors)
         devices = list(node_devices(inventory, node))
+        # Tightness counts every free device of a group, of any class: a root whose GPU is free but
+        # whose NIC is taken is a better home for a GPU-only pod than a root with both free.
+        self.numa_room: dict[object, int] = {}
+        self.root_room: dict[object, int] = {}
+        for nd in devices:
+            if nd.pool.usable and not inventory.is_allocated(nd.device.id):
+                numa, roots = topology.place(nd.device)
+                if numa is not None:
+                    self.numa_room[numa] = self.numa_room.get(numa, 0) + 1
+                for root in roots:
+                    self.root_room[root] = self.root_room.get(root, 0) + 1
         self.usable: dict[int, set[int]] = {}  # id(alt) -> ids of usable devices
         relevant: dict[int, Device] = {}
         for claim, alt in _alternatives(claims):
             ids = set()
             for nd in devices:
                 # Up to "not in use": counters and capacity are left to the search (cheaper, and a
-                # device that fails them only makes a group look roomier than it is).
-                if checker.check(claim, alt, nd, last="not_in_use") is None:
-                    ids.add(id(nd.device))
-                    relevant[id(nd.device)] = nd.device
+                # device that fails them only makes a group look roomier than it is). A device in use
+                # is out whatever the earlier stages say, and that is the cheapest stage to ask.
+                if checker.in_use(alt, nd.device) or checker.check(claim, alt, nd, last="not_in_use"):
+                    continue
+                ids.add(id(nd.device))
+                relevant[id(nd.device)] = nd.device
             self.usable[id(alt)] = ids
         self.relevant = relevant
         self.requests = sum(len(c.requests) for c in claims)
-        self.numa = {i: topology.numa(d) for i, d in relevant.items()}
-        self.roots = {i: topology.roots(d) for i, d in relevant.items()}
-        self.numa_free = Counter(n for n in self.numa.values() if n is not None)
-        self.root_free = Counter(r for roots in self.roots.values() for r in roots)
-        # Tightness counts every free device of a group, of any class: a root whose GPU is free but
-        # whose NIC is taken is a better home for a GPU-only pod than a root with both free.
-        free = [nd.device for nd in devices if nd.pool.usable and not inventory.is_allocated(nd.device.id)]
-        self.numa_room = Counter(n for d in free if (n := topology.numa(d)) is not None)
-        self.root_room = Counter(r for d in free for r in topology.roots(d))
+        self.numa: dict[int, object | None] = {}
+        self.roots: dict[int, frozenset[object]] = {}
+        self.numa_free: dict[object, int] = {}
+        self.root_free: dict[object, int] = {}
+        for i, device in relevant.items():
+            numa, roots = self.numa[i], self.roots[i] = topology.place(device)
+            if numa is not None:
+                self.numa_free[numa] = self.numa_free.get(numa, 0) + 1
+            for root in roots:
+                self.root_free[root] = self.root_free.get(root, 0) + 1
 
     @property
     def has_topology(self) -> bool:
@@ -206,8 +220,8 @@ class _Aligner:
         numa = self.numa.get(device_id)
         roots = self.roots.get(device_id, frozenset())
         return (
-            self.numa_room[numa] if numa is not None else _UNKNOWN,
-            min((self.root_room[r] for r in roots), default=_UNKNOWN),
+            self.numa_room.get(numa, 0) if numa is not None else _UNKNOWN,
+            min((self.root_room.get(r, 0) for r in roots), default=_UNKNOWN),
         )
 
     def attempts(self) -> list[tuple[str, set[int]]]:
@@ -226,14 +240,14 @@ class _Aligner:
 
         def root_numa_room(root: object) -> int:
             return min(
-                (self.numa_room[self.numa[i]] for i in root_members[root] if self.numa[i] is not None),
+                (self.numa_room.get(self.numa[i], 0) for i in root_members[root] if self.numa[i] is not None),
                 default=0,
             )
 
-        numas = sorted(self.numa_free, key=lambda n: (self.numa_room[n], self.numa_free[n], str(n)))
+        numas = sorted(self.numa_free, key=lambda n: (self.numa_room.get(n, 0), self.numa_free[n], str(n)))
         roots = sorted(
             self.root_free,
-            key=lambda r: (root_numa_room(r), self.root_room[r], self.root_free[r], str(r)),
+            key=lambda r: (root_numa_room(r), self.root_room.get(r, 0), self.root_free[r], str(r)),
         )
         attempts: list[tuple[str, set[int]]] = []
         if self.requests > 1 or not numas:

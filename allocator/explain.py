@@ -316,6 +316,13 @@ class DeviceChecker:
         self.gates = inventory.gates
         self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
 
+    def in_use(self, alt: DeviceRequest, device: Device) -> bool:
+        """The ``not_in_use`` rule: another claim holds the device exclusively (adminAccess requests and
+        shares of multi-allocatable devices are not kept out by that)."""
+        if alt.admin_access or (self.gates.DRAConsumableCapacity and device.allow_multiple_allocations):
+            return False
+        return self.inventory.is_exclusively_allocated(device.id)
+
     def check(
         self, claim: Claim, alt: DeviceRequest, nd: NodeDevice, *, last: str = "counters_capacity"
     ) -> Rejection | None:
@@ -395,8 +402,7 @@ class DeviceChecker:
                     )
         if last == "tolerations":
             return None
-        multi = gates.DRAConsumableCapacity and device.allow_multiple_allocations
-        if not alt.admin_access and not multi and inventory.is_exclusively_allocated(device.id):
+        if self.in_use(alt, device):
             holders = ", ".join(inventory.holders(device.id)) or "another claim"
             return Rejection(label, "not_in_use", "in-use", f"allocated to {holders}")
         if last == "not_in_use":
