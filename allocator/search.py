@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from allocator.capacity import capacity_consumption
 from allocator.cel import AttributeValue
@@ -43,9 +43,9 @@ a 10 s filter timeout; an extender answers kube-scheduler within its 5 s httpTim
 once, so one node's exponential search must stay far below that."""
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A device in search order, with the pool and slice it came from."""
+class Candidate(NamedTuple):
+    """A device in search order, with the pool and slice it came from (a tuple: every search builds one
+    per device of the node)."""
 
     pool: PoolView
     slice: ResourceSlice
@@ -145,6 +145,13 @@ class Allocator:
         ]
 
     # --- pre-checks (§4) --------------------------------------------------------------------------
+
+    def validate(self, claims: Sequence[Claim]) -> None:
+        """Raise what ``allocate`` raises for the claims themselves, before looking at any device
+        (AllocatorError, fatal for the pod: disabled features, invalid requests, unknown classes, device
+        limits, empty constraints). ``All`` requests are checked against a node's pools by ``allocate``."""
+        for claim in claims:
+            self._plan(claim, [])
 
     def _plan(self, claim: Claim, pools: list[PoolView]) -> _ClaimPlan:
         key = claim.key

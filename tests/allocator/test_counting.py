@@ -1,0 +1,148 @@
+"""Counts decide "fits" only where the search agrees; everything else is left to the search.
+
+The reference is the search itself (``Allocator.allocate``), run on the same node: counts may only say
+"fits" where it finds an allocation, and must say so whenever the requests cannot compete for a device.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from allocator.counting import countable, fits
+from allocator.errors import AllocatorError
+from tests.allocator.builders import (
+    CLASS_A,
+    CLASS_B,
+    DRIVER_A,
+    DRIVER_B,
+    NODE1,
+    World,
+    claim,
+    device,
+    request,
+    result,
+    slice_,
+)
+
+
+def gpus(n: int) -> dict[str, Any]:
+    return slice_("gpus", DRIVER_A, "node-1", [device(f"gpu-{i}", model="x") for i in range(n)])
+
+
+def counts_say(world: World, *claims) -> bool:
+    return fits(world.inventory, world.selectors, NODE1, list(claims))
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"requests": [request("r", count=2)]}, True),
+        ({"requests": [request("r", mode="All")]}, False),
+        ({"requests": [request("r", adminAccess=True)]}, False),
+        ({"requests": [request("r", capacity={"requests": {"memory": "1Gi"}})]}, False),
+        ({"requests": [{"name": "r", "firstAvailable": [{"name": "a", "deviceClassName": CLASS_A}]}]}, False),
+        ({"requests": [request("a"), request("b")], "constraints": [{"matchAttribute": "x.y/z"}]}, False),
+        ({"requests": [request("r", count=33)]}, False),
+    ],
+)
+def test_countable_shapes(spec, expected):
+    parsed = claim("c", *spec["requests"], constraints=spec.get("constraints"))
+    assert countable([parsed]) is expected
+
+
+def test_enough_free_devices_fit_and_too_few_go_to_the_search():
+    world = World(slices=[gpus(3)]).allocated("default/other", result("r", "gpu-0"))
+    assert counts_say(world, claim("c", request("r", count=2)))
+    assert not counts_say(world, claim("c", request("r", count=3)))
+    assert world.allocate(claim("c", request("r", count=3))) is None
+
+
+def test_requests_that_could_share_a_device_are_left_to_the_search():
+    world = World(slices=[gpus(2)])
+    two_claims = [claim("a", request("r")), claim("b", request("r"))]
+    assert not counts_say(world, *two_claims)
+    assert world.allocate(*two_claims) is not None
+
+
+def test_a_cel_error_on_some_device_is_left_to_the_search():
+    # gpu-1 lacks the attribute the selector reads: whether that is an error depends on the search order.
+    world = World(slices=[slice_("gpus", DRIVER_A, "node-1", [device("gpu-0", mem=80), device("gpu-1")])])
+    selector = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].mem > 40'}}]
+    wanted = claim("c", request("r", selectors=selector))
+    assert not counts_say(world, wanted)
+    assert world.allocate(wanted) is not None
+
+
+def test_shared_or_counter_consuming_devices_are_left_to_the_search():
+    shared = device("gpu-0")
+    shared["allowMultipleAllocations"] = True
+    world = World(slices=[slice_("gpus", DRIVER_A, "node-1", [shared, device("gpu-1")])])
+    assert not counts_say(world, claim("c", request("r")))
+
+
+def test_fatal_claim_errors_are_raised_as_the_search_raises_them():
+    world = World(slices=[gpus(2)])
+    broken = claim("c", request("r", class_name="no-such-class"))
+    with pytest.raises(AllocatorError) as by_search:
+        world.allocate(broken)
+    with pytest.raises(AllocatorError) as by_counts:
+        counts_say(world, broken)
+    assert str(by_counts.value) == str(by_search.value)
+
+
+def _random_world(rng: random.Random) -> World:
+    def devices(prefix: str, n: int) -> list[dict[str, Any]]:
+        made = []
+        for i in range(n):
+            made.append(device(f"{prefix}-{i}", model=rng.choice("xy")))
+            if rng.random() < 0.2:
+                made[-1]["taints"] = [{"key": "maint", "effect": rng.choice(["NoSchedule", "NoExecute"])}]
+        return made
+
+    world = World(
+        slices=[
+            slice_("a", DRIVER_A, "node-1", devices("gpu", rng.randint(0, 6))),
+            slice_("b", DRIVER_B, "node-1", devices("nic", rng.randint(0, 4))),
+        ]
+    )
+    taken = [result("r", f"gpu-{i}") for i in range(6) if rng.random() < 0.3]
+    taken += [result("r", f"nic-{i}", DRIVER_B) for i in range(4) if rng.random() < 0.3]
+    return world.allocated("default/other", *taken) if taken else world
+
+
+def _random_request(rng: random.Random, name: str, class_name: str, driver: str) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    if rng.random() < 0.5:
+        model = rng.choice("xy")
+        fields["selectors"] = [{"cel": {"expression": f'device.attributes["{driver}"].model == "{model}"'}}]
+    if rng.random() < 0.3:
+        fields["tolerations"] = [{"key": "maint", "operator": "Exists"}]
+    return request(name, class_name, count=rng.randint(1, 3), **fields)
+
+
+def test_counts_agree_with_the_search_on_random_nodes():
+    rng = random.Random(11)
+    decided = 0
+    for _ in range(400):
+        world = _random_world(rng)
+        kinds = rng.choice(
+            [[(CLASS_A, DRIVER_A)], [(CLASS_A, DRIVER_A), (CLASS_B, DRIVER_B)], [(CLASS_A, DRIVER_A)] * 2]
+        )
+        requests = [_random_request(rng, f"r{i}", c, d) for i, (c, d) in enumerate(kinds)]
+        claims = (
+            [claim("c", *requests)]
+            if rng.random() < 0.5
+            else [claim(f"c{i}", r) for i, r in enumerate(requests)]
+        )
+        by_search = world.allocate(*claims) is not None
+        by_counts = counts_say(world, *claims)
+        if by_counts:
+            assert by_search, claims
+            decided += 1
+        distinct_classes = len({c for c, _ in kinds}) == len(kinds)
+        if distinct_classes:
+            assert by_counts == by_search, claims
+    assert decided > 50  # the generator does produce nodes that fit
