@@ -23,15 +23,17 @@ scheduling error, and so is a 200 with ``Error`` set. Hence
 
 Bodies are read as raw bytes and decoded with orjson (``app.wire``); the pydantic models below only feed
 the OpenAPI document at ``/docs`` and never validate a request (Pods are large; the wire module checks the
-few fields the extender reads). The body is read in the event loop (size cap), the decision runs in the
-thread pool so probes stay responsive while a filter holds the service lock.
+few fields the extender reads). The body is read in the event loop (size cap). Filter and prioritize
+answer there too when the answer is warm (``SchedulingService.filter_quick`` / ``prioritize_quick``: the
+lock is free and at most a few milliseconds of search remain), since a thread handoff costs more than that;
+every other decision runs in the thread pool so probes stay responsive while a filter holds the lock.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from fastapi import FastAPI, Request
@@ -46,7 +48,7 @@ from allocator.errors import AllocatorError
 from app import wire
 from app.binder import BindError
 from app.explain_api import explain_router
-from app.scheduling import SchedulingService, needs_no_devices
+from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import Settings
 
 __all__ = ["create_app"]
@@ -192,10 +194,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _decide(verb: str, handler: Callable[[Any], bytes], body: Any) -> Response:
-    """Run one verb on a body: 200 with the encoded result, 400 on WireError, 500 on a bug."""
+def _decide(verb: str, handler: Callable[[Any], bytes | None], body: Any) -> Response | None:
+    """Run one verb on a body: 200 with the encoded result, 400 on WireError, 500 on a bug; None when
+    the handler declined (only the quick handlers do: their answer needs a worker thread)."""
     try:
-        return _json(handler(body))
+        answer = handler(body)
+        return None if answer is None else _json(answer)
     except wire.WireError as e:
         log.info("%s: bad request: %s", verb, e)
         return _json(wire.encode_error(str(e)), 400)
@@ -218,9 +222,14 @@ def create_app(
     )
     app.openapi = _openapi(app)  # type: ignore[method-assign]
 
-    def filter_(body: bytes | wire.ExtenderArgs) -> bytes:
-        args = body if isinstance(body, wire.ExtenderArgs) else wire.decode_extender_args(body)
-        outcome = service.filter(args.pod, args.candidate_names, args.nodes_by_name)
+    def filter_(args: wire.ExtenderArgs) -> bytes:
+        return _filter_answer(args, service.filter(args.pod, args.candidate_names, args.nodes_by_name))
+
+    def filter_quick(args: wire.ExtenderArgs) -> bytes | None:
+        outcome = service.filter_quick(args.pod, args.candidate_names, args.nodes_by_name)
+        return None if outcome is None else _filter_answer(args, outcome)
+
+    def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome) -> bytes:
         log.debug(
             "filter pod=%s nodes=%d passed=%d error=%r",
             _pod_ref(args.pod),
@@ -230,11 +239,16 @@ def create_app(
         )
         return wire.encode_filter_result(args, outcome)
 
-    def prioritize(body: bytes) -> bytes:
-        args = wire.decode_extender_args(body)
+    def prioritize(args: wire.ExtenderArgs) -> bytes:
         return wire.encode_host_priorities(
             service.prioritize(args.pod, args.candidate_names, args.nodes_by_name)
         )
+
+    def prioritize_quick(args: wire.ExtenderArgs) -> bytes | None:
+        scores = service.prioritize_quick(args.pod, args.candidate_names, args.nodes_by_name)
+        return None if scores is None else wire.encode_host_priorities(scores)
+
+    quick_handlers = {"filter": filter_quick, "prioritize": prioritize_quick}
 
     def bind(body: bytes) -> bytes:
         args = wire.decode_binding_args(body)
@@ -259,17 +273,20 @@ def create_app(
         if ready is not None and not ready():
             log.info("%s: refused: still syncing with the API server", verb)
             return _json(b"[]" if verb == "prioritize" else wire.encode_error(_SYNCING))
-        if verb == "filter":
-            try:
-                args = wire.decode_extender_args(body)
-            except wire.WireError as e:
-                log.info("%s: bad request: %s", verb, e)
-                return _json(wire.encode_error(str(e)), 400)
-            if needs_no_devices(args.pod):
-                # Decided in µs without the state lock: no thread handoff either.
-                return _decide(verb, handler, args)
-            return await run_in_threadpool(_decide, verb, handler, args)
-        return await run_in_threadpool(_decide, verb, handler, body)
+        quick = quick_handlers.get(verb)
+        if quick is None:
+            return cast(Response, await run_in_threadpool(_decide, verb, handler, body))
+        try:
+            args = wire.decode_extender_args(body)
+        except wire.WireError as e:
+            log.info("%s: bad request: %s", verb, e)
+            return _json(wire.encode_error(str(e)), 400)
+        # A warm answer (no claims, or a few nodes to re-decide) costs less than the thread handoff, so
+        # it is given right here; anything that could hold the event loop goes to a worker thread.
+        answered = _decide(verb, quick, args)
+        if answered is not None:
+            return answered
+        return cast(Response, await run_in_threadpool(_decide, verb, handler, args))
 
     @app.post(
         "/scheduler/filter",

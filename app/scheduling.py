@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from allocator.alignment import select
+from allocator.counting import countable, fits
 from allocator.diagnose import diagnose
 from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
 from allocator.inventory import AllocatedDevice, NodeVersions, allocated_devices
@@ -61,6 +62,16 @@ be met on big nodes) must not hold the service: nodes not decided in time fail w
 MAX_SHAPES = 256
 """Distinct claim specs whose per-node decisions are kept (oldest dropped first): one per template or
 shared-claim spec in use, each holding at most one decision per node."""
+
+QUICK_SELECTIONS = 4
+"""Nodes ``prioritize_quick`` may choose devices on itself (nodes filter passed by counts, usually just
+the node of the last bind). Count-decided claims have no constraints, so choosing is linear in the
+node's devices."""
+
+QUICK_WORK_SECONDS = 0.005
+"""Estimated search time up to which ``filter_quick`` / ``prioritize_quick`` answer on the caller's thread
+(the event loop): a warm answer only re-decides the few nodes changed since, and a thread handoff costs
+more than that on a busy 2-core node. Anything slower goes to a worker thread so probes stay responsive."""
 
 MAX_KEPT_RESULTS = 200_000
 """Per-(pod, node) results kept between filter and bind; the oldest are dropped first. kube-scheduler
@@ -96,7 +107,10 @@ class _Decision:
 
     version: tuple[int, int]
     results: tuple[dict[str, Any], ...] | None
-    score: int
+    """One allocation result per claim; None: the claims do not fit."""
+    score: int | None
+    """0-10; None: the claims fit by free-device counts (``allocator.counting``) and no devices were
+    chosen yet (``results`` is empty): prioritize and bind choose them (``select=True``)."""
     reason: str
     unresolvable: bool
 
@@ -110,11 +124,13 @@ class _ShapeOutcome:
     names_key: int
     global_version: int
     seq: int
-    passed: dict[str, int] = field(default_factory=dict)
-    """Passing node -> its score."""
+    passed: dict[str, int | None] = field(default_factory=dict)
+    """Passing node -> its score (None: fits by counts, not scored yet)."""
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     undecided: set[str] = field(default_factory=set)
+    node_seconds: float = 0.0
+    """Search time per re-decided node, last measured (how long re-deciding ``n`` nodes will take)."""
 
     def covers(self, name: str) -> bool:
         return (
@@ -157,6 +173,10 @@ class _PodView:
     shared: bool = False
     """Whether the decisions are the shape's shared ones (else only ``private`` holds this pod's)."""
     private: dict[str, tuple[_Decision, ExtendedClaim | None]] = field(default_factory=dict)
+
+
+class _NotQuick(Exception):
+    """The quick variant would have to search more than ``QUICK_WORK_SECONDS`` (or wait for the lock)."""
 
 
 class SchedulingService:
@@ -301,9 +321,7 @@ class SchedulingService:
     ) -> FilterOutcome:
         """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them."""
         if needs_no_devices(pod):
-            # Fast path without the lock: no claims and no extended resource a DeviceClass could back.
-            # The candidate list itself is the answer (the encoder recognises it: no copy, no lookups).
-            return FilterOutcome(passed=node_names if isinstance(node_names, list) else list(node_names))
+            return _passes_all(node_names)
         with self.lock:
             pod = self._with_state_status(pod)
             outcome = self._filter(pod, node_names, nodes)
@@ -312,6 +330,28 @@ class SchedulingService:
             with self.lock:
                 outcome = self._filter(pod, node_names, nodes)
         return outcome
+
+    def filter_quick(
+        self,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+        nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> FilterOutcome | None:
+        """``filter`` when its answer costs at most ``QUICK_WORK_SECONDS`` of search and the lock is free
+        (a pod without devices; the claims shape's answer for this node list patched for the few nodes
+        changed since); else None, and the caller runs ``filter`` on a worker thread. Never does I/O."""
+        if needs_no_devices(pod):
+            return _passes_all(node_names)
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            outcome = self._filter(self._with_state_status(pod), node_names, nodes, quick=True)
+        except _NotQuick:
+            return None
+        finally:
+            self.lock.release()
+        # Deleting a leftover extended-resource claim is a write: it belongs on a worker thread.
+        return None if outcome.stale_claims else outcome
 
     def _delete_stale_claims(self, claims: list[tuple[str, str]]) -> bool:
         """Delete leftover extended-resource claims through the binder; False if it cannot or failed."""
@@ -324,8 +364,17 @@ class SchedulingService:
             return False
 
     def _filter(
-        self, pod: Mapping[str, Any], node_names: Sequence[str], nodes: Mapping[str, Mapping[str, Any]] | None
+        self,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+        nodes: Mapping[str, Mapping[str, Any]] | None,
+        *,
+        quick: bool = False,
+        select: bool = False,
     ) -> FilterOutcome:
+        """Filter under the lock. ``quick``: raise _NotQuick rather than search more than
+        ``QUICK_WORK_SECONDS``. ``select``: choose the devices on every passing node (for prioritize and
+        bind) where filter alone may decide by counts."""
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
         bound = self._bound_node(pod)
@@ -373,8 +422,10 @@ class SchedulingService:
         # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
         view.shared = nodes is None and extended is None and not allocated
         if view.shared:
-            return self._filter_shared(outcome, node_names, pod, pending, view)
-        self._decide_nodes(outcome, node_names, nodes, pod, allocated, pending, extended, view)
+            return self._filter_shared(outcome, node_names, pod, pending, view, quick=quick, select=select)
+        if quick:
+            raise _NotQuick
+        self._decide_nodes(outcome, node_names, nodes, pod, allocated, pending, extended, view, select=True)
         return outcome
 
     def _filter_shared(
@@ -384,43 +435,58 @@ class SchedulingService:
         pod: Mapping[str, Any],
         pending: list[Claim],
         view: _PodView,
+        *,
+        quick: bool,
+        select: bool,
     ) -> FilterOutcome:
         """Filter from the shape's previous answer for the same node list, deciding again only the
-        nodes whose version changed since (usually just the node of the last bind)."""
+        nodes whose version changed since (usually just the node of the last bind).
+
+        ``select`` (prioritize, bind: a few nodes): choose devices on each passing node and patch the
+        shape's answer; the answer keeps the node list filter asked for."""
         inventory = self.state.inventory
         seq = inventory.change_seq
         names_key = hash(tuple(node_names))
         last = self._outcomes.get(view.shape)
+        if select:
+            self._decide_nodes(outcome, node_names, None, pod, [], pending, None, view, select=True)
+            if last is not None and not outcome.error:
+                covered = [n for n in node_names if last.covers(n)]
+                last.record(covered, self._decisions.get(view.shape, {}), inventory.node_versions())
+            return outcome
         changed = None
         if last is not None and last.names_key == names_key:
             changed = inventory.nodes_changed_since(last.seq, last.global_version)
         if changed is None:
-            self._decide_nodes(outcome, node_names, None, pod, [], pending, None, view)
+            if quick:
+                raise _NotQuick
+            start = time.monotonic()
+            searched = self._decide_nodes(
+                outcome, node_names, None, pod, [], pending, None, view, select=False
+            )
             if not outcome.error:
                 last = _ShapeOutcome(names_key, inventory.node_versions().global_version, seq)
                 last.record(node_names, self._decisions.get(view.shape, {}), inventory.node_versions())
+                last.node_seconds = (time.monotonic() - start) / max(1, searched)
                 self._outcomes[view.shape] = last
                 if len(self._outcomes) > MAX_SHAPES:
                     del self._outcomes[next(iter(self._outcomes))]
             return outcome
         redo = [n for n in {*changed, *last.undecided} if last.covers(n)]
+        if quick and (last.undecided or len(redo) * last.node_seconds > QUICK_WORK_SECONDS):
+            raise _NotQuick
         now = FilterOutcome()
-        self._decide_nodes(now, redo, None, pod, [], pending, None, view)
+        start = time.monotonic()
+        searched = self._decide_nodes(now, redo, None, pod, [], pending, None, view, select=False)
         if now.error:
             return now
+        if searched:
+            last.node_seconds = (time.monotonic() - start) / searched
         last.record(redo, self._decisions.get(view.shape, {}), inventory.node_versions())
         last.seq = seq
-        named: dict[str, str] = {}
-
-        def name(reason: str) -> str:
-            found = named.get(reason)
-            if found is None:
-                found = named[reason] = _named(reason, pending)
-            return found
-
         outcome.passed = list(last.passed)
-        outcome.failed = {n: name(r) for n, r in last.failed.items()}
-        outcome.unresolvable = {n: name(r) for n, r in last.unresolvable.items()}
+        outcome.failed = _all_named(last.failed, pending)
+        outcome.unresolvable = _all_named(last.unresolvable, pending)
         # Nodes without a shared decision (time budget, unknown node, shares): this call's answer.
         outcome.passed.extend(n for n in now.passed if n in last.undecided)
         outcome.failed.update((n, r) for n, r in now.failed.items() if n in last.undecided)
@@ -437,8 +503,11 @@ class SchedulingService:
         pending: list[Claim],
         extended: PodExtendedResources | None,
         view: _PodView,
-    ) -> None:
-        """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current).
+        *,
+        select: bool,
+    ) -> int:
+        """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current); returns
+        how many nodes were searched. ``select``: a decision by counts is not enough, devices are chosen.
         On a fatal error ``outcome.error`` is set and the node lists are empty."""
         decisions = self._decisions.get(view.shape) if view.shared else None
         versions = self.state.inventory.node_versions()
@@ -446,13 +515,18 @@ class SchedulingService:
         passed, failed, unresolvable = outcome.passed, outcome.failed, outcome.unresolvable
         budget = self.filter_time_budget
         deadline = time.monotonic() + budget
+        searched = 0
         for index, name in enumerate(node_names):
             if index % 64 == 0 and time.monotonic() > deadline:
                 failed.update(dict.fromkeys(node_names[index:], _budget_reason(budget)))
                 break
             # The hot path: one lookup per node while its version is unchanged.
             decision = decisions.get(name) if decisions is not None else None
-            if decision is not None and decision.version == (versions.global_version, versions.get(name)):
+            if (
+                decision is not None
+                and decision.version == (versions.global_version, versions.get(name))
+                and not (select and decision.score is None)
+            ):
                 if decision.results is not None:
                     passed.append(name)
                     continue
@@ -464,12 +538,13 @@ class SchedulingService:
             if time.monotonic() > deadline:  # the slow path: checked before every search
                 failed.update(dict.fromkeys(node_names[index:], _budget_reason(budget)))
                 break
+            searched += 1
             try:
-                decision = self._decide_node(name, nodes, pod, allocated, pending, extended, view)
+                decision = self._decide_node(name, nodes, pod, allocated, pending, extended, view, select)
             except AllocatorError as e:
                 outcome.error = str(e)
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
-                return
+                return searched
             if decisions is None and view.shared:
                 decisions = self._decisions.get(view.shape)
             if decision is None:
@@ -478,6 +553,7 @@ class SchedulingService:
                 (unresolvable if decision.unresolvable else failed)[name] = decision.reason
             else:
                 passed.append(name)
+        return searched
 
     def _decide_node(
         self,
@@ -488,8 +564,10 @@ class SchedulingService:
         pending: list[Claim],
         extended: PodExtendedResources | None,
         view: _PodView,
+        select: bool,
     ) -> _Decision | None:
-        """Decide one node the slow way and record it (shared or private). None: the node is unknown."""
+        """Decide one node the slow way and record it (shared or private). None: the node is unknown.
+        Shared decisions may be taken by counts unless ``select``."""
         version = self.state.inventory.node_version(name)
         node = self._node(name, nodes)
         if node is None:
@@ -499,15 +577,21 @@ class SchedulingService:
             return _Decision(version, None, 0, reason, True)
         ext = extended.claim_for_node(self._node_object(name, nodes)) if extended else None
         claims = [*pending, ext.claim] if ext else pending
-        decision = self._decide(node, claims, version)
+        decision = self._decide(node, claims, version, select=select or not view.shared)
         if view.shared and not _has_share(decision.results):
             self._remember(view.shape, name, decision, claims)
         else:
             view.private[name] = (decision, ext)
         return decision
 
-    def _decide(self, node: Node, claims: list[Claim], version: tuple[int, int]) -> _Decision:
-        """Allocate ``claims`` on ``node`` and score it, or say why not. Raises AllocatorError (fatal)."""
+    def _decide(
+        self, node: Node, claims: list[Claim], version: tuple[int, int], *, select: bool
+    ) -> _Decision:
+        """Allocate ``claims`` on ``node`` and score it, or say why not; unless ``select``, a fit by
+        free-device counts is the answer (no devices chosen). Raises AllocatorError (fatal)."""
+        inventory = self.state.inventory
+        if not select and claims and countable(claims) and fits(inventory, self.selectors, node, claims):
+            return _Decision(version, (), None, "", False)
         try:
             results = self._select(node, claims) if claims else []
         except NodeLocalError as e:
@@ -595,15 +679,44 @@ class SchedulingService:
     ) -> list[tuple[str, int]]:
         """A 0..10 score per node, from the results kept by filter (re-filtering nodes it has not seen)."""
         with self.lock:
-            pod = self._with_state_status(pod)
-            uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
-            scores = self._current_scores(uid, node_names)
-            missing = [n for n, score in scores.items() if score is None]
-            if missing:
-                # Re-filtering replaces the pod's view: keep the scores found so far.
-                self._filter(pod, missing, nodes)
-                scores.update(self._kept_scores(uid, missing))
-            return [(n, score or 0) for n, score in scores.items()]
+            return self._prioritize(pod, node_names, nodes, quick=False)
+
+    def prioritize_quick(
+        self,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+        nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[tuple[str, int]] | None:
+        """``prioritize`` when every node's score is kept from filter and the lock is free; else None, and
+        the caller runs ``prioritize`` on a worker thread."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            return self._prioritize(pod, node_names, nodes, quick=True)
+        except _NotQuick:
+            return None
+        finally:
+            self.lock.release()
+
+    def _prioritize(
+        self,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+        nodes: Mapping[str, Mapping[str, Any]] | None,
+        *,
+        quick: bool,
+    ) -> list[tuple[str, int]]:
+        pod = self._with_state_status(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
+        scores = self._current_scores(uid, node_names)
+        missing = [n for n, score in scores.items() if score is None]
+        if missing:
+            if quick and len(missing) > QUICK_SELECTIONS:
+                raise _NotQuick
+            # Re-filtering replaces the pod's view: keep the scores found so far.
+            self._filter(pod, missing, nodes, quick=quick, select=True)
+            scores.update(self._kept_scores(uid, missing))
+        return [(n, score or 0) for n, score in scores.items()]
 
     def _current_scores(self, uid: str, node_names: Sequence[str]) -> dict[str, int | None]:
         """Scores from the shape's answer when nothing changed since it (one dict read per node), else
@@ -693,9 +806,11 @@ class SchedulingService:
             or view.shape != _shape(pending_claims)
             or view.pod_spec != _spec_key(pod)
             or kept[0].results is None
+            or kept[0].score is None
         ):
-            # Something changed since filter (or filter never ran here): decide again.
-            outcome = self._filter(pod, [node_name], None)
+            # Something changed since filter (or filter never ran here), or filter decided by counts:
+            # decide again, choosing the devices.
+            outcome = self._filter(pod, [node_name], None, select=True)
             if outcome.error:
                 raise BindError(outcome.error)
             if node_name not in outcome.passed:
@@ -751,6 +866,19 @@ def _named(reason: str, claims: list[Claim]) -> str:
     for index, claim in enumerate(claims):
         reason = reason.replace(f"claim \x00{index}\x00,", f"claim {claim.key},")
     return reason
+
+
+def _all_named(reasons: dict[str, str], claims: list[Claim]) -> dict[str, str]:
+    """Node -> cached reason, with the asking pod's claim names in each (a node list is built at C speed:
+    thousands of full nodes share a handful of distinct reasons)."""
+    named = {reason: _named(reason, claims) for reason in set(reasons.values())}
+    return dict(zip(reasons, map(named.__getitem__, reasons.values()), strict=True))
+
+
+def _passes_all(node_names: Sequence[str]) -> FilterOutcome:
+    """A pod without claims and without extended resources a DeviceClass could back: decided without the
+    lock. The candidate list itself is the answer (the encoder recognises it: no copy, no lookups)."""
+    return FilterOutcome(passed=node_names if isinstance(node_names, list) else list(node_names))
 
 
 def _budget_reason(budget: float) -> str:

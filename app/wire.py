@@ -261,8 +261,8 @@ def encode_filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> bytes:
     else:
         items = [node for node in args.nodes or () if passed_all or node["metadata"]["name"] in passed]
         result["Nodes"] = {"metadata": {}, "items": items}
-    result["FailedNodes"] = dict(outcome.failed)
-    result["FailedAndUnresolvableNodes"] = dict(outcome.unresolvable)
+    result["FailedNodes"] = outcome.failed
+    result["FailedAndUnresolvableNodes"] = outcome.unresolvable
     result["Error"] = outcome.error
     return orjson.dumps(result)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -162,6 +164,42 @@ async def test_prioritize_returns_a_bare_array_in_input_order(client, service):
     by_host = {entry["Host"]: entry["Score"] for entry in scores}
     assert by_host["n3"] == 0
     assert by_host["n2"] > by_host["n1"]  # packing: the pod fills n2's only GPU
+
+
+async def test_warm_filter_and_prioritize_answer_without_a_worker_thread(client, service, monkeypatch):
+    cold = (await _post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"]))).json()
+    assert cold["NodeNames"] == ["n1", "n2"]
+
+    async def no_thread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a warm answer must not need a worker thread")
+
+    monkeypatch.setattr("app.api.run_in_threadpool", no_thread)
+    warm = (await _post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"]))).json()
+    assert warm == cold
+    scores = (await _post(client, "prioritize", _args(service, "p-one", ["n1", "n2"]))).json()
+    by_host = {entry["Host"]: entry["Score"] for entry in scores}
+    assert by_host["n2"] > by_host["n1"]  # packing, as in the worker-thread answer above
+
+
+async def test_filter_waits_for_the_lock_on_a_worker_thread_while_probes_answer(client, service):
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with service.lock:
+            held.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    try:
+        pending = asyncio.ensure_future(_post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"])))
+        assert (await client.get("/healthz")).status_code == 200
+        assert not pending.done()
+    finally:
+        release.set()
+        holder.join(5)
+    assert (await pending).json()["NodeNames"] == ["n1", "n2"]
 
 
 # --- bind ----------------------------------------------------------------------------------------------

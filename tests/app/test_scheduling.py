@@ -12,6 +12,7 @@ import pytest
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import InvalidInputError
+from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 from app.binder import BindError
 from app.cluster import ClusterState
@@ -273,6 +274,10 @@ def test_cached_answers_equal_a_fresh_decision_through_binds_and_changes():
             want.failed,
             want.unresolvable,
         ), step
+        # Filter may decide by free-device counts: the nodes it passes are those where the search fits.
+        wanted = [svc.state.parsed_claim(f"ml/{name}")]
+        searcher = Allocator(svc.state.inventory, svc.selectors)
+        assert sorted(got.passed) == [n for n in nodes if searcher.allocate(svc.state.node(n), wanted)], step
         pod_now = svc.state.get("Pod", f"ml/{name}")
         assert svc.prioritize(pod_now, got.passed) == fresh.prioritize(
             fresh.state.get("Pod", f"ml/{name}"), got.passed
