@@ -1,10 +1,11 @@
 """``make bench``: the extender at cluster scale, side by side with the parse-and-echo floor.
 
 A client that behaves like kube-scheduler (one scheduling cycle at a time: filter -> prioritize -> bind,
-``nodeCacheCapable: true``, every node name in each call) drives a server subprocess (``bench.server``):
-the real extender on a synthetic cluster, or the floor (same routes, parse and echo only). Prints one
-table of every measure with its target. Absolute times drift between machines; compare ratios to the
-floor measured in the same run. Run ``python -m bench.bench --quick`` for a smaller, faster pass.
+``nodeCacheCapable: true``, every node name in each call) drives two server subprocesses
+(``bench.server``): the real extender on a synthetic cluster and the floor (same routes, parse and echo
+only), alternating between them cycle by cycle so that both see the same machine. Prints one table of
+every measure. Absolute times drift between machines; compare ratios to the floor of the same run.
+Run ``python -m bench.bench --quick`` for a smaller, faster pass.
 
 Measures (issue "Performance"): fill-up pods/s at 500 x 10; steady state at 90 % full with churn;
 per-verb p50/p99 at 5000 x 8; a pod without claims at 5000 nodes; ResourceSlice updates applied per
@@ -45,6 +46,11 @@ class Timings:
     @property
     def pods_per_second(self) -> float:
         return self.placed / self.elapsed if self.elapsed else 0.0
+
+
+Clients = dict[str, httpx.Client]
+"""The servers of one run by label (``extender``, ``floor``): every measure alternates between them call by
+call, so a noisy neighbour slows both alike and the ratios hold."""
 
 
 def _free_port() -> int:
@@ -89,6 +95,13 @@ def _server(kind: str, shape: Shape, allocated: int = 0) -> Iterator[httpx.Clien
         process.wait(timeout=30)
 
 
+@contextlib.contextmanager
+def _servers(shape: Shape) -> Iterator[Clients]:
+    """The extender and the floor on the same synthetic cluster, both running for the whole measure."""
+    with _server("extender", shape) as extender, _server("floor", shape) as floor:
+        yield {"extender": extender, "floor": floor}
+
+
 def _post(client: httpx.Client, path: str, body: object) -> tuple[object, float]:
     payload = orjson.dumps(body)
     start = time.perf_counter()
@@ -128,52 +141,76 @@ def _new_pod(client: httpx.Client, index: int) -> dict:
     return pod  # type: ignore[return-value]
 
 
-def fill_up(client: httpx.Client, shape: Shape, limit: int) -> Timings:
-    """Pods of one 1-GPU claim each until nothing fits (or ``limit`` pods)."""
-    names = [node_name(i) for i in range(shape.nodes)]
-    timings = Timings()
+def _timed_cycle(client: httpx.Client, index: int, names: list[str], timings: Timings) -> dict | None:
+    """Create pod ``index`` and schedule it; its time counts towards pods/s. The pod if it was placed."""
     start = time.perf_counter()
+    pod = _new_pod(client, index)
+    placed = _cycle(client, pod, names, timings)
+    timings.elapsed += time.perf_counter() - start
+    return pod if placed else None
+
+
+def fill_up(clients: Clients, shape: Shape, limit: int) -> dict[str, Timings]:
+    """Pods of one 1-GPU claim each until nothing fits (or ``limit`` pods), per server."""
+    names = [node_name(i) for i in range(shape.nodes)]
+    timings = {label: Timings() for label in clients}
+    full: set[str] = set()
     for index in range(limit):
-        if _cycle(client, _new_pod(client, index), names, timings) is None:
+        for label, client in clients.items():
+            if label not in full and _timed_cycle(client, index, names, timings[label]) is None:
+                full.add(label)
+        if len(full) == len(clients):
             break
-    timings.elapsed = time.perf_counter() - start
     return timings
 
 
-def steady_state(client: httpx.Client, shape: Shape, cycles: int, seed: int = 1) -> Timings:
+def steady_state(clients: Clients, shape: Shape, cycles: int, seed: int = 1) -> dict[str, Timings]:
     """Fill to 90 %, then delete a random placed pod and schedule a new one, ``cycles`` times."""
     names = [node_name(i) for i in range(shape.nodes)]
-    rng = random.Random(seed)
-    warm = Timings()
-    placed: list[str] = []
     target = int(shape.nodes * shape.gpus * 0.9)
+    placed: dict[str, list[str]] = {label: [] for label in clients}
     for index in range(target):
-        pod = _new_pod(client, index)
-        if _cycle(client, pod, names, warm):
-            placed.append(pod["metadata"]["name"])
-    timings = Timings()
-    start = time.perf_counter()
+        for label, client in clients.items():
+            pod = _timed_cycle(client, index, names, Timings())
+            if pod is not None:
+                placed[label].append(pod["metadata"]["name"])
+    timings = {label: Timings() for label in clients}
+    rngs = {label: random.Random(seed) for label in clients}
     for index in range(target, target + cycles):
-        victim = placed.pop(rng.randrange(len(placed)))
-        _post(client, "/bench/delete", {"name": victim})
-        pod = _new_pod(client, index)
-        if _cycle(client, pod, names, timings):
-            placed.append(pod["metadata"]["name"])
-    timings.elapsed = time.perf_counter() - start
+        for label, client in clients.items():
+            start = time.perf_counter()
+            victim = placed[label].pop(rngs[label].randrange(len(placed[label])))
+            _post(client, "/bench/delete", {"name": victim})
+            timings[label].elapsed += time.perf_counter() - start
+            pod = _timed_cycle(client, index, names, timings[label])
+            if pod is not None:
+                placed[label].append(pod["metadata"]["name"])
     return timings
 
 
-def no_claim_filter(client: httpx.Client, shape: Shape, calls: int) -> list[float]:
-    """Filter latency of a pod without claims over every node (the fast path)."""
+def large_cycles(clients: Clients, shape: Shape, cycles: int) -> dict[str, Timings]:
+    """``cycles`` scheduling cycles on a big, mostly empty cluster, per server."""
+    names = [node_name(i) for i in range(shape.nodes)]
+    timings = {label: Timings() for label in clients}
+    for index in range(cycles):
+        for label, client in clients.items():
+            _timed_cycle(client, index, names, timings[label])
+    return timings
+
+
+def no_claim_filter(clients: Clients, shape: Shape, calls: int) -> dict[str, list[float]]:
+    """Filter latency of a pod without claims over every node (the fast path), per server."""
     names = [node_name(i) for i in range(shape.nodes)]
     pod = {
         "metadata": {"name": "plain", "namespace": "bench", "uid": "plain-uid"},
         "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
     }
-    return [
-        _post(client, "/scheduler/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})[1]
-        for _ in range(calls)
-    ]
+    body = {"Pod": pod, "Nodes": None, "NodeNames": names}
+    latencies: dict[str, list[float]] = {label: [] for label in clients}
+    for _ in range(calls):
+        for label, client in clients.items():
+            latencies[label].append(_post(client, "/scheduler/filter", body)[1])
+    return latencies
 
 
 def slice_updates(shape: Shape, updates: int) -> float:
@@ -219,55 +256,47 @@ def main(argv: list[str] | None = None) -> int:
     cycles = 50 if args.quick else 200
     rows: list[tuple[str, str, str, str]] = []
 
-    for label, kind in (("extender", "extender"), ("floor", "floor")):
-        with _server(kind, small) as client:
-            fill = fill_up(client, small, small.nodes * small.gpus + 1)
-        with _server(kind, small) as client:
-            steady = steady_state(client, small, cycles)
-        with _server(kind, large) as client:
-            big = Timings()
-            names = [node_name(i) for i in range(large.nodes)]
-            for index in range(cycles):
-                _cycle(client, _new_pod(client, index), names, big)
-            plain = no_claim_filter(client, large, cycles)
+    with _servers(small) as clients:
+        fill = fill_up(clients, small, small.nodes * small.gpus + 1)
+    with _servers(small) as clients:
+        steady = steady_state(clients, small, cycles)
+    with _servers(large) as clients:
+        big = large_cycles(clients, large, cycles)
+        plain = no_claim_filter(clients, large, cycles)
+    for label in ("extender", "floor"):
         rows += [
             (
                 label,
                 f"fill-up {small.nodes}x{small.gpus}",
-                f"{fill.pods_per_second:.0f} pods/s",
-                f"filter p50 {_ms(fill.filter, 0.5):.2f} ms, "
-                f"prioritize p50 {_ms(fill.prioritize, 0.5):.2f} ms, "
-                f"bind p50 {_ms(fill.bind, 0.5):.2f} ms, {fill.placed} placed",
+                f"{fill[label].pods_per_second:.0f} pods/s",
+                f"filter p50 {_ms(fill[label].filter, 0.5):.2f} ms, "
+                f"prioritize p50 {_ms(fill[label].prioritize, 0.5):.2f} ms, "
+                f"bind p50 {_ms(fill[label].bind, 0.5):.2f} ms, {fill[label].placed} placed",
             ),
             (
                 label,
                 f"steady 90% {small.nodes}x{small.gpus}",
-                f"{steady.pods_per_second:.0f} pods/s",
-                f"filter p50 {_ms(steady.filter, 0.5):.2f} ms",
+                f"{steady[label].pods_per_second:.0f} pods/s",
+                f"filter p50 {_ms(steady[label].filter, 0.5):.2f} ms",
             ),
-            (
-                label,
-                f"{large.nodes}x{large.gpus} filter",
-                f"p50 {_ms(big.filter, 0.5):.2f} ms",
-                f"p99 {_ms(big.filter, 0.99):.2f} ms",
-            ),
-            (
-                label,
-                f"{large.nodes}x{large.gpus} prioritize",
-                f"p50 {_ms(big.prioritize, 0.5):.2f} ms",
-                f"p99 {_ms(big.prioritize, 0.99):.2f} ms",
-            ),
-            (
-                label,
-                f"{large.nodes}x{large.gpus} bind",
-                f"p50 {_ms(big.bind, 0.5):.2f} ms",
-                f"p99 {_ms(big.bind, 0.99):.2f} ms",
+            *(
+                (
+                    label,
+                    f"{large.nodes}x{large.gpus} {verb}",
+                    f"p50 {_ms(values, 0.5):.2f} ms",
+                    f"p99 {_ms(values, 0.99):.2f} ms",
+                )
+                for verb, values in (
+                    ("filter", big[label].filter),
+                    ("prioritize", big[label].prioritize),
+                    ("bind", big[label].bind),
+                )
             ),
             (
                 label,
                 f"no-claim pod, {large.nodes} nodes",
-                f"p50 {_ms(plain, 0.5):.2f} ms",
-                f"p99 {_ms(plain, 0.99):.2f} ms",
+                f"p50 {_ms(plain[label], 0.5):.2f} ms",
+                f"p99 {_ms(plain[label], 0.99):.2f} ms",
             ),
         ]
     updates = slice_updates(large, 20_000)
