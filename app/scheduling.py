@@ -5,18 +5,22 @@
   on each node, followed by the node's extended-resource claim when the pod asks for extended resources
   backed by DRA (``app.extended``, KEP-5004). Decisions are kept per (claims shape, node) while the
   node's inventory version is unchanged, shared by pods with equal claim specs; a shape's answer for a
-  node list is patched only for nodes changed since. An extended-resource claim left from an earlier
-  attempt fails
-  every node; as kube-scheduler's PostFilter, the service deletes it (binder permitting) and filters once
-  more, which is the attempt kube-scheduler would make next.
-* prioritize: 0-10 per node, scored in filter from the kept result (``allocator.scoring``: NUMA and PCIe
-  alignment, binpack or spread); devices inside a node are chosen by the device-selection policy
-  (``allocator.alignment``: ``aligned`` by default, ``first-fit`` for upstream's order).
+  node list is patched only for nodes changed since. Where free-device counts settle that the claims
+  fit (``allocator.counting``), the decision records just that; devices are chosen when the node is
+  scored or bound. An extended-resource claim left from an earlier attempt fails every node; as
+  kube-scheduler's PostFilter, the service deletes it (binder permitting) and filters once more, which
+  is the attempt kube-scheduler would make next.
+* prioritize: 0-10 per node from the kept decision (``allocator.scoring``: NUMA and PCIe alignment,
+  binpack or spread), choosing devices first on nodes filter passed by counts; devices inside a node are
+  chosen by the device-selection policy (``allocator.alignment``: ``aligned`` by default, ``first-fit``
+  for upstream's order).
 * bind: decide on the chosen node (the kept decision while it is current), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
   claims and the pod (``app.binder``); the reservation is released once the write is done or failed.
 
 Decisions hold one lock (the state is a single in-memory index); binder writes happen outside it.
+``filter_quick`` / ``prioritize_quick`` are the same decisions for the caller's thread (the event loop):
+they give up (None) rather than wait for the lock or search for more than a few milliseconds.
 """
 
 from __future__ import annotations
