@@ -1,17 +1,18 @@
-"""Decide that claims fit on a node from free-device counts, without the search.
+"""Decide whether claims fit on a node from free-device counts, without the search.
 
 The search (``allocator.search``) explores device combinations; for the common claim shapes a count
 settles it: when every request is ``ExactCount`` with one alternative, there are no constraints, and no
 device usable by one request is usable by another, the claims fit exactly when each request has at least
 ``count`` devices that pass the whole per-device funnel (``allocator.explain.DeviceChecker``: pool, class
 and request selectors, taints, not in use, counters and capacity). kube-scheduler's filter only needs
-that answer; which devices to take is chosen later, on the nodes that get scored or bound.
+that answer; which devices to take is chosen later, on the nodes that get scored or bound. A count that
+says "no" also spares the search its worst case: trying every combination before giving up.
 
-Only "fits" is ever concluded here. Everything else goes to the search, which also words the reason
-(``fits`` returns False): too few devices, requests sharing devices, a CEL or derived-attribute error
-on some device (the search decides whether it reaches that device), and devices whose choice is not a
-plain yes/no — shares of multi-allocatable devices, devices consuming counters, devices with binding
-conditions.
+Left to the search (``verdict`` is None): requests sharing devices, a CEL or derived-attribute error on
+some device (the search decides whether it reaches that device), devices whose choice is not a plain
+yes/no (shares of multi-allocatable devices, devices consuming counters, devices with binding
+conditions), nodes so large that even a straight search would reach ``MAX_SEARCH_STEPS``, and "no" on a
+node with an invalid pool (the search reports that pool instead).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from allocator.explain import DeviceChecker, node_devices
 from allocator.inventory import Inventory
 from allocator.model import MAX_DEVICES_PER_CLAIM, Claim, Device
 from allocator.nodeselector import Node
-from allocator.search import Allocator
+from allocator.search import MAX_SEARCH_STEPS, Allocator
 from allocator.selectors import SelectorCache
 
-__all__ = ["countable", "fits"]
+__all__ = ["countable", "verdict"]
 
 _SEARCH_DECIDES = frozenset({"cel-error", "derived-attribute-error"})
 """Rejections whose outcome depends on whether the search gets to the device (it stops at a fit)."""
@@ -43,12 +44,9 @@ def countable(claims: Sequence[Claim]) -> bool:
             if request.first_available or len(request.alternatives) != 1:
                 return False
             alt = request.alternatives[0]
-            if (
-                alt.mode != "ExactCount"
-                or alt.capacity_requests
-                or alt.admin_access
-                or alt.derived_attributes
-            ):
+            if alt.mode != "ExactCount" or alt.admin_access:
+                return False
+            if alt.capacity_requests or alt.derived_attributes:
                 return False
             total += alt.count
         if total > MAX_DEVICES_PER_CLAIM:
@@ -61,32 +59,39 @@ def _plain(device: Device) -> bool:
     return not (device.allow_multiple_allocations or device.consumes_counters or device.binding_conditions)
 
 
-def fits(inventory: Inventory, selectors: SelectorCache, node: Node, claims: Sequence[Claim]) -> bool:
-    """True when ``claims`` (``countable``) certainly fit together on ``node``; False when the search
-    must decide (no fit, or counts cannot tell). Raises what the search raises for the claims
-    themselves (AllocatorError: fatal for the pod), so a fatal claim is never reported as fitting."""
+def verdict(
+    inventory: Inventory, selectors: SelectorCache, node: Node, claims: Sequence[Claim]
+) -> bool | None:
+    """Whether ``claims`` (``countable``) fit together on ``node``: True or False exactly as the search
+    would find, or None when the search must decide. Raises what the search raises for the claims
+    themselves (AllocatorError: fatal for the pod), so a fatal claim is never decided here."""
     Allocator(inventory, selectors).validate(claims)
     devices = list(node_devices(inventory, node))
     if not all(_plain(nd.device) for nd in devices):
-        return False
+        return None
+    requests = [(claim, alt) for claim in claims for r in claim.requests for alt in r.alternatives]
+    # Each request scans the node's devices at most once when every request has enough of its own.
+    if len(requests) * len(devices) >= MAX_SEARCH_STEPS:
+        return None
     checker = DeviceChecker(inventory, selectors)
     taken: set[int] = set()
-    for claim in claims:
-        for request in claim.requests:
-            alt = request.alternatives[0]
-            usable = 0
-            for nd in devices:
-                if checker.in_use(alt, nd.device):
-                    continue
-                rejection = checker.check(claim, alt, nd)
-                if rejection is not None:
-                    if rejection.rule in _SEARCH_DECIDES:
-                        return False
-                    continue
-                if id(nd.device) in taken:
-                    return False  # two requests could use this device: which gets it is the search's job
-                taken.add(id(nd.device))
-                usable += 1
-            if usable < alt.count:
-                return False
+    short = False
+    for claim, alt in requests:
+        usable = 0
+        for nd in devices:
+            if checker.in_use(alt, nd.device):
+                continue
+            rejection = checker.check(claim, alt, nd)
+            if rejection is not None:
+                if rejection.rule in _SEARCH_DECIDES:
+                    return None
+                continue
+            if id(nd.device) in taken:
+                return None  # two requests could use this device: which gets it is the search's job
+            taken.add(id(nd.device))
+            usable += 1
+        short = short or usable < alt.count
+    if short:
+        # With no fit, the search reports an invalid pool it passed over (NodeLocalError) instead.
+        return None if any(nd.pool.invalid for nd in devices) else False
     return True
