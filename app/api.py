@@ -240,13 +240,13 @@ def create_app(
         return wire.encode_filter_result(args, outcome)
 
     def prioritize(args: wire.ExtenderArgs) -> bytes:
-        return wire.encode_host_priorities(
-            service.prioritize(args.pod, args.candidate_names, args.nodes_by_name)
-        )
+        names = args.candidate_names
+        return wire.encode_host_priorities(names, service.prioritize(args.pod, names, args.nodes_by_name))
 
     def prioritize_quick(args: wire.ExtenderArgs) -> bytes | None:
-        scores = service.prioritize_quick(args.pod, args.candidate_names, args.nodes_by_name)
-        return None if scores is None else wire.encode_host_priorities(scores)
+        names = args.candidate_names
+        scores = service.prioritize_quick(args.pod, names, args.nodes_by_name)
+        return None if scores is None else wire.encode_host_priorities(names, scores)
 
     quick_handlers = {"filter": filter_quick, "prioritize": prioritize_quick}
 

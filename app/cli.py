@@ -109,7 +109,7 @@ def _choose(service: SchedulingService, pod: Mapping[str, Any], passed: list[str
     if len(passed) == 1:
         return passed[0]
     best, best_score = passed[0], None
-    for node, score in service.prioritize(pod, passed):
+    for node, score in zip(passed, service.prioritize(pod, passed), strict=True):
         if best_score is None or score > best_score:
             best, best_score = node, score
     return best

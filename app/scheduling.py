@@ -36,10 +36,10 @@ from typing import Any
 import orjson
 
 from allocator.alignment import select
-from allocator.counting import countable, fits
+from allocator.counting import countable, verdict
 from allocator.diagnose import diagnose
 from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
-from allocator.inventory import AllocatedDevice, NodeVersions, allocated_devices
+from allocator.inventory import AllocatedDevice, Inventory, NodeVersions, allocated_devices
 from allocator.model import Claim
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.scoring import ScoringConfig, score_allocation
@@ -67,15 +67,12 @@ MAX_SHAPES = 256
 """Distinct claim specs whose per-node decisions are kept (oldest dropped first): one per template or
 shared-claim spec in use, each holding at most one decision per node."""
 
-QUICK_SELECTIONS = 4
-"""Nodes ``prioritize_quick`` may choose devices on itself (nodes filter passed by counts, usually just
-the node of the last bind). Count-decided claims have no constraints, so choosing is linear in the
-node's devices."""
-
-QUICK_WORK_SECONDS = 0.005
-"""Estimated search time up to which ``filter_quick`` / ``prioritize_quick`` answer on the caller's thread
-(the event loop): a warm answer only re-decides the few nodes changed since, and a thread handoff costs
-more than that on a busy 2-core node. Anything slower goes to a worker thread so probes stay responsive."""
+QUICK_DEVICE_CHECKS = 2048
+"""Work up to which ``filter_quick`` / ``prioritize_quick`` answer on the caller's thread (the event
+loop), counted as requests x devices of the nodes to decide (each check a few µs): a warm answer
+re-decides only the nodes changed since, usually one, and the handoff to a worker thread costs more than
+that on a busy 2-core node. They never run an open-ended search there (only counts, the reason funnel,
+and choosing devices where counts found enough), so probes stay responsive."""
 
 MAX_KEPT_RESULTS = 200_000
 """Per-(pod, node) results kept between filter and bind; the oldest are dropped first. kube-scheduler
@@ -133,8 +130,6 @@ class _ShapeOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     undecided: set[str] = field(default_factory=set)
-    node_seconds: float = 0.0
-    """Search time per re-decided node, last measured (how long re-deciding ``n`` nodes will take)."""
 
     def covers(self, name: str) -> bool:
         return (
@@ -180,7 +175,7 @@ class _PodView:
 
 
 class _NotQuick(Exception):
-    """The quick variant would have to search more than ``QUICK_WORK_SECONDS`` (or wait for the lock)."""
+    """The quick variant would have to search, or check more than ``QUICK_DEVICE_CHECKS`` devices."""
 
 
 class SchedulingService:
@@ -341,7 +336,7 @@ class SchedulingService:
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> FilterOutcome | None:
-        """``filter`` when its answer costs at most ``QUICK_WORK_SECONDS`` of search and the lock is free
+        """``filter`` when its answer needs no search and few device checks, and the lock is free
         (a pod without devices; the claims shape's answer for this node list patched for the few nodes
         changed since); else None, and the caller runs ``filter`` on a worker thread. Never does I/O."""
         if needs_no_devices(pod):
@@ -376,9 +371,9 @@ class SchedulingService:
         quick: bool = False,
         select: bool = False,
     ) -> FilterOutcome:
-        """Filter under the lock. ``quick``: raise _NotQuick rather than search more than
-        ``QUICK_WORK_SECONDS``. ``select``: choose the devices on every passing node (for prioritize and
-        bind) where filter alone may decide by counts."""
+        """Filter under the lock. ``quick``: raise _NotQuick (before changing anything of the pod's)
+        rather than search or check more than ``QUICK_DEVICE_CHECKS`` devices. ``select``: choose the
+        devices on every passing node (for prioritize and bind) where filter alone may decide by counts."""
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
         bound = self._bound_node(pod)
@@ -418,19 +413,35 @@ class SchedulingService:
         except AllocatorError as e:
             outcome.error = str(e)
             return outcome
-        view = _PodView(_shape(pending_claims), tuple(pc.key for pc in pending_claims), _spec_key(pod))
+        # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
+        shared = nodes is None and extended is None and not allocated
+        if quick and not shared:
+            raise _NotQuick
+        view = self._view(uid, pending_claims, pod, shared, keep=select)
+        if shared:
+            return self._filter_shared(outcome, node_names, pod, pending, view, quick=quick, select=select)
+        self._decide_nodes(
+            outcome, node_names, nodes, pod, allocated, pending, extended, view, select=True, quick=False
+        )
+        return outcome
+
+    def _view(
+        self, uid: str, pending_claims: list[PodClaim], pod: Mapping[str, Any], shared: bool, *, keep: bool
+    ) -> _PodView:
+        """The pod's view for this filter: a new one or, with ``keep`` (prioritize and bind completing the
+        last filter), the last one while it is for the same claims and pod spec, private decisions and all."""
+        view = _PodView(
+            _shape(pending_claims), tuple(pc.key for pc in pending_claims), _spec_key(pod), shared
+        )
+        last = self._pods.get(uid)
+        wanted = (view.shape, view.claims, view.pod_spec, view.shared)
+        if keep and last is not None and (last.shape, last.claims, last.pod_spec, last.shared) == wanted:
+            return last
         self._pods.pop(uid, None)
         self._pods[uid] = view
         if len(self._pods) > MAX_KEPT_RESULTS:
             del self._pods[next(iter(self._pods))]
-        # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
-        view.shared = nodes is None and extended is None and not allocated
-        if view.shared:
-            return self._filter_shared(outcome, node_names, pod, pending, view, quick=quick, select=select)
-        if quick:
-            raise _NotQuick
-        self._decide_nodes(outcome, node_names, nodes, pod, allocated, pending, extended, view, select=True)
-        return outcome
+        return view
 
     def _filter_shared(
         self,
@@ -453,7 +464,11 @@ class SchedulingService:
         names_key = hash(tuple(node_names))
         last = self._outcomes.get(view.shape)
         if select:
-            self._decide_nodes(outcome, node_names, None, pod, [], pending, None, view, select=True)
+            if quick and _device_checks(inventory, node_names, pending) > QUICK_DEVICE_CHECKS:
+                raise _NotQuick
+            self._decide_nodes(
+                outcome, node_names, None, pod, [], pending, None, view, select=True, quick=quick
+            )
             if last is not None and not outcome.error:
                 covered = [n for n in node_names if last.covers(n)]
                 last.record(covered, self._decisions.get(view.shape, {}), inventory.node_versions())
@@ -464,28 +479,23 @@ class SchedulingService:
         if changed is None:
             if quick:
                 raise _NotQuick
-            start = time.monotonic()
-            searched = self._decide_nodes(
-                outcome, node_names, None, pod, [], pending, None, view, select=False
+            self._decide_nodes(
+                outcome, node_names, None, pod, [], pending, None, view, select=False, quick=False
             )
             if not outcome.error:
                 last = _ShapeOutcome(names_key, inventory.node_versions().global_version, seq)
                 last.record(node_names, self._decisions.get(view.shape, {}), inventory.node_versions())
-                last.node_seconds = (time.monotonic() - start) / max(1, searched)
                 self._outcomes[view.shape] = last
                 if len(self._outcomes) > MAX_SHAPES:
                     del self._outcomes[next(iter(self._outcomes))]
             return outcome
         redo = [n for n in {*changed, *last.undecided} if last.covers(n)]
-        if quick and (last.undecided or len(redo) * last.node_seconds > QUICK_WORK_SECONDS):
+        if quick and (last.undecided or _device_checks(inventory, redo, pending) > QUICK_DEVICE_CHECKS):
             raise _NotQuick
         now = FilterOutcome()
-        start = time.monotonic()
-        searched = self._decide_nodes(now, redo, None, pod, [], pending, None, view, select=False)
+        self._decide_nodes(now, redo, None, pod, [], pending, None, view, select=False, quick=quick)
         if now.error:
             return now
-        if searched:
-            last.node_seconds = (time.monotonic() - start) / searched
         last.record(redo, self._decisions.get(view.shape, {}), inventory.node_versions())
         last.seq = seq
         outcome.passed = list(last.passed)
@@ -509,17 +519,17 @@ class SchedulingService:
         view: _PodView,
         *,
         select: bool,
-    ) -> int:
-        """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current); returns
-        how many nodes were searched. ``select``: a decision by counts is not enough, devices are chosen.
-        On a fatal error ``outcome.error`` is set and the node lists are empty."""
+        quick: bool,
+    ) -> None:
+        """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current).
+        ``select``: a decision by counts is not enough, devices are chosen. ``quick``: raise _NotQuick
+        rather than search. On a fatal error ``outcome.error`` is set and the node lists are empty."""
         decisions = self._decisions.get(view.shape) if view.shared else None
         versions = self.state.inventory.node_versions()
         named: dict[str, str] = {}  # a shared reason with this pod's claim names, once per distinct reason
         passed, failed, unresolvable = outcome.passed, outcome.failed, outcome.unresolvable
         budget = self.filter_time_budget
         deadline = time.monotonic() + budget
-        searched = 0
         for index, name in enumerate(node_names):
             if index % 64 == 0 and time.monotonic() > deadline:
                 failed.update(dict.fromkeys(node_names[index:], _budget_reason(budget)))
@@ -542,13 +552,14 @@ class SchedulingService:
             if time.monotonic() > deadline:  # the slow path: checked before every search
                 failed.update(dict.fromkeys(node_names[index:], _budget_reason(budget)))
                 break
-            searched += 1
             try:
-                decision = self._decide_node(name, nodes, pod, allocated, pending, extended, view, select)
+                decision = self._decide_node(
+                    name, nodes, pod, allocated, pending, extended, view, select=select, quick=quick
+                )
             except AllocatorError as e:
                 outcome.error = str(e)
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
-                return searched
+                return
             if decisions is None and view.shared:
                 decisions = self._decisions.get(view.shape)
             if decision is None:
@@ -557,7 +568,6 @@ class SchedulingService:
                 (unresolvable if decision.unresolvable else failed)[name] = decision.reason
             else:
                 passed.append(name)
-        return searched
 
     def _decide_node(
         self,
@@ -568,10 +578,13 @@ class SchedulingService:
         pending: list[Claim],
         extended: PodExtendedResources | None,
         view: _PodView,
+        *,
         select: bool,
+        quick: bool,
     ) -> _Decision | None:
         """Decide one node the slow way and record it (shared or private). None: the node is unknown.
-        Shared decisions may be taken by counts unless ``select``."""
+        Shared decisions may be taken by counts unless ``select``; ``quick``: raise _NotQuick rather
+        than search."""
         version = self.state.inventory.node_version(name)
         node = self._node(name, nodes)
         if node is None:
@@ -581,7 +594,7 @@ class SchedulingService:
             return _Decision(version, None, 0, reason, True)
         ext = extended.claim_for_node(self._node_object(name, nodes)) if extended else None
         claims = [*pending, ext.claim] if ext else pending
-        decision = self._decide(node, claims, version, select=select or not view.shared)
+        decision = self._decide(node, claims, version, select=select or not view.shared, quick=quick)
         if view.shared and not _has_share(decision.results):
             self._remember(view.shape, name, decision, claims)
         else:
@@ -589,21 +602,30 @@ class SchedulingService:
         return decision
 
     def _decide(
-        self, node: Node, claims: list[Claim], version: tuple[int, int], *, select: bool
+        self, node: Node, claims: list[Claim], version: tuple[int, int], *, select: bool, quick: bool
     ) -> _Decision:
-        """Allocate ``claims`` on ``node`` and score it, or say why not; unless ``select``, a fit by
-        free-device counts is the answer (no devices chosen). Raises AllocatorError (fatal)."""
+        """Allocate ``claims`` on ``node`` and score it, or say why not. Where free-device counts decide
+        (``allocator.counting``), "no" skips the search, and so does "yes" unless ``select`` (no devices
+        chosen then). ``quick``: raise _NotQuick rather than search. Raises AllocatorError (fatal)."""
         inventory = self.state.inventory
-        if not select and claims and countable(claims) and fits(inventory, self.selectors, node, claims):
+        counted = verdict(inventory, self.selectors, node, claims) if claims and countable(claims) else None
+        if counted is False:
+            return self._no_fit(node, claims, version)
+        if counted is True and not select:
             return _Decision(version, (), None, "", False)
+        if counted is None and claims and quick:
+            raise _NotQuick
         try:
             results = self._select(node, claims) if claims else []
         except NodeLocalError as e:
             return _Decision(version, None, 0, str(e), True)
         if results is None:
-            no_fit = diagnose(self.state.inventory, self.selectors, node, claims)
-            return _Decision(version, None, 0, no_fit.reason, no_fit.unresolvable)
+            return self._no_fit(node, claims, version)
         return _Decision(version, tuple(results), self._score(node, claims, results), "", False)
+
+    def _no_fit(self, node: Node, claims: list[Claim], version: tuple[int, int]) -> _Decision:
+        no_fit = diagnose(self.state.inventory, self.selectors, node, claims)
+        return _Decision(version, None, 0, no_fit.reason, no_fit.unresolvable)
 
     def _remember(self, shape: bytes, node: str, decision: _Decision, claims: list[Claim]) -> None:
         """Cache a decision for every pod with the same claim specs: claim names in the reason become
@@ -680,8 +702,9 @@ class SchedulingService:
         pod: Mapping[str, Any],
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> list[tuple[str, int]]:
-        """A 0..10 score per node, from the results kept by filter (re-filtering nodes it has not seen)."""
+    ) -> list[int]:
+        """A 0..10 score for each of ``node_names``, in order, from the decisions kept by filter (choosing
+        devices on nodes it passed by counts, and deciding nodes it has not seen)."""
         with self.lock:
             return self._prioritize(pod, node_names, nodes, quick=False)
 
@@ -690,9 +713,10 @@ class SchedulingService:
         pod: Mapping[str, Any],
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> list[tuple[str, int]] | None:
-        """``prioritize`` when every node's score is kept from filter and the lock is free; else None, and
-        the caller runs ``prioritize`` on a worker thread."""
+    ) -> list[int] | None:
+        """``prioritize`` when the lock is free and at most ``QUICK_DEVICE_CHECKS`` device checks remain
+        (scores kept from filter; devices chosen on the few nodes it passed by counts); else None, and the
+        caller runs ``prioritize`` on a worker thread."""
         if not self.lock.acquire(blocking=False):
             return None
         try:
@@ -709,22 +733,21 @@ class SchedulingService:
         nodes: Mapping[str, Mapping[str, Any]] | None,
         *,
         quick: bool,
-    ) -> list[tuple[str, int]]:
+    ) -> list[int]:
         pod = self._with_state_status(pod)
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
         scores = self._current_scores(uid, node_names)
-        missing = [n for n, score in scores.items() if score is None]
-        if missing:
-            if quick and len(missing) > QUICK_SELECTIONS:
-                raise _NotQuick
-            # Re-filtering replaces the pod's view: keep the scores found so far.
+        places = _unscored(scores)
+        if places:
+            missing = [node_names[i] for i in places]
             self._filter(pod, missing, nodes, quick=quick, select=True)
-            scores.update(self._kept_scores(uid, missing))
-        return [(n, score or 0) for n, score in scores.items()]
+            for i, score in zip(places, self._kept_scores(uid, missing), strict=True):
+                scores[i] = score or 0  # 0: the node does not fit, or could not be decided in time
+        return scores  # type: ignore[return-value]
 
-    def _current_scores(self, uid: str, node_names: Sequence[str]) -> dict[str, int | None]:
-        """Scores from the shape's answer when nothing changed since it (one dict read per node), else
-        node by node."""
+    def _current_scores(self, uid: str, node_names: Sequence[str]) -> list[int | None]:
+        """Each node's score (in order), from the shape's answer when nothing changed since it (one dict
+        read per node, at C speed: kube-scheduler sends every passing node), else node by node."""
         view = self._pods.get(uid)
         last = self._outcomes.get(view.shape) if view is not None and view.shared else None
         inventory = self.state.inventory
@@ -734,21 +757,22 @@ class SchedulingService:
             or last.global_version != inventory.node_versions().global_version
         ):
             return self._kept_scores(uid, node_names)
-        passed = last.passed
-        scores: dict[str, int | None] = {n: passed.get(n) for n in node_names}
-        others = [n for n, score in scores.items() if score is None]
-        if others:
-            scores.update(self._kept_scores(uid, others))
+        scores = list(map(last.passed.get, node_names))
+        places = _unscored(scores)
+        if places:
+            for i, score in zip(places, self._kept_scores(uid, [node_names[i] for i in places]), strict=True):
+                scores[i] = score
         return scores
 
-    def _kept_scores(self, uid: str, node_names: Sequence[str]) -> dict[str, int | None]:
-        """The score of each node's current decision for the pod (None where it must be decided again)."""
+    def _kept_scores(self, uid: str, node_names: Sequence[str]) -> list[int | None]:
+        """The score of each node's current decision for the pod, in order (None where it must be decided
+        again, or the node was passed by counts and not scored yet)."""
         view = self._pods.get(uid)
         if view is None:
-            return dict.fromkeys(node_names)
+            return [None] * len(node_names)
         shared = self._decisions.get(view.shape, {}) if view.shared else {}
         versions = self.state.inventory.node_versions()
-        scores: dict[str, int | None] = {}
+        scores: list[int | None] = []
         for name in node_names:
             found = view.private.get(name)
             decision = found[0] if found is not None else shared.get(name)
@@ -756,7 +780,7 @@ class SchedulingService:
                 versions.global_version,
                 versions.get(name),
             )
-            scores[name] = decision.score if current else None  # type: ignore[union-attr]
+            scores.append(decision.score if current else None)  # type: ignore[union-attr]
         return scores
 
     # --- bind -------------------------------------------------------------------------------------
@@ -870,6 +894,27 @@ def _named(reason: str, claims: list[Claim]) -> str:
     for index, claim in enumerate(claims):
         reason = reason.replace(f"claim \x00{index}\x00,", f"claim {claim.key},")
     return reason
+
+
+def _device_checks(inventory: Inventory, node_names: Iterable[str], claims: list[Claim]) -> int:
+    """Requests x devices of ``node_names``: how many per-device checks counting there takes."""
+    requests = sum(len(r.alternatives) for claim in claims for r in claim.requests)
+    total = 0
+    for name in node_names:
+        node = inventory.node(name)
+        if node is not None:
+            total += sum(len(s.devices) for pool in inventory.pools_for(node) for s in pool.slices)
+    return requests * total
+
+
+def _unscored(scores: list[int | None]) -> list[int]:
+    """Where ``scores`` holds None: C-speed scans, as there are thousands of nodes and usually one such."""
+    places: list[int] = []
+    try:
+        while True:
+            places.append(scores.index(None, places[-1] + 1 if places else 0))
+    except ValueError:
+        return places
 
 
 def _all_named(reasons: dict[str, str], claims: list[Claim]) -> dict[str, str]:

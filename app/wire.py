@@ -256,7 +256,7 @@ def encode_filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> bytes:
     if args.node_cache_capable:
         # Only names from the input: kube-scheduler fails the pod on a name it did not send.
         result["NodeNames"] = (
-            args.candidate_names if passed_all else [n for n in args.candidate_names if n in passed]
+            args.candidate_names if passed_all else list(filter(passed.__contains__, args.candidate_names))
         )
     else:
         items = [node for node in args.nodes or () if passed_all or node["metadata"]["name"] in passed]
@@ -267,9 +267,9 @@ def encode_filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> bytes:
     return orjson.dumps(result)
 
 
-def encode_host_priorities(scores: Sequence[tuple[str, int]]) -> bytes:
-    """``HostPriorityList``: a bare array ``[{"Host": node, "Score": 0..10}]``."""
-    return orjson.dumps([{"Host": host, "Score": score} for host, score in scores])
+def encode_host_priorities(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
+    """``HostPriorityList``: a bare array ``[{"Host": node, "Score": 0..10}]``, one entry per host."""
+    return orjson.dumps([{"Host": host, "Score": score} for host, score in zip(hosts, scores, strict=True)])
 
 
 def encode_binding_result(error: str = "") -> bytes:

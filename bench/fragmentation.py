@@ -101,7 +101,7 @@ def _schedule(service: SchedulingService, pod: dict[str, Any], nodes: list[str])
     best = outcome.passed[0]
     if len(outcome.passed) > 1:
         scores = service.prioritize(pod, outcome.passed)
-        best = max(scores, key=lambda item: item[1])[0]  # max keeps the first of equal scores
+        best = outcome.passed[scores.index(max(scores))]  # the first of equal scores
     meta = pod["metadata"]
     service.bind(meta["namespace"], meta["name"], meta["uid"], best)
     return True

@@ -78,7 +78,7 @@ def test_explain_agrees_with_filter_for_every_demo_pod_and_changes_nothing(demo)
         for verdict in explanation.nodes:
             if verdict.verdict == "fits" and verdict.score is not None:
                 # prioritize reuses what filter kept: the same score explain shows
-                assert dict(service.prioritize(pod, [verdict.node]))[verdict.node] == verdict.score.score
+                assert service.prioritize(pod, [verdict.node]) == [verdict.score.score]
 
 
 def test_numa_quad_allocation_score_and_funnels(demo):

@@ -497,7 +497,7 @@ def test_prioritize_counts_the_extended_claims_devices():
     )
     pod = svc.state.get("Pod", "default/p")
     # Packing score: 2 of 2 devices on n1 (10), 2 of 4 on n2 (5).
-    scores = dict(svc.prioritize(pod, ["n1", "n2"]))
+    scores = dict(zip(["n1", "n2"], svc.prioritize(pod, ["n1", "n2"]), strict=True))
     assert scores["n1"] > scores["n2"] > 0
 
 

@@ -320,10 +320,10 @@ def test_the_time_budget_is_checked_before_every_slow_decision():
     decide = svc._decide_node
     calls: list[str] = []
 
-    def slow(name: str, *args: Any) -> Any:
+    def slow(name: str, *args: Any, **kwargs: Any) -> Any:
         calls.append(name)
         time.sleep(0.2)
-        return decide(name, *args)
+        return decide(name, *args, **kwargs)
 
     svc._decide_node = slow  # type: ignore[method-assign]
     svc.filter_time_budget = 0.1
@@ -366,3 +366,72 @@ def test_concurrent_binds_of_pods_sharing_an_allocated_claim_keep_every_reservat
         t.join(5)
     reserved = svc.state.get("ResourceClaim", "ml/shared")["status"]["reservedFor"]
     assert sorted(r["name"] for r in reserved) == ["a", "b", "c"]
+
+
+def _gpu_cluster(nodes: int, gpus: int, *objects: tuple[str, dict[str, Any]]) -> SchedulingService:
+    names = [f"n{i}" for i in range(nodes)]
+    base: list[tuple[str, dict[str, Any]]] = [("Node", node(n)) for n in names]
+    base.append(("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"')))
+    base += [
+        ("ResourceSlice", resource_slice(f"{n}-gpus", DRIVER, n, [device(f"gpu-{g}") for g in range(gpus)]))
+        for n in names
+    ]
+    return SchedulingService(ClusterState.from_objects([*base, *objects]), SelectorCache(ExprEngine()))
+
+
+def _take(svc: SchedulingService, name: str, node_name: str, gpus: range) -> None:
+    """Another claim now holds these GPUs of ``node_name``."""
+    other = claim("ml", name, [request("gpu", "gpu", len(gpus))])
+    results = [{"request": "gpu", "driver": DRIVER, "pool": node_name, "device": f"gpu-{g}"} for g in gpus]
+    other["status"] = {"allocation": {"devices": {"results": results}}}
+    svc.state.apply("ResourceClaim", other)
+
+
+def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_loop():
+    # 16 of 40 GPUs wanted, 15 left: the search would try combinations until its step limit.
+    svc = _gpu_cluster(
+        2,
+        40,
+        ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu", 16)])),
+        ("Pod", pod("ml", "p", ["c"])),
+    )
+    wanted = svc.state.get("Pod", "ml/p")
+    assert svc.filter(wanted, ["n0", "n1"]).passed == ["n0", "n1"]
+    _take(svc, "other", "n0", range(25))
+    searches: list[str] = []
+    select = svc._select
+    svc._select = lambda node, claims: searches.append(node.name) or select(node, claims)  # type: ignore[method-assign]
+    outcome = svc.filter_quick(wanted, ["n0", "n1"])
+    assert outcome is not None and searches == []
+    assert outcome.passed == ["n1"]
+    assert outcome.failed == {
+        "n0": "claim ml/c, request gpu: 15 of 40 matching device(s) usable (25 in use, 0 tainted), 16 needed"
+    }
+
+
+def test_prioritize_quick_leaves_big_nodes_to_a_worker_thread():
+    svc = _gpu_cluster(
+        4, 1024, ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu")])), ("Pod", pod("ml", "p", ["c"]))
+    )
+    wanted = svc.state.get("Pod", "ml/p")
+    names = ["n0", "n1", "n2", "n3"]
+    assert svc.filter(wanted, names).passed == names  # decided by counts: no devices chosen yet
+    assert svc.prioritize_quick(wanted, names) is None  # choosing on 4 x 1024 devices is not quick
+    assert svc.prioritize_quick(wanted, ["n0"]) is not None
+
+
+def test_a_declined_prioritize_quick_keeps_the_pods_decisions():
+    svc = _gpu_cluster(
+        8, 8, ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu", 2)])), ("Pod", pod("ml", "p", ["c"]))
+    )
+    wanted = svc.state.get("Pod", "ml/p")
+    names = [f"n{i}" for i in range(8)]
+    sent = {n: svc.state.get("Node", n) for n in names}  # Node objects sent: decisions are the pod's own
+    passed = svc.filter(wanted, names, sent).passed
+    _take(svc, "other", "n0", range(1))
+    decided: list[str] = []
+    decide = svc._decide_node
+    svc._decide_node = lambda name, *a, **k: decided.append(name) or decide(name, *a, **k)  # type: ignore[method-assign]
+    assert svc.prioritize_quick(wanted, passed, sent) is None
+    svc.prioritize(wanted, passed, sent)
+    assert decided == ["n0"]  # only the node that changed since filter

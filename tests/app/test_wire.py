@@ -280,10 +280,10 @@ def test_encode_filter_names_only_from_the_input_in_input_order():
 
 
 def test_encode_prioritize_is_a_bare_array():
-    assert encode_host_priorities([("node-a", 7), ("node-d", 3)]) == (
+    assert encode_host_priorities(["node-a", "node-d"], [7, 3]) == (
         b'[{"Host":"node-a","Score":7},{"Host":"node-d","Score":3}]'
     )
-    assert encode_host_priorities([]) == b"[]"
+    assert encode_host_priorities([], []) == b"[]"
 
 
 def test_encode_bind_and_error():
