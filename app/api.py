@@ -25,8 +25,8 @@ Bodies are read as raw bytes and decoded with orjson (``app.wire``); the pydanti
 the OpenAPI document at ``/docs`` and never validate a request (Pods are large; the wire module checks the
 few fields the extender reads). The body is read in the event loop (size cap). Filter and prioritize
 answer there too when the answer is warm (``SchedulingService.filter_quick`` / ``prioritize_quick``: the
-lock is free and at most a few milliseconds of search remain), since a thread handoff costs more than that;
-every other decision runs in the thread pool so probes stay responsive while a filter holds the lock.
+lock is free, no search and few device checks remain), since a thread handoff costs more than that; every
+other decision runs in the thread pool so probes stay responsive while a filter holds the lock.
 """
 
 from __future__ import annotations
