@@ -20,7 +20,7 @@
 
 Decisions hold one lock (the state is a single in-memory index); binder writes happen outside it.
 ``filter_quick`` / ``prioritize_quick`` are the same decisions for the caller's thread (the event loop):
-they give up (None) rather than wait for the lock or search for more than a few milliseconds.
+they give up (None) rather than wait for the lock, search, or check more than ``QUICK_DEVICE_CHECKS`` devices.
 """
 
 from __future__ import annotations
