@@ -233,10 +233,21 @@ class _Aligner:
         tightest NUMA nodes first, then NUMA nodes. Either way the last attempt is every usable device,
         fragmented groups first. Devices without a NUMA node / root join every such group (unknown)."""
         relevant = set(self.relevant)
-        no_root = {i for i in relevant if not self.roots[i]}
-        no_numa = {i for i in relevant if self.numa[i] is None}
-        numa_members = {n: {i for i in relevant if self.numa[i] == n} | no_numa for n in self.numa_free}
-        root_members = {r: {i for i in relevant if r in self.roots[i]} | no_root for r in self.root_free}
+        # Members of each group in one pass over the devices (a node may have a root per device).
+        numa_members: dict[object, set[int]] = {n: set() for n in self.numa_free}
+        root_members: dict[object, set[int]] = {r: set() for r in self.root_free}
+        no_root, no_numa = set(), set()
+        for i in relevant:
+            numa = self.numa[i]
+            (no_numa if numa is None else numa_members[numa]).add(i)
+            for root in self.roots[i]:
+                root_members[root].add(i)
+            if not self.roots[i]:
+                no_root.add(i)
+        for members in numa_members.values():
+            members |= no_numa
+        for members in root_members.values():
+            members |= no_root
 
         def root_numa_room(root: object) -> int:
             return min(

@@ -11,17 +11,18 @@ says "no" also spares the search its worst case: trying every combination before
 Left to the search (``verdict`` is None): requests sharing devices, a CEL or derived-attribute error on
 some device (the search decides whether it reaches that device), devices whose choice is not a plain
 yes/no (shares of multi-allocatable devices, devices consuming counters, devices with binding
-conditions), nodes so large that even a straight search would reach ``MAX_SEARCH_STEPS``, and "no" on a
-node with an invalid pool (the search reports that pool instead).
+conditions, devices whose node selector the allocation result could not carry), nodes so large that
+even a straight search would reach ``MAX_SEARCH_STEPS``, and "no" on a node with an invalid pool (the
+search reports that pool instead).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from allocator.explain import DeviceChecker, node_devices
+from allocator.explain import DeviceChecker, NodeDevice, node_devices
 from allocator.inventory import Inventory
-from allocator.model import MAX_DEVICES_PER_CLAIM, Claim, Device
+from allocator.model import MAX_DEVICES_PER_CLAIM, Claim
 from allocator.nodeselector import Node
 from allocator.search import MAX_SEARCH_STEPS, Allocator
 from allocator.selectors import SelectorCache
@@ -54,9 +55,15 @@ def countable(claims: Sequence[Claim]) -> bool:
     return True
 
 
-def _plain(device: Device) -> bool:
-    """Taken whole or not at all: no shares, no counters, no binding conditions."""
-    return not (device.allow_multiple_allocations or device.consumes_counters or device.binding_conditions)
+def _plain(nd: NodeDevice) -> bool:
+    """Taken whole or not at all (no shares, no counters, no binding conditions), and its allocation
+    result can be written: the search rejects the whole pod when the node selector it would copy into
+    the result has several terms (``allocator.results``)."""
+    device = nd.device
+    if device.allow_multiple_allocations or device.consumes_counters or device.binding_conditions:
+        return False
+    selector = (device if nd.slice.per_device_node_selection else nd.slice).node_selector
+    return selector is None or len(selector.terms) == 1
 
 
 def verdict(
@@ -67,7 +74,7 @@ def verdict(
     themselves (AllocatorError: fatal for the pod), so a fatal claim is never decided here."""
     Allocator(inventory, selectors).validate(claims)
     devices = list(node_devices(inventory, node))
-    if not all(_plain(nd.device) for nd in devices):
+    if not all(_plain(nd) for nd in devices):
         return None
     requests = [(claim, alt) for claim in claims for r in claim.requests for alt in r.alternatives]
     # Each request scans the node's devices at most once when every request has enough of its own.

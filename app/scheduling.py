@@ -20,7 +20,8 @@
 
 Decisions hold one lock (the state is a single in-memory index); binder writes happen outside it.
 ``filter_quick`` / ``prioritize_quick`` are the same decisions for the caller's thread (the event loop):
-they give up (None) rather than wait for the lock, search, or check more than ``QUICK_DEVICE_CHECKS`` devices.
+they give up (None) rather than wait for the lock, search, or decide more than ``QUICK_DEVICE_CHECKS``
+allow.
 """
 
 from __future__ import annotations
@@ -67,12 +68,14 @@ MAX_SHAPES = 256
 """Distinct claim specs whose per-node decisions are kept (oldest dropped first): one per template or
 shared-claim spec in use, each holding at most one decision per node."""
 
-QUICK_DEVICE_CHECKS = 2048
-"""Work up to which ``filter_quick`` / ``prioritize_quick`` answer on the caller's thread (the event
-loop), counted as requests x devices of the nodes to decide (each check a few µs): a warm answer
+QUICK_NODES = 8
+QUICK_DEVICE_CHECKS = 512
+"""How much ``filter_quick`` / ``prioritize_quick`` may decide on the caller's thread (the event loop):
+at most ``QUICK_NODES`` nodes and ``QUICK_DEVICE_CHECKS`` requests x devices on them. A warm answer
 re-decides only the nodes changed since, usually one, and the handoff to a worker thread costs more than
-that on a busy 2-core node. They never run an open-ended search there (only counts, the reason funnel,
-and choosing devices where counts found enough), so probes stay responsive."""
+that on a busy 2-core node. They never search there (only counts, the reason funnel, and choosing devices
+where counts found enough, all linear in the devices), so with the default CEL engine this stays within a
+few milliseconds and probes stay responsive."""
 
 MAX_KEPT_RESULTS = 200_000
 """Per-(pod, node) results kept between filter and bind; the oldest are dropped first. kube-scheduler
@@ -175,7 +178,7 @@ class _PodView:
 
 
 class _NotQuick(Exception):
-    """The quick variant would have to search, or check more than ``QUICK_DEVICE_CHECKS`` devices."""
+    """The quick variant would have to search, or decide more than ``QUICK_DEVICE_CHECKS`` allow."""
 
 
 class SchedulingService:
@@ -372,7 +375,7 @@ class SchedulingService:
         select: bool = False,
     ) -> FilterOutcome:
         """Filter under the lock. ``quick``: raise _NotQuick (before changing anything of the pod's)
-        rather than search or check more than ``QUICK_DEVICE_CHECKS`` devices. ``select``: choose the
+        rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow. ``select``: choose the
         devices on every passing node (for prioritize and bind) where filter alone may decide by counts."""
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
@@ -464,7 +467,7 @@ class SchedulingService:
         names_key = hash(tuple(node_names))
         last = self._outcomes.get(view.shape)
         if select:
-            if quick and _device_checks(inventory, node_names, pending) > QUICK_DEVICE_CHECKS:
+            if quick and not _quick_enough(inventory, node_names, pending):
                 raise _NotQuick
             self._decide_nodes(
                 outcome, node_names, None, pod, [], pending, None, view, select=True, quick=quick
@@ -490,7 +493,7 @@ class SchedulingService:
                     del self._outcomes[next(iter(self._outcomes))]
             return outcome
         redo = [n for n in {*changed, *last.undecided} if last.covers(n)]
-        if quick and (last.undecided or _device_checks(inventory, redo, pending) > QUICK_DEVICE_CHECKS):
+        if quick and (last.undecided or not _quick_enough(inventory, redo, pending)):
             raise _NotQuick
         now = FilterOutcome()
         self._decide_nodes(now, redo, None, pod, [], pending, None, view, select=False, quick=quick)
@@ -714,7 +717,7 @@ class SchedulingService:
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[int] | None:
-        """``prioritize`` when the lock is free and at most ``QUICK_DEVICE_CHECKS`` device checks remain
+        """``prioritize`` when the lock is free and ``QUICK_DEVICE_CHECKS`` allow what remains
         (scores kept from filter; devices chosen on the few nodes it passed by counts); else None, and the
         caller runs ``prioritize`` on a worker thread."""
         if not self.lock.acquire(blocking=False):
@@ -896,15 +899,19 @@ def _named(reason: str, claims: list[Claim]) -> str:
     return reason
 
 
-def _device_checks(inventory: Inventory, node_names: Iterable[str], claims: list[Claim]) -> int:
-    """Requests x devices of ``node_names``: how many per-device checks counting there takes."""
+def _quick_enough(inventory: Inventory, node_names: Sequence[str], claims: list[Claim]) -> bool:
+    """Whether deciding ``node_names`` stays within ``QUICK_NODES`` and ``QUICK_DEVICE_CHECKS``."""
+    if len(node_names) > QUICK_NODES:
+        return False
     requests = sum(len(r.alternatives) for claim in claims for r in claim.requests)
-    total = 0
+    checks = 0
     for name in node_names:
         node = inventory.node(name)
         if node is not None:
-            total += sum(len(s.devices) for pool in inventory.pools_for(node) for s in pool.slices)
-    return requests * total
+            checks += requests * sum(
+                len(s.devices) for pool in inventory.pools_for(node) for s in pool.slices
+            )
+    return checks <= QUICK_DEVICE_CHECKS
 
 
 def _unscored(scores: list[int | None]) -> list[int]:

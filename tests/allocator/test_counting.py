@@ -98,6 +98,21 @@ def test_shared_or_counter_consuming_devices_are_left_to_the_search():
     assert counts_say(world, claim("c", request("r"))) is None
 
 
+def test_devices_whose_node_selector_a_result_cannot_carry_are_left_to_the_search():
+    # The search finds the device, then refuses to write a result with a two-term node selector.
+    two_terms = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]},
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z9"]}]},
+        ]
+    }
+    world = World(slices=[slice_("s", DRIVER_A, "pool", [device("a")], node=None, nodeSelector=two_terms)])
+    wanted = claim("c", request("r"))
+    with pytest.raises(AllocatorError, match="2 terms"):
+        world.allocate(wanted)
+    assert counts_say(world, wanted) is None
+
+
 def test_fatal_claim_errors_are_raised_as_the_search_raises_them():
     world = World(slices=[gpus(2)])
     broken = claim("c", request("r", class_name="no-such-class"))

@@ -16,7 +16,7 @@ from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 from app.binder import BindError
 from app.cluster import ClusterState
-from app.scheduling import SchedulingService
+from app.scheduling import QUICK_DEVICE_CHECKS, QUICK_NODES, SchedulingService
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"
@@ -409,15 +409,20 @@ def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_
     }
 
 
-def test_prioritize_quick_leaves_big_nodes_to_a_worker_thread():
+def test_prioritize_quick_leaves_many_or_big_nodes_to_a_worker_thread():
+    gpus = QUICK_DEVICE_CHECKS // 2  # one request: two such nodes are the most a quick answer may take
     svc = _gpu_cluster(
-        4, 1024, ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu")])), ("Pod", pod("ml", "p", ["c"]))
+        QUICK_NODES + 1,
+        gpus,
+        ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu")])),
+        ("Pod", pod("ml", "p", ["c"])),
     )
     wanted = svc.state.get("Pod", "ml/p")
-    names = ["n0", "n1", "n2", "n3"]
+    names = [f"n{i}" for i in range(QUICK_NODES + 1)]
     assert svc.filter(wanted, names).passed == names  # decided by counts: no devices chosen yet
-    assert svc.prioritize_quick(wanted, names) is None  # choosing on 4 x 1024 devices is not quick
-    assert svc.prioritize_quick(wanted, ["n0"]) is not None
+    assert svc.prioritize_quick(wanted, names) is None  # too many nodes
+    assert svc.prioritize_quick(wanted, names[:3]) is None  # too many devices
+    assert svc.prioritize_quick(wanted, names[:2]) == svc.prioritize(wanted, names[:2])
 
 
 def test_a_declined_prioritize_quick_keeps_the_pods_decisions():
