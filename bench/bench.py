@@ -304,68 +304,37 @@ def main(argv: list[str] | None = None) -> int:
         plain = no_claim_filter(clients, large, cycles)
     ext, flo = "extender", "floor"
     small_name, large_name = f"{small.nodes}x{small.gpus}", f"{large.nodes}x{large.gpus}"
+
+    def p50(name: str, runs: dict[str, Timings], verb: str, target: str) -> Row:
+        ext_values, floor_values = getattr(runs[ext], verb), getattr(runs[flo], verb)
+        return Row(f"{name}: {verb} p50", "ms", _ms(ext_values, 0.5), _ms(floor_values, 0.5), target)
+
+    def once(name: str, verb: str) -> Row:
+        return Row(
+            f"{name}: {verb}",
+            "ms",
+            1000 * getattr(first[ext], verb)[0],
+            1000 * getattr(first[flo], verb)[0],
+            "",
+        )
+
+    fill_name, steady_name = f"fill-up {small_name}", f"steady 90% {small_name}"
     rows = [
-        Row(f"fill-up {small_name}: pods placed", "pods", fill[ext].placed, fill[flo].placed, ""),
-        Row(
-            f"fill-up {small_name}", "pods/s", fill[ext].pods_per_second, fill[flo].pods_per_second, ">= 0.5x"
-        ),
-        Row(
-            f"fill-up {small_name}: filter p50",
-            "ms",
-            _ms(fill[ext].filter, 0.5),
-            _ms(fill[flo].filter, 0.5),
-            "<= 2x",
-        ),
-        Row(
-            f"fill-up {small_name}: prioritize p50",
-            "ms",
-            _ms(fill[ext].prioritize, 0.5),
-            _ms(fill[flo].prioritize, 0.5),
-            "<= 2x",
-        ),
-        Row(
-            f"fill-up {small_name}: bind p50",
-            "ms",
-            _ms(fill[ext].bind, 0.5),
-            _ms(fill[flo].bind, 0.5),
-            "<= 3x",
-        ),
-        Row(
-            f"steady 90% {small_name}", "pods/s", steady[ext].pods_per_second, steady[flo].pods_per_second, ""
-        ),
-        Row(
-            f"steady 90% {small_name}: filter p50",
-            "ms",
-            _ms(steady[ext].filter, 0.5),
-            _ms(steady[flo].filter, 0.5),
-            "<= 2x",
-        ),
+        Row(f"{fill_name}: pods placed", "pods", fill[ext].placed, fill[flo].placed, ""),
+        Row(fill_name, "pods/s", fill[ext].pods_per_second, fill[flo].pods_per_second, ">= 0.5x"),
+        p50(fill_name, fill, "filter", "<= 2x"),
+        p50(fill_name, fill, "prioritize", "<= 2x"),
+        p50(fill_name, fill, "bind", "<= 3x"),
+        Row(steady_name, "pods/s", steady[ext].pods_per_second, steady[flo].pods_per_second, ""),
+        p50(steady_name, steady, "filter", "<= 2x"),
         *_latency_rows(f"{large_name} filter", big[ext].filter, big[flo].filter, "<= 3x", "<= 10 ms (p99)"),
         *_latency_rows(f"{large_name} prioritize", big[ext].prioritize, big[flo].prioritize, "<= 2x"),
         *_latency_rows(f"{large_name} bind", big[ext].bind, big[flo].bind, "<= 3x"),
-        Row(
-            f"{large_name} first pod of a claim shape: filter",
-            "ms",
-            1000 * first[ext].filter[0],
-            1000 * first[flo].filter[0],
-            "",
-        ),
-        Row(
-            f"{large_name} first pod of a claim shape: prioritize",
-            "ms",
-            1000 * first[ext].prioritize[0],
-            1000 * first[flo].prioritize[0],
-            "",
-        ),
+        once(f"{large_name} first pod of a claim shape", "filter"),
+        once(f"{large_name} first pod of a claim shape", "prioritize"),
         *_latency_rows(f"no-claim pod, {large.nodes} nodes: filter", plain[ext], plain[flo], "<= 1.2x"),
         Row("ResourceSlice update applied", "µs", 1e6 / slice_updates(large, 20_000), None, "<= 100 µs"),
-        Row(
-            f"peak RSS {large_name}, {claims:,} allocated claims",
-            "MB",
-            peak_rss_mb(large, claims),
-            None,
-            "<= 500 MB",
-        ),
+        Row(f"peak RSS {large_name}, {claims:,} claims", "MB", peak_rss_mb(large, claims), None, "<= 500 MB"),
     ]
     table = [["measure", "extender", "floor", "ratio", "target"], *(row.cells() for row in rows)]
     width = [max(len(line[i]) for line in table) for i in range(5)]
