@@ -19,15 +19,17 @@ search reports that pool instead).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from allocator.diagnose import NoFit, too_few_free, too_few_matching
 from allocator.explain import DeviceChecker, NodeDevice, node_devices
 from allocator.inventory import Inventory
-from allocator.model import MAX_DEVICES_PER_CLAIM, Claim
+from allocator.model import MAX_DEVICES_PER_CLAIM, Claim, DeviceRequest
 from allocator.nodeselector import Node
 from allocator.search import MAX_SEARCH_STEPS, Allocator
 from allocator.selectors import SelectorCache
 
-__all__ = ["countable", "verdict"]
+__all__ = ["Verdict", "countable", "verdict"]
 
 _SEARCH_DECIDES = frozenset({"cel-error", "derived-attribute-error"})
 """Rejections whose outcome depends on whether the search gets to the device (it stops at a fit)."""
@@ -66,12 +68,20 @@ def _plain(nd: NodeDevice) -> bool:
     return selector is None or len(selector.terms) == 1
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether the claims fit; when they do not, why (the reason ``allocator.diagnose`` gives)."""
+
+    fits: bool
+    no_fit: NoFit | None = None
+
+
 def verdict(
     inventory: Inventory, selectors: SelectorCache, node: Node, claims: Sequence[Claim]
-) -> bool | None:
-    """Whether ``claims`` (``countable``) fit together on ``node``: True or False exactly as the search
-    would find, or None when the search must decide. Raises what the search raises for the claims
-    themselves (AllocatorError: fatal for the pod), so a fatal claim is never decided here."""
+) -> Verdict | None:
+    """Whether ``claims`` (``countable``) fit together on ``node``, exactly as the search would find, or
+    None when the search must decide. Raises what the search raises for the claims themselves
+    (AllocatorError: fatal for the pod), so a fatal claim is never decided here."""
     Allocator(inventory, selectors).validate(claims)
     devices = list(node_devices(inventory, node))
     if not all(_plain(nd) for nd in devices):
@@ -82,7 +92,7 @@ def verdict(
         return None
     checker = DeviceChecker(inventory, selectors)
     taken: set[int] = set()
-    short = False
+    short: tuple[Claim, DeviceRequest] | None = None
     for claim, alt in requests:
         usable = 0
         for nd in devices:
@@ -97,8 +107,33 @@ def verdict(
                 return None  # two requests could use this device: which gets it is the search's job
             taken.add(id(nd.device))
             usable += 1
-        short = short or usable < alt.count
-    if short:
-        # With no fit, the search reports an invalid pool it passed over (NodeLocalError) instead.
-        return None if any(nd.pool.invalid for nd in devices) else False
-    return True
+        if short is None and usable < alt.count:
+            short = (claim, alt)
+    if short is None:
+        return Verdict(True)
+    # With no fit, the search reports an invalid pool it passed over (NodeLocalError) instead.
+    if any(nd.pool.invalid for nd in devices):
+        return None
+    no_fit = _short_of_devices(checker, devices, *short)
+    return None if no_fit is None else Verdict(False, no_fit)
+
+
+def _short_of_devices(
+    checker: DeviceChecker, devices: list[NodeDevice], claim: Claim, alt: DeviceRequest
+) -> NoFit | None:
+    """Why the first short request falls short (``diagnose``'s first reasons), or None when it is short
+    only at counters / capacity (the full funnel words that)."""
+    matching = tolerated = free = 0
+    for nd in devices:
+        rejection = checker.check(claim, alt, nd, last="tolerations")
+        if rejection is None:
+            matching += 1
+            tolerated += 1
+            free += not checker.in_use(alt, nd.device)
+        elif rejection.stage == "tolerations":
+            matching += 1
+    if matching < alt.count:
+        return too_few_matching(claim, alt.name, alt.class_name, matching, alt.count)
+    if free < alt.count:
+        return too_few_free(claim, alt.name, matching, tolerated, free, alt.count)
+    return None

@@ -20,7 +20,7 @@ from allocator.model import Claim
 from allocator.nodeselector import Node
 from allocator.selectors import SelectorCache
 
-__all__ = ["NoFit", "RequestFunnel", "diagnose", "request_funnel"]
+__all__ = ["NoFit", "RequestFunnel", "diagnose", "request_funnel", "too_few_free", "too_few_matching"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,26 @@ class NoFit:
     unresolvable: bool
 
 
+def too_few_matching(claim: Claim, request: str, device_class: str, matching: int, needed: int) -> NoFit:
+    """Fewer devices match the class and request selectors than needed: unresolvable."""
+    return NoFit(
+        f"claim {claim.key}, request {request}: node has {matching} device(s) of class {device_class} "
+        f"matching the selectors, {needed} needed",
+        True,
+    )
+
+
+def too_few_free(claim: Claim, request: str, matching: int, tolerated: int, free: int, needed: int) -> NoFit:
+    """Of the ``matching`` devices, ``tolerated`` pass the taints and ``free`` of those are not in use,
+    fewer than needed; unresolvable when none is in use (freeing devices would not help)."""
+    in_use = tolerated - free
+    return NoFit(
+        f"claim {claim.key}, request {request}: {free} of {matching} matching device(s) usable "
+        f"({in_use} in use, {matching - tolerated} tainted), {needed} needed",
+        in_use == 0,
+    )
+
+
 def diagnose(inventory: Inventory, selectors: SelectorCache, node: Node, claims: Sequence[Claim]) -> NoFit:
     """The one-line reason the claims do not fit on ``node`` (after the search said so)."""
     for claim in claims:
@@ -39,26 +59,14 @@ def diagnose(inventory: Inventory, selectors: SelectorCache, node: Node, claims:
                 request_funnel(inventory, selectors, node, claim, alt, last="not_in_use", examples=0)
                 for alt in request.alternatives
             ]
+            f = funnels[0]
             if all(f.count("request_selectors") < f.needed for f in funnels):
-                f = funnels[0]
-                return NoFit(
-                    f"claim {claim.key}, request {f.request}: node has {f.count('request_selectors')} "
-                    f"device(s) of class {f.device_class} matching the selectors, {f.needed} needed",
-                    True,
+                return too_few_matching(
+                    claim, f.request, f.device_class, f.count("request_selectors"), f.needed
                 )
             if all(f.count("not_in_use") < f.needed for f in funnels):
-                f = funnels[0]
-                matching, tolerated, free = (
-                    f.count("request_selectors"),
-                    f.count("tolerations"),
-                    f.count("not_in_use"),
-                )
-                in_use = tolerated - free
-                return NoFit(
-                    f"claim {claim.key}, request {f.request}: {free} of {matching} matching "
-                    f"device(s) usable ({in_use} in use, {matching - tolerated} tainted), {f.needed} needed",
-                    in_use == 0,
-                )
+                counts = (f.count("request_selectors"), f.count("tolerations"), f.count("not_in_use"))
+                return too_few_free(claim, f.request, *counts, f.needed)
     for claim in claims:
         funnels = claim_funnels(inventory, selectors, node, claim, examples=1)
         by_request: dict[str, list[RequestFunnel]] = {}

@@ -612,9 +612,9 @@ class SchedulingService:
         chosen then). ``quick``: raise _NotQuick rather than search. Raises AllocatorError (fatal)."""
         inventory = self.state.inventory
         counted = verdict(inventory, self.selectors, node, claims) if claims and countable(claims) else None
-        if counted is False:
-            return self._no_fit(node, claims, version)
-        if counted is True and not select:
+        if counted is not None and counted.no_fit is not None:
+            return _Decision(version, None, 0, counted.no_fit.reason, counted.no_fit.unresolvable)
+        if counted is not None and not select:
             return _Decision(version, (), None, "", False)
         if counted is None and claims and quick:
             raise _NotQuick
@@ -623,12 +623,9 @@ class SchedulingService:
         except NodeLocalError as e:
             return _Decision(version, None, 0, str(e), True)
         if results is None:
-            return self._no_fit(node, claims, version)
+            no_fit = diagnose(inventory, self.selectors, node, claims)
+            return _Decision(version, None, 0, no_fit.reason, no_fit.unresolvable)
         return _Decision(version, tuple(results), self._score(node, claims, results), "", False)
-
-    def _no_fit(self, node: Node, claims: list[Claim], version: tuple[int, int]) -> _Decision:
-        no_fit = diagnose(self.state.inventory, self.selectors, node, claims)
-        return _Decision(version, None, 0, no_fit.reason, no_fit.unresolvable)
 
     def _remember(self, shape: bytes, node: str, decision: _Decision, claims: list[Claim]) -> None:
         """Cache a decision for every pod with the same claim specs: claim names in the reason become

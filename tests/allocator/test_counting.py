@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from allocator.counting import countable, verdict
+from allocator.diagnose import diagnose
 from allocator.errors import AllocatorError
 from tests.allocator.builders import (
     CLASS_A,
@@ -33,7 +34,8 @@ def gpus(n: int) -> dict[str, Any]:
 
 
 def counts_say(world: World, *claims) -> bool | None:
-    return verdict(world.inventory, world.selectors, NODE1, list(claims))
+    found = verdict(world.inventory, world.selectors, NODE1, list(claims))
+    return None if found is None else found.fits
 
 
 @pytest.mark.parametrize(
@@ -56,7 +58,12 @@ def test_countable_shapes(spec, expected):
 def test_enough_free_devices_fit_and_too_few_do_not():
     world = World(slices=[gpus(3)]).allocated("default/other", result("r", "gpu-0"))
     assert counts_say(world, claim("c", request("r", count=2))) is True
-    assert counts_say(world, claim("c", request("r", count=3))) is False
+    short = verdict(world.inventory, world.selectors, NODE1, [claim("c", request("r", count=3))])
+    assert short is not None and not short.fits and short.no_fit is not None
+    assert short.no_fit.reason == (
+        "claim default/c, request r: 2 of 3 matching device(s) usable (1 in use, 0 tainted), 3 needed"
+    )
+    assert not short.no_fit.unresolvable  # freeing gpu-0 would help
     assert world.allocate(claim("c", request("r", count=3))) is None
 
 
@@ -168,10 +175,14 @@ def test_counts_agree_with_the_search_on_random_nodes():
             else [claim(f"c{i}", r) for i, r in enumerate(requests)]
         )
         by_search = world.allocate(*claims) is not None
-        by_counts = counts_say(world, *claims)
+        by_counts = verdict(world.inventory, world.selectors, NODE1, claims)
         if by_counts is not None:
-            assert by_counts == by_search, claims
-            fitting[by_counts] += 1
+            assert by_counts.fits == by_search, claims
+            fitting[by_counts.fits] += 1
+            # A "no" carries the reason the search path gives (allocator.diagnose after the search).
+            assert by_counts.no_fit == (
+                None if by_search else diagnose(world.inventory, world.selectors, NODE1, claims)
+            )
         if len({c for c, _ in kinds}) == len(kinds):  # requests of distinct classes never compete
             assert by_counts is not None, claims
     assert min(fitting.values()) > 50  # the generator makes both nodes that fit and nodes that do not
