@@ -30,9 +30,9 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -53,6 +53,8 @@ from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
 __all__ = ["EffectiveClaims", "FilterOutcome", "SchedulingService", "needs_no_devices"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
@@ -175,6 +177,19 @@ class _PodView:
     shared: bool = False
     """Whether the decisions are the shape's shared ones (else only ``private`` holds this pod's)."""
     private: dict[str, tuple[_Decision, ExtendedClaim | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What one filter call decides nodes for: the pod, its view, the claims to allocate, and the per-pod
+    extras that keep decisions private (allocated claims, extended resources, Node objects sent)."""
+
+    pod: Mapping[str, Any]
+    view: _PodView
+    pending: list[Claim]
+    allocated: list[PodClaim] = field(default_factory=list)
+    extended: PodExtendedResources | None = None
+    nodes: Mapping[str, Mapping[str, Any]] | None = None
 
 
 class _NotQuick(Exception):
@@ -344,16 +359,11 @@ class SchedulingService:
         changed since); else None, and the caller runs ``filter`` on a worker thread. Never does I/O."""
         if needs_no_devices(pod):
             return _passes_all(node_names)
-        if not self.lock.acquire(blocking=False):
-            return None
-        try:
-            outcome = self._filter(self._with_state_status(pod), node_names, nodes, quick=True)
-        except _NotQuick:
-            return None
-        finally:
-            self.lock.release()
+        outcome = self._quickly(
+            lambda: self._filter(self._with_state_status(pod), node_names, nodes, quick=True)
+        )
         # Deleting a leftover extended-resource claim is a write: it belongs on a worker thread.
-        return None if outcome.stale_claims else outcome
+        return None if outcome is None or outcome.stale_claims else outcome
 
     def _delete_stale_claims(self, claims: list[tuple[str, str]]) -> bool:
         """Delete leftover extended-resource claims through the binder; False if it cannot or failed."""
@@ -422,10 +432,11 @@ class SchedulingService:
             raise _NotQuick
         view = self._view(uid, pending_claims, pod, shared, keep=select)
         if shared:
-            return self._filter_shared(outcome, node_names, pod, pending, view, quick=quick, select=select)
-        self._decide_nodes(
-            outcome, node_names, nodes, pod, allocated, pending, extended, view, select=True, quick=False
-        )
+            return self._filter_shared(
+                outcome, node_names, _Asked(pod, view, pending), quick=quick, select=select
+            )
+        asked = _Asked(pod, view, pending, allocated, extended, nodes)
+        self._decide_nodes(outcome, node_names, asked, select=True, quick=False)
         return outcome
 
     def _view(
@@ -450,9 +461,7 @@ class SchedulingService:
         self,
         outcome: FilterOutcome,
         node_names: Sequence[str],
-        pod: Mapping[str, Any],
-        pending: list[Claim],
-        view: _PodView,
+        asked: _Asked,
         *,
         quick: bool,
         select: bool,
@@ -463,15 +472,14 @@ class SchedulingService:
         ``select`` (prioritize, bind: a few nodes): choose devices on each passing node and patch the
         shape's answer; the answer keeps the node list filter asked for."""
         inventory = self.state.inventory
+        view, pending = asked.view, asked.pending
         seq = inventory.change_seq
         names_key = hash(tuple(node_names))
         last = self._outcomes.get(view.shape)
         if select:
             if quick and not _quick_enough(inventory, node_names, pending):
                 raise _NotQuick
-            self._decide_nodes(
-                outcome, node_names, None, pod, [], pending, None, view, select=True, quick=quick
-            )
+            self._decide_nodes(outcome, node_names, asked, select=True, quick=quick)
             if last is not None and not outcome.error:
                 covered = [n for n in node_names if last.covers(n)]
                 last.record(covered, self._decisions.get(view.shape, {}), inventory.node_versions())
@@ -482,9 +490,7 @@ class SchedulingService:
         if changed is None:
             if quick:
                 raise _NotQuick
-            self._decide_nodes(
-                outcome, node_names, None, pod, [], pending, None, view, select=False, quick=False
-            )
+            self._decide_nodes(outcome, node_names, asked, select=False, quick=False)
             if not outcome.error:
                 last = _ShapeOutcome(names_key, inventory.node_versions().global_version, seq)
                 last.record(node_names, self._decisions.get(view.shape, {}), inventory.node_versions())
@@ -496,7 +502,7 @@ class SchedulingService:
         if quick and (last.undecided or not _quick_enough(inventory, redo, pending)):
             raise _NotQuick
         now = FilterOutcome()
-        self._decide_nodes(now, redo, None, pod, [], pending, None, view, select=False, quick=quick)
+        self._decide_nodes(now, redo, asked, select=False, quick=quick)
         if now.error:
             return now
         last.record(redo, self._decisions.get(view.shape, {}), inventory.node_versions())
@@ -514,12 +520,7 @@ class SchedulingService:
         self,
         outcome: FilterOutcome,
         node_names: Sequence[str],
-        nodes: Mapping[str, Mapping[str, Any]] | None,
-        pod: Mapping[str, Any],
-        allocated: list[PodClaim],
-        pending: list[Claim],
-        extended: PodExtendedResources | None,
-        view: _PodView,
+        asked: _Asked,
         *,
         select: bool,
         quick: bool,
@@ -527,6 +528,7 @@ class SchedulingService:
         """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current).
         ``select``: a decision by counts is not enough, devices are chosen. ``quick``: raise _NotQuick
         rather than search. On a fatal error ``outcome.error`` is set and the node lists are empty."""
+        view, pending = asked.view, asked.pending
         decisions = self._decisions.get(view.shape) if view.shared else None
         versions = self.state.inventory.node_versions()
         named: dict[str, str] = {}  # a shared reason with this pod's claim names, once per distinct reason
@@ -556,9 +558,7 @@ class SchedulingService:
                 failed.update(dict.fromkeys(node_names[index:], _budget_reason(budget)))
                 break
             try:
-                decision = self._decide_node(
-                    name, nodes, pod, allocated, pending, extended, view, select=select, quick=quick
-                )
+                decision = self._decide_node(name, asked, select=select, quick=quick)
             except AllocatorError as e:
                 outcome.error = str(e)
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
@@ -575,12 +575,7 @@ class SchedulingService:
     def _decide_node(
         self,
         name: str,
-        nodes: Mapping[str, Mapping[str, Any]] | None,
-        pod: Mapping[str, Any],
-        allocated: list[PodClaim],
-        pending: list[Claim],
-        extended: PodExtendedResources | None,
-        view: _PodView,
+        asked: _Asked,
         *,
         select: bool,
         quick: bool,
@@ -589,14 +584,15 @@ class SchedulingService:
         Shared decisions may be taken by counts unless ``select``; ``quick``: raise _NotQuick rather
         than search."""
         version = self.state.inventory.node_version(name)
-        node = self._node(name, nodes)
+        node = self._node(name, asked.nodes)
         if node is None:
             return None
-        reason = self._allocated_claims_reason(allocated, node, pod)
+        reason = self._allocated_claims_reason(asked.allocated, node, asked.pod)
         if reason:
             return _Decision(version, None, 0, reason, True)
-        ext = extended.claim_for_node(self._node_object(name, nodes)) if extended else None
-        claims = [*pending, ext.claim] if ext else pending
+        extended, view = asked.extended, asked.view
+        ext = extended.claim_for_node(self._node_object(name, asked.nodes)) if extended else None
+        claims = [*asked.pending, ext.claim] if ext else asked.pending
         decision = self._decide(node, claims, version, select=select or not view.shared, quick=quick)
         if view.shared and not _has_share(decision.results):
             self._remember(view.shape, name, decision, claims)
@@ -717,10 +713,15 @@ class SchedulingService:
         """``prioritize`` when the lock is free and ``QUICK_DEVICE_CHECKS`` allow what remains
         (scores kept from filter; devices chosen on the few nodes it passed by counts); else None, and the
         caller runs ``prioritize`` on a worker thread."""
+        return self._quickly(lambda: self._prioritize(pod, node_names, nodes, quick=True))
+
+    def _quickly(self, decide: Callable[[], _T]) -> _T | None:
+        """``decide()`` under the lock if it is free at once; None when it is not, or ``decide`` raised
+        _NotQuick (nothing of the pod's was changed then)."""
         if not self.lock.acquire(blocking=False):
             return None
         try:
-            return self._prioritize(pod, node_names, nodes, quick=True)
+            return decide()
         except _NotQuick:
             return None
         finally:
