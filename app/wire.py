@@ -58,24 +58,21 @@ class ExtenderArgs:
     candidate_names: list[str] = field(init=False)
     """The candidate node names in request order (``NodeNames`` wins when both are sent); one list per
     request, not to be modified (the filter fast path answers with this very list)."""
+    nodes_by_name: dict[str, Obj] | None = field(init=False)
+    """The sent Node objects by name (labels for node selectors), or None when only names were sent."""
 
     def __post_init__(self) -> None:
         names = self.node_names
         if names is None:
             names = [node["metadata"]["name"] for node in self.nodes or ()]
         object.__setattr__(self, "candidate_names", names)
+        by_name = None if self.nodes is None else {node["metadata"]["name"]: node for node in self.nodes}
+        object.__setattr__(self, "nodes_by_name", by_name)
 
     @property
     def node_cache_capable(self) -> bool:
         """True when kube-scheduler sent ``NodeNames``: it then reads ``NodeNames`` from the answer."""
         return self.node_names is not None
-
-    @property
-    def nodes_by_name(self) -> dict[str, Obj] | None:
-        """The sent Node objects by name (labels for node selectors), or None when only names were sent."""
-        if self.nodes is None:
-            return None
-        return {node["metadata"]["name"]: node for node in self.nodes}
 
 
 @dataclass(frozen=True, slots=True)
