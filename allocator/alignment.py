@@ -26,7 +26,7 @@ derived attribute materialised on devices, can stand in for the standard one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -150,6 +150,21 @@ def _alternatives(claims: Sequence[Claim]) -> list[tuple[Claim, DeviceRequest]]:
     return [(c, alt) for c in claims for r in c.requests for alt in r.alternatives]
 
 
+def _group_sizes(
+    topology: Topology, devices: Iterable[Device]
+) -> tuple[dict[object, int], dict[object, int]]:
+    """Devices per NUMA node and per PCIe root (devices of unknown topology are not counted)."""
+    numa_sizes: dict[object, int] = {}
+    root_sizes: dict[object, int] = {}
+    for device in devices:
+        numa, roots = topology.place(device)
+        if numa is not None:
+            numa_sizes[numa] = numa_sizes.get(numa, 0) + 1
+        for root in roots:
+            root_sizes[root] = root_sizes.get(root, 0) + 1
+    return numa_sizes, root_sizes
+
+
 class _Aligner:
     def __init__(
         self,
@@ -165,15 +180,10 @@ class _Aligner:
         devices = list(node_devices(inventory, node))
         # Tightness counts every free device of a group, of any class: a root whose GPU is free but
         # whose NIC is taken is a better home for a GPU-only pod than a root with both free.
-        self.numa_room: dict[object, int] = {}
-        self.root_room: dict[object, int] = {}
-        for nd in devices:
-            if nd.pool.usable and not inventory.is_allocated(nd.device.id):
-                numa, roots = topology.place(nd.device)
-                if numa is not None:
-                    self.numa_room[numa] = self.numa_room.get(numa, 0) + 1
-                for root in roots:
-                    self.root_room[root] = self.root_room.get(root, 0) + 1
+        self.numa_room, self.root_room = _group_sizes(
+            topology,
+            (nd.device for nd in devices if nd.pool.usable and not inventory.is_allocated(nd.device.id)),
+        )
         self.usable: dict[int, set[int]] = {}  # id(alt) -> ids of usable devices
         relevant: dict[int, Device] = {}
         for claim, alt in _alternatives(claims):
@@ -189,16 +199,9 @@ class _Aligner:
             self.usable[id(alt)] = ids
         self.relevant = relevant
         self.requests = sum(len(c.requests) for c in claims)
-        self.numa: dict[int, object | None] = {}
-        self.roots: dict[int, frozenset[object]] = {}
-        self.numa_free: dict[object, int] = {}
-        self.root_free: dict[object, int] = {}
-        for i, device in relevant.items():
-            numa, roots = self.numa[i], self.roots[i] = topology.place(device)
-            if numa is not None:
-                self.numa_free[numa] = self.numa_free.get(numa, 0) + 1
-            for root in roots:
-                self.root_free[root] = self.root_free.get(root, 0) + 1
+        self.numa: dict[int, object | None] = {i: topology.numa(d) for i, d in relevant.items()}
+        self.roots: dict[int, frozenset[object]] = {i: topology.roots(d) for i, d in relevant.items()}
+        self.numa_free, self.root_free = _group_sizes(topology, relevant.values())
 
     @property
     def has_topology(self) -> bool:

@@ -59,14 +59,18 @@ def diagnose(inventory: Inventory, selectors: SelectorCache, node: Node, claims:
                 request_funnel(inventory, selectors, node, claim, alt, last="not_in_use", examples=0)
                 for alt in request.alternatives
             ]
-            f = funnels[0]
+            first = funnels[0]  # the reason names the first alternative
             if all(f.count("request_selectors") < f.needed for f in funnels):
                 return too_few_matching(
-                    claim, f.request, f.device_class, f.count("request_selectors"), f.needed
+                    claim, first.request, first.device_class, first.count("request_selectors"), first.needed
                 )
             if all(f.count("not_in_use") < f.needed for f in funnels):
-                counts = (f.count("request_selectors"), f.count("tolerations"), f.count("not_in_use"))
-                return too_few_free(claim, f.request, *counts, f.needed)
+                counts = (
+                    first.count("request_selectors"),
+                    first.count("tolerations"),
+                    first.count("not_in_use"),
+                )
+                return too_few_free(claim, first.request, *counts, first.needed)
     for claim in claims:
         funnels = claim_funnels(inventory, selectors, node, claim, examples=1)
         by_request: dict[str, list[RequestFunnel]] = {}

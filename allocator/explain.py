@@ -37,7 +37,7 @@ from allocator.cel import AttributeValue, Version
 from allocator.constraints import lookup_attribute
 from allocator.derived import NO_DERIVED_VALUES, request_derived_values
 from allocator.errors import CELError
-from allocator.inventory import Inventory
+from allocator.inventory import Inventory, counters_left
 from allocator.model import Claim, Constraint, Device, DeviceRequest, ResourceSlice, Taint
 from allocator.nodeselector import Node
 from allocator.pools import PoolView, device_on_node
@@ -54,7 +54,6 @@ __all__ = [
     "Rejection",
     "RequestFunnel",
     "Stage",
-    "check_device",
     "claim_funnels",
     "class_matches",
     "class_usage",
@@ -146,7 +145,7 @@ class RequestFunnel:
         for stage in self.stages:
             if stage.name == name:
                 return stage.count
-        return self.stages[-1].count if self.stages else 0
+        return self.usable
 
     @property
     def usable(self) -> int:
@@ -226,20 +225,6 @@ def _selector_rejection(
         except CELError as e:
             return Rejection(device_label(device), stage, "cel-error", str(e))
     return None
-
-
-def counters_left(inventory: Inventory, pool: PoolView) -> dict[str, dict[str, Fraction]]:
-    """Per counter set and counter: the pool's value minus what allocated devices consume (§11).
-
-    A multi-allocatable device consumes its counters once, however many shares it has."""
-    left = {name: {c: q.value for c, q in counters.items()} for name, counters in pool.counter_sets.items()}
-    for device in pool.devices_by_name.values():
-        if device.consumes_counters and inventory.is_allocated(device.id):
-            for consumption in device.consumes_counters:
-                target = left.setdefault(consumption.counter_set, {})
-                for name, amount in consumption.counters.items():
-                    target[name] = target.get(name, Fraction(0)) - amount.value
-    return left
 
 
 def _capacity_rejection(inventory: Inventory, device: Device, alt: DeviceRequest) -> Rejection | None:
@@ -424,19 +409,6 @@ class DeviceChecker:
         if gates.DRAConsumableCapacity:
             return _capacity_rejection(inventory, device, alt)
         return None
-
-
-def check_device(
-    inventory: Inventory,
-    selectors: SelectorCache,
-    claim: Claim,
-    alt: DeviceRequest,
-    nd: NodeDevice,
-    *,
-    last: str = "counters_capacity",
-) -> Rejection | None:
-    """The first rule that keeps ``alt`` from using the device (stages up to ``last``), or None."""
-    return DeviceChecker(inventory, selectors).check(claim, alt, nd, last=last)
 
 
 # --- funnels ----------------------------------------------------------------------------------------------
@@ -747,10 +719,10 @@ def class_usage(
         if not members:
             continue
         in_use = sum(1 for d in members if inventory.is_allocated(d.id))
-        tainted = sum(
-            1
-            for d in members
-            if any(t.blocks_allocation for t in inventory.taints(d)) and inventory.gates.DRADeviceTaints
+        tainted = (
+            sum(1 for d in members if any(t.blocks_allocation for t in inventory.taints(d)))
+            if inventory.gates.DRADeviceTaints
+            else 0
         )
         groups: dict[object, list[Device]] = defaultdict(list)
         for d in members:

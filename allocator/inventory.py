@@ -42,7 +42,7 @@ from allocator.pools import PoolID, PoolView, gather_pools
 from allocator.quantity import QuantityError, parse_quantity
 from allocator.selectors import SelectorCache
 
-__all__ = ["AllocatedDevice", "Inventory", "NodeVersions", "allocated_devices"]
+__all__ = ["AllocatedDevice", "Inventory", "NodeVersions", "allocated_devices", "counters_left"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,5 +483,20 @@ class Inventory:
         entry = self._holders.get(device_id)
         if entry is None:
             return []
-        keys = {h for h in entry.exclusive} | {h for h, _ in entry.shares}
+        keys = entry.exclusive | {h for h, _ in entry.shares}
         return sorted(k.partition(":")[2] for k in keys)
+
+
+def counters_left(inventory: Inventory, pool: PoolView) -> dict[str, dict[str, Fraction]]:
+    """Per counter set and counter: the pool's value minus what allocated devices consume (§11), for the
+    search's counter accounting and the funnel's counter stage.
+
+    A multi-allocatable device consumes its counters once, however many shares it has."""
+    left = {name: {c: q.value for c, q in counters.items()} for name, counters in pool.counter_sets.items()}
+    for device in pool.devices_by_name.values():
+        if device.consumes_counters and inventory.is_allocated(device.id):
+            for consumption in device.consumes_counters:
+                target = left.setdefault(consumption.counter_set, {})
+                for name, amount in consumption.counters.items():
+                    target[name] = target.get(name, Fraction(0)) - amount.value
+    return left

@@ -381,27 +381,25 @@ def _split(qualified: str) -> tuple[str, str]:
     return sys.intern(domain), sys.intern(ident)
 
 
+def _optional_quantity(data: Mapping[str, Any], key: str, at: _Path) -> Quantity | None:
+    value = data.get(key)
+    return _quantity(value, at / key) if value is not None else None
+
+
 def _request_policy(raw: Any, at: _Path) -> RequestPolicy | None:
     if raw is None:
         return None
     data = _mapping(raw, at)
     valid_range = _mapping(data.get("validRange"), at / "validRange")
-    default = data.get("default")
     return RequestPolicy(
-        default=_quantity(default, at / "default") if default is not None else None,
+        default=_optional_quantity(data, "default", at),
         valid_values=tuple(
             _quantity(v, at / "validValues" / i)
             for i, v in enumerate(_list(data.get("validValues"), at / "validValues"))
         ),
-        min=_quantity(valid_range["min"], at / "validRange" / "min")
-        if valid_range.get("min") is not None
-        else None,
-        max=_quantity(valid_range["max"], at / "validRange" / "max")
-        if valid_range.get("max") is not None
-        else None,
-        step=_quantity(valid_range["step"], at / "validRange" / "step")
-        if valid_range.get("step") is not None
-        else None,
+        min=_optional_quantity(valid_range, "min", at / "validRange"),
+        max=_optional_quantity(valid_range, "max", at / "validRange"),
+        step=_optional_quantity(valid_range, "step", at / "validRange"),
     )
 
 
@@ -481,7 +479,7 @@ def _parse_devices(
 ) -> tuple[Device, ...]:
     known = (
         {d.name: d for d in previous.devices}
-        if previous is not None and (previous.driver, previous.pool) == (driver, pool)
+        if previous is not None and previous.pool_id == (driver, pool)
         else {}
     )
     devices = []
@@ -790,9 +788,12 @@ def _request(raw: Any, at: _Path) -> Request:
     return Request(name, tuple(subs), first_available=True)
 
 
-def parse_claim_spec(namespace: str, name: str, uid: str, spec: Any, at: _Path) -> Claim:
-    """Build a Claim from a ResourceClaimSpec dict (also used for what-if and extended-resource claims)."""
-    devices = _mapping(_mapping(spec, at).get("devices"), at / "devices")
+def parse_claim(obj: Mapping[str, Any]) -> Claim:
+    """Convert a resource.k8s.io/v1 ResourceClaim dict (spec only). Raises InvalidInputError."""
+    namespace, name, claim_at = _object_name("ResourceClaim", obj)
+    uid = str((obj.get("metadata") or {}).get("uid") or "")
+    at = claim_at / "spec"
+    devices = _mapping(_mapping(obj.get("spec"), at).get("devices"), at / "devices")
     requests = tuple(
         _request(r, at / "devices" / "requests" / i)
         for i, r in enumerate(_list(devices.get("requests"), at / "devices" / "requests"))
@@ -809,12 +810,15 @@ def parse_claim_spec(namespace: str, name: str, uid: str, spec: Any, at: _Path) 
     for i, raw in enumerate(_list(devices.get("constraints"), at / "devices" / "constraints")):
         c_at = at / "devices" / "constraints" / i
         data = _mapping(raw, c_at, required=True)
-        for j, named in enumerate(_strings(data.get("requests"), c_at / "requests")):
-            if named not in known:
-                raise (c_at / "requests" / j).error(f"no request or subrequest named {named} in this claim")
+        named = _strings(data.get("requests"), c_at / "requests")
+        for j, request_name in enumerate(named):
+            if request_name not in known:
+                raise (c_at / "requests" / j).error(
+                    f"no request or subrequest named {request_name} in this claim"
+                )
         constraints.append(
             Constraint(
-                requests=_strings(data.get("requests"), c_at / "requests"),
+                requests=named,
                 match_attribute=_str(data.get("matchAttribute"), c_at / "matchAttribute"),
                 distinct_attribute=_str(data.get("distinctAttribute"), c_at / "distinctAttribute"),
             )
@@ -830,10 +834,3 @@ def parse_claim_spec(namespace: str, name: str, uid: str, spec: Any, at: _Path) 
             for i, c in enumerate(_list(devices.get("config"), at / "devices" / "config"))
         ),
     )
-
-
-def parse_claim(obj: Mapping[str, Any]) -> Claim:
-    """Convert a resource.k8s.io/v1 ResourceClaim dict (spec only). Raises InvalidInputError."""
-    namespace, name, at = _object_name("ResourceClaim", obj)
-    uid = str((obj.get("metadata") or {}).get("uid") or "")
-    return parse_claim_spec(namespace, name, uid, obj.get("spec"), at / "spec")

@@ -62,9 +62,14 @@ def device_on_node(device: Device, node: Node) -> bool:
     return device.node_selector is not None and device.node_selector.matches(node)
 
 
+def _partitionable(slice_: ResourceSlice) -> bool:
+    """Whether the slice uses DRAPartitionableDevices fields (ignored while the gate is off)."""
+    return slice_.per_device_node_selection or bool(slice_.shared_counters)
+
+
 def slice_on_node(slice_: ResourceSlice, node: Node, gates: FeatureGates) -> bool:
     """Whether a slice is relevant for ``node`` (§3 step 1)."""
-    if not gates.DRAPartitionableDevices and (slice_.per_device_node_selection or slice_.shared_counters):
+    if not gates.DRAPartitionableDevices and _partitionable(slice_):
         return False
     if slice_.node_name:
         return slice_.node_name == node.name
@@ -116,9 +121,7 @@ def _pool_view(
     expected = relevant[0].slice_count
     same_generation = [s for s in everything.values() if s.generation == generation]
     if not gates.DRAPartitionableDevices:
-        same_generation = [
-            s for s in same_generation if not (s.per_device_node_selection or s.shared_counters)
-        ]
+        same_generation = [s for s in same_generation if not _partitionable(s)]
     incomplete = False
     if len(relevant) != expected:
         if any(s.generation > generation for s in everything.values()):

@@ -65,10 +65,6 @@ class Quantity:
     def __sub__(self, other: Quantity) -> Quantity:
         return Quantity(self.value - other.value)
 
-    def ceil_int(self) -> int:
-        """The value rounded up to an integer (upstream ``Quantity.Value()``)."""
-        return -((-self.value.numerator) // self.value.denominator)
-
 
 def parse_quantity(raw: object) -> Quantity:
     """Parse a quantity from YAML/JSON (a string, or a bare int/float as YAML may give); equal texts give

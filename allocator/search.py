@@ -28,8 +28,16 @@ from allocator.errors import (
     InvalidInputError,
     NodeLocalError,
 )
-from allocator.inventory import Inventory
-from allocator.model import MAX_DEVICES_PER_CLAIM, Claim, Device, DeviceClass, DeviceRequest, ResourceSlice
+from allocator.inventory import Inventory, counters_left
+from allocator.model import (
+    MAX_DEVICES_PER_CLAIM,
+    Claim,
+    Device,
+    DeviceClass,
+    DeviceID,
+    DeviceRequest,
+    ResourceSlice,
+)
 from allocator.nodeselector import Node
 from allocator.pools import PoolView, device_on_node
 from allocator.results import PickedDevice, build_allocation
@@ -87,11 +95,9 @@ class Allocator:
         self._node = Node("", {})
         self._candidates: list[Candidate] = []
         self._plans: list[_ClaimPlan] = []
-        self._allocating: dict[tuple[str, str, str], set[int]] = defaultdict(set)
-        self._capacity: dict[tuple[str, str, str], dict[str, Fraction]] = defaultdict(
-            lambda: defaultdict(Fraction)
-        )
-        self._shares: dict[tuple[str, str, str], int] = defaultdict(int)
+        self._allocating: dict[DeviceID, set[int]] = defaultdict(set)
+        self._capacity: dict[DeviceID, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
+        self._shares: dict[DeviceID, int] = defaultdict(int)
         self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
         self._selectable: dict[tuple[int, int], bool] = {}
         self._derived: dict[tuple[int, int], Mapping[str, AttributeValue]] = {}
@@ -301,9 +307,10 @@ class Allocator:
                 continue
             if not self._is_selectable(claim, alt, candidate):
                 continue
-            if self.gates.DRAConsumableCapacity and self._capacity_consumption(device, alt) is None:
+            consumption = self._capacity_consumption(device, alt)
+            if consumption is None:
                 continue
-            undo = self._allocate_device(claim_index, alt, candidate, must=False)
+            undo = self._allocate_device(claim_index, alt, candidate, must=False, consumption=consumption)
             if undo is None:
                 continue
             if self._slot(claim_index, request_index, alt, slot + 1, index + 1):
@@ -370,9 +377,9 @@ class Allocator:
         if consumption is None:
             return None
         if device.allow_multiple_allocations:
-            if self.inventory.is_exclusively_allocated(device.id):
+            if inventory.is_exclusively_allocated(device.id):
                 return None
-            used = self.inventory.consumed_capacity(device.id)
+            used = inventory.consumed_capacity(device.id)
             pending = self._capacity.get(device.id, {})
             for name, amount in consumption.items():
                 if used.get(name, 0) + pending.get(name, 0) + amount > device.capacity[name].value.value:
@@ -380,9 +387,17 @@ class Allocator:
         return consumption
 
     def _allocate_device(
-        self, claim_index: int, alt: DeviceRequest, candidate: Candidate, must: bool
+        self,
+        claim_index: int,
+        alt: DeviceRequest,
+        candidate: Candidate,
+        must: bool,
+        consumption: dict[str, Fraction] | None = None,
     ) -> Callable[[], None] | None:
-        """Place one device (upstream ``allocateDevice``); returns an undo function or None if unusable."""
+        """Place one device (upstream ``allocateDevice``); returns an undo function or None if unusable.
+
+        ``consumption``: the device's capacity consumption for ``alt`` when the caller has just computed it
+        against the current shares (None: computed here)."""
         device = candidate.device
         plan = self._plans[claim_index]
         undos: list[Callable[[], None]] = []
@@ -417,7 +432,7 @@ class Allocator:
             undos.append(lambda s=state: s.remove(alt, device))
         share_id, consumed = "", None
         if self._multi(device):
-            consumed = self._capacity_consumption(device, alt) if self.gates.DRAConsumableCapacity else {}
+            consumed = consumption if consumption is not None else self._capacity_consumption(device, alt)
             if consumed is None:
                 undo_all()
                 return None
@@ -449,8 +464,7 @@ class Allocator:
             return lambda: None  # counters are consumed once, by the device's first share
         available = self._counters.get(pool.id)
         if available is None:
-            available = self._available_counters(pool)
-            self._counters[pool.id] = available
+            available = self._counters[pool.id] = counters_left(self.inventory, pool)
         for consumption in device.consumes_counters:
             counters = available[consumption.counter_set]
             for name, amount in consumption.counters.items():
@@ -465,14 +479,3 @@ class Allocator:
             undo()
             return None
         return undo
-
-    def _available_counters(self, pool: PoolView) -> dict[str, dict[str, Fraction]]:
-        available = {
-            name: {c: q.value for c, q in counters.items()} for name, counters in pool.counter_sets.items()
-        }
-        for device in pool.devices_by_name.values():
-            if device.consumes_counters and self.inventory.is_allocated(device.id):
-                for consumption in device.consumes_counters:
-                    for name, amount in consumption.counters.items():
-                        available[consumption.counter_set][name] -= amount.value
-        return available

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allocator.alignment import NUMA_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE
 from allocator.cel.expr_engine import ExprEngine
 from allocator.features import FeatureGates
 from allocator.inventory import Inventory, allocated_devices
@@ -35,6 +36,27 @@ def device(name: str, **attributes: Any) -> dict[str, Any]:
         kind = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "string"
         typed[key.replace("__", "/")] = {kind: value}
     return {"name": name, "attributes": typed}
+
+
+NUMA = NUMA_ATTRIBUTE.replace("/", "__")
+"""``device()`` keyword of the standard NUMA node attribute."""
+ROOT = PCIE_ROOT_ATTRIBUTE.replace("/", "__")
+"""``device()`` keyword of the standard PCIe root attribute."""
+
+
+def topology_gpu(i: int, *, numa: bool = True, root: bool = True) -> dict[str, Any]:
+    """GPU ``gpu-<i>`` of the topology tests' node: NUMA node i // 4, PCIe root ``p<i // 2>``."""
+    attrs: dict[str, Any] = {}
+    if numa:
+        attrs[NUMA] = i // 4
+    if root:
+        attrs[ROOT] = f"p{i // 2}"
+    return device(f"gpu-{i}", **attrs)
+
+
+def topology_nic(i: int) -> dict[str, Any]:
+    """NIC ``nic-<i>`` of the topology tests' node: NUMA node i // 2, PCIe root ``p<i>``."""
+    return device(f"nic-{i}", **{NUMA: i // 2, ROOT: f"p{i}"})
 
 
 def slice_(
@@ -101,6 +123,11 @@ def result(
     req: str, device_name: str, driver: str = DRIVER_A, pool: str = "node-1", **extra: Any
 ) -> dict[str, Any]:
     return {"request": req, "driver": driver, "pool": pool, "device": device_name, **extra}
+
+
+def picked(allocations: list[dict[str, Any]]) -> list[list[tuple[str, str]]]:
+    """(request, device) of every result, per claim."""
+    return [[(r["request"], r["device"]) for r in a["devices"]["results"]] for a in allocations]
 
 
 PINNED_NODE1 = {

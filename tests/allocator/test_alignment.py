@@ -6,9 +6,7 @@ each (p0 = gpu-0, gpu-1; p1 = gpu-2, gpu-3; ...), and 4 NICs (driver B), nic-i o
 
 from __future__ import annotations
 
-from typing import Any
-
-from allocator.alignment import NUMA_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Topology, select
+from allocator.alignment import NUMA_ATTRIBUTE, Topology, select
 from allocator.model import parse_resource_slice
 from allocator.search import Allocator
 from tests.allocator.builders import (
@@ -16,38 +14,22 @@ from tests.allocator.builders import (
     DRIVER_A,
     DRIVER_B,
     NODE1,
+    NUMA,
     World,
     claim,
     device,
     request,
     result,
     slice_,
+    topology_gpu,
+    topology_nic,
 )
-
-NUMA = NUMA_ATTRIBUTE.replace("/", "__")
-ROOT = PCIE_ROOT_ATTRIBUTE.replace("/", "__")
-
-
-def gpu(i: int, *, numa: bool = True, root: bool = True) -> dict[str, Any]:
-    attrs: dict[str, Any] = {}
-    if numa:
-        attrs[NUMA] = i // 4
-    if root:
-        attrs[ROOT] = f"p{i // 2}"
-    return device(f"gpu-{i}", **attrs)
 
 
 def topology_world(*, numa: bool = True, root: bool = True, nics: bool = True) -> World:
-    slices = [slice_("gpus", DRIVER_A, "node-1", [gpu(i, numa=numa, root=root) for i in range(8)])]
+    slices = [slice_("gpus", DRIVER_A, "node-1", [topology_gpu(i, numa=numa, root=root) for i in range(8)])]
     if nics:
-        slices.append(
-            slice_(
-                "nics",
-                DRIVER_B,
-                "node-1",
-                [device(f"nic-{i}", **{NUMA: i // 2, ROOT: f"p{i}"}) for i in range(4)],
-            )
-        )
+        slices.append(slice_("nics", DRIVER_B, "node-1", [topology_nic(i) for i in range(4)]))
     return World(slices=slices)
 
 

@@ -23,6 +23,7 @@ from tests.allocator.builders import (
     World,
     claim,
     device,
+    picked,
     request,
     result,
     slice_,
@@ -53,10 +54,6 @@ def part(name: str, *consumes: tuple[str, dict[str, str]], **attributes: Any) ->
 
 def devices(name: str, *items: dict[str, Any], count: int, **spec: Any) -> dict[str, Any]:
     return slice_(name, DRIVER_A, POOL, list(items), count=count, **spec)
-
-
-def picked(allocations):
-    return [[(r["request"], r["device"]) for r in a["devices"]["results"]] for a in allocations]
 
 
 def gpu_with_halves() -> list[dict[str, Any]]:

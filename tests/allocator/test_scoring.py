@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from allocator.alignment import NUMA_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE
 from allocator.nodeselector import Node
 from allocator.scoring import NEUTRAL, ScoringConfig, parse_weights, score_allocation
 from tests.allocator.builders import (
@@ -20,27 +19,25 @@ from tests.allocator.builders import (
     DRIVER_B,
     NODE1,
     NODE2,
+    NUMA,
     World,
     claim,
     device,
     request,
     result,
     slice_,
+    topology_gpu,
+    topology_nic,
 )
-
-NUMA = NUMA_ATTRIBUTE.replace("/", "__")
-ROOT = PCIE_ROOT_ATTRIBUTE.replace("/", "__")
 
 
 def gpus(node: str, *, topology: bool = True) -> dict[str, Any]:
-    devices = [
-        device(f"gpu-{i}", **({NUMA: i // 4, ROOT: f"p{i // 2}"} if topology else {})) for i in range(8)
-    ]
+    devices = [topology_gpu(i, numa=topology, root=topology) for i in range(8)]
     return slice_(f"{node}-gpus", DRIVER_A, node, devices, node=node)
 
 
 def nics(node: str) -> dict[str, Any]:
-    devices = [device(f"nic-{i}", **{NUMA: i // 2, ROOT: f"p{i}"}) for i in range(4)]
+    devices = [topology_nic(i) for i in range(4)]
     return slice_(f"{node}-nics", DRIVER_B, node, devices, node=node)
 
 

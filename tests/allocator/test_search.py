@@ -25,6 +25,7 @@ from tests.allocator.builders import (
     claim,
     device,
     device_class,
+    picked,
     request,
     result,
     slice_,
@@ -33,10 +34,6 @@ from tests.allocator.builders import (
 
 def four_gpus(**spec):
     return slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}", numa=i % 2) for i in range(4)], **spec)
-
-
-def picked(allocations):
-    return [[(r["request"], r["device"]) for r in a["devices"]["results"]] for a in allocations]
 
 
 # --- basics ---------------------------------------------------------------------------------------
