@@ -149,9 +149,14 @@ def _timed_cycle(client: httpx.Client, index: int, names: list[str], timings: Ti
     return pod if placed else None
 
 
+def _node_names(shape: Shape) -> list[str]:
+    """Every node of the synthetic cluster: what kube-scheduler sends with ``nodeCacheCapable: true``."""
+    return [node_name(i) for i in range(shape.nodes)]
+
+
 def fill_up(clients: Clients, shape: Shape, limit: int) -> dict[str, Timings]:
     """Pods of one 1-GPU claim each until nothing fits (or ``limit`` pods), per server."""
-    names = [node_name(i) for i in range(shape.nodes)]
+    names = _node_names(shape)
     timings = {label: Timings() for label in clients}
     full: set[str] = set()
     for index in range(limit):
@@ -165,7 +170,7 @@ def fill_up(clients: Clients, shape: Shape, limit: int) -> dict[str, Timings]:
 
 def steady_state(clients: Clients, shape: Shape, cycles: int, seed: int = 1) -> dict[str, Timings]:
     """Fill to 90 %, then delete a random placed pod and schedule a new one, ``cycles`` times."""
-    names = [node_name(i) for i in range(shape.nodes)]
+    names = _node_names(shape)
     target = int(shape.nodes * shape.gpus * 0.9)
     placed: dict[str, list[str]] = {label: [] for label in clients}
     for index in range(target):
@@ -189,7 +194,7 @@ def steady_state(clients: Clients, shape: Shape, cycles: int, seed: int = 1) -> 
 
 def large_cycles(clients: Clients, shape: Shape, cycles: int) -> dict[str, Timings]:
     """``cycles`` scheduling cycles on a big, mostly empty cluster, per server."""
-    names = [node_name(i) for i in range(shape.nodes)]
+    names = _node_names(shape)
     timings = {label: Timings() for label in clients}
     for index in range(cycles):
         for label, client in clients.items():
@@ -199,7 +204,7 @@ def large_cycles(clients: Clients, shape: Shape, cycles: int) -> dict[str, Timin
 
 def no_claim_filter(clients: Clients, shape: Shape, calls: int) -> dict[str, list[float]]:
     """Filter latency of a pod without claims over every node (the fast path), per server."""
-    names = [node_name(i) for i in range(shape.nodes)]
+    names = _node_names(shape)
     pod = {
         "metadata": {"name": "plain", "namespace": "bench", "uid": "plain-uid"},
         "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},

@@ -37,6 +37,7 @@ from typing import Any
 from allocator.cel.expr_engine import ExprEngine
 from allocator.scoring import ScoringConfig, parse_weights
 from allocator.selectors import SelectorCache
+from app.cli import _choose
 from app.cluster import ClusterState
 from app.scheduling import SchedulingService
 from bench.synthetic import (
@@ -98,12 +99,8 @@ def _schedule(service: SchedulingService, pod: dict[str, Any], nodes: list[str])
     outcome = service.filter(pod, nodes)
     if outcome.error or not outcome.passed:
         return False
-    best = outcome.passed[0]
-    if len(outcome.passed) > 1:
-        scores = service.prioritize(pod, outcome.passed)
-        best = outcome.passed[scores.index(max(scores))]  # the first of equal scores
     meta = pod["metadata"]
-    service.bind(meta["namespace"], meta["name"], meta["uid"], best)
+    service.bind(meta["namespace"], meta["name"], meta["uid"], _choose(service, pod, outcome.passed))
     return True
 
 

@@ -63,12 +63,17 @@ def build_service(shape: Shape, allocated: int = 0) -> SchedulingService:
     return SchedulingService(state, SelectorCache(ExprEngine()))
 
 
+def _requested_pod(body: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pod and claim a ``/bench/pods`` body ``{"index": i, "gpus": n}`` asks for."""
+    args = orjson.loads(body)
+    return gpu_pod(int(args["index"]), int(args.get("gpus", 1)))
+
+
 def _bench_router(app: FastAPI, service: SchedulingService) -> None:
     @app.post("/bench/pods")
     async def create(request: Request) -> Response:
         """Body ``{"index": i, "gpus": n}``: add a pending pod and its claim; answers the pod object."""
-        body = orjson.loads(await request.body())
-        pod, claim = gpu_pod(int(body["index"]), int(body.get("gpus", 1)))
+        pod, claim = _requested_pod(await request.body())
         with service.lock:
             service.state.apply("ResourceClaim", claim)
             service.state.apply("Pod", pod)
@@ -114,10 +119,8 @@ def floor_app() -> FastAPI:
 
     @app.post("/bench/pods")
     async def create(request: Request) -> Response:
-        body = orjson.loads(await request.body())
-        return Response(
-            orjson.dumps(gpu_pod(int(body["index"]), int(body.get("gpus", 1)))[0]), media_type=_JSON
-        )
+        pod, _ = _requested_pod(await request.body())
+        return Response(orjson.dumps(pod), media_type=_JSON)
 
     @app.post("/bench/delete")
     async def delete(request: Request) -> Response:

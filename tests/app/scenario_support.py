@@ -85,6 +85,11 @@ def dev(request: str, driver: str, pool: str, device: str, **extra: Any) -> dict
     return {"request": request, "driver": driver, "pool": pool, "device": device, **extra}
 
 
+def share(request: str, driver: str, pool: str, device: str, **consumed: str) -> dict[str, Any]:
+    """One expected result on a multi-allocatable device: a fresh ``shareID`` and ``consumedCapacity``."""
+    return dev(request, driver, pool, device, shareID=UID, consumedCapacity=consumed)
+
+
 def gpu_partitions(request: str, gpu: int) -> list[dict[str, Any]]:
     """Both partitions of ``gpu-<gpu>`` of the example driver's 2x2 partition profile, in slice order."""
     return [dev(request, EXD, EX, f"gpu-{gpu}-partition-{p}") for p in (0, 1)]
@@ -94,6 +99,33 @@ def pinned(node: str) -> dict[str, Any]:
     return {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
     }
+
+
+# --- hand-written objects ---------------------------------------------------------------------------------
+
+
+def node(
+    name: str, labels: dict[str, str] | None = None, allocatable: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A Ready Linux Node with the hostname label plus ``labels`` (and ``status.allocatable``)."""
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **(labels or {})},
+        },
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    if allocatable:
+        obj["status"]["allocatable"] = allocatable
+    return obj
+
+
+def exactly(name: str, device_class: str, **fields: Any) -> dict[str, Any]:
+    """A device request ``name`` of ``device_class``; ``fields`` go into ``exactly`` (count, selectors)."""
+    return {"name": name, "exactly": {"deviceClassName": device_class, **fields}}
 
 
 # --- state directory and simulate -------------------------------------------------------------------------
@@ -208,6 +240,24 @@ def assert_placed(
             assert _normalize_config(allocation["devices"].get("config")) == want_config
     if failed_nodes is not None:
         assert set(pod_out["reasons"]) == failed_nodes
+
+
+def assert_generated(
+    pods: dict[str, dict[str, Any]],
+    key: str,
+    pod_claim: str,
+    node_name: str,
+    results: list[dict[str, Any]],
+    **kw: Any,
+) -> None:
+    """Pod ``key`` (``namespace/name``) placed on ``node_name`` with one claim, generated from a template
+    for its pod claim ``pod_claim`` (see ``generated``), holding ``results``; ``kw`` as ``assert_placed``."""
+    assert_placed(pods[key], node_name, [(generated(key.partition("/")[2], pod_claim), results)], **kw)
+
+
+def results_of(pod_out: dict[str, Any]) -> list[dict[str, Any]]:
+    """The allocated ``devices.results`` of the pod's first claim."""
+    return pod_out["claims"][0]["allocation"]["devices"]["results"]
 
 
 def assert_unschedulable(pod_out: dict[str, Any], candidates: set[str], *, reasons_said: bool = True) -> None:

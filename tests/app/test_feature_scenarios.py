@@ -21,8 +21,23 @@ from typing import Any
 import pytest
 
 from app.extended import EXTENDED_RESOURCE_CLAIM_ANNOTATION
+from tests import builders
 from tests.app import scenario_support as support
-from tests.app.scenario_support import EX, EX_CP, EXD, H100, NV, P4D, UID, StateDir, dev, extended, generated
+from tests.app.scenario_support import (
+    EX,
+    EX_CP,
+    EXD,
+    H100,
+    NV,
+    P4D,
+    StateDir,
+    dev,
+    exactly,
+    extended,
+    node,
+    share,
+)
+from tests.builders import claim_template
 
 NV_EXTENDED = "real/nvidia-gpu/demo/specs/extended-resources"
 NV_SHARES = "real/nvidia-gpu/demo/specs/consumable-shares"
@@ -30,6 +45,7 @@ T = "2026-09-01T10:00:{:02d}Z"  # creationTimestamps of hand-written pods: after
 
 # These scenarios do not compare opaque config, nor the wording of the reasons.
 assert_placed = partial(support.assert_placed, check_config=False)
+assert_generated = partial(support.assert_generated, check_config=False)
 assert_unschedulable = partial(support.assert_unschedulable, reasons_said=False)
 
 
@@ -52,24 +68,6 @@ def assert_one_extended(
         [(extended(name), [dev("container-0-request-0", driver, node_name, device)])],
         **kw,
     )
-
-
-def share(request: str, driver: str, pool: str, device: str, **consumed: str) -> dict[str, Any]:
-    return dev(request, driver, pool, device, shareID=UID, consumedCapacity=consumed)
-
-
-def node(
-    name: str, labels: dict[str, str] | None = None, allocatable: dict[str, str] | None = None
-) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
-    if allocatable:
-        obj["status"]["allocatable"] = allocatable
-    return obj
 
 
 def pod(
@@ -102,19 +100,9 @@ def pod(
     }
 
 
-def template(namespace: str, name: str, device_class: str, **exactly: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"namespace": namespace, "name": name},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class, **exactly}}]
-                }
-            }
-        },
-    }
+def template(namespace: str, name: str, device_class: str, **fields: Any) -> dict[str, Any]:
+    """A template whose claims have one request ``gpu`` of ``device_class``."""
+    return claim_template(namespace, name, [exactly("gpu", device_class, **fields)])
 
 
 def full_gpu_template(namespace: str) -> dict[str, Any]:
@@ -124,15 +112,10 @@ def full_gpu_template(namespace: str) -> dict[str, Any]:
 
 
 def device_class(name: str, expression: str, extended_resource: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
+    obj = builders.device_class(name, expression)
     if extended_resource:
-        spec["extendedResourceName"] = extended_resource
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+        obj["spec"]["extendedResourceName"] = extended_resource
+    return obj
 
 
 # NVIDIA: extended resources backed by DRA (demo/specs/extended-resources)
@@ -311,15 +294,12 @@ def test_nvidia_h100_consumable_shares_with_extended_resource_pods(state, capsys
         ("gpu-share-unlimited/unlimited-sharing-0", "gpu-1", "0"),
     ]
     for key, device, memory in template_shares:
-        assert_placed(
-            pods[key],
+        assert_generated(
+            pods,
+            key,
+            "gpu",
             H100,
-            [
-                (
-                    generated(key.split("/")[1], "gpu"),
-                    [share("gpu", NV, H100, device, memory=memory, shares="1")],
-                )
-            ],
+            [share("gpu", NV, H100, device, memory=memory, shares="1")],
             failed_nodes={P4D},
         )
     # nvidia.com/gpu: 1 through DRA on a shared GPU is one more share: gpu-1's fourth.
@@ -346,9 +326,7 @@ def test_nvidia_h100_consumable_shares_with_extended_resource_pods(state, capsys
     )
     # 5 shares pass the range max (4) on every GPU: the request fits no device.
     assert_unschedulable(pods["default/five-shares"], {H100, P4D})
-    ids = [
-        p["claims"][0]["allocation"]["devices"]["results"][0]["shareID"] for p in pods.values() if p["node"]
-    ]
+    ids = [support.results_of(p)[0]["shareID"] for p in pods.values() if p["node"]]
     assert len(ids) == len(set(ids)) == 9
 
 
@@ -502,10 +480,12 @@ def test_dra_example_shared_partitions(state, capsys):
         failed_nodes={EX_CP},
     )
     # A full GPU asked without amounts takes all of its capacity; gpu-0-full has no counters left.
-    assert_placed(
-        pods["default/full-0"],
+    assert_generated(
+        pods,
+        "default/full-0",
+        "gpu",
         EX,
-        [(generated("full-0", "gpu"), [share("gpu", EXD, EX, "gpu-1-full", memory="80Gi", compute="100")])],
+        [share("gpu", EXD, EX, "gpu-1-full", memory="80Gi", compute="100")],
         failed_nodes={EX_CP},
     )
     # Nothing left: gpu-1-full's capacity is used up, gpu-0-full has no counters.
@@ -547,10 +527,12 @@ def binding_state(state: StateDir) -> StateDir:
 def test_binding_conditions_devices_come_last_and_are_pinned(state):
     pods, cluster = binding_state(state).simulate_state()
     # plain-node has no devices (the fabric slice selects accelerator-type=high-performance nodes).
-    assert_placed(
-        pods["default/pod-0"],
+    assert_generated(
+        pods,
+        "default/pod-0",
+        "gpu",
         "hp-node",
-        [(generated("pod-0", "gpu"), [dev("gpu", "dra.example.com", "z-local", "local-0")])],
+        [dev("gpu", "dra.example.com", "z-local", "local-0")],
         failed_nodes={"plain-node"},
     )
     # The fabric GPU: conditions copied, pinned to the node by bindsToNode although its slice uses a selector.
@@ -558,10 +540,12 @@ def test_binding_conditions_devices_come_last_and_are_pinned(state):
         "bindingConditions": ["dra.example.com/is-prepared"],
         "bindingFailureConditions": ["dra.example.com/preparing-failed"],
     }
-    assert_placed(
-        pods["default/pod-1"],
+    assert_generated(
+        pods,
+        "default/pod-1",
+        "gpu",
         "hp-node",
-        [(generated("pod-1", "gpu"), [dev("gpu", "dra.example.com", "gpu-pool", "gpu-1", **conditions)])],
+        [dev("gpu", "dra.example.com", "gpu-pool", "gpu-1", **conditions)],
         failed_nodes={"plain-node"},
     )
     assert_unschedulable(pods["default/pod-2"], {"hp-node", "plain-node"})

@@ -39,14 +39,20 @@ from tests.app.scenario_support import (
     UID,
     StateDir,
     assert_fatal,
+    assert_generated,
     assert_placed,
     assert_unschedulable,
     dev,
+    exactly,
     generated,
     gpu_partitions,
     load_fixture,
+    node,
     pinned,
+    results_of,
+    share,
 )
+from tests.builders import claim_template, device_class
 
 # --- fixture paths (relative to FIXTURES) ------------------------------------------------------------------
 
@@ -90,16 +96,6 @@ T = "2026-09-01T10:00:0{}Z"
 # --- hand-written objects -----------------------------------------------------------------------------------
 
 
-def node(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}},
-        "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
-
-
 def pod(
     namespace: str,
     name: str,
@@ -132,19 +128,6 @@ def pod(
     return obj
 
 
-def claim_template(namespace: str, name: str, requests: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"namespace": namespace, "name": name},
-        "spec": {"spec": {"devices": {"requests": requests}}},
-    }
-
-
-def exactly(name: str, device_class: str, **fields: Any) -> dict[str, Any]:
-    return {"name": name, "exactly": {"deviceClassName": device_class, **fields}}
-
-
 # --- state directory ----------------------------------------------------------------------------------------
 
 
@@ -168,29 +151,16 @@ def test_nvidia_quickstart_gpu_test1_two_pods_get_distinct_gpus(state, capsys):
     pods = nvidia_h100(state, f"{QUICKSTART}/gpu-test1.yaml").simulate(capsys)
     assert list(pods) == ["gpu-test1/pod1", "gpu-test1/pod2"]
     # One pool (hgx-h100-node-01, one slice); first fit: pod1 takes gpu-0, pod2 the next free one, gpu-1.
-    assert_placed(
-        pods["gpu-test1/pod1"],
-        H100,
-        [(generated("pod1", "gpu"), [dev("gpu", NV, H100, "gpu-0")])],
-        failed_nodes={P4D},
-    )
-    assert_placed(
-        pods["gpu-test1/pod2"],
-        H100,
-        [(generated("pod2", "gpu"), [dev("gpu", NV, H100, "gpu-1")])],
-        failed_nodes={P4D},
-    )
+    assert_generated(pods, "gpu-test1/pod1", "gpu", H100, [dev("gpu", NV, H100, "gpu-0")], failed_nodes={P4D})
+    assert_generated(pods, "gpu-test1/pod2", "gpu", H100, [dev("gpu", NV, H100, "gpu-1")], failed_nodes={P4D})
 
 
 def test_nvidia_quickstart_gpu_test2_two_containers_share_one_claim(state, capsys):
     pods = nvidia_h100(state, f"{QUICKSTART}/gpu-test2.yaml").simulate(capsys)
     assert list(pods) == ["gpu-test2/pod"]
     # Both containers use the one template claim: a single request, a single device, the first one (gpu-0).
-    assert_placed(
-        pods["gpu-test2/pod"],
-        H100,
-        [(generated("pod", "shared-gpu"), [dev("gpu", NV, H100, "gpu-0")])],
-        failed_nodes={P4D},
+    assert_generated(
+        pods, "gpu-test2/pod", "shared-gpu", H100, [dev("gpu", NV, H100, "gpu-0")], failed_nodes={P4D}
     )
 
 
@@ -213,15 +183,12 @@ def test_nvidia_quickstart_gpu_test5_two_requests_with_opaque_config(state, caps
     ts_config, mps_config = template["spec"]["spec"]["devices"]["config"]
     # Requests in spec order: ts-gpu takes gpu-0, mps-gpu gpu-1. The class has no config; each claim config
     # names one of the two requests, so both are kept once, FromClaim, with their requests list.
-    assert_placed(
-        pods["gpu-test5/pod0"],
+    assert_generated(
+        pods,
+        "gpu-test5/pod0",
+        "shared-gpus",
         H100,
-        [
-            (
-                generated("pod0", "shared-gpus"),
-                [dev("ts-gpu", NV, H100, "gpu-0"), dev("mps-gpu", NV, H100, "gpu-1")],
-            )
-        ],
+        [dev("ts-gpu", NV, H100, "gpu-0"), dev("mps-gpu", NV, H100, "gpu-1")],
         failed_nodes={P4D},
         config=[
             [
@@ -244,15 +211,15 @@ def test_nvidia_quickstart_all_in_one_cluster(state, capsys):
         "gpu-test3/pod2",
         "gpu-test5/pod0",
     ]
-    assert_placed(pods["gpu-test1/pod1"], H100, [(generated("pod1", "gpu"), [dev("gpu", NV, H100, "gpu-0")])])
-    assert_placed(pods["gpu-test1/pod2"], H100, [(generated("pod2", "gpu"), [dev("gpu", NV, H100, "gpu-1")])])
-    assert_placed(
-        pods["gpu-test2/pod"], H100, [(generated("pod", "shared-gpu"), [dev("gpu", NV, H100, "gpu-2")])]
-    )
+    assert_generated(pods, "gpu-test1/pod1", "gpu", H100, [dev("gpu", NV, H100, "gpu-0")])
+    assert_generated(pods, "gpu-test1/pod2", "gpu", H100, [dev("gpu", NV, H100, "gpu-1")])
+    assert_generated(pods, "gpu-test2/pod", "shared-gpu", H100, [dev("gpu", NV, H100, "gpu-2")])
     assert_placed(pods["gpu-test3/pod1"], H100, [("single-gpu", [dev("gpu", NV, H100, "gpu-3")])])
     assert_placed(pods["gpu-test3/pod2"], H100, [("single-gpu", [dev("gpu", NV, H100, "gpu-3")])])
-    results = pods["gpu-test5/pod0"]["claims"][0]["allocation"]["devices"]["results"]
-    assert results == [dev("ts-gpu", NV, H100, "gpu-4"), dev("mps-gpu", NV, H100, "gpu-5")]
+    assert results_of(pods["gpu-test5/pod0"]) == [
+        dev("ts-gpu", NV, H100, "gpu-4"),
+        dev("mps-gpu", NV, H100, "gpu-5"),
+    ]
 
 
 def test_nvidia_quickstart_gpu_test6_cel_runtime_error_is_fatal(state, capsys):
@@ -276,18 +243,8 @@ def test_nvidia_bats_gpu_2pods_2gpus(state, capsys):
     pods = nvidia_h100(state, f"{BATS}/gpu-2pods-2gpus.yaml").simulate(capsys)
     assert list(pods) == ["default/pod1", "default/pod2"]
     # Namespace defaults to "default"; first fit gives pod1 gpu-0 and pod2 gpu-1 (distinct full GPUs).
-    assert_placed(
-        pods["default/pod1"],
-        H100,
-        [(generated("pod1", "gpu"), [dev("gpu", NV, H100, "gpu-0")])],
-        failed_nodes={P4D},
-    )
-    assert_placed(
-        pods["default/pod2"],
-        H100,
-        [(generated("pod2", "gpu"), [dev("gpu", NV, H100, "gpu-1")])],
-        failed_nodes={P4D},
-    )
+    assert_generated(pods, "default/pod1", "gpu", H100, [dev("gpu", NV, H100, "gpu-0")], failed_nodes={P4D})
+    assert_generated(pods, "default/pod2", "gpu", H100, [dev("gpu", NV, H100, "gpu-1")], failed_nodes={P4D})
 
 
 def test_nvidia_bats_gpu_two_claims_one_pod(state, capsys):
@@ -344,17 +301,21 @@ def test_nvidia_a100_static_mig_selectors_and_prioritized_profiles(state, capsys
     # MIG devices at all.
     assert_unschedulable(pods["default/pod-2mig"], {H100, P4D})
     # Any MIG device: the first in the slice.
-    assert_placed(
-        pods["default/pod-anymig"],
+    assert_generated(
+        pods,
+        "default/pod-anymig",
+        "migdev",
         P4D,
-        [(generated("pod-anymig", "migdev"), [dev("anymig", NV, P4D, "gpu-0-mig-2g10gb-14-0")])],
+        [dev("anymig", NV, P4D, "gpu-0-mig-2g10gb-14-0")],
         failed_nodes={H100},
     )
     # > 10 SM and > 10Gi memory: 2g.10gb has only 9856Mi, so the first fit is gpu-0's 3g.20gb.
-    assert_placed(
-        pods["default/pod-mig1g"],
+    assert_generated(
+        pods,
+        "default/pod-mig1g",
+        "migdev",
         P4D,
-        [(generated("pod-mig1g", "migdev"), [dev("mig1g", NV, P4D, "gpu-0-mig-3g20gb-9-4")])],
+        [dev("mig1g", NV, P4D, "gpu-0-mig-3g20gb-9-4")],
         failed_nodes={H100},
     )
     # firstAvailable large (3g.20gb) while one is free: gpu-1, gpu-2, gpu-3; then small (2g.10gb) on the GPUs
@@ -367,11 +328,8 @@ def test_nvidia_a100_static_mig_selectors_and_prioritized_profiles(state, capsys
         ("mig/small", "gpu-2-mig-2g10gb-14-0"),
     ]
     for i, (request, device) in enumerate(expected):
-        assert_placed(
-            pods[f"team-a/mig-{i}"],
-            P4D,
-            [(generated(f"mig-{i}", "mig"), [dev(request, NV, P4D, device)])],
-            failed_nodes={H100},
+        assert_generated(
+            pods, f"team-a/mig-{i}", "mig", P4D, [dev(request, NV, P4D, device)], failed_nodes={H100}
         )
 
 
@@ -398,50 +356,48 @@ def test_nvidia_h100_health_taints_with_numa_aligned_gpus_and_nics(state, capsys
     xid = {"tolerations": [XID_TOLERATION]}
     nic = lambda name: dev("nic", DRANET, H100, name)  # noqa: E731
     # gpu-0, gpu-1 (NUMA 0) and the first two NUMA-0 NICs.
-    assert_placed(
-        pods["team-a/quad-0"],
+    assert_generated(
+        pods,
+        "team-a/quad-0",
+        "gpus",
         H100,
         [
-            (
-                generated("quad-0", "gpus"),
-                [
-                    dev("gpu", NV, H100, "gpu-0", **xid),
-                    dev("gpu", NV, H100, "gpu-1", **xid),
-                    nic("pci-0000-18-00-0"),
-                    nic("pci-0000-40-00-0"),
-                ],
-            )
+            dev("gpu", NV, H100, "gpu-0", **xid),
+            dev("gpu", NV, H100, "gpu-1", **xid),
+            nic("pci-0000-18-00-0"),
+            nic("pci-0000-40-00-0"),
         ],
         failed_nodes={P4D},
     )
     # gpu-2 has no NUMA-0 partner (gpu-3 tainted, no toleration): backtrack to gpu-4 + gpu-5 (NUMA 1).
-    assert_placed(
-        pods["team-a/pair-0"],
+    assert_generated(
+        pods,
+        "team-a/pair-0",
+        "gpus",
         H100,
-        [(generated("pair-0", "gpus"), [dev("gpu", NV, H100, "gpu-4"), dev("gpu", NV, H100, "gpu-5")])],
+        [dev("gpu", NV, H100, "gpu-4"), dev("gpu", NV, H100, "gpu-5")],
         failed_nodes={P4D},
     )
     # Again gpu-2 fails; gpu-6's taint has effect None and does not block: gpu-6 + gpu-7.
-    assert_placed(
-        pods["team-a/pair-1"],
+    assert_generated(
+        pods,
+        "team-a/pair-1",
+        "gpus",
         H100,
-        [(generated("pair-1", "gpus"), [dev("gpu", NV, H100, "gpu-6"), dev("gpu", NV, H100, "gpu-7")])],
+        [dev("gpu", NV, H100, "gpu-6"), dev("gpu", NV, H100, "gpu-7")],
         failed_nodes={P4D},
     )
     # The xid toleration (Exists, NoSchedule) admits gpu-3: gpu-2 + gpu-3 with the next NUMA-0 NICs.
-    assert_placed(
-        pods["team-a/quad-1"],
+    assert_generated(
+        pods,
+        "team-a/quad-1",
+        "gpus",
         H100,
         [
-            (
-                generated("quad-1", "gpus"),
-                [
-                    dev("gpu", NV, H100, "gpu-2", **xid),
-                    dev("gpu", NV, H100, "gpu-3", **xid),
-                    nic("pci-0000-4f-00-0"),
-                    nic("pci-0000-5e-00-0"),
-                ],
-            )
+            dev("gpu", NV, H100, "gpu-2", **xid),
+            dev("gpu", NV, H100, "gpu-3", **xid),
+            nic("pci-0000-4f-00-0"),
+            nic("pci-0000-5e-00-0"),
         ],
         failed_nodes={P4D},
     )
@@ -470,44 +426,26 @@ def test_nvidia_a100_dynamic_mig_full_gpus_and_mig_placements_share_counters(sta
     assert list(pods) == ["default/pod1", "default/pod2", "gpu-test4/pod-0", "default/pod3"]
     # One pool of 9 slices; slices are searched by NAME: -c8v9b (gpu-7), -d2f3g (gpu-4), -h4j5k (gpu-5),
     # -l6z7x (gpu-6), ... (the counter slice -cs8x1 has no devices). So the first full GPUs are gpu-7, gpu-4.
-    assert_placed(
-        pods["default/pod1"],
-        P4D,
-        [(generated("pod1", "gpu"), [dev("gpu", NV, P4D, "gpu-7")])],
-        failed_nodes={H100},
-    )
-    assert_placed(
-        pods["default/pod2"],
-        P4D,
-        [(generated("pod2", "gpu"), [dev("gpu", NV, P4D, "gpu-4")])],
-        failed_nodes={H100},
-    )
+    assert_generated(pods, "default/pod1", "gpu", P4D, [dev("gpu", NV, P4D, "gpu-7")], failed_nodes={H100})
+    assert_generated(pods, "default/pod2", "gpu", P4D, [dev("gpu", NV, P4D, "gpu-4")], failed_nodes={H100})
     # gpu-7/gpu-4 consume all of their counter sets, so none of their MIG placements fits; on gpu-5 the first
     # fits are 1g.5gb@0 and @1 (memory-slice-0/1), 2g.10gb@0 needs slices 0-1 (taken) -> @2, 3g.20gb@0 needs
     # 0-3 -> @4. Totals 98 SM, 7 CE, 39552Mi: exactly within gpu-5-counter-set; all share gpu-5's parentUUID.
-    assert_placed(
-        pods["gpu-test4/pod-0"],
+    assert_generated(
+        pods,
+        "gpu-test4/pod-0",
+        "mig-devices",
         P4D,
         [
-            (
-                generated("pod-0", "mig-devices"),
-                [
-                    dev("mig-1g-5gb-0", NV, P4D, "gpu-5-mig-1g5gb-19-0"),
-                    dev("mig-1g-5gb-1", NV, P4D, "gpu-5-mig-1g5gb-19-1"),
-                    dev("mig-2g-10gb", NV, P4D, "gpu-5-mig-2g10gb-14-2"),
-                    dev("mig-3g-20gb", NV, P4D, "gpu-5-mig-3g20gb-9-4"),
-                ],
-            )
+            dev("mig-1g-5gb-0", NV, P4D, "gpu-5-mig-1g5gb-19-0"),
+            dev("mig-1g-5gb-1", NV, P4D, "gpu-5-mig-1g5gb-19-1"),
+            dev("mig-2g-10gb", NV, P4D, "gpu-5-mig-2g10gb-14-2"),
+            dev("mig-3g-20gb", NV, P4D, "gpu-5-mig-3g20gb-9-4"),
         ],
         failed_nodes={H100},
     )
     # The full gpu-5 needs 98 multiprocessors but its MIG placements use all 98: next slice by name is gpu-6.
-    assert_placed(
-        pods["default/pod3"],
-        P4D,
-        [(generated("pod3", "gpu"), [dev("gpu", NV, P4D, "gpu-6")])],
-        failed_nodes={H100},
-    )
+    assert_generated(pods, "default/pod3", "gpu", P4D, [dev("gpu", NV, P4D, "gpu-6")], failed_nodes={H100})
 
 
 def test_nvidia_a100_dynamic_mig_needs_partitionable_devices_gate(state, capsys):
@@ -574,58 +512,39 @@ def test_cluster_state_consumable_shares_and_numa_aligned_gpus_and_nics(state, c
         "shareID": UID,
         "consumedCapacity": {"memory": "0", "shares": "1"},
     }
-    assert_placed(
-        pods["team-a/gpu-nic-numa-0"],
+    assert_generated(
+        pods,
+        "team-a/gpu-nic-numa-0",
+        "gpus",
         H100,
         [
-            (
-                generated("gpu-nic-numa-0", "gpus"),
-                [
-                    dev("gpu", NV, H100, "gpu-0", **gpu_share),
-                    dev("gpu", NV, H100, "gpu-1", **gpu_share),
-                    dev("nic", DRANET, H100, "pci-0000-18-00-0"),
-                    dev("nic", DRANET, H100, "pci-0000-40-00-0"),
-                ],
-            )
+            dev("gpu", NV, H100, "gpu-0", **gpu_share),
+            dev("gpu", NV, H100, "gpu-1", **gpu_share),
+            dev("nic", DRANET, H100, "pci-0000-18-00-0"),
+            dev("nic", DRANET, H100, "pci-0000-40-00-0"),
         ],
         failed_nodes={P4D},
     )
     # share-20gi: gpu-0 holds 1 of 4 shares and 0 memory: another share (1 share, 20Gi) fits on gpu-0.
-    assert_placed(
-        pods["team-a/share-20gi"],
+    assert_generated(
+        pods,
+        "team-a/share-20gi",
+        "gpu",
         H100,
-        [
-            (
-                generated("share-20gi", "gpu"),
-                [
-                    dev(
-                        "gpu",
-                        NV,
-                        H100,
-                        "gpu-0",
-                        shareID=UID,
-                        consumedCapacity={"memory": "20Gi", "shares": "1"},
-                    )
-                ],
-            )
-        ],
+        [share("gpu", NV, H100, "gpu-0", memory="20Gi", shares="1")],
         failed_nodes={P4D},
     )
     # whole-by-shares wants all 4 shares: gpu-0 has 2 used, gpu-1 has 1 used, gpu-2 is untouched.
-    assert_placed(
-        pods["team-a/whole-by-shares"],
+    assert_generated(
+        pods,
+        "team-a/whole-by-shares",
+        "gpu",
         H100,
-        [
-            (
-                generated("whole-by-shares", "gpu"),
-                [dev("gpu", NV, H100, "gpu-2", shareID=UID, consumedCapacity={"memory": "0", "shares": "4"})],
-            )
-        ],
+        [share("gpu", NV, H100, "gpu-2", memory="0", shares="4")],
         failed_nodes={P4D},
     )
     share_ids = [
-        pods["team-a/gpu-nic-numa-0"]["claims"][0]["allocation"]["devices"]["results"][0]["shareID"],
-        pods["team-a/share-20gi"]["claims"][0]["allocation"]["devices"]["results"][0]["shareID"],
+        results_of(pods[key])[0]["shareID"] for key in ("team-a/gpu-nic-numa-0", "team-a/share-20gi")
     ]
     assert len(set(share_ids)) == 2  # two shares of gpu-0, each with its own shareID
 
@@ -663,40 +582,31 @@ def test_dranet_gpu_efa_pcie_root_alignment(state, capsys):
         "default/aligned-2",
     ]
     # gpu-0 (:10) and the EFA on :10.
-    assert_placed(
-        pods["default/aligned-0"],
+    assert_generated(
+        pods,
+        "default/aligned-0",
+        "gpu-efa",
         P4D,
-        [
-            (
-                generated("aligned-0", "gpu-efa"),
-                [dev("gpu", NV, P4D, "gpu-0"), dev("efa", DRANET, P4D, "pci-0000-10-1b-0")],
-            )
-        ],
+        [dev("gpu", NV, P4D, "gpu-0"), dev("efa", DRANET, P4D, "pci-0000-10-1b-0")],
         failed_nodes={H100},
     )
     # gpu-1 (:10) first, but the :10 EFA is taken and the others are on other roots (or in use):
     # backtrack to gpu-2 (:20) with the :20 EFA.
-    assert_placed(
-        pods["default/aligned-1"],
+    assert_generated(
+        pods,
+        "default/aligned-1",
+        "gpu-efa",
         P4D,
-        [
-            (
-                generated("aligned-1", "gpu-efa"),
-                [dev("gpu", NV, P4D, "gpu-2"), dev("efa", DRANET, P4D, "pci-0000-20-1b-0")],
-            )
-        ],
+        [dev("gpu", NV, P4D, "gpu-2"), dev("efa", DRANET, P4D, "pci-0000-20-1b-0")],
         failed_nodes={H100},
     )
     # No constraint: first free GPU (gpu-1) and first free EFA (:90), on different PCIe roots.
-    assert_placed(
-        pods["default/unaligned-0"],
+    assert_generated(
+        pods,
+        "default/unaligned-0",
+        "gpu-efa",
         P4D,
-        [
-            (
-                generated("unaligned-0", "gpu-efa"),
-                [dev("gpu", NV, P4D, "gpu-1"), dev("efa", DRANET, P4D, "pci-0000-90-1b-0")],
-            )
-        ],
+        [dev("gpu", NV, P4D, "gpu-1"), dev("efa", DRANET, P4D, "pci-0000-90-1b-0")],
         failed_nodes={H100},
     )
     # Every EFA is now in use (the :a0 one by the pre-existing claim): no GPU can be paired.
@@ -726,33 +636,36 @@ def test_dra_example_basic_resourceclaimtemplate_and_cel_selector(state, capsys)
     ]
     # pod0 and pod1 take gpu-0 and gpu-1; every GPU has model LATEST-GPU-MODEL (bare name = driver domain)
     # and 80Gi >= 4Gi, so the CEL-selector pod gets the next free one, gpu-2.
-    assert_placed(
-        pods["basic-resourceclaimtemplate/pod0"],
+    assert_generated(
+        pods,
+        "basic-resourceclaimtemplate/pod0",
+        "gpu",
         EX,
-        [(generated("pod0", "gpu"), [dev("gpu", EXD, EX, "gpu-0")])],
+        [dev("gpu", EXD, EX, "gpu-0")],
         failed_nodes={EX_CP},
     )
-    assert_placed(
-        pods["basic-resourceclaimtemplate/pod1"],
+    assert_generated(
+        pods,
+        "basic-resourceclaimtemplate/pod1",
+        "gpu",
         EX,
-        [(generated("pod1", "gpu"), [dev("gpu", EXD, EX, "gpu-1")])],
+        [dev("gpu", EXD, EX, "gpu-1")],
         failed_nodes={EX_CP},
     )
-    assert_placed(
-        pods["cel-selector/pod0"],
-        EX,
-        [(generated("pod0", "gpu"), [dev("gpu", EXD, EX, "gpu-2")])],
-        failed_nodes={EX_CP},
+    assert_generated(
+        pods, "cel-selector/pod0", "gpu", EX, [dev("gpu", EXD, EX, "gpu-2")], failed_nodes={EX_CP}
     )
 
 
 def test_dra_example_basic_multiple_requests(state, capsys):
     pods = dra_example(state, "basic-multiple-requests/basic-multiple-requests.yaml").simulate(capsys)
     # Two requests of one claim, in spec order: gpu-1 -> gpu-0, gpu-2 -> gpu-1 (gpu-0 picked in this attempt).
-    assert_placed(
-        pods["basic-multiple-requests/pod0"],
+    assert_generated(
+        pods,
+        "basic-multiple-requests/pod0",
+        "gpus",
         EX,
-        [(generated("pod0", "gpus"), [dev("gpu-1", EXD, EX, "gpu-0"), dev("gpu-2", EXD, EX, "gpu-1")])],
+        [dev("gpu-1", EXD, EX, "gpu-0"), dev("gpu-2", EXD, EX, "gpu-1")],
         failed_nodes={EX_CP},
     )
 
@@ -761,17 +674,21 @@ def test_dra_example_prioritized_alternatives(state, capsys):
     pods = dra_example(state, "prioritized-alternatives/prioritized-alternatives.yaml").simulate(capsys)
     assert list(pods) == ["prioritized-alternatives/pod0", "prioritized-alternatives/pod1"]
     # pod0: no BLEEDING-EDGE-GPU model, no GPU with >= 1Ti memory (80Gi): third subrequest older-gpu, gpu-0.
-    assert_placed(
-        pods["prioritized-alternatives/pod0"],
+    assert_generated(
+        pods,
+        "prioritized-alternatives/pod0",
+        "gpu",
         EX,
-        [(generated("pod0", "gpu"), [dev("gpu/older-gpu", EXD, EX, "gpu-0")])],
+        [dev("gpu/older-gpu", EXD, EX, "gpu-0")],
         failed_nodes={EX_CP},
     )
     # pod1: the first subrequest (model LATEST-GPU-MODEL) matches: gpu-1, the next free GPU.
-    assert_placed(
-        pods["prioritized-alternatives/pod1"],
+    assert_generated(
+        pods,
+        "prioritized-alternatives/pod1",
+        "gpu",
         EX,
-        [(generated("pod1", "gpu"), [dev("gpu/latest-gpu", EXD, EX, "gpu-1")])],
+        [dev("gpu/latest-gpu", EXD, EX, "gpu-1")],
         failed_nodes={EX_CP},
     )
 
@@ -816,28 +733,29 @@ def test_dra_example_admin_access_all_mode(state, capsys):
         "basic-resourceclaimtemplate/pod1",
     ]
     # All + adminAccess: every matching device of the node, in-use gpu-0 included, each marked adminAccess.
-    assert_placed(
-        pods["admin-access/pod0"],
+    assert_generated(
+        pods,
+        "admin-access/pod0",
+        "admin-gpus",
         EX,
-        [
-            (
-                generated("pod0", "admin-gpus"),
-                [dev("admin-gpu", EXD, EX, f"gpu-{i}", adminAccess=True) for i in range(8)],
-            )
-        ],
+        [dev("admin-gpu", EXD, EX, f"gpu-{i}", adminAccess=True) for i in range(8)],
         failed_nodes={EX_CP},
     )
     # Admin allocations do not count as in use; busy-gpu's gpu-0 does: the normal pods get gpu-1 and gpu-2.
-    assert_placed(
-        pods["basic-resourceclaimtemplate/pod0"],
+    assert_generated(
+        pods,
+        "basic-resourceclaimtemplate/pod0",
+        "gpu",
         EX,
-        [(generated("pod0", "gpu"), [dev("gpu", EXD, EX, "gpu-1")])],
+        [dev("gpu", EXD, EX, "gpu-1")],
         failed_nodes={EX_CP},
     )
-    assert_placed(
-        pods["basic-resourceclaimtemplate/pod1"],
+    assert_generated(
+        pods,
+        "basic-resourceclaimtemplate/pod1",
+        "gpu",
         EX,
-        [(generated("pod1", "gpu"), [dev("gpu", EXD, EX, "gpu-2")])],
+        [dev("gpu", EXD, EX, "gpu-2")],
         failed_nodes={EX_CP},
     )
 
@@ -862,15 +780,12 @@ def test_dra_example_device_taint_rule_and_toleration(state, capsys):
         "basic-resourceclaimtemplate/pod-without-toleration",
     ]
     # The toleration matches key, value (Equal) and effect: gpu-0, with the toleration copied into the result.
-    assert_placed(
-        pods["basic-resourceclaimtemplate/pod-with-toleration"],
+    assert_generated(
+        pods,
+        "basic-resourceclaimtemplate/pod-with-toleration",
+        "gpu",
         EX,
-        [
-            (
-                generated("pod-with-toleration", "gpu"),
-                [dev("gpu", EXD, EX, "gpu-0", tolerations=[EX_UNHEALTHY_TOLERATION])],
-            )
-        ],
+        [dev("gpu", EXD, EX, "gpu-0", tolerations=[EX_UNHEALTHY_TOLERATION])],
         failed_nodes={EX_CP},
     )
     # No toleration: every device carries the NoExecute taint.
@@ -884,20 +799,15 @@ def test_dra_example_device_taint_rule_ignored_without_its_gate(state, capsys):
         f"{TAINTS}/2-basic-resourceclaimtemplate.yaml",
     ).simulate(capsys, "--feature-gates", "DRADeviceTaintRules=false")
     # Rules off: no device is tainted. Tolerations are still copied; the second pod takes gpu-1.
-    assert_placed(
-        pods["basic-resourceclaimtemplate/pod-with-toleration"],
+    assert_generated(
+        pods,
+        "basic-resourceclaimtemplate/pod-with-toleration",
+        "gpu",
         EX,
-        [
-            (
-                generated("pod-with-toleration", "gpu"),
-                [dev("gpu", EXD, EX, "gpu-0", tolerations=[EX_UNHEALTHY_TOLERATION])],
-            )
-        ],
+        [dev("gpu", EXD, EX, "gpu-0", tolerations=[EX_UNHEALTHY_TOLERATION])],
     )
-    assert_placed(
-        pods["basic-resourceclaimtemplate/pod-without-toleration"],
-        EX,
-        [(generated("pod-without-toleration", "gpu"), [dev("gpu", EXD, EX, "gpu-1")])],
+    assert_generated(
+        pods, "basic-resourceclaimtemplate/pod-without-toleration", "gpu", EX, [dev("gpu", EXD, EX, "gpu-1")]
     )
 
 
@@ -927,22 +837,19 @@ def test_dra_example_partitionable_devices(state, capsys):
     # Two partitions of gpu-0 use its 80Gi / 100 compute exactly.
     support.assert_demo_partitions_pod0(pods)
     # gpu-0-full finds its counters exhausted; the next fits are gpu-1's two partitions.
-    assert_placed(
-        pods["partitionable-devices/pod1"],
+    assert_generated(
+        pods,
+        "partitionable-devices/pod1",
+        "gpu-partitions",
         EX,
-        [(generated("pod1", "gpu-partitions"), gpu_partitions("gpu-partition", 1))],
+        gpu_partitions("gpu-partition", 1),
         failed_nodes={EX_CP},
     )
     # Only the two full GPUs are left and both counter sets are used up.
     assert_unschedulable(pods["partitionable-devices/pod2"], {EX, EX_CP})
 
 
-NET_CLASS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "DeviceClass",
-    "metadata": {"name": "net.example.com"},
-    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'net.example.com'"}}]},
-}
+NET_CLASS = device_class("net.example.com", "device.driver == 'net.example.com'")
 
 
 def net_consumable(state: StateDir) -> StateDir:
@@ -976,69 +883,33 @@ def test_dra_example_net_consumable_capacity(state, capsys):
     ]
     net = "net.example.com"
     # nic-0 is multi-allocatable: pod0's share takes 10G in / 5G out and the vfs default (1).
-    assert_placed(
-        pods["net-consumable-capacity/pod0"],
+    assert_generated(
+        pods,
+        "net-consumable-capacity/pod0",
+        "nic",
         EX,
-        [
-            (
-                generated("pod0", "nic"),
-                [
-                    dev(
-                        "nic",
-                        net,
-                        EX,
-                        "nic-0",
-                        shareID=UID,
-                        consumedCapacity={"vfs": "1", "ingressBandwidth": "10G", "egressBandwidth": "5G"},
-                    )
-                ],
-            )
-        ],
+        [share("nic", net, EX, "nic-0", vfs="1", ingressBandwidth="10G", egressBandwidth="5G")],
         failed_nodes={EX_CP},
     )
     # 10G + 5G of 100G in: pod1 shares nic-0 too.
-    assert_placed(
-        pods["net-consumable-capacity/pod1"],
+    assert_generated(
+        pods,
+        "net-consumable-capacity/pod1",
+        "nic",
         EX,
-        [
-            (
-                generated("pod1", "nic"),
-                [
-                    dev(
-                        "nic",
-                        net,
-                        EX,
-                        "nic-0",
-                        shareID=UID,
-                        consumedCapacity={"vfs": "1", "ingressBandwidth": "5G", "egressBandwidth": "5G"},
-                    )
-                ],
-            )
-        ],
+        [share("nic", net, EX, "nic-0", vfs="1", ingressBandwidth="5G", egressBandwidth="5G")],
         failed_nodes={EX_CP},
     )
     # 15G + 90G > 100G on nic-0: pod2 goes to nic-1.
-    assert_placed(
-        pods["net-consumable-capacity/pod2"],
+    assert_generated(
+        pods,
+        "net-consumable-capacity/pod2",
+        "nic",
         EX,
-        [
-            (
-                generated("pod2", "nic"),
-                [
-                    dev(
-                        "nic",
-                        net,
-                        EX,
-                        "nic-1",
-                        shareID=UID,
-                        consumedCapacity={"vfs": "1", "ingressBandwidth": "90G", "egressBandwidth": "1G"},
-                    )
-                ],
-            )
-        ],
+        [share("nic", net, EX, "nic-1", vfs="1", ingressBandwidth="90G", egressBandwidth="1G")],
         failed_nodes={EX_CP},
     )
-    ids = {p["claims"][0]["allocation"]["devices"]["results"][0]["shareID"] for p in pods.values()}
+    ids = {results_of(p)[0]["shareID"] for p in pods.values()}
     assert len(ids) == 3
 
 
@@ -1051,16 +922,12 @@ def test_dra_example_net_capacity_requests_without_gate_are_fatal(state, capsys)
         "net-consumable-capacity/pod2",
     ):
         out = pods[key]
-        claim_name = out["claims"][0]["name"]
-        assert_fatal(
-            out,
-            f"claim net-consumable-capacity/{claim_name}, request nic: has capacity requests, "
-            "but the DRAConsumableCapacity feature is disabled",
-        )
-        assert out["error"] == (
-            f"claim net-consumable-capacity/{claim_name}, request nic: has capacity requests, "
+        message = (
+            f"claim net-consumable-capacity/{out['claims'][0]['name']}, request nic: has capacity requests, "
             "but the DRAConsumableCapacity feature is disabled"
         )
+        assert_fatal(out, message)
+        assert out["error"] == message
 
 
 # ===========================================================================================================
@@ -1124,17 +991,21 @@ def test_intel_gaudi_device_taint_rule(state, capsys):
         failed_nodes={CPU_NODE},
     )
     # two-gaudi3 (model == 'Gaudi3' matches all): the next two, 1a and 33.
-    assert_placed(
-        pods["default/gaudi-test-0"],
+    assert_generated(
+        pods,
+        "default/gaudi-test-0",
+        "resource",
         GAUDI_NODE,
-        [(generated("gaudi-test-0", "resource"), [g("gaudi", "1a"), g("gaudi", "33")])],
+        [g("gaudi", "1a"), g("gaudi", "33")],
         failed_nodes={CPU_NODE},
     )
     # Four more: 34, 9a, then 9b is tainted (no toleration) and skipped, b3, b4.
-    assert_placed(
-        pods["default/gaudi-quad"],
+    assert_generated(
+        pods,
+        "default/gaudi-quad",
+        "resource",
         GAUDI_NODE,
-        [(generated("gaudi-quad", "resource"), [g("gaudi", p) for p in ("34", "9a", "b3", "b4")])],
+        [g("gaudi", p) for p in ("34", "9a", "b3", "b4")],
         failed_nodes={CPU_NODE},
     )
     # Only the tainted 9b is left.
@@ -1170,32 +1041,23 @@ def test_intel_gaudi_device_taint_rules_gate_off(state, capsys):
     monitor_tolerations = [{"effect": "NoExecute"}, {"effect": "NoSchedule"}]
     cards = ("19", "1a", "33", "34", "9a", "9b", "b3", "b4")
     # Without the rule nothing is tainted: the monitor gets all 8 cards (admin access, tolerations copied) ...
-    assert_placed(
-        pods["default/monitor-pod"],
+    assert_generated(
+        pods,
+        "default/monitor-pod",
+        "resource",
         GAUDI_NODE,
-        [
-            (
-                generated("monitor-pod", "resource"),
-                [g("gaudi", p, adminAccess=True, tolerations=monitor_tolerations) for p in cards],
-            )
-        ],
+        [g("gaudi", p, adminAccess=True, tolerations=monitor_tolerations) for p in cards],
         failed_nodes={CPU_NODE},
     )
     # ... which does not block normal claims; 9b is usable, so the quad takes 34, 9a, 9b, b3 and the last b4.
     assert_placed(pods["default/test-inline-claim"], GAUDI_NODE, [("claim1", [g("gaudi", "19")])])
-    assert_placed(
-        pods["default/gaudi-test-0"],
-        GAUDI_NODE,
-        [(generated("gaudi-test-0", "resource"), [g("gaudi", "1a"), g("gaudi", "33")])],
+    assert_generated(
+        pods, "default/gaudi-test-0", "resource", GAUDI_NODE, [g("gaudi", "1a"), g("gaudi", "33")]
     )
-    assert_placed(
-        pods["default/gaudi-quad"],
-        GAUDI_NODE,
-        [(generated("gaudi-quad", "resource"), [g("gaudi", p) for p in ("34", "9a", "9b", "b3")])],
+    assert_generated(
+        pods, "default/gaudi-quad", "resource", GAUDI_NODE, [g("gaudi", p) for p in ("34", "9a", "9b", "b3")]
     )
-    assert_placed(
-        pods["default/gaudi-one"], GAUDI_NODE, [(generated("gaudi-one", "resource"), [g("gaudi", "b4")])]
-    )
+    assert_generated(pods, "default/gaudi-one", "resource", GAUDI_NODE, [g("gaudi", "b4")])
 
 
 def test_intel_gpu_max1550_driver_published_taint(state, capsys):
@@ -1218,19 +1080,11 @@ def test_intel_gpu_max1550_driver_published_taint(state, capsys):
     assert list(pods) == [f"{ns}/multi-gpu-test", f"{ns}/gpu-pod-a", f"{ns}/gpu-pod-b"]
     x = lambda pci: dev("gpu", XPU, XPU_NODE, f"0000-{pci}-00-0-0x0bd5")  # noqa: E731
     # count 2: the first two GPUs.
-    assert_placed(
-        pods[f"{ns}/multi-gpu-test"],
-        XPU_NODE,
-        [(generated("multi-gpu-test", "resource"), [x("29"), x("3a")])],
-        failed_nodes={CPU_NODE},
+    assert_generated(
+        pods, f"{ns}/multi-gpu-test", "resource", XPU_NODE, [x("29"), x("3a")], failed_nodes={CPU_NODE}
     )
     # 9a is tainted NoExecute and claim1 has no toleration: ca.
-    assert_placed(
-        pods[f"{ns}/gpu-pod-a"],
-        XPU_NODE,
-        [(generated("gpu-pod-a", "resource"), [x("ca")])],
-        failed_nodes={CPU_NODE},
-    )
+    assert_generated(pods, f"{ns}/gpu-pod-a", "resource", XPU_NODE, [x("ca")], failed_nodes={CPU_NODE})
     # Only the tainted 9a is left.
     assert_unschedulable(pods[f"{ns}/gpu-pod-b"], {XPU_NODE, CPU_NODE})
 
@@ -1247,28 +1101,22 @@ def test_intel_first_available_gpu_or_gaudi(state, capsys):
     key = "default/test-inline-first-available"
     # Only the Gaudi node: no gpu.intel.com device there; the second subrequest (gaudi) takes the first card.
     pods = state.simulate(capsys, "--nodes", GAUDI_NODE)
-    assert_placed(
-        pods[key],
+    assert_generated(
+        pods,
+        key,
+        "resource",
         GAUDI_NODE,
-        [
-            (
-                generated("test-inline-first-available", "resource"),
-                [dev("ai-accelerator/gaudi", GAUDI, GAUDI_NODE, gaudi_device("19"))],
-            )
-        ],
+        [dev("ai-accelerator/gaudi", GAUDI, GAUDI_NODE, gaudi_device("19"))],
         failed_nodes=set(),
     )
     # Only the Max 1550 node: the first subrequest (gpu) fits: the first GPU.
     pods = state.simulate(capsys, "--nodes", XPU_NODE)
-    assert_placed(
-        pods[key],
+    assert_generated(
+        pods,
+        key,
+        "resource",
         XPU_NODE,
-        [
-            (
-                generated("test-inline-first-available", "resource"),
-                [dev("ai-accelerator/gpu", XPU, XPU_NODE, "0000-29-00-0-0x0bd5")],
-            )
-        ],
+        [dev("ai-accelerator/gpu", XPU, XPU_NODE, "0000-29-00-0-0x0bd5")],
         failed_nodes=set(),
     )
 
@@ -1299,10 +1147,12 @@ def _sriov_vf_pod_expectations(pods: dict[str, dict[str, Any]]) -> None:
     ]["config"]
     # vf-test2 (first by namespace): class vf-test2 has a config -> FromClass first, then the claim's own
     # config (FromClaim); both cover the only request "vf", so requests are cleared on both.
-    assert_placed(
-        pods["vf-test2/pod0"],
+    assert_generated(
+        pods,
+        "vf-test2/pod0",
+        "vf",
         SRIOV_NODE,
-        [(generated("pod0", "vf"), [dev("vf", SRIOV, SRIOV_NODE, "0000-3b-00-2")])],
+        [dev("vf", SRIOV, SRIOV_NODE, "0000-3b-00-2")],
         failed_nodes={CPU_NODE},
         config=[
             [
@@ -1318,15 +1168,12 @@ def _sriov_vf_pod_expectations(pods: dict[str, dict[str, Any]]) -> None:
     )
     (vf_config,) = template["spec"]["spec"]["devices"]["config"]
     # count 2: the next two VFs; the claim config names the only request, so its requests are cleared.
-    assert_placed(
-        pods["vf-test3/pod0"],
+    assert_generated(
+        pods,
+        "vf-test3/pod0",
+        "vf",
         SRIOV_NODE,
-        [
-            (
-                generated("pod0", "vf"),
-                [dev("vf", SRIOV, SRIOV_NODE, "0000-3b-00-3"), dev("vf", SRIOV, SRIOV_NODE, "0000-3b-00-4")],
-            )
-        ],
+        [dev("vf", SRIOV, SRIOV_NODE, "0000-3b-00-3"), dev("vf", SRIOV, SRIOV_NODE, "0000-3b-00-4")],
         failed_nodes={CPU_NODE},
         config=[[{"source": "FromClaim", "opaque": vf_config["opaque"]}]],
     )
@@ -1358,32 +1205,16 @@ def test_sriov_resource_alignment_unknown_device_class_is_fatal(state, capsys):
 # ===========================================================================================================
 
 IMEX_CLUSTER = "0f884867-ba2f-4294-9155-b495ff367eea"
-IMEX_CLASS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "DeviceClass",
-    "metadata": {"name": "imex.nvidia.com"},  # the historical chart class; not among the rendered ones
-    "spec": {
-        "selectors": [
-            {
-                "cel": {
-                    "expression": (
-                        "device.driver == 'gpu.nvidia.com' && "
-                        "device.attributes['gpu.nvidia.com'].type == 'imex-channel'"
-                    )
-                }
-            }
-        ]
-    },
-}
+IMEX_CLASS = device_class(
+    "imex.nvidia.com",  # the historical chart class; not among the rendered ones
+    "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'imex-channel'",
+)
 
 
 def clique_node(name: str, clique: str | None) -> dict[str, Any]:
-    obj = node(name)
-    if clique is not None:
-        obj["metadata"]["labels"].update(
-            {"nvidia.com/gpu.clusteruuid": IMEX_CLUSTER, "nvidia.com/gpu.cliqueid": clique}
-        )
-    return obj
+    if clique is None:
+        return node(name)
+    return node(name, {"nvidia.com/gpu.clusteruuid": IMEX_CLUSTER, "nvidia.com/gpu.cliqueid": clique})
 
 
 def test_nvidia_imex_channels_from_node_selector_pools(state, capsys):
@@ -1447,44 +1278,20 @@ def test_nvidia_imex_channels_from_node_selector_pools(state, capsys):
 # Binding conditions (website example slice): such pools are searched last; conditions copied to the result
 # ===========================================================================================================
 
-BC_SLICE = BINDING_SLICE
-
 
 def binding_conditions(state: StateDir) -> StateDir:
     # dra.example.com pool gpu-pool: one device gpu-1 (bindsToNode, bindingConditions), attached by the
     # label accelerator-type=high-performance; the kind worker carries that label and also has the 8
     # gpu.example.com GPUs of the README dump.
-    state.fixture(EX_SLICES, EX_CLASS, BC_SLICE)
-    worker = node(EX)
-    worker["metadata"]["labels"]["accelerator-type"] = "high-performance"
-    any_gpu = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "any-example-gpu"},
-        "spec": {
-            "selectors": [
-                {
-                    "cel": {
-                        "expression": (
-                            "device.driver == 'dra.example.com' || device.driver == 'gpu.example.com'"
-                        )
-                    }
-                }
-            ]
-        },
-    }
-    bc_class = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "dra.example.com"},
-        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'dra.example.com'"}}]},
-    }
+    state.fixture(EX_SLICES, EX_CLASS, BINDING_SLICE)
     return state.objects(
         "extra",
-        worker,
+        node(EX, {"accelerator-type": "high-performance"}),
         node(EX_CP),
-        any_gpu,
-        bc_class,
+        device_class(
+            "any-example-gpu", "device.driver == 'dra.example.com' || device.driver == 'gpu.example.com'"
+        ),
+        device_class("dra.example.com", "device.driver == 'dra.example.com'"),
         claim_template("bc", "any-gpu", [exactly("gpu", "any-example-gpu")]),
         claim_template("bc", "prepared-gpu", [exactly("gpu", "dra.example.com")]),
         pod("bc", "any-0", templates={"gpu": "any-gpu"}, created=T.format(1)),
@@ -1498,30 +1305,22 @@ def test_binding_conditions_pool_last_and_conditions_in_result(state, capsys):
     assert list(pods) == ["bc/any-0", "bc/bound-0", "bc/bound-1"]
     # By (driver, pool) dra.example.com/gpu-pool would come first, but pools with binding-condition devices
     # are searched after all others: the plain gpu.example.com gpu-0.
-    assert_placed(
-        pods["bc/any-0"],
-        EX,
-        [(generated("any-0", "gpu"), [dev("gpu", EXD, EX, "gpu-0")])],
-        failed_nodes={EX_CP},
-    )
+    assert_generated(pods, "bc/any-0", "gpu", EX, [dev("gpu", EXD, EX, "gpu-0")], failed_nodes={EX_CP})
     # Only gpu-pool matches: gpu-1 with its conditions copied; bindsToNode pins the claim to the node
     # although the slice uses a label selector.
-    assert_placed(
-        pods["bc/bound-0"],
+    assert_generated(
+        pods,
+        "bc/bound-0",
+        "gpu",
         EX,
         [
-            (
-                generated("bound-0", "gpu"),
-                [
-                    dev(
-                        "gpu",
-                        "dra.example.com",
-                        "gpu-pool",
-                        "gpu-1",
-                        bindingConditions=["dra.example.com/is-prepared"],
-                        bindingFailureConditions=["dra.example.com/preparing-failed"],
-                    )
-                ],
+            dev(
+                "gpu",
+                "dra.example.com",
+                "gpu-pool",
+                "gpu-1",
+                bindingConditions=["dra.example.com/is-prepared"],
+                bindingFailureConditions=["dra.example.com/preparing-failed"],
             )
         ],
         failed_nodes={EX_CP},
@@ -1533,7 +1332,7 @@ def test_binding_conditions_pool_last_and_conditions_in_result(state, capsys):
 def test_binding_conditions_gate_off_makes_such_devices_unselectable(state, capsys):
     pods = binding_conditions(state).simulate(capsys, "--feature-gates", "DRADeviceBindingConditions=false")
     # Gate off: gpu-1 (with bindingConditions) is not selectable; the any-class pod still gets gpu-0.
-    assert_placed(pods["bc/any-0"], EX, [(generated("any-0", "gpu"), [dev("gpu", EXD, EX, "gpu-0")])])
+    assert_generated(pods, "bc/any-0", "gpu", EX, [dev("gpu", EXD, EX, "gpu-0")])
     assert_unschedulable(pods["bc/bound-0"], {EX, EX_CP})
     assert_unschedulable(pods["bc/bound-1"], {EX, EX_CP})
 
@@ -1553,10 +1352,12 @@ def test_amd_single_gpu(state, capsys):
     state.objects("nodes", node(AMD_NODE), node(CPU_NODE))
     pods = state.simulate(capsys)
     # Devices gpu-<card>-<render> in list order: the first is gpu-1-128.
-    assert_placed(
-        pods["gpu-test/pod1"],
+    assert_generated(
+        pods,
+        "gpu-test/pod1",
+        "gpu",
         AMD_NODE,
-        [(generated("pod1", "gpu"), [dev("gpu", "gpu.amd.com", AMD_NODE, "gpu-1-128")])],
+        [dev("gpu", "gpu.amd.com", AMD_NODE, "gpu-1-128")],
         failed_nodes={CPU_NODE},
     )
 
@@ -1579,10 +1380,12 @@ def test_amd_demo_files_sharing_a_namespace(state, capsys):
     # The partition examples select type == "amdgpu-partition": an unpartitioned MI300X has none.
     assert_unschedulable(pods["gpu-test/pod-two-partitions-distinct-parents"], {AMD_NODE, CPU_NODE})
     assert_unschedulable(pods["gpu-test/pod-two-partitions-same-parent"], {AMD_NODE, CPU_NODE})
-    assert_placed(
-        pods["gpu-test/pod1"],
+    assert_generated(
+        pods,
+        "gpu-test/pod1",
+        "gpu",
         AMD_NODE,
-        [(generated("pod1", "gpu"), [dev("gpu", "gpu.amd.com", AMD_NODE, "gpu-1-128")])],
+        [dev("gpu", "gpu.amd.com", AMD_NODE, "gpu-1-128")],
         failed_nodes={CPU_NODE},
     )
 
@@ -1641,26 +1444,18 @@ def test_nvidia_consumable_shares_real_specs(state, capsys):
         *(f"{ns}/pod-{i}" for i in range(5)),
     ]
 
-    def share(device: str, memory: str) -> list[dict[str, Any]]:
-        return [dev("gpu", NV, H100, device, shareID=UID, consumedCapacity={"memory": memory, "shares": "1"})]
+    def one_share(device: str, memory: str) -> list[dict[str, Any]]:
+        return [share("gpu", NV, H100, device, memory=memory, shares="1")]
 
     # Each claim takes one share (requested 1 or the policy default) and memory as requested (default 0):
     # the four bats pods fill gpu-0's 4 shares (2 x 0 + 2 x 2Gi memory).
     for name, memory in (("integer-0", "0"), ("integer-1", "0"), ("memory-0", "2Gi"), ("memory-1", "2Gi")):
-        assert_placed(
-            pods[f"default/pod-share-{name}"],
-            H100,
-            [(generated(f"pod-share-{name}", "gpu"), share("gpu-0", memory))],
-            failed_nodes={P4D},
+        assert_generated(
+            pods, f"default/pod-share-{name}", "gpu", H100, one_share("gpu-0", memory), failed_nodes={P4D}
         )
     # gpu-0 has no share left: the replicas fill gpu-1 (4 shares), the fifth goes to gpu-2.
     for i, device in enumerate(("gpu-1", "gpu-1", "gpu-1", "gpu-1", "gpu-2")):
-        assert_placed(
-            pods[f"{ns}/pod-{i}"],
-            H100,
-            [(generated(f"pod-{i}", "gpu"), share(device, "0"))],
-            failed_nodes={P4D},
-        )
+        assert_generated(pods, f"{ns}/pod-{i}", "gpu", H100, one_share(device, "0"), failed_nodes={P4D})
 
 
 def test_intel_gpu_e2e_selector_specs(state, capsys):
@@ -1690,30 +1485,19 @@ def test_intel_gpu_e2e_selector_specs(state, capsys):
     ]
     x = lambda pci: dev("gpu", XPU, XPU_NODE, f"0000-{pci}-00-0-0x0bd5")  # noqa: E731
     # driver == "i915": the first GPU.
-    assert_placed(
-        pods[f"{ns}/driver-selector-test"],
-        XPU_NODE,
-        [(generated("driver-selector-test", "resource"), [x("29")])],
-        failed_nodes={CPU_NODE},
+    assert_generated(
+        pods, f"{ns}/driver-selector-test", "resource", XPU_NODE, [x("29")], failed_nodes={CPU_NODE}
     )
     # family.startsWith("Arc"): no Max 1550 matches.
     assert_unschedulable(pods[f"{ns}/family-selector-test"], {XPU_NODE, CPU_NODE})
     # memory >= 1Gi: the next free GPU.
-    assert_placed(
-        pods[f"{ns}/memory-selector-test"],
-        XPU_NODE,
-        [(generated("memory-selector-test", "resource"), [x("3a")])],
-        failed_nodes={CPU_NODE},
+    assert_generated(
+        pods, f"{ns}/memory-selector-test", "resource", XPU_NODE, [x("3a")], failed_nodes={CPU_NODE}
     )
     # Two GPUs wanted, but of 9a and ca only ca is usable (9a tainted).
     assert_unschedulable(pods[f"{ns}/multi-gpu-test"], {XPU_NODE, CPU_NODE})
     # sriov == true: ca.
-    assert_placed(
-        pods[f"{ns}/sriov-check-test"],
-        XPU_NODE,
-        [(generated("sriov-check-test", "resource"), [x("ca")])],
-        failed_nodes={CPU_NODE},
-    )
+    assert_generated(pods, f"{ns}/sriov-check-test", "resource", XPU_NODE, [x("ca")], failed_nodes={CPU_NODE})
 
 
 # ===========================================================================================================
@@ -1736,10 +1520,12 @@ def test_nvidia_all_mode_takes_every_static_mig_device(state, capsys):
     )
     pods = state.simulate(capsys)
     # All: the 16 MIG devices of the node in slice order (full GPUs 4-7 are type gpu, not mig).
-    assert_placed(
-        pods["default/all-migs"],
+    assert_generated(
+        pods,
+        "default/all-migs",
+        "migs",
         P4D,
-        [(generated("all-migs", "migs"), [dev("migs", NV, P4D, d) for d in STATIC_MIGS])],
+        [dev("migs", NV, P4D, d) for d in STATIC_MIGS],
         failed_nodes={H100},
     )
     # A normal (non-admin) All allocation is exclusive: no MIG device is left.
@@ -1772,18 +1558,11 @@ def test_nvidia_all_mode_claim_limit_and_prioritized_fallback(state, capsys):
     # Plain All over 200 devices: the claim-size pre-check (> 32) is fatal.
     out = pods["default/all-migs"]
     claim_name = out["claims"][0]["name"]
-    assert_fatal(
-        out, f"claim default/{claim_name}: number of requested devices 200 exceeds the claim limit of 32"
-    )
-    assert (
-        out["error"]
-        == f"claim default/{claim_name}: number of requested devices 200 exceeds the claim limit of 32"
-    )
+    message = f"claim default/{claim_name}: number of requested devices 200 exceeds the claim limit of 32"
+    assert_fatal(out, message)
+    assert out["error"] == message
     # firstAvailable: the pre-check counts the smallest alternative (1); the All subrequest then fails only
     # on the 32-result limit, so the next subrequest is tried: one full GPU, gpu-7 (first slice by name).
-    assert_placed(
-        pods["default/all-or-one"],
-        P4D,
-        [(generated("all-or-one", "gpus"), [dev("gpus/one-gpu", NV, P4D, "gpu-7")])],
-        failed_nodes={H100},
+    assert_generated(
+        pods, "default/all-or-one", "gpus", P4D, [dev("gpus/one-gpu", NV, P4D, "gpu-7")], failed_nodes={H100}
     )

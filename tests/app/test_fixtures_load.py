@@ -21,16 +21,15 @@ Files that are not manifests (LICENSE, generate_constructed.py, SOURCES.md) are 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from app.claimgen import generate_template_claims
 from app.statedir import KIND_FIELDS, ClusterObjects, StateLoadError, load_state
+from tests.app.scenario_support import FIXTURES
 
 pytestmark = pytest.mark.fixtures
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
 SKIP_REASON = "../shared/fixtures not found (a user's clone has no shared/ directory)"
 
 TEMPLATE = "Helm/Go template directive"
