@@ -19,11 +19,26 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from allocator.cel import CELDevice
 from allocator.errors import CELCompileError, CELError, CELEvalError
 from allocator.model import Device, DeviceClass
-from allocator.selectors import SelectorCache
+from allocator.selectors import SelectorCache, selector_error
 
-__all__ = ["ClassMatchIndex"]
+__all__ = ["ClassMatchIndex", "class_outcome"]
+
+
+def class_outcome(
+    selectors: SelectorCache, device_class: DeviceClass, device: CELDevice
+) -> tuple[int, bool | CELError]:
+    """Run the class's selectors on ``device`` in order until one is false or fails, as upstream (uncached).
+    Returns how many ran and the outcome: True (all admit the device), False, or the last one's error."""
+    for ran, expression in enumerate(device_class.selectors, 1):
+        try:
+            if not selectors.evaluate(expression, device):
+                return ran, False
+        except (CELCompileError, CELEvalError) as e:
+            return ran, e
+    return len(device_class.selectors), True
 
 
 @dataclass(slots=True)
@@ -76,15 +91,12 @@ class ClassMatchIndex:
                 state.errors.pop(device, None)
 
     def _evaluate(self, state: _ClassState, device: Device) -> None:
-        for i, expression in enumerate(state.device_class.selectors):
-            self.evaluations += 1
-            try:
-                if not self.selectors.evaluate(expression, device.cel):
-                    return
-            except (CELCompileError, CELEvalError) as e:
-                state.errors[device] = (i, e)
-                return
-        state.matching.add(device)
+        ran, outcome = class_outcome(self.selectors, state.device_class, device.cel)
+        self.evaluations += ran
+        if outcome is True:
+            state.matching.add(device)
+        elif outcome is not False:
+            state.errors[device] = (ran - 1, outcome)
 
     # --- queries --------------------------------------------------------------------------------------
 
@@ -104,13 +116,7 @@ class ClassMatchIndex:
         if error is None:
             return False
         index, cause = error
-        owner = f"class {device_class.name}"
-        if isinstance(cause, CELCompileError):
-            raise CELCompileError(f"{owner}: selector #{index}: CEL compile error: {cause}")
-        driver, pool, name = device.id
-        raise CELEvalError(
-            f"{owner}: selector #{index} on device {driver}/{pool}/{name}: CEL runtime error: {cause}"
-        )
+        raise selector_error(f"class {device_class.name}", index, device, cause)
 
     def matching(self, name: str) -> frozenset[Device]:
         """The devices class ``name`` matches (empty for an unknown class)."""

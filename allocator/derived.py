@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from allocator.cel import AttributeValue, CELDevice
+from allocator.classmatch import class_outcome
 from allocator.errors import CELCompileError, CELError, CELEvalError, FeatureDisabledError
 from allocator.features import FeatureGates
 from allocator.model import Claim, Device, DeviceClass, DeviceRequest
@@ -176,6 +177,7 @@ class ClusterDerivation:
                 # the inventory as the base of re-derivation) never holds converted copies.
                 cel = device.cel
                 probe = CELDevice(cel.driver, cel.attributes, cel.capacity, cel.allow_multiple_allocations)
+            scope: bool | str | None = True
             if attribute.device_class:
                 scope = class_matches.get(attribute.device_class)
                 if scope is None:
@@ -184,11 +186,10 @@ class ClusterDerivation:
                     )
                 if not scope:
                     continue
-                if isinstance(scope, str):
-                    errors.append(self._error(attribute, device, scope))
-                    decided.add(attribute.name)
-                    continue
             decided.add(attribute.name)  # the first entry in scope decides, even when it fails
+            if isinstance(scope, str):
+                errors.append(self._error(attribute, device, scope))
+                continue
             try:
                 values[attribute.name] = self.selectors.evaluate_value(attribute.expression, probe)
             except CELError as e:
@@ -200,15 +201,11 @@ class ClusterDerivation:
     def _in_class(self, device_class: DeviceClass | None, probe: CELDevice) -> bool | str:
         if device_class is None:
             return False
-        for i, expression in enumerate(device_class.selectors):
-            try:
-                if not self.selectors.evaluate(expression, probe):
-                    return False
-            except CELCompileError as e:
-                return f"deviceClassName {device_class.name}: selector #{i}: CEL compile error: {e}"
-            except CELEvalError as e:
-                return f"deviceClassName {device_class.name}: selector #{i}: CEL runtime error: {e}"
-        return True
+        ran, outcome = class_outcome(self.selectors, device_class, probe)
+        if isinstance(outcome, CELError):
+            kind = "compile" if isinstance(outcome, CELCompileError) else "runtime"
+            return f"deviceClassName {device_class.name}: selector #{ran - 1}: CEL {kind} error: {outcome}"
+        return outcome
 
     @staticmethod
     def _error(attribute: ClusterAttribute, device: Device, problem: str) -> str:
@@ -222,10 +219,10 @@ class ClusterDerivation:
 def _with_attributes(device: Device, values: Mapping[str, AttributeValue]) -> Device:
     """A copy of ``device`` whose attributes (constraint view and CEL view) include ``values``."""
     attributes = {**device.attributes, **values}
-    cel_attributes = {domain: dict(ids) for domain, ids in device.cel.attributes.items()}
+    cel_attributes = dict(device.cel.attributes)  # only the domains that gain a value are copied
     for qualified, value in values.items():
         domain, _, ident = qualified.rpartition("/")
-        cel_attributes.setdefault(domain, {})[ident] = value
+        cel_attributes[domain] = {**cel_attributes.get(domain, {}), ident: value}
     cel = dataclasses.replace(device.cel, attributes=cel_attributes)
     return dataclasses.replace(device, attributes=attributes, cel=cel)
 

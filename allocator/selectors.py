@@ -26,16 +26,27 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from allocator.cel import AttributeValue, CELDevice, CELEngine, SelectorProgram, ValueProgram
-from allocator.errors import CELCompileError, CELEvalError
+from allocator.errors import CELCompileError, CELError, CELEvalError
 from allocator.model import Device
 
-__all__ = ["DEFAULT_MAX_EXPRESSIONS", "DEFAULT_MAX_RESULTS", "SelectorCache"]
+__all__ = ["DEFAULT_MAX_EXPRESSIONS", "DEFAULT_MAX_RESULTS", "SelectorCache", "selector_error"]
 
 DEFAULT_MAX_EXPRESSIONS = 10_000
 """Compiled programs kept (selectors and derived attribute expressions counted separately)."""
 
 DEFAULT_MAX_RESULTS = 1_000_000
 """Cached (expression, device) results kept, about 200 MB at most (module docstring)."""
+
+
+def selector_error(owner: str, index: int, device: Device, cause: CELError) -> CELError:
+    """The pod-fatal error for selector #``index`` of ``owner`` (``class <name>`` / ``claim <ns/name>``),
+    worded as upstream (module doc); a compile error names no device."""
+    if isinstance(cause, CELCompileError):
+        return CELCompileError(f"{owner}: selector #{index}: CEL compile error: {cause}")
+    driver, pool, name = device.id
+    return CELEvalError(
+        f"{owner}: selector #{index} on device {driver}/{pool}/{name}: CEL runtime error: {cause}"
+    )
 
 
 class _Entry:
@@ -73,7 +84,9 @@ class SelectorCache:
 
     # --- programs ---------------------------------------------------------------------------------
 
-    def _entry(self, expression: str, table: dict[str, _Entry], value: bool) -> _Entry:
+    def _entry(self, expression: str, value: bool) -> _Entry:
+        """The compiled selector (``value`` False) or derived attribute expression (True), compiled once."""
+        table = self._values if value else self._entries
         entry = table.get(expression)
         if entry is not None:
             return entry
@@ -97,14 +110,14 @@ class SelectorCache:
 
     def program(self, expression: str) -> SelectorProgram:
         """The compiled selector. Raises CELCompileError (message without owner)."""
-        entry = self._entry(expression, self._entries, False)
+        entry = self._entry(expression, False)
         if entry.error is not None:
             raise CELCompileError(str(entry.error))
         return entry.program  # type: ignore[no-any-return]
 
     def value_program(self, expression: str) -> ValueProgram:
         """The compiled derived attribute expression. Raises CELCompileError (message without owner)."""
-        entry = self._entry(expression, self._values, True)
+        entry = self._entry(expression, True)
         if entry.error is not None:
             raise CELCompileError(str(entry.error))
         return entry.program  # type: ignore[no-any-return]
@@ -117,18 +130,15 @@ class SelectorCache:
         ``owner`` is ``class <name>`` or ``claim <ns/name>`` and ``index`` the selector's position, both
         for the error message. Raises CELCompileError or CELEvalError (fatal for the pod).
         """
-        entry = self._entry(expression, self._entries, False)
+        entry = self._entry(expression, False)
         if entry.error is not None:
-            raise CELCompileError(f"{owner}: selector #{index}: CEL compile error: {entry.error}")
+            raise selector_error(owner, index, device, entry.error)
         cached = self._result(entry, device)
         if isinstance(cached, CELEvalError):
-            driver, pool, name = device.id
-            raise CELEvalError(
-                f"{owner}: selector #{index} on device {driver}/{pool}/{name}: CEL runtime error: {cached}"
-            )
+            raise selector_error(owner, index, device, cached)
         return cached  # type: ignore[no-any-return]
 
-    def _result(self, entry: Any, device: Device) -> Any:
+    def _result(self, entry: _Entry, device: Device) -> Any:
         """The cached outcome of ``entry``'s program on ``device`` (a value or the CELEvalError), evaluated
         and stored on first use."""
         cached = entry.results.get(device)
@@ -155,7 +165,7 @@ class SelectorCache:
     def value(self, expression: str, device: Device) -> AttributeValue:
         """A derived attribute expression's value on one device (cached per expression and device).
         Raises CELCompileError or CELEvalError with the engine's message (the caller names the owner)."""
-        entry = self._entry(expression, self._values, True)
+        entry = self._entry(expression, True)
         if entry.error is not None:
             raise CELCompileError(str(entry.error))
         cached = self._result(entry, device)

@@ -114,9 +114,11 @@ def parse_config(data: Any, path: Path) -> ExtenderConfig:
                 f"{where}.{extra[0]}: unknown field (known: {', '.join(sorted(_ENTRY_FIELDS))})"
             )
         name = _string(entry, "name", where, required=True)
-        problem = qualified_name_problem(name)
-        if "/" not in name:
-            problem = f"{name!r} must be qualified with a domain (e.g. example.com/{name})"
+        problem = (
+            qualified_name_problem(name)
+            if "/" in name
+            else f"{name!r} must be qualified with a domain (e.g. example.com/{name})"
+        )
         if problem:
             raise ConfigError(f"{where}.name: {problem}")
         attributes.append(

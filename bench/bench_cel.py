@@ -145,7 +145,7 @@ def filter_costs(engine_name: str, nodes: int, devices: int, repeat: int) -> dic
     results["same selector again"] = statistics.median(run(known) for _ in range(repeat))
     results["selectors"] = selectors.report()
     results["inventory"] = state.inventory.report()
-    results["policy"] = getattr(service, "device_selection", "first-fit")
+    results["policy"] = service.device_selection
     return results
 
 

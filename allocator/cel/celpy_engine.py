@@ -33,11 +33,11 @@ import celpy
 from celpy import celtypes
 from celpy.evaluation import CELEvalError as CelpyEvalError
 
-from allocator.cel import AttributeValue, CELDevice, Version
+from allocator.cel import AttributeValue, CELDevice
 from allocator.cel.expr_engine import (
+    CompiledProgram,
     Frontend,
     apply_edits,
-    cost_limit_message,
     matching_bracket,
     skip_literal,
 )
@@ -49,7 +49,7 @@ from allocator.cel.library import (
     cel_equal,
     check_int64,
     compare_semver,
-    derived_attribute_value,
+    convert_attributes,
     includes,
     is_bind,
     list_is_sorted,
@@ -57,6 +57,7 @@ from allocator.cel.library import (
     list_sum,
     parse_cel_quantity,
     parse_semver,
+    plain_attribute,
     quantity_as_integer,
     quantity_compare,
     quantity_is_integer,
@@ -470,27 +471,20 @@ def _bind_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
 
 def _attribute(value: AttributeValue) -> Any:
     """The celpy form of one attribute value. Raises LibraryError (bad version, int beyond int64)."""
-    if isinstance(value, Version):
-        try:
-            return CelSemver(parse_semver(value.text))
-        except LibraryError as err:
-            raise LibraryError(f"parse semantic version: {err}") from None
     if isinstance(value, tuple):
         return celtypes.ListType([_attribute(v) for v in value])
-    return wrap(value)
+    plain = plain_attribute(value)
+    return CelSemver(plain) if isinstance(plain, SemverValue) else wrap(plain)
 
 
 def device_context(device: CELDevice) -> dict[str, Any]:
-    """The celpy activation. Raises CELEvalError for a version attribute that is not semver."""
+    """The celpy activation. Raises LibraryError for an attribute that cannot be converted (a version that
+    is not semver, an int outside int64; ``convert_attributes``)."""
     attributes = DomainMap()
-    for domain, values in device.attributes.items():
-        converted = celtypes.MapType()
-        for name, value in values.items():
-            try:
-                converted[celtypes.StringType(name)] = _attribute(value)
-            except LibraryError as err:
-                raise CELEvalError(f"attribute {domain}/{name}: {err}") from None
-        attributes[celtypes.StringType(domain)] = converted
+    for domain, values in convert_attributes(device.attributes, _attribute).items():
+        attributes[celtypes.StringType(domain)] = celtypes.MapType(
+            {celtypes.StringType(name): value for name, value in values.items()}
+        )
     capacity = DomainMap()
     for domain, values in device.capacity.items():
         capacity[celtypes.StringType(domain)] = celtypes.MapType(
@@ -525,26 +519,20 @@ def _message(err: CelpyEvalError) -> str:
 # ---------------------------------------------------------------------------------------- program
 
 
-class CelpyProgram:
+class CelpyProgram(CompiledProgram):
     """A compiled selector on celpy. Evaluation is serialized per program (celpy's runner is not
     documented as thread-safe)."""
 
-    __slots__ = ("_cost_error", "_engine", "_lock", "_runner", "cost_bound", "expression")
+    __slots__ = ("_engine", "_lock", "_runner")
 
     def __init__(self, engine: CelpyEngine, expression: str, runner: Any, cost_bound: int) -> None:
-        self.expression = expression
-        self.cost_bound = cost_bound
+        super().__init__(expression, cost_bound)
         self._engine = engine
         self._runner = runner
         self._lock = threading.Lock()
-        self._cost_error = cost_limit_message(cost_bound)
-
-    def __repr__(self) -> str:
-        return f"CelpyProgram({self.expression!r})"
 
     def _run(self, device: CELDevice) -> Any:
-        if self._cost_error is not None:
-            raise CELEvalError(self._cost_error)
+        self._check_cost()
         context = self._engine.context(device)
         try:
             with self._lock:
@@ -569,15 +557,8 @@ class CelpyValueProgram(CelpyProgram):
 
     __slots__ = ()
 
-    def __repr__(self) -> str:
-        return f"CelpyValueProgram({self.expression!r})"
-
     def evaluate(self, device: CELDevice) -> AttributeValue:  # type: ignore[override]
-        result = self._run(device)
-        try:
-            return derived_attribute_value(_plain_result(result))
-        except LibraryError as err:
-            raise CELEvalError(str(err)) from None
+        return self._attribute(_plain_result(self._run(device)))
 
 
 def _plain_result(value: Any) -> Any:
@@ -640,7 +621,7 @@ class CelpyEngine:
             if cached is None:
                 try:
                     cached = device_context(device)
-                except CELEvalError as err:
+                except LibraryError as err:
                     cached = str(err)
                 self._contexts[device] = cached
         if isinstance(cached, str):

@@ -46,15 +46,15 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice, Version
+from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice
 from allocator.cel.library import (
     CheckedAst,
     Expr,
     LibraryError,
     SemverValue,
     UnsupportedValue,
-    check_int64,
     compare_semver,
+    convert_attributes,
     decode_checked,
     derived_attribute_value,
     includes,
@@ -64,6 +64,7 @@ from allocator.cel.library import (
     list_sum,
     parse_cel_quantity,
     parse_semver,
+    plain_attribute,
     quantity_as_integer,
     quantity_compare,
     quantity_is_integer,
@@ -75,7 +76,7 @@ from allocator.cel.library import (
 )
 from allocator.errors import CELCompileError, CELEvalError
 
-__all__ = ["Analysis", "ExprEngine", "ExprProgram", "ExprValueProgram", "Frontend"]
+__all__ = ["Analysis", "CompiledProgram", "ExprEngine", "ExprProgram", "ExprValueProgram", "Frontend"]
 
 ACTIVATION_REUSE = 256
 """Evaluations per cached activation. cel-expr-python allocates each evaluation's values in the
@@ -659,36 +660,22 @@ class _DeviceEntry:
 
 def _attribute_value(value: AttributeValue) -> Any:
     """The runtime form of one attribute value. Raises LibraryError (bad version, int beyond int64)."""
-    if isinstance(value, Version):
-        try:
-            return semver_message(parse_semver(value.text))
-        except LibraryError as err:
-            raise LibraryError(f"parse semantic version: {err}") from None
     if isinstance(value, tuple):
         return [_attribute_value(v) for v in value]
-    if isinstance(value, int) and not isinstance(value, bool):
-        check_int64(value)
-    return value
+    plain = plain_attribute(value)
+    return semver_message(plain) if isinstance(plain, SemverValue) else plain
 
 
 def device_data(device: CELDevice) -> dict[str, Any]:
-    """The activation contents. Raises CELEvalError for a version that is not semver (as upstream's
-    ``getAttributeValue``: "parse semantic version") or an int outside int64."""
-    attributes: dict[str, dict[str, Any]] = {}
-    for domain, values in device.attributes.items():
-        converted = attributes.setdefault(domain, {})
-        for name, value in values.items():
-            try:
-                converted[name] = _attribute_value(value)
-            except LibraryError as err:
-                raise CELEvalError(f"attribute {domain}/{name}: {err}") from None
+    """The activation contents. Raises LibraryError for an attribute that cannot be converted (a version
+    that is not semver, an int outside int64; ``convert_attributes``)."""
     capacity = {
         domain: {name: quantity_message(q.value) for name, q in values.items()}
         for domain, values in device.capacity.items()
     }
     return {
         "device.driver": device.driver,
-        "device.attributes": attributes,
+        "device.attributes": convert_attributes(device.attributes, _attribute_value),
         "device.capacity": capacity,
         "device.allowMultipleAllocations": bool(device.allow_multiple_allocations),
     }
@@ -697,24 +684,46 @@ def device_data(device: CELDevice) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- program
 
 
-class ExprProgram:
-    """A compiled selector. ``evaluate`` raises CELEvalError; safe to call from several threads."""
+class CompiledProgram:
+    """What every engine's programs share: the expression, its static worst-case cost bound with the limit
+    check, and the conversion of a plain result into a derived attribute value."""
 
-    __slots__ = ("_cost_error", "_engine", "_program", "cost_bound", "expression")
+    __slots__ = ("_cost_error", "cost_bound", "expression")
 
-    def __init__(self, engine: ExprEngine, expression: str, program: Any, cost_bound: int) -> None:
+    def __init__(self, expression: str, cost_bound: int) -> None:
         self.expression = expression
         self.cost_bound = cost_bound
-        self._engine = engine
-        self._program = program
         self._cost_error = cost_limit_message(cost_bound)
 
     def __repr__(self) -> str:
-        return f"ExprProgram({self.expression!r})"
+        return f"{type(self).__name__}({self.expression!r})"
 
-    def _run(self, device: CELDevice) -> Any:
+    def _check_cost(self) -> None:
+        """Raises CELEvalError when the static bound is over the limit (upstream aborts at run time)."""
         if self._cost_error is not None:
             raise CELEvalError(self._cost_error)
+
+    @staticmethod
+    def _attribute(plain: object) -> AttributeValue:
+        """``derived_attribute_value`` of a plain result; raises CELEvalError."""
+        try:
+            return derived_attribute_value(plain)
+        except LibraryError as err:
+            raise CELEvalError(str(err)) from None
+
+
+class ExprProgram(CompiledProgram):
+    """A compiled selector. ``evaluate`` raises CELEvalError; safe to call from several threads."""
+
+    __slots__ = ("_engine", "_program")
+
+    def __init__(self, engine: ExprEngine, expression: str, program: Any, cost_bound: int) -> None:
+        super().__init__(expression, cost_bound)
+        self._engine = engine
+        self._program = program
+
+    def _run(self, device: CELDevice) -> Any:
+        self._check_cost()
         activation = self._engine.activation(device)
         try:
             return self._program.eval(activation)
@@ -742,17 +751,11 @@ class ExprValueProgram(ExprProgram):
 
     __slots__ = ()
 
-    def __repr__(self) -> str:
-        return f"ExprValueProgram({self.expression!r})"
-
     def evaluate(self, device: CELDevice) -> AttributeValue:  # type: ignore[override]
         result = self._run(device)
         if result.type() == cel.Type.ERROR:
             raise CELEvalError(runtime_message(str(result.value())))
-        try:
-            return derived_attribute_value(_plain_result(result))
-        except LibraryError as err:
-            raise CELEvalError(str(err)) from None
+        return self._attribute(_plain_result(result))
 
 
 def _plain_result(value: Any) -> Any:
@@ -854,5 +857,5 @@ class ExprEngine:
     def _new_entry(device: CELDevice) -> _DeviceEntry:
         try:
             return _DeviceEntry(device_data(device), None)
-        except CELEvalError as err:
+        except LibraryError as err:
             return _DeviceEntry(None, str(err))

@@ -11,6 +11,8 @@ Sources (behaviour described, not copied):
   (int64 range), ``asApproximateFloat``, ``sign``, ``add``/``sub`` with a quantity or an int, comparisons.
 * ``k8s.io/apiserver/pkg/cel/library/lists.go``: ``isSorted``, ``sum``, ``min``, ``max`` on lists.
 * ``dynamic-resource-allocation/cel`` (DRAListTypeAttributes): ``includes`` on a list or a scalar.
+* ``dynamic-resource-allocation/cel`` ``getAttributeValue``: ``convert_attributes`` / ``plain_attribute`` turn
+  a device's attributes into CEL values (a version must parse as semver, an int must fit int64).
 * KEP-6080 (DRADerivedAttributes): ``derived_attribute_value`` turns an expression's result into an
   attribute value (string, int, bool, semver, or a list of one of those).
 
@@ -25,7 +27,7 @@ import itertools
 import math
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -47,6 +49,7 @@ __all__ = [
     "cel_equal",
     "check_int64",
     "compare_semver",
+    "convert_attributes",
     "decode_checked",
     "derived_attribute_value",
     "includes",
@@ -57,6 +60,7 @@ __all__ = [
     "list_sum",
     "parse_cel_quantity",
     "parse_semver",
+    "plain_attribute",
     "quantity_as_integer",
     "quantity_compare",
     "quantity_is_integer",
@@ -341,6 +345,38 @@ def list_max(items: Sequence[object]) -> object:
     if not items:
         raise LibraryError("max called on empty list")
     return max(items)  # type: ignore[type-var]
+
+
+# ------------------------------------------------------------------------------ device attribute values
+
+
+def plain_attribute(value: bool | int | str | Version) -> bool | int | str | SemverValue:
+    """One scalar device attribute as a library value: a ``Version`` parsed, an int checked against int64.
+    Raises LibraryError (``parse semantic version: ...``, ``integer overflow``)."""
+    if isinstance(value, Version):
+        try:
+            return parse_semver(value.text)
+        except LibraryError as err:
+            raise LibraryError(f"parse semantic version: {err}") from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        check_int64(value)
+    return value
+
+
+def convert_attributes(
+    attributes: Mapping[str, Mapping[str, AttributeValue]], convert: Callable[[AttributeValue], object]
+) -> dict[str, dict[str, object]]:
+    """``device.attributes`` with every value in an engine's form (``convert``, built on ``plain_attribute``).
+    Raises LibraryError naming the attribute: ``attribute <domain>/<id>: <msg>``."""
+    converted: dict[str, dict[str, object]] = {}
+    for domain, values in attributes.items():
+        target = converted[domain] = {}
+        for name, value in values.items():
+            try:
+                target[name] = convert(value)
+            except LibraryError as err:
+                raise LibraryError(f"attribute {domain}/{name}: {err}") from None
+    return converted
 
 
 # ------------------------------------------------------------------------------ derived attribute values

@@ -12,7 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from allocator.cel import CELDevice, Version
+from allocator.cel.expr_engine import ExprEngine
 from allocator.quantity import parse_quantity
+
+ENGINE_TYPES: list[type] = [ExprEngine]
+"""The engines every engine-level test runs on (cel-python only where it is installed)."""
+try:
+    from allocator.cel.celpy_engine import CelpyEngine
+except ImportError:  # cel-python is optional
+    pass
+else:
+    ENGINE_TYPES.append(CelpyEngine)
 
 
 @dataclass(frozen=True)

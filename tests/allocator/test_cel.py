@@ -14,15 +14,7 @@ from allocator.cel import CEL_MAX_COST, CELDevice, CELEngine
 from allocator.cel.expr_engine import ACTIVATION_REUSE, ExprEngine
 from allocator.cel.library import SemverValue, compare_semver, parse_semver
 from allocator.errors import CELCompileError, CELEvalError
-from tests.allocator.cel_corpus import CASES, Case, Err, devices
-
-ENGINE_TYPES: list[type] = [ExprEngine]
-try:
-    from allocator.cel.celpy_engine import CelpyEngine
-except ImportError:  # cel-python is optional
-    pass
-else:
-    ENGINE_TYPES.append(CelpyEngine)
+from tests.allocator.cel_corpus import CASES, ENGINE_TYPES, Case, Err, devices
 
 DEVICES = devices()
 

@@ -36,12 +36,21 @@ def gpus(*numas: int, **extra: list) -> dict:
     return slice_("gpus", GPU, "node-1", devices)
 
 
+def gpus_first_without_numa() -> dict:
+    """gpu-0 without a ``numa`` attribute, then gpu-1 and gpu-2 on NUMA 1."""
+    return slice_("gpus", GPU, "node-1", [device("gpu-0"), device("gpu-1", numa=1), device("gpu-2", numa=1)])
+
+
 def nics(*numa_nodes: int) -> dict:
     return slice_("nics", NIC, "node-1", [device(f"nic-{i}", numaNode=n) for i, n in enumerate(numa_nodes)])
 
 
 def derived(name: str, expression: str) -> dict:
     return {"name": name, "expression": expression}
+
+
+ZONES = [derived("zone", f'device.attributes["{GPU}"].zones.split(",")')]
+"""A list-valued derived attribute: the GPU's comma-separated ``zones``."""
 
 
 def stored(world: World, name: str):
@@ -184,12 +193,7 @@ def test_list_results_need_a_common_element_across_all_devices():
     world = World(slices=[gpus(0, 0, 0, 0, zones=["a,b", "b,c", "a,c", "b"])], classes=CLASSES)
     c = claim(
         "c",
-        request(
-            "gpu",
-            GPU_CLASS,
-            count=3,
-            derivedAttributes=[derived("zone", f'device.attributes["{GPU}"].zones.split(",")')],
-        ),
+        request("gpu", GPU_CLASS, count=3, derivedAttributes=ZONES),
         constraints=[{"matchAttribute": "zone"}],
     )
     assert picked(world.allocate(c)) == [[("gpu", "gpu-0"), ("gpu", "gpu-1"), ("gpu", "gpu-3")]]
@@ -200,11 +204,7 @@ def test_a_scalar_result_is_a_one_element_list():
     world = World(slices=[gpus(0, 0, zones=["a,b", "b,c"]), nics(0)], classes=CLASSES)
     c = claim(
         "c",
-        request(
-            "gpu",
-            GPU_CLASS,
-            derivedAttributes=[derived("zone", f'device.attributes["{GPU}"].zones.split(",")')],
-        ),
+        request("gpu", GPU_CLASS, derivedAttributes=ZONES),
         request("nic", NIC_CLASS, derivedAttributes=[derived("zone", '"c"')]),
         constraints=[{"matchAttribute": "zone"}],
     )
@@ -216,12 +216,7 @@ def test_list_semantics_apply_to_derived_values_even_with_list_attributes_gate_o
     world = World(slices=[gpus(0, 0, zones=["a,b", "b,c"])], classes=CLASSES, gates=gates)
     c = claim(
         "c",
-        request(
-            "gpu",
-            GPU_CLASS,
-            count=2,
-            derivedAttributes=[derived("zone", f'device.attributes["{GPU}"].zones.split(",")')],
-        ),
+        request("gpu", GPU_CLASS, count=2, derivedAttributes=ZONES),
         constraints=[{"matchAttribute": "zone"}],
     )
     assert picked(world.allocate(c)) == [[("gpu", "gpu-0"), ("gpu", "gpu-1")]]
@@ -245,10 +240,7 @@ def test_semver_results_compare_by_canonical_version():
 
 def test_runtime_error_on_a_candidate_aborts_the_pod():
     # gpu-0 has no "numa": the derived expression fails there, even though gpu-1 and gpu-2 would fit.
-    slices = [
-        slice_("gpus", GPU, "node-1", [device("gpu-0"), device("gpu-1", numa=1), device("gpu-2", numa=1)])
-    ]
-    world = World(slices=slices, classes=CLASSES)
+    world = World(slices=[gpus_first_without_numa()], classes=CLASSES)
     c = claim(
         "c",
         request("gpu", GPU_CLASS, count=2, derivedAttributes=[derived("numa", NUMA)]),
@@ -263,10 +255,7 @@ def test_runtime_error_on_a_candidate_aborts_the_pod():
 
 
 def test_devices_the_selectors_reject_are_not_evaluated():
-    slices = [
-        slice_("gpus", GPU, "node-1", [device("gpu-0"), device("gpu-1", numa=1), device("gpu-2", numa=1)])
-    ]
-    world = World(slices=slices, classes=CLASSES)
+    world = World(slices=[gpus_first_without_numa()], classes=CLASSES)
     c = claim(
         "c",
         request(

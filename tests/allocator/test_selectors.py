@@ -23,14 +23,7 @@ from tests.allocator.builders import (
     request,
     slice_,
 )
-
-ENGINES: list[type] = [ExprEngine]
-try:
-    from allocator.cel.celpy_engine import CelpyEngine
-except ImportError:  # cel-python is optional
-    pass
-else:
-    ENGINES.append(CelpyEngine)
+from tests.allocator.cel_corpus import ENGINE_TYPES
 
 NUMA = f'device.attributes["{DRIVER_A}"].numa'
 
@@ -230,7 +223,7 @@ VALUE_ERRORS = [
 ]
 
 
-@pytest.fixture(scope="module", params=ENGINES, ids=lambda t: t.name)
+@pytest.fixture(scope="module", params=ENGINE_TYPES, ids=lambda t: t.name)
 def engine(request: pytest.FixtureRequest):
     return request.param()
 
