@@ -319,8 +319,7 @@ def _banner(
     example_node: str | None,
     node_names: Sequence[str] = (),
 ) -> str:
-    server = settings.server
-    url = f"http://{server.host}:{server.port}"
+    url = _url(settings.server)
     lines = [
         f"dra-extender: state {settings.state_dir}: {summary['nodes']} nodes, {summary['resource_slices']} "
         f"ResourceSlices ({summary['devices']} devices), {summary['resource_claims']} ResourceClaims, "
@@ -367,7 +366,15 @@ def _settings(args: argparse.Namespace) -> Settings:
             cel_engine=args.cel_engine,
         )
         if args.command == "serve":
-            server = ServerSettings(args.host, args.port, args.max_body_bytes, args.log_level)
+            server = ServerSettings(
+                args.host,
+                args.port,
+                args.max_body_bytes,
+                args.log_level,
+                ssl_certfile=args.ssl_certfile,
+                ssl_keyfile=args.ssl_keyfile,
+                ssl_ca_certs=args.ssl_ca_certs,
+            )
             return Settings(args.state, server, scheduling, config_file=args.config)
         return Settings(args.state, scheduling=scheduling, config_file=args.config)
     except ValueError as e:
@@ -511,6 +518,10 @@ def _cluster_settings(args: argparse.Namespace) -> Any:
         )
     except ValueError as e:
         raise StartupError(str(e)) from e
+
+
+def _url(server: ServerSettings) -> str:
+    return f"{'https' if server.ssl_certfile else 'http'}://{server.host}:{server.port}"
 
 
 def _ssl_options(server: ServerSettings) -> dict[str, Any]:

@@ -248,6 +248,25 @@ def test_serve_prints_a_banner_and_runs_one_uvicorn_worker(capsys, monkeypatch, 
     assert '"PodName":"a-template"' in err and '"Node":"n1"' in err
 
 
+def test_serve_passes_the_tls_flags_to_uvicorn(capsys, monkeypatch, state_dir, tmp_path):
+    import ssl
+
+    import uvicorn
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
+    cert, key, ca = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca.pem"
+    argv = ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--ssl-ca-certs", str(ca)]
+    assert main(["serve", "--state", str(state_dir), "--port", "9999", *argv]) == 0
+    [kwargs] = calls
+    assert kwargs["ssl_certfile"] == str(cert) and kwargs["ssl_keyfile"] == str(key)
+    assert kwargs["ssl_ca_certs"] == str(ca) and kwargs["ssl_cert_reqs"] == ssl.CERT_REQUIRED
+    err = capsys.readouterr().err
+    assert "https://127.0.0.1:9999/scheduler" in err
+    assert main(["serve", "--state", str(state_dir), "--ssl-certfile", str(cert)]) == 2
+    assert "both or neither" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [["--port", "0"], ["--max-body-bytes", "0"], ["--log-level", "loud"]])
 def test_serve_bad_flags_exit_2(capsys, monkeypatch, state_dir, argv):
     import uvicorn
