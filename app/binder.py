@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
-from app.cluster import ClusterState
+from app.cluster import ClusterState, object_key
 from app.podclaims import PodClaim
 
 __all__ = [
@@ -58,8 +58,7 @@ class ExtendedBind:
 
     @property
     def key(self) -> str:
-        meta = self.claim.get("metadata") or {}
-        return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+        return object_key("ResourceClaim", self.claim)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +144,7 @@ class StateBinder:
                     self.state.apply("ResourceClaim", created)
                 self.state.apply("Pod", pod)
             except Exception as e:
-                for (_claim, _), old in zip(plan.claims, snapshot, strict=True):
+                for old in snapshot:
                     if old is not None:
                         self.state.apply("ResourceClaim", old)
                 if plan.extended is not None:

@@ -43,6 +43,7 @@ __all__ = [
     "claim_generate_name",
     "claim_name",
     "generate_template_claims",
+    "name_suffix",
 ]
 
 Obj = dict[str, Any]
@@ -54,6 +55,13 @@ GENERATE_NAME_MAX_BASE_LENGTH = 57
 _SUFFIX_LENGTH = 5
 # k8s.io/apimachinery/pkg/util/rand: no vowels (no accidental words), no 0/1/3 (look like letters).
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def name_suffix(seed: str) -> str:
+    """The 5 characters the apiserver appends to a ``generateName``, derived from a hash of ``seed`` instead
+    of drawn at random (same seed, same suffix)."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    return "".join(_SUFFIX_ALPHABET[byte % len(_SUFFIX_ALPHABET)] for byte in digest[:_SUFFIX_LENGTH])
 
 
 def claim_generate_name(pod_name: str, pod_claim_name: str) -> str:
@@ -76,9 +84,9 @@ def claim_name(namespace: str, pod_name: str, pod_claim_name: str, attempt: int 
 
     ``attempt`` > 0 gives another suffix (used when the first name is already taken in the namespace).
     """
-    digest = hashlib.sha256(f"{namespace}/{pod_name}/{pod_claim_name}#{attempt}".encode()).digest()
-    suffix = "".join(_SUFFIX_ALPHABET[byte % len(_SUFFIX_ALPHABET)] for byte in digest[:_SUFFIX_LENGTH])
-    return claim_generate_name(pod_name, pod_claim_name) + suffix
+    return claim_generate_name(pod_name, pod_claim_name) + name_suffix(
+        f"{namespace}/{pod_name}/{pod_claim_name}#{attempt}"
+    )
 
 
 def generate_template_claims(objects: ClusterObjects) -> list[str]:

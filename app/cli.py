@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import gc
 import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,22 +38,33 @@ import orjson
 from allocator.errors import AllocatorError
 from allocator.features import FeatureGates, parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
+from allocator.selectors import SelectorCache
 from app.binder import BindError
 from app.explain_cli import add_explain_parser, render_simulation, run_explain
 from app.extended import missing_extended_resources
-from app.runtime import Runtime, StartupError, build_runtime, state_summary
+from app.podclaims import claim_names
+from app.runtime import (
+    Runtime,
+    StartupError,
+    build_runtime,
+    install_config,
+    new_engine,
+    state_summary,
+    watch_config,
+)
 from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import (
     CEL_ENGINES,
     DEFAULT_MAX_BODY_BYTES,
     DEVICE_SELECTION_POLICIES,
     LOG_LEVELS,
+    ClusterSettings,
     SchedulingSettings,
     ServerSettings,
     Settings,
 )
 
-__all__ = ["main", "simulate"]
+__all__ = ["choose_node", "main", "simulate"]
 
 log = logging.getLogger(__name__)
 
@@ -63,28 +75,6 @@ EXIT_USAGE = 2
 # --- simulate ---------------------------------------------------------------------------------------------
 
 
-def _pod_claim_names(pod: Mapping[str, Any]) -> list[str]:
-    """ResourceClaim names of the pod, in ``spec.resourceClaims`` order (unresolvable entries skipped),
-    then the extended-resource claim of ``status.extendedResourceClaimStatus`` (KEP-5004) if any."""
-    status = pod.get("status") or {}
-    statuses = {
-        s.get("name"): s.get("resourceClaimName")
-        for s in status.get("resourceClaimStatuses") or ()
-        if isinstance(s, dict)
-    }
-    names = []
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
-        name = entry.get("resourceClaimName") or (
-            statuses.get(entry.get("name")) if entry.get("resourceClaimTemplateName") else None
-        )
-        if name:
-            names.append(name)
-    extended = status.get("extendedResourceClaimStatus")
-    if isinstance(extended, dict) and extended.get("resourceClaimName"):
-        names.append(extended["resourceClaimName"])
-    return names
-
-
 def _claims(service: SchedulingService, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``[{"name", "allocation"}]`` for the pod's existing claims; allocation in API shape or None.
 
@@ -92,7 +82,7 @@ def _claims(service: SchedulingService, pod: Mapping[str, Any]) -> list[dict[str
     """
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"
     result = []
-    for name in _pod_claim_names(pod):
+    for name in claim_names(pod):
         claim = service.state.get("ResourceClaim", f"{namespace}/{name}")
         if claim is None:
             continue
@@ -103,7 +93,7 @@ def _claims(service: SchedulingService, pod: Mapping[str, Any]) -> list[dict[str
     return result
 
 
-def _choose(service: SchedulingService, pod: Mapping[str, Any], passed: list[str]) -> str:
+def choose_node(service: SchedulingService, pod: Mapping[str, Any], passed: list[str]) -> str:
     """The node kube-scheduler would pick from the extender's view: prioritize only with more than one node
     (as kube-scheduler), highest score, ties to the first node in candidate order."""
     if len(passed) == 1:
@@ -146,7 +136,7 @@ def _schedule(service: SchedulingService, pod: Mapping[str, Any], candidates: li
     reasons = {node: failed[node] for node in dict.fromkeys(candidates) if node in failed}
     node, error = None, outcome.error or None
     if error is None and outcome.passed:
-        chosen = _choose(service, pod, outcome.passed)
+        chosen = choose_node(service, pod, outcome.passed)
         try:
             service.bind(namespace, name, str(meta.get("uid") or ""), chosen)
             node = chosen
@@ -477,12 +467,13 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
         help="Lease of the kube-scheduler this extender is a sidecar of: only the replica next to the leader "
         "releases orphaned allocations",
     )
+    grace = ClusterSettings().orphan_grace_period_seconds
     group.add_argument(
         "--orphan-grace-period",
         type=float,
-        default=300.0,
+        default=grace,
         metavar="SECONDS",
-        help="release an allocation whose pod is still unbound after this long (default 300)",
+        help=f"release an allocation whose pod is still unbound after this long (default {grace:g})",
     )
     tls = serve.add_argument_group("TLS (kube-scheduler enableHTTPS / tlsConfig)")
     tls.add_argument("--ssl-certfile", type=Path, metavar="PEM", help="serve HTTPS with this certificate")
@@ -492,13 +483,9 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def _cluster_settings(args: argparse.Namespace) -> Any:
+def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
     """``ClusterSettings`` when ``serve`` runs in cluster mode, else None (``--state``). Raises StartupError
     when neither or both are asked for, or for a value the settings reject."""
-    import os
-
-    from app.settings import ClusterSettings
-
     explicit = args.kubeconfig is not None or args.in_cluster
     if args.state is not None:
         if explicit:
@@ -547,17 +534,10 @@ def _serve_cluster(settings: Settings) -> int:
     from app.kube.runtime import BackgroundRuntime, ClusterRuntime
 
     assert settings.cluster is not None
-    from allocator.selectors import SelectorCache
-    from app.derivedconfig import ConfigError, install, load_config
-    from app.runtime import new_engine, watch_config
-
     selectors = SelectorCache(new_engine(settings.scheduling.cel_engine))
     runtime = ClusterRuntime(settings.cluster, settings.scheduling.feature_gates, selectors=selectors)
     if settings.config_file is not None:  # cluster-wide derived attributes, before the first slice arrives
-        try:
-            install(load_config(settings.config_file), runtime.state.inventory, selectors)
-        except ConfigError as e:
-            raise StartupError(str(e)) from e
+        install_config(settings.config_file, runtime.state, selectors)
     _apply_policies(runtime.service, settings.scheduling)
     if settings.config_file is not None:
         watch_config(settings.config_file, runtime.service).start()  # re-derive on change, as offline
@@ -567,7 +547,7 @@ def _serve_cluster(settings: Settings) -> int:
     except Exception as e:  # kubeconfig or service account missing or unreadable
         raise StartupError(f"cannot load the Kubernetes client configuration: {e}") from e
     server = settings.server
-    url = f"{'https' if server.ssl_certfile else 'http'}://{server.host}:{server.port}"
+    url = _url(server)
     print(
         f"dra-extender: cluster mode, API server {runtime.client.host}; serving {url} (kube-scheduler "
         f"urlPrefix: {url}/scheduler); ready (/readyz) once every informer has synced",

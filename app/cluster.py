@@ -23,7 +23,7 @@ from allocator.model import (
 )
 from allocator.nodeselector import Node, parse_node_selector
 
-__all__ = ["KINDS", "ClusterState", "node_from_api", "object_key"]
+__all__ = ["KINDS", "NAMESPACED_KINDS", "ClusterState", "is_pending", "node_from_api", "object_key"]
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +37,22 @@ KINDS = (
     "ResourceClaimTemplate",
     "DeviceTaintRule",
 )
-_NAMESPACED = {"Pod", "ResourceClaim", "ResourceClaimTemplate"}
+NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate"})
 
 
 def object_key(kind: str, obj: Mapping[str, Any]) -> str:
     """``namespace/name`` for namespaced kinds, ``name`` for cluster-scoped ones."""
     meta = obj.get("metadata") or {}
-    if kind in _NAMESPACED:
+    if kind in NAMESPACED_KINDS:
         return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
     return str(meta.get("name"))
+
+
+def is_pending(pod: Mapping[str, Any]) -> bool:
+    """Not bound to a node (no ``spec.nodeName``) and not terminal."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def node_from_api(obj: Mapping[str, Any]) -> Node:
@@ -135,14 +142,8 @@ class ClusterState:
     def pending_pods(self) -> list[dict[str, Any]]:
         """Pods without ``spec.nodeName`` that are not terminal, in scheduling order
         (creationTimestamp, then namespace/name)."""
-        pods = [
-            p
-            for p in self.objects["Pod"].values()
-            if not (p.get("spec") or {}).get("nodeName")
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        ]
         return sorted(
-            pods,
+            filter(is_pending, self.objects["Pod"].values()),
             key=lambda p: (
                 str((p.get("metadata") or {}).get("creationTimestamp") or ""),
                 object_key("Pod", p),

@@ -48,7 +48,8 @@ from allocator.nodeselector import Node, parse_node_selector
 from allocator.quantity import format_like
 from allocator.scoring import ScoreBreakdown, score_allocation
 from app.convert import ConversionError, to_v1
-from app.podclaims import ClaimNotReady, PodClaim, pod_claims
+from app.extended import ExtendedClaim
+from app.podclaims import ClaimNotReady, PodClaim, claim_names, pod_claims
 from app.scheduling import SchedulingService
 from app.statedir import load_yaml_document
 
@@ -506,7 +507,7 @@ def _claim_summaries(
     service: SchedulingService,
     allocated: Sequence[PodClaim],
     pending: Sequence[Claim],
-    extended: Any,
+    extended: ExtendedClaim | None,
 ) -> list[PodClaimSummary]:
     try:
         names = {pc.key: pc.pod_claim_name for pc in pod_claims(pod, service.state.objects["ResourceClaim"])}
@@ -658,23 +659,12 @@ def claim_view(service: SchedulingService, namespace: str, name: str) -> ClaimVi
 
 
 def _pods_using(service: SchedulingService, namespace: str, name: str) -> list[str]:
-    users = []
-    for key, pod in sorted(service.state.objects["Pod"].items()):
-        if ((pod.get("metadata") or {}).get("namespace") or "default") != namespace:
-            continue
-        status = pod.get("status") or {}
-        generated = {
-            s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or ()
-        }
-        extended = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
-        for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
-            if entry.get("resourceClaimName") == name or generated.get(entry.get("name")) == name:
-                users.append(key)
-                break
-        else:
-            if extended == name:
-                users.append(key)
-    return users
+    return [
+        key
+        for key, pod in sorted(service.state.objects["Pod"].items())
+        if ((pod.get("metadata") or {}).get("namespace") or "default") == namespace
+        and name in claim_names(pod)
+    ]
 
 
 # --- a node's devices -------------------------------------------------------------------------------------

@@ -38,8 +38,7 @@ input error for the pod.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +46,8 @@ from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import Claim, parse_claim
 from allocator.quantity import QuantityError, parse_quantity
+from app.claimgen import name_suffix
+from app.podclaims import pod_key
 from app.statedir import stable_uid
 
 __all__ = [
@@ -71,8 +72,6 @@ IMPLICIT_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 _GENERATED_NAME_MAX_BASE = 58
 """apiserver ``SimpleNameGenerator``: ``generateName`` is cut to 63 - 5 characters before the suffix."""
-_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery/pkg/util/rand, as app.claimgen
-_SUFFIX_LENGTH = 5
 
 
 def is_dra_extended_resource_name(name: str) -> bool:
@@ -276,18 +275,27 @@ def _requests_and_mappings(
     return requests, mappings
 
 
-def extended_claim_name(namespace: str, pod_name: str, taken: Iterable[str] = ()) -> str:
+def extended_claim_name(namespace: str, pod_name: str, taken: Container[str] = ()) -> str:
     """``<pod>-extended-resources-`` (cut to 58 characters) plus 5 characters from a hash of the namespace
     and pod name; the next hash while the name is in ``taken``. Deterministic, like ``app.claimgen``."""
     base = f"{pod_name}-extended-resources-"[:_GENERATED_NAME_MAX_BASE]
-    taken = set(taken)
     attempt = 0
     while True:
-        digest = hashlib.sha256(f"{namespace}/{pod_name}/extended-resources#{attempt}".encode()).digest()
-        name = base + "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:_SUFFIX_LENGTH])
+        name = base + name_suffix(f"{namespace}/{pod_name}/extended-resources#{attempt}")
         if name not in taken:
             return name
         attempt += 1
+
+
+@dataclass(frozen=True, slots=True)
+class _NamesIn:
+    """The claim names taken in ``namespace``, looked up in ``claims`` (keyed ``namespace/name``)."""
+
+    claims: Mapping[str, Obj]
+    namespace: str
+
+    def __contains__(self, name: object) -> bool:
+        return f"{self.namespace}/{name}" in self.claims
 
 
 def find_extended_claim(pod: Obj, claims: Iterable[Obj]) -> Obj | None:
@@ -340,11 +348,6 @@ class PodExtendedResources:
     stale: Obj | None = None
     _by_names: dict[frozenset[str], ExtendedClaim | None] = field(default_factory=dict)
 
-    @property
-    def pod_ref(self) -> str:
-        meta = self.pod.get("metadata") or {}
-        return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-
     def dra_resources(self, node: Obj | None) -> frozenset[str]:
         """The names the node provides through DRA: mapped and not in its allocatable."""
         return frozenset(r for r in self.classes if not _allocatable(node, r))
@@ -358,7 +361,7 @@ class PodExtendedResources:
         return self._by_names[names]
 
     def _claim(self, classes: Mapping[str, str]) -> ExtendedClaim | None:
-        requests, mappings = _requests_and_mappings(_containers(self.pod), classes, self.pod_ref)
+        requests, mappings = _requests_and_mappings(_containers(self.pod), classes, pod_key(self.pod))
         if not requests:
             return None
         meta = self.pod.get("metadata") or {}
@@ -415,8 +418,7 @@ def missing_extended_resources(
     names = sorted({r for c in containers for r in c.requests if is_dra_extended_resource_name(r)})
     if not names:
         return []
-    meta = pod.get("metadata") or {}
-    pod_ref = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+    pod_ref = pod_key(pod)
     resolver = DeviceClassResolver(device_classes) if gates.DRAExtendedResource else None
     return [
         r
@@ -446,7 +448,7 @@ def pod_extended_resources(
         return None
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
-    pod_ref = f"{namespace}/{meta.get('name')}"
+    pod_ref = pod_key(pod)
     resolver = DeviceClassResolver(device_classes)
     classes = {}
     for resource in sorted(candidates):
@@ -456,7 +458,5 @@ def pod_extended_resources(
     if not classes:
         return None
     stale = find_extended_claim(pod, claims.values())
-    taken = {key.partition("/")[2] for key in claims if key.partition("/")[0] == namespace}
-    return PodExtendedResources(
-        pod, classes, extended_claim_name(namespace, str(meta.get("name")), taken), stale
-    )
+    name = extended_claim_name(namespace, str(meta.get("name")), _NamesIn(claims, namespace))
+    return PodExtendedResources(pod, classes, name, stale)

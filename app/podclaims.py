@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ClaimNotReady", "PodClaim", "pod_claims", "pod_key"]
+from app.cluster import object_key
+
+__all__ = ["ClaimNotReady", "PodClaim", "claim_names", "pod_claims", "pod_key"]
 
 
 class ClaimNotReady(Exception):
@@ -29,8 +31,30 @@ class PodClaim:
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+    return object_key("Pod", pod)
+
+
+def claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """ResourceClaim names of the pod, in ``spec.resourceClaims`` order (unresolvable entries skipped),
+    then the extended-resource claim of ``status.extendedResourceClaimStatus`` (KEP-5004) if any. Unlike
+    ``pod_claims`` it needs no claim objects and never raises."""
+    status = pod.get("status") or {}
+    statuses = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in status.get("resourceClaimStatuses") or ()
+        if isinstance(s, Mapping)
+    }
+    names = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
+        name = entry.get("resourceClaimName") or (
+            statuses.get(entry.get("name")) if entry.get("resourceClaimTemplateName") else None
+        )
+        if name:
+            names.append(name)
+    extended = status.get("extendedResourceClaimStatus")
+    if isinstance(extended, Mapping) and extended.get("resourceClaimName"):
+        names.append(extended["resourceClaimName"])
+    return names
 
 
 def _controlled_by(claim: Mapping[str, Any], pod_uid: str) -> bool:

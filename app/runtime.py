@@ -33,13 +33,14 @@ from app.claimgen import generate_template_claims
 from app.cluster import ClusterState
 from app.derivedconfig import ConfigError, ConfigWatcher, ExtenderConfig, install, load_config
 from app.scheduling import SchedulingService
-from app.statedir import NAMESPACED_KINDS, ClusterObjects, StateLoadError, load_state
+from app.statedir import ClusterObjects, StateLoadError, load_state
 
 __all__ = [
     "LOAD_ORDER",
     "Runtime",
     "StartupError",
     "build_runtime",
+    "install_config",
     "new_engine",
     "state_summary",
     "watch_config",
@@ -86,9 +87,7 @@ def _ordered(objects: ClusterObjects) -> Iterator[tuple[str, Mapping[str, Any]]]
 
 
 def _source(objects: ClusterObjects, kind: str, obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace", "") if kind in NAMESPACED_KINDS else ""
-    source = objects.sources.get((kind, namespace, meta.get("name")))
+    source = objects.source_of(kind, obj)
     return str(source) if source else "(generated)"
 
 
@@ -116,6 +115,15 @@ def watch_config(config: Path, service: SchedulingService) -> ConfigWatcher:
     return ConfigWatcher(config, apply)
 
 
+def install_config(config: Path, state: ClusterState, selectors: SelectorCache) -> list[str]:
+    """Load the config file and install its cluster-wide derived attributes on ``state``'s inventory;
+    returns the devices where one failed. Raises StartupError for an unusable config file."""
+    try:
+        return install(load_config(config), state.inventory, selectors)
+    except ConfigError as e:
+        raise StartupError(str(e)) from e
+
+
 def build_runtime(
     path: Path,
     gates: FeatureGates | None = None,
@@ -130,10 +138,7 @@ def build_runtime(
     state = ClusterState(gates)
     state.inventory.attach_selectors(selectors)
     if config is not None:
-        try:
-            install(load_config(config), state.inventory, selectors)
-        except ConfigError as e:
-            raise StartupError(str(e)) from e
+        install_config(config, state, selectors)
     try:
         objects = load_state(Path(path), strict=strict)
     except StateLoadError as e:

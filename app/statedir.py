@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 import yaml
 
+from app.cluster import NAMESPACED_KINDS
 from app.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
 
 __all__ = [
@@ -73,7 +74,6 @@ KIND_FIELDS = {
 }
 """Kept kind → the ``ClusterObjects`` list that holds it."""
 
-NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate"})
 STATE_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 _CORE_KINDS = frozenset({"Namespace", "Node", "Pod"})
 _UID_NAMESPACE = uuid.UUID(
@@ -139,6 +139,17 @@ class ClusterObjects:
     def count(self) -> int:
         """Number of kept objects."""
         return sum(len(self.of_kind(kind)) for kind in KIND_FIELDS)
+
+    def source_of(self, kind: str, obj: Mapping[str, Any]) -> Path | None:
+        """The file a kept object came from (None: not loaded from a file, e.g. generated)."""
+        return self.sources.get(_source_key(kind, obj))
+
+
+def _source_key(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The ``ClusterObjects.sources`` key of a kept (converted) object."""
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace", "") if kind in NAMESPACED_KINDS else ""
+    return (kind, namespace, metadata.get("name"))
 
 
 def stable_uid(kind: str, namespace: str | None, name: str) -> str:
@@ -271,9 +282,7 @@ class _Loader:
         """Record where ``obj`` came from; False for an identical repeat of a Namespace (demo sets repeat
         their Namespace in every file, which ``kubectl apply`` accepts). Other duplicates raise
         StateLoadError."""
-        metadata = obj["metadata"]
-        namespace = metadata.get("namespace", "") if kind in NAMESPACED_KINDS else ""
-        key = (kind, namespace, metadata["name"])
+        key = _source_key(kind, obj)
         first = self.objects.sources.get(key)
         if first is not None:
             if kind == "Namespace" and self._first[key] == obj:

@@ -37,7 +37,7 @@ from typing import Any
 from allocator.cel.expr_engine import ExprEngine
 from allocator.scoring import ScoringConfig, parse_weights
 from allocator.selectors import SelectorCache
-from app.cli import _choose
+from app.cli import choose_node
 from app.cluster import ClusterState
 from app.scheduling import SchedulingService
 from bench.synthetic import (
@@ -100,7 +100,7 @@ def _schedule(service: SchedulingService, pod: dict[str, Any], nodes: list[str])
     if outcome.error or not outcome.passed:
         return False
     meta = pod["metadata"]
-    service.bind(meta["namespace"], meta["name"], meta["uid"], _choose(service, pod, outcome.passed))
+    service.bind(meta["namespace"], meta["name"], meta["uid"], choose_node(service, pod, outcome.passed))
     return True
 
 

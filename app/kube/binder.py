@@ -116,12 +116,16 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("uid") or "")
+
+
 def _split(key: str) -> tuple[str, str]:
     namespace, _, name = key.partition("/")
     return namespace, name
 
 
-def _conditioned(allocation: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], ...]:
+def conditioned_results(allocation: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], ...]:
     """The result entries of ``allocation`` that have binding conditions."""
     results = ((allocation or {}).get("devices") or {}).get("results") or ()
     return tuple(r for r in results if isinstance(r, Mapping) and r.get("bindingConditions"))
@@ -148,6 +152,19 @@ def _device_status(status: Mapping[str, Any], result: Mapping[str, Any]) -> Mapp
 
 def _reserved_for(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
+
+
+def _reserves(status: Mapping[str, Any], pod_uid: str) -> bool:
+    return any(r.get("uid") == pod_uid for r in _reserved_for(status))
+
+
+def _check_claim(key: str, claim: Mapping[str, Any], uid: str) -> None:
+    """Raises BindError when ``claim`` is no longer the claim ``uid`` (empty: unknown) or is being deleted."""
+    meta = _meta(claim)
+    if uid and meta.get("uid") != uid:
+        raise BindError(f"ResourceClaim {key} was replaced by a new claim of the same name")
+    if meta.get("deletionTimestamp"):
+        raise BindError(f"ResourceClaim {key} is being deleted")
 
 
 def release_pod(
@@ -228,7 +245,7 @@ class KubeBinder:
 
     def bind(self, plan: BindPlan) -> None:
         """Write ``plan``. Raises BindError (everything written rolled back, or left for recovery)."""
-        uid = str(_meta(plan.pod).get("uid") or "")
+        uid = _uid(plan.pod)
         with self._inflight_lock:
             if uid in self._inflight:
                 raise BindError(f"pod {pod_key(plan.pod)}: another bind of this pod is in progress")
@@ -317,11 +334,11 @@ class KubeBinder:
         created: bool = False,
     ) -> None:
         assert self.claims is not None
-        pod_uid = str(_meta(plan.pod).get("uid") or "")
+        pod_uid = _uid(plan.pod)
         devices = allocated_devices(allocation, f"ResourceClaim {key}") if allocation else ()
         # The index holds v1; writes must carry the claim as the server serves it.
         claim = dict(known) if self.claims.version == "v1" or created else await self._fresh(key)
-        uid = str(_meta(known).get("uid") or "")
+        uid = _uid(known)
         stale = {str(_meta(known).get("resourceVersion") or "")}
         last: ConflictError | None = None
         for attempt in range(CONFLICT_ATTEMPTS):
@@ -329,22 +346,18 @@ class KubeBinder:
                 claim = await self._fresh(key)
             meta = _meta(claim)
             stale.add(str(meta.get("resourceVersion") or ""))
-            if uid and meta.get("uid") != uid:
-                raise BindError(f"ResourceClaim {key} was replaced by a new claim of the same name")
-            if meta.get("deletionTimestamp"):
-                raise BindError(f"ResourceClaim {key} is being deleted")
+            _check_claim(key, claim, uid)
             status = claim.get("status") or {}
-            mine = any(r.get("uid") == pod_uid for r in _reserved_for(status))
             if status.get("allocation"):
-                if mine:
+                if _reserves(status, pod_uid):
                     self._check_node(key, status["allocation"], plan.node)
-                    self._note_wait(journal, key, str(meta.get("uid") or uid), status["allocation"])
+                    self._note_wait(journal, key, _uid(claim) or uid, status["allocation"])
                     return  # written by an earlier attempt of this bind
                 if allocation is not None:
                     raise BindError(f"ResourceClaim {key} got allocated elsewhere in the meantime")
             elif allocation is None:
                 raise BindError(f"ResourceClaim {key} was deallocated in the meantime")
-            written = journal.entry(key, str(meta.get("uid") or uid))
+            written = journal.entry(key, _uid(claim) or uid)
             written.created = written.created or created
             try:
                 if allocation is not None and FINALIZER not in (meta.get("finalizers") or ()):
@@ -354,20 +367,20 @@ class KubeBinder:
                     written.finalizer_added = True
                     stale.add(str(_meta(claim).get("resourceVersion") or ""))
                 body = claim_after_bind(claim, allocation, plan.pod)
+                unanswered: TransportError | None = None
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
                 except TransportError as e:
-                    if e.sent:
-                        # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
-                        written.status_written = True
-                        written.allocated = allocation is not None
-                        if devices:
-                            self.reservations.hold(key, devices, stale, created=created)
-                    raise
+                    if not e.sent:
+                        raise
+                    # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
+                    unanswered = e
                 written.status_written = True
                 written.allocated = allocation is not None
                 if devices:
                     self.reservations.hold(key, devices, stale, created=created)
+                if unanswered is not None:
+                    raise unanswered
                 self._note_wait(journal, key, written.uid, body["status"]["allocation"])
                 return
             except ConflictError as e:
@@ -380,7 +393,7 @@ class KubeBinder:
         gates = self.state.gates
         if not (gates.DRADeviceBindingConditions and gates.DRAResourceClaimDeviceStatus):
             return  # upstream waits only with both gates on
-        results = _conditioned(allocation)
+        results = conditioned_results(allocation)
         if results:
             journal.waits.append(_Wait(key, uid, results))
 
@@ -411,7 +424,7 @@ class KubeBinder:
         namespace = str(_meta(body).get("namespace") or "default")
         created = await self.client.create(self.claims, namespace, body)
         key = f"{namespace}/{_meta(created).get('name')}"
-        journal.entry(key, str(_meta(created).get("uid") or "")).created = True
+        journal.entry(key, _uid(created)).created = True
         await self._bind_claim(key, created, extended.allocation, plan, journal, created=True)
         pod_namespace, pod_name = _split(pod_key(plan.pod))
         await self.client.patch(
@@ -429,7 +442,7 @@ class KubeBinder:
         """Poll the claims in ``journal.waits`` until every binding condition is True (module docstring).
         Raises BindError naming the claim, device and condition (failure, or timeout with what is missing)."""
         timeout = self.settings.binding_timeout_seconds
-        pod_uid = str(_meta(plan.pod).get("uid") or "")
+        pod_uid = _uid(plan.pod)
         log.info(
             "bind pod=%s node=%s: waiting up to %gs for binding conditions of %s",
             pod_key(plan.pod),
@@ -482,13 +495,9 @@ class KubeBinder:
             # Transient (the API server restarting, a timeout): ask again at the next poll.
             log.warning("ResourceClaim %s: reading binding conditions: %s", wait.key, e)
             return [p for p in before if p[0] == wait.key]
-        meta = _meta(claim)
-        if wait.uid and meta.get("uid") != wait.uid:
-            raise BindError(f"ResourceClaim {wait.key} was replaced by a new claim of the same name")
-        if meta.get("deletionTimestamp"):
-            raise BindError(f"ResourceClaim {wait.key} is being deleted")
+        _check_claim(wait.key, claim, wait.uid)
         status = claim.get("status") or {}
-        if not status.get("allocation") or not any(r.get("uid") == pod_uid for r in _reserved_for(status)):
+        if not status.get("allocation") or not _reserves(status, pod_uid):
             raise BindError(f"ResourceClaim {wait.key}: the pod's reservation was removed during the wait")
         pending: list[_Pending] = []
         for result in wait.results:
@@ -547,7 +556,7 @@ class KubeBinder:
     # --- rollback -----------------------------------------------------------------------------------------
 
     async def _rollback(self, plan: BindPlan, journal: _Journal) -> None:
-        pod_uid = str(_meta(plan.pod).get("uid") or "")
+        pod_uid = _uid(plan.pod)
         if journal.pod_status_patched:
             namespace, name = _split(pod_key(plan.pod))
             try:
@@ -578,7 +587,7 @@ class KubeBinder:
                 claim = await self.client.get(self.claims, namespace, name)
             except NotFoundError:
                 return
-            if written.uid and _meta(claim).get("uid") != written.uid:
+            if written.uid and _uid(claim) != written.uid:
                 return
             try:
                 if written.status_written:

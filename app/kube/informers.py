@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 from allocator.errors import InvalidInputError
 from app.cluster import ClusterState, object_key
-from app.convert import DRA_GROUP, ConversionError, to_v1
+from app.convert import DRA_GROUP, SUPPORTED_VERSIONS, ConversionError, to_v1
 from app.kube.client import (
     CORE_NAMESPACES,
     CORE_NODES,
@@ -69,8 +69,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DRA_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
-"""``resource.k8s.io`` versions in order of preference; each kind is read at the first one served."""
+DRA_VERSIONS = SUPPORTED_VERSIONS
+"""``resource.k8s.io`` versions in order of preference (those ``to_v1`` reads); each kind is read at the
+first one served."""
 
 DRA_KINDS = {
     "resourceslices": "ResourceSlice",

@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from app.cluster import ClusterState
-from app.kube.binder import release_pod, without_finalizer
+from app.cluster import ClusterState, is_pending
+from app.kube.binder import conditioned_results, release_pod, without_finalizer
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
@@ -47,11 +47,6 @@ _Candidate = tuple[str, str, str]
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
-
-
-def _has_binding_conditions(allocation: Mapping[str, Any]) -> bool:
-    results = (allocation.get("devices") or {}).get("results") or ()
-    return any(isinstance(r, Mapping) and r.get("bindingConditions") for r in results)
 
 
 class OrphanReleaser:
@@ -96,7 +91,7 @@ class OrphanReleaser:
         for key, claim in self.state.objects["ResourceClaim"].items():
             status = claim.get("status") or {}
             allocation = status.get("allocation")
-            if not allocation or _has_binding_conditions(allocation):
+            if not allocation or conditioned_results(allocation):
                 continue
             namespace = key.partition("/")[0]
             for entry in status.get("reservedFor") or ():
@@ -106,11 +101,7 @@ class OrphanReleaser:
                 pod = self.state.get("Pod", pod_key)
                 if pod is None or _meta(pod).get("uid") != entry.get("uid"):
                     continue
-                if (
-                    (pod.get("spec") or {}).get("nodeName")
-                    or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-                    or _meta(pod).get("deletionTimestamp")
-                ):
+                if not is_pending(pod) or _meta(pod).get("deletionTimestamp"):
                     continue
                 found.append((key, str(entry.get("uid")), pod_key))
         return found

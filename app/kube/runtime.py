@@ -91,7 +91,7 @@ class ClusterRuntime:
                 connect_timeout=self.settings.connect_timeout_seconds,
                 watch_read_timeout=self.settings.watch_idle_seconds,
             )
-        for user in (self.binder, self.informers, self.releaser, self.releaser.leader):
+        for user in (self.binder, self.releaser, self.releaser.leader):
             user.client = self.client
         self.informers.source = self.client
 

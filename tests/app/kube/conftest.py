@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from app.binder import BindError
 from app.kube.client import KubeClient
 from app.kube.runtime import ClusterRuntime
 from app.settings import ClusterSettings
 from tests.app.kube.fakeapi import FakeKubeAPI
-from tests.builders import device, device_class, node, resource_slice
+from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"
 NS = "ml"
@@ -74,6 +75,28 @@ def seed_cluster(api: FakeKubeAPI) -> None:
     api.add("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"'))
     api.add("ResourceSlice", resource_slice("n1-gpus", DRIVER, "n1", [device("gpu-0"), device("gpu-1")]))
     api.add("ResourceSlice", resource_slice("n2-gpus", DRIVER, "n2", [device("gpu-0")]))
+
+
+def add_pod(api: FakeKubeAPI, name: str, gpus: int = 1) -> dict:
+    """Pod ``name`` in ``ml`` with its own claim ``<name>-gpu`` asking for ``gpus`` devices of class gpu."""
+    api.add("ResourceClaim", claim(NS, f"{name}-gpu", [request("gpu", "gpu", gpus)]))
+    return api.add("Pod", pod(NS, name, [f"{name}-gpu"]))
+
+
+async def bind(runtime: ClusterRuntime, name: str, node_name: str, uid: str | None = None) -> str | None:
+    """Bind as kube-scheduler's bind call does (from a worker thread); the error text, or None."""
+    try:
+        await asyncio.to_thread(runtime.service.bind, NS, name, uid or f"uid-pod-{NS}-{name}", node_name)
+    except BindError as e:
+        return str(e)
+    return None
+
+
+async def silence_watches(api: FakeKubeAPI, kind: str = "ResourceClaim") -> None:
+    """From now on watches deliver nothing: drop the open ones and wait until ``kind`` watches again."""
+    api.silent_watches = True
+    api.drop_watches()
+    await eventually(lambda: api.open_watches(kind) == 1)
 
 
 @pytest.fixture

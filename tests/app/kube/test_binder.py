@@ -14,28 +14,14 @@ import orjson
 import pytest
 
 from app.api import create_app
-from app.binder import FINALIZER, BindError
+from app.binder import FINALIZER
 from app.settings import Settings
-from tests.app.kube.conftest import DRIVER, NS, eventually, seed_cluster
+from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
-from tests.builders import claim, device, node, pod, request, resource_slice
+from tests.builders import device, node, pod, resource_slice
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims"
 PODS = "/api/v1/namespaces/ml/pods"
-
-
-def add_pod(api: FakeKubeAPI, name: str, gpus: int = 1) -> dict:
-    api.add("ResourceClaim", claim(NS, f"{name}-gpu", [request("gpu", "gpu", gpus)]))
-    return api.add("Pod", pod(NS, name, [f"{name}-gpu"]))
-
-
-async def bind(runtime, name: str, node_name: str, uid: str | None = None) -> str | None:
-    """Bind as kube-scheduler's bind call does (from a worker thread); the error text, or None."""
-    try:
-        await asyncio.to_thread(runtime.service.bind, NS, name, uid or f"uid-pod-{NS}-{name}", node_name)
-    except BindError as e:
-        return str(e)
-    return None
 
 
 def writes(api: FakeKubeAPI) -> list[tuple[str, str]]:
@@ -218,9 +204,7 @@ async def test_written_devices_stay_reserved_until_the_watch_confirms(api, start
     add_pod(api, "a")
     b = add_pod(api, "b")
     runtime = await start_runtime()
-    api.silent_watches = True  # the claim watch will not deliver the write
-    api.drop_watches()
-    await eventually(lambda: api.open_watches("ResourceClaim") == 1)
+    await silence_watches(api)  # the claim watch will not deliver the write
     assert await bind(runtime, "a", "n2") is None
     assert runtime.reservations.keys() == [f"{NS}/a-gpu"]
     assert not (runtime.state.get("ResourceClaim", f"{NS}/a-gpu").get("status") or {}).get("allocation")
@@ -253,9 +237,7 @@ async def test_stale_index_retry_reuses_the_written_allocation(api, start_runtim
     seed_cluster(api)
     add_pod(api, "p")
     runtime = await start_runtime()
-    api.silent_watches = True
-    api.drop_watches()
-    await eventually(lambda: api.open_watches("ResourceClaim") == 1)
+    await silence_watches(api)
     assert await bind(runtime, "p", "n1") is None
     version = claim_in_api(api, "p-gpu")["metadata"]["resourceVersion"]
     # The index still shows the claim unallocated: the first write conflicts, the re-read shows it is ours.

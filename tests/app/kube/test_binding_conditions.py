@@ -10,9 +10,9 @@ from typing import Any
 
 from app.binder import FINALIZER
 from app.kube.binder import _device_status
-from tests.app.kube.conftest import DRIVER, NS, eventually
+from tests.app.kube.conftest import DRIVER, NS, bind, eventually
 from tests.app.kube.fakeapi import FakeKubeAPI
-from tests.app.kube.test_binder import assert_untouched, bind, claim_in_api, writes
+from tests.app.kube.test_binder import assert_untouched, claim_in_api, writes
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 ATTACHED = "dra.example.com/attached"

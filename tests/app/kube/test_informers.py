@@ -13,7 +13,15 @@ from app.cluster import ClusterState
 from app.kube.client import CORE_NODES, KubeClient
 from app.kube.informers import Backoff, Informer, discover_dra
 from app.kube.runtime import ClusterRuntime
-from tests.app.kube.conftest import DRIVER, NS, TEST_SETTINGS, FakeClock, eventually, seed_cluster
+from tests.app.kube.conftest import (
+    DRIVER,
+    NS,
+    TEST_SETTINGS,
+    FakeClock,
+    eventually,
+    seed_cluster,
+    silence_watches,
+)
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, device, pod, request, resource_slice
 
@@ -111,9 +119,7 @@ async def test_410_gone_relists_and_drops_objects_deleted_meanwhile(api, start_r
     informer = runtime.informers.informers["ResourceSlice"]
     await eventually(lambda: api.open_watches("ResourceSlice") == 1)
     # While the watch is broken the slice of n2 is deleted and a new one added; the history is compacted.
-    api.silent_watches = True
-    api.drop_watches()
-    await eventually(lambda: api.open_watches("ResourceSlice") == 1)
+    await silence_watches(api, "ResourceSlice")
     api.remove("ResourceSlice", "", "n2-gpus")
     api.add("ResourceSlice", resource_slice("n3-gpus", DRIVER, "n3", [device("gpu-0")]))
     api.silent_watches = False

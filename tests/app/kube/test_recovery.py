@@ -4,12 +4,9 @@ grace period (only by the replica next to the leading scheduler); unconfirmed re
 
 from __future__ import annotations
 
-import asyncio
-
-from app.binder import FINALIZER, BindError
-from tests.app.kube.conftest import DRIVER, NS, eventually, seed_cluster
+from app.binder import FINALIZER
+from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
-from tests.builders import claim, pod, request
 
 GPU0_N1 = {
     "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]},
@@ -17,11 +14,6 @@ GPU0_N1 = {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
     },
 }
-
-
-def add_pod(api: FakeKubeAPI, name: str) -> dict:
-    api.add("ResourceClaim", claim(NS, f"{name}-gpu", [request("gpu", "gpu")]))
-    return api.add("Pod", pod(NS, name, [f"{name}-gpu"]))
 
 
 def crash_after_status_write(api: FakeKubeAPI, name: str) -> None:
@@ -33,14 +25,6 @@ def crash_after_status_write(api: FakeKubeAPI, name: str) -> None:
         "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-pod-{NS}-{name}"}],
     }
     api.put("ResourceClaim", c)
-
-
-async def bind(runtime, name: str, node_name: str) -> str | None:
-    try:
-        await asyncio.to_thread(runtime.service.bind, NS, name, f"uid-pod-{NS}-{name}", node_name)
-    except BindError as e:
-        return str(e)
-    return None
 
 
 async def test_restart_rebuilds_the_index_and_honours_existing_allocations(api, start_runtime):
@@ -151,9 +135,7 @@ async def test_unconfirmed_reservation_expires(api, start_runtime, clock):
     seed_cluster(api)
     add_pod(api, "p")
     runtime = await start_runtime()
-    api.silent_watches = True
-    api.drop_watches()
-    await eventually(lambda: api.open_watches("ResourceClaim") == 1)
+    await silence_watches(api)
     assert await bind(runtime, "p", "n1") is None
     assert runtime.reservations.keys() == [f"{NS}/p-gpu"]
     clock.advance(599)
