@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from allocator.explain import STAGE_TITLES, STAGES, class_usage, node_devices
+from allocator.alignment import node_topology
+from allocator.explain import STAGE_TITLES, STAGES, class_usage
 from app.explain_api import (
     BadObject,
     NodeVerdict,
@@ -301,7 +302,7 @@ def render_simulation(document: Mapping[str, Any], service: SchedulingService, o
         state = service.state
         topology = service.scoring.topology
         for node in known_nodes(service):
-            groups = topology.groups([nd.device for nd in node_devices(state.inventory, node)])
+            groups = node_topology(state.inventory, node, topology)
             for u in class_usage(state.inventory, service.selectors, node, groups):
                 usage.add(
                     node.name,

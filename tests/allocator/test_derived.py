@@ -13,7 +13,7 @@ from allocator.derived import ClusterAttribute, ClusterDerivation
 from allocator.errors import CELCompileError, CELEvalError, FeatureDisabledError, InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import parse_device_class, parse_resource_slice
-from tests.allocator.builders import World, claim, device, device_class, request, slice_
+from tests.allocator.builders import World, claim, device, device_class, picked, request, slice_
 
 GPU = "gpu.nvidia.com"
 NIC = "dra.net"
@@ -56,10 +56,6 @@ ZONES = [derived("zone", f'device.attributes["{GPU}"].zones.split(",")')]
 def stored(world: World, name: str):
     """The slice ``name`` as the inventory stores it (with cluster-wide derived attributes)."""
     return next(s for s in world.inventory.slices() if s.name == name)
-
-
-def picked(allocations):
-    return [[(r["request"], r["device"]) for r in a["devices"]["results"]] for a in allocations]
 
 
 def gpu_nic_claim(**gpu_fields):
