@@ -20,6 +20,7 @@ from app.cli import main, simulate
 from app.runtime import build_runtime
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+SKIP_REASON = f"../shared/fixtures not found at {FIXTURES} (a user's clone has no shared/ directory)"
 
 # --- fixture paths (relative to FIXTURES) both files use -------------------------------------------------
 
@@ -187,15 +188,14 @@ class StateDir:
     def simulate_state(self) -> tuple[dict[str, dict[str, Any]], Any]:
         """Simulate in process; also returns the cluster state afterwards (pod status, created claims)."""
         runtime = build_runtime(self.path)
-        if hasattr(runtime.service, "device_selection"):
-            runtime.service.device_selection = "first-fit"
+        runtime.service.device_selection = "first-fit"
         return _keyed(simulate(runtime.service)["pods"]), runtime.state
 
 
 def state_dir(tmp_path: Path, *, pods_only: bool = False) -> StateDir:
     """The ``state`` fixture of both files: skips without the shared fixtures."""
     if not FIXTURES.is_dir():
-        pytest.skip(f"../shared/fixtures not found at {FIXTURES} (a clone without the shared fixtures)")
+        pytest.skip(SKIP_REASON)
     return StateDir(tmp_path / "state", pods_only=pods_only)
 
 

@@ -19,10 +19,10 @@ from app.explain_api import explain_object, explain_pod, node_devices_view, pars
 from app.runtime import Runtime, build_runtime
 from app.scheduling import SchedulingService
 from app.settings import Settings
+from tests.app.scenario_support import FIXTURES, SKIP_REASON
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "cluster"
-FIXTURES = REPO.parent / "shared" / "fixtures"
 GPU_NODE, GAUDI_NODE, CPU_NODE = "gpu-node-1", "gaudi-node-1", "cpu-node-1"
 VERDICT = {"passed": "fits", "failed": "does-not-fit", "unresolvable": "unresolvable"}
 
@@ -452,7 +452,7 @@ RDMA_CLASS = {
 @pytest.fixture
 def fixture_state(tmp_path: Path):
     if not FIXTURES.is_dir():
-        pytest.skip(f"../shared/fixtures not found: {FIXTURES}")
+        pytest.skip(SKIP_REASON)
 
     def build(*relative: str, extra: list[dict[str, Any]] | None = None) -> Runtime:
         state = tmp_path / "state"

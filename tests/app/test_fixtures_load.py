@@ -26,11 +26,10 @@ import pytest
 
 from app.claimgen import generate_template_claims
 from app.statedir import KIND_FIELDS, ClusterObjects, StateLoadError, load_state
-from tests.app.scenario_support import FIXTURES
+from tests.app.scenario_support import FIXTURES, SKIP_REASON
 
 pytestmark = pytest.mark.fixtures
 
-SKIP_REASON = "../shared/fixtures not found (a user's clone has no shared/ directory)"
 
 TEMPLATE = "Helm/Go template directive"
 NOT_YAML = "not valid YAML"
