@@ -6,6 +6,9 @@ so sums and comparisons never lose precision (upstream uses inf.Dec / int64 scal
 
 Grammar (k8s.io/apimachinery/pkg/api/resource): ``<sign><digits>[.<digits>]<suffix>`` where suffix is a
 binary SI (Ki Mi Gi Ti Pi Ei), decimal SI (n u m "" k M G T P E) or decimal exponent (e3 / E3).
+The grammar allows any length; this parser refuses more than ``MAX_DIGITS`` digits or a decimal exponent
+beyond ``MAX_EXPONENT`` (far outside any real capacity or resource request), so a crafted quantity such
+as ``1e20000000`` costs nothing and is a clear error rather than a huge number.
 """
 
 from __future__ import annotations
@@ -15,7 +18,15 @@ import re
 from fractions import Fraction
 from functools import total_ordering
 
-__all__ = ["Quantity", "QuantityError", "format_like", "format_quantity", "parse_quantity"]
+__all__ = [
+    "MAX_DIGITS",
+    "MAX_EXPONENT",
+    "Quantity",
+    "QuantityError",
+    "format_like",
+    "format_quantity",
+    "parse_quantity",
+]
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -30,6 +41,8 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+MAX_DIGITS = 1000
+MAX_EXPONENT = 1000
 _PATTERN = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
 
 
@@ -92,13 +105,20 @@ def _parse(raw: object) -> Quantity:
     if match is None:
         raise QuantityError(f"invalid quantity {text!r}")
     sign, number, suffix = match.groups()
+    exponent = "0" if suffix is None or suffix in _DECIMAL or suffix in _BINARY else suffix[1:]
+    if len(number) > MAX_DIGITS or len(exponent) > 6 or abs(int(exponent)) > MAX_EXPONENT:
+        shown = text if len(text) <= 40 else f"{text[:37]}..."
+        raise QuantityError(
+            f"invalid quantity {shown!r}: more than {MAX_DIGITS} digits or a decimal exponent beyond "
+            f"±{MAX_EXPONENT}"
+        )
     value = Fraction(number)
     if suffix is None or suffix in _DECIMAL:
         value *= _DECIMAL[suffix or ""]
     elif suffix in _BINARY:
         value *= _BINARY[suffix]
     else:
-        value *= Fraction(10) ** int(suffix[1:])
+        value *= Fraction(10) ** int(exponent)
     if sign == "-":
         value = -value
     return Quantity(value, str(raw) if isinstance(raw, str) else text)

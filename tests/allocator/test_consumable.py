@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -223,6 +224,20 @@ def test_valid_range_rounds_up_to_min_plus_steps_and_respects_max(amount, expect
     policy = {"validRange": {"min": "1G", "max": "4G", "step": "1G"}}
     got = consumption({"bw": cap("10G", **policy)}, bw=amount)
     assert got == (None if expected is None else {"bw": expected})
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("1Ei", 2**60), ("2E", 2 * 10**18), ("3e2", 300), ("1e-3", Fraction(1, 1000))]
+)
+def test_quantity_suffixes_and_exponents(text, value):
+    assert parse_quantity(text).value == value
+
+
+def test_quantities_beyond_the_digit_and_exponent_bounds_are_refused():
+    assert parse_quantity("1e1000").value == 10**1000
+    for text in ("1e1001", "1e-1001", "1" * 1001, "1e9999999999"):
+        with pytest.raises(ValueError, match="more than 1000 digits or a decimal exponent beyond"):
+            parse_quantity(text)
 
 
 def test_valid_range_uses_integer_arithmetic_like_quantity_value():

@@ -521,6 +521,15 @@ def test_malformed_quantity_is_a_filter_error():
     assert outcome.passed == [] and outcome.error.startswith("pod default/p: spec.containers[0].resources")
 
 
+@pytest.mark.parametrize("quantity", ["1e20000000", "1e5000", "9" * 5000])
+def test_an_absurdly_large_quantity_is_a_filter_error_not_a_crash(quantity):
+    svc = service(
+        ("DeviceClass", gpu_class()), *gpu_node("n1"), ("Pod", xpod("p", container("main", {GPU: quantity})))
+    )
+    outcome = svc.filter(svc.state.get("Pod", "default/p"), ["n1"])
+    assert outcome.passed == [] and "more than 1000 digits or a decimal exponent beyond" in outcome.error
+
+
 def test_class_selectors_apply_to_the_extended_claim():
     # The class selects another driver: no device matches, so the node fails (not fatal).
     picky = device_class("picky", 'device.driver == "other.example.com"')
