@@ -355,6 +355,9 @@ class KubeBinder:
                     return  # written by an earlier attempt of this bind
                 if allocation is not None:
                     raise BindError(f"ResourceClaim {key} got allocated elsewhere in the meantime")
+                # A shared claim the index saw allocated may have been re-allocated since: it must still
+                # admit this node before the pod joins reservedFor.
+                self._check_node(key, status["allocation"], plan.node)
             elif allocation is None:
                 raise BindError(f"ResourceClaim {key} was deallocated in the meantime")
             written = journal.entry(key, _uid(claim) or uid)

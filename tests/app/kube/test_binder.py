@@ -18,7 +18,7 @@ from app.binder import FINALIZER
 from app.settings import Settings
 from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
-from tests.builders import device, node, pod, resource_slice
+from tests.builders import claim, device, node, pod, request, resource_slice
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims"
 PODS = "/api/v1/namespaces/ml/pods"
@@ -396,3 +396,35 @@ async def test_extended_resource_bind_failure_removes_the_created_claim(api, sta
     assert "extendedResourceClaimStatus" not in (api.get("Pod", NS, "x").get("status") or {})
     assert not api.get("Pod", NS, "x")["spec"].get("nodeName")
     assert not runtime.reservations.keys()
+
+
+async def test_a_shared_claim_reallocated_for_another_node_behind_a_stale_index_is_not_joined(
+    api, start_runtime
+):
+    # The index saw claim sh allocated on n1 for pod a; meanwhile the server re-allocated it on n2 for x.
+    # The bind of b to n1 re-reads the claim after the 409 and must not add b to a claim pinned to n2.
+    seed_cluster(api)
+    api.add("ResourceClaim", claim(NS, "sh", [request("gpu", "gpu")]))
+    for name in ("a", "b"):
+        api.add("Pod", pod(NS, name, ["sh"]))
+    runtime = await start_runtime()
+    assert await bind(runtime, "a", "n1") is None
+    await eventually(lambda: runtime.state.get("Pod", f"{NS}/a")["spec"].get("nodeName"))
+    await eventually(lambda: not runtime.reservations.keys())
+    await silence_watches(api)
+    elsewhere = api.get("ResourceClaim", NS, "sh")
+    pinned = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}
+    elsewhere["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n2", "device": "gpu-0"}]},
+            "nodeSelector": {"nodeSelectorTerms": [pinned]},
+        },
+        "reservedFor": [{"resource": "pods", "name": "x", "uid": "uid-x"}],
+    }
+    api.put("ResourceClaim", elsewhere)
+    assert (
+        await bind(runtime, "b", "n1") == "pod ml/b: ResourceClaim ml/sh is allocated for other nodes than n1"
+    )
+    after = api.get("ResourceClaim", NS, "sh")
+    assert [r["name"] for r in after["status"]["reservedFor"]] == ["x"]
+    assert not api.get("Pod", NS, "b")["spec"].get("nodeName")
