@@ -732,14 +732,11 @@ class ExprProgram(CompiledProgram):
 
     def evaluate(self, device: CELDevice) -> bool:
         result = self._run(device)
-        try:
-            value = result.value()
-        except TypeError:  # values without a Python form (optionals)
-            value = None
+        value = _python_value(result)
         if value is True or value is False:
             return value
         kind = result.type()
-        if kind == cel.Type.ERROR:
+        if kind == cel.Type.ERROR and value is not None:
             raise CELEvalError(runtime_message(str(value)))
         raise CELEvalError(
             f"CEL result of type {type_name(kind.name(), bare=True)} could not be converted to bool"
@@ -753,9 +750,17 @@ class ExprValueProgram(ExprProgram):
 
     def evaluate(self, device: CELDevice) -> AttributeValue:  # type: ignore[override]
         result = self._run(device)
-        if result.type() == cel.Type.ERROR:
-            raise CELEvalError(runtime_message(str(result.value())))
+        if result.type() == cel.Type.ERROR and (error := _python_value(result)) is not None:
+            raise CELEvalError(runtime_message(str(error)))
         return self._attribute(_plain_result(result))
+
+
+def _python_value(result: Any) -> Any:
+    """The result's Python value, or None for values that have no Python form (optionals)."""
+    try:
+        return result.value()
+    except TypeError:
+        return None
 
 
 def _plain_result(value: Any) -> Any:

@@ -238,3 +238,11 @@ def test_value_errors_on_every_engine(engine, expression, kind, text):
     error = CELCompileError if kind == "compile" else CELEvalError
     with pytest.raises(error, match=text.replace("(", r"\(").replace(")", r"\)")):
         engine.compile_value(expression).evaluate(DEVICE)
+
+
+@pytest.mark.parametrize("expression", ["dyn(optional.of(1))", "dyn(optional.none())"])
+def test_an_optional_is_a_cel_error_as_a_value_or_a_selector(engine, expression):
+    # cel-expr evaluates it (the result has no Python form); cel-python refuses it at compile time.
+    for compile_program in (engine.compile_value, engine.compile):
+        with pytest.raises((CELCompileError, CELEvalError)):
+            compile_program(expression).evaluate(DEVICE)
