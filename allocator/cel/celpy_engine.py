@@ -570,7 +570,7 @@ def _plain_result(value: Any) -> Any:
         return UnsupportedValue("uint")
     if isinstance(value, celtypes.IntType):
         return int(value)
-    if isinstance(value, celtypes.StringType):
+    if isinstance(value, str):  # celtypes.StringType, or a plain str (celpy's string concatenation)
         return str(value)
     if isinstance(value, CelSemver):
         return value.value

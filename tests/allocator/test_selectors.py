@@ -212,6 +212,8 @@ VALUE_CASES = [
     ('[semver("1.0.0"), semver("v2", true)]', (Version("1.0.0"), Version("2.0.0"))),
     ('device.attributes["drv"].numa == 1', True),
     ("dyn([])", ()),
+    ('"x-" + device.attributes["drv"].topology', "x-3-1"),
+    ('[device.attributes["drv"].topology + "!"]', ("3-1!",)),
 ]
 VALUE_ERRORS = [
     ('device.attributes["drv"].missing', "eval", "no such key: missing"),
