@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit simulate bench bench-cel bench-frag lock clean
+.PHONY: run test lint unit e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,21 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 test: lint unit
+
+# Second tier: etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from their Go modules
+# (e2e/build.sh, cached in .cache/), the extender and kube-scheduler run with the shipped manifests/.
+e2e-bin:
+	@bash e2e/build.sh >/dev/null
+
+e2e: $(STAMP) e2e-bin
+	$(BIN)/python -m pytest -m e2e -p no:cacheprovider tests/e2e $(E2E_ARGS)
+
+# The same control plane for trying things by hand (stops by itself after 2 hours).
+e2e-up: $(STAMP) e2e-bin
+	$(BIN)/python -m tests.e2e.launcher up
+
+e2e-down: $(STAMP)
+	$(BIN)/python -m tests.e2e.launcher down
 
 # Cluster-scale benchmark against the parse-and-echo floor (a script, not tests): prints one table.
 bench: $(STAMP)
@@ -54,4 +69,4 @@ lock: $(STAMP)
 		-c requirements.lock -o requirements-runtime.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info  # .cache/ (built components) is kept

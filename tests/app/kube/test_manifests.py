@@ -65,7 +65,7 @@ def test_every_object_validates_against_the_kubernetes_schemas(rendered):
         "ServiceAccount",
     ]
     for doc in rendered:
-        validate.validate(doc, "1.34", strict=True)
+        validate.validate(doc, "1.37", strict=True)
 
 
 def test_scheduler_configuration_avoids_the_extender_gotchas(scheduler_config, rendered):
@@ -131,6 +131,9 @@ def test_rbac_is_least_privilege(rendered):
         ("resource.k8s.io", "devicetaintrules"): {"get", "list", "watch"},
         ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch", "update", "create", "delete"},
         ("resource.k8s.io", "resourceclaims/status"): {"update"},
+        # checked by the API server before any change of status.allocation / status.reservedFor
+        # (DRAResourceClaimGranularStatusAuthorization, on since 1.36)
+        ("resource.k8s.io", "resourceclaims/binding"): {"update"},
     }
     lease = _one(rendered, "Role", "dra-scheduler-leader-election")
     assert {r["resources"][0]: set(r["verbs"]) for r in lease["rules"] if r.get("resourceNames")} == {

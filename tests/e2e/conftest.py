@@ -1,0 +1,60 @@
+"""One control plane for the whole e2e session (``make e2e``): built binaries, etcd, kube-apiserver,
+kube-controller-manager, the extender and kube-scheduler configured with the shipped manifests. Each
+scenario works in its own namespace with its own driver and DeviceClass, so scenarios never compete for
+devices. Component logs stay in the run directory and are printed when a scenario fails; the session
+ends with a summary table."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
+from tests.e2e.workload import CREATED, Scenario, summary_table
+
+RUN_DIR = Path(os.environ.get("E2E_RUN_DIR", ROOT / ".cache" / "e2e-run"))
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    binaries = build_binaries()
+    remove(RUN_DIR)
+    plane = ControlPlane(RUN_DIR, binaries)
+    try:
+        plane.start()
+        plane.start_extender()
+        plane.start_scheduler()
+        yield plane
+    except BaseException:
+        print(plane.report_logs())
+        raise
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def scenario(request: pytest.FixtureRequest, control_plane: ControlPlane) -> Iterator[Scenario]:
+    name = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
+    yield Scenario.create(control_plane, name)
+    for sc in CREATED:
+        sc.finish()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(control_plane.report_logs())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if CREATED:
+        terminalreporter.write_line("")
+        terminalreporter.write_line(summary_table(CREATED))
+        terminalreporter.write_line(f"component logs: {RUN_DIR / 'logs'}")

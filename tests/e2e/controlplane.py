@@ -1,0 +1,360 @@
+"""The e2e control plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from
+their Go modules (``e2e/build.sh``), plus the extender, every one a child process on 127.0.0.1 with its
+log in the run directory.
+
+Identities are the ones a cluster gives them: the harness (a client certificate in ``system:masters``)
+applies the shipped ``manifests/`` namespace, ServiceAccount and RBAC, then asks the TokenRequest API for
+a token of that ServiceAccount; kube-scheduler and the extender run with it, so a permission missing from
+``manifests/rbac.yaml`` fails the tests as it would fail a deployment. kube-controller-manager, which is
+not under test, uses its own certificate. kube-scheduler reads the shipped
+``manifests/kube-scheduler-config.yaml`` with only its kubeconfig and the extender's address changed; the
+extender is started with the sidecar's arguments from ``manifests/deployment.yaml``.
+
+Children get SIGTERM when the process that started them dies (``PR_SET_PDEATHSIG``), so nothing outlives
+a test run."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.e2e import pki
+from tests.e2e.kube import Kube, poll
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+BUILD = ROOT / "e2e" / "build.sh"
+EXTENDER_NAMESPACE = "dra-extender"
+EXTENDER_ACCOUNT = "dra-scheduler"
+SERVICE_RANGE = "10.0.0.0/24"  # only allocated from: no traffic ever goes there
+START_TIMEOUT = 120.0
+
+
+def build_binaries() -> Path:
+    """Build (or reuse) the pinned components; returns their directory. Raises with the build's own
+    message when Go is missing or the build fails."""
+    done = subprocess.run(["bash", str(BUILD)], stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{BUILD} failed (exit {done.returncode}); its messages are above")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Component:
+    """One child process: started, stopped and restarted with the same arguments, its log appended to."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    ready: Callable[[], bool]
+    env: dict[str, str] | None = None
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            out.write(f"\n===== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
+            out.flush()
+            self.process = subprocess.Popen(
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                preexec_fn=_die_with_parent,
+            )
+        poll(self._ready_or_dead, timeout=START_TIMEOUT, interval=0.2, what=f"{self.name} ready")
+
+    def _ready_or_dead(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(
+                f"{self.name} exited with {self.process.returncode}; log: {self.log}\n{self.tail()}"
+            )
+        try:
+            return self.ready()
+        except (httpx.HTTPError, OSError):
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _get_ok(url: str, **kwargs: Any) -> bool:
+    return httpx.get(url, timeout=2.0, **kwargs).status_code == 200
+
+
+def _kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str]) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}
+                ],
+                "users": [{"name": "e2e", "user": user}],
+                "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+                "current-context": "e2e",
+            }
+        )
+    )
+    path.chmod(0o600)
+    return path
+
+
+def shipped(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane in ``directory`` (certificates, kubeconfigs, etcd data, ``logs/``)."""
+
+    directory: Path
+    binaries: Path
+    feature_gates: Sequence[str] = ()
+    components: dict[str, Component] = field(default_factory=dict)
+    server: str = ""
+    extender_url: str = ""
+
+    @property
+    def logs(self) -> Path:
+        return self.directory / "logs"
+
+    def start(self) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        pkidir = self.directory / "pki"
+        ca = pki.Authority(pkidir)
+        self.ca = ca.cert
+        serving = ca.issue(
+            "apiserver",
+            "kube-apiserver",
+            server_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            server_ips=("127.0.0.1", "10.0.0.1"),
+        )
+        self.admin = ca.issue("admin", "e2e-admin", organization="system:masters")
+        controller_manager = ca.issue("controller-manager", "system:kube-controller-manager")
+        sa = pki.service_account_keys(pkidir)
+
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        self._add(
+            "etcd",
+            [
+                str(self.binaries / "etcd"),
+                "--data-dir",
+                str(self.directory / "etcd"),
+                "--listen-client-urls",
+                etcd_url,
+                "--advertise-client-urls",
+                etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+            ],
+            lambda: _get_ok(f"{etcd_url}/health"),
+        )
+        self.server = f"https://127.0.0.1:{api_port}"
+        gates = [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []
+        self._add(
+            "kube-apiserver",
+            [
+                str(self.binaries / "kube-apiserver"),
+                "--etcd-servers",
+                etcd_url,
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={ca.cert}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={sa.cert}",
+                f"--service-account-signing-key-file={sa.key}",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                "--endpoint-reconciler-type=none",
+                "--authorization-mode=Node,RBAC",
+                "--profiling=false",
+                *gates,
+            ],
+            lambda: _get_ok(
+                f"{self.server}/readyz", verify=str(ca.cert), cert=(str(self.admin.cert), str(self.admin.key))
+            ),
+        )
+        self.kube = self.client()
+        self.admin_kubeconfig = _kubeconfig(
+            self.directory / "admin.kubeconfig",
+            self.server,
+            ca.cert,
+            {"client-certificate": str(self.admin.cert), "client-key": str(self.admin.key)},
+        )
+        kcm_kubeconfig = _kubeconfig(
+            self.directory / "controller-manager.kubeconfig",
+            self.server,
+            ca.cert,
+            {"client-certificate": str(controller_manager.cert), "client-key": str(controller_manager.key)},
+        )
+        kcm_port = free_port()
+        self._add(
+            "kube-controller-manager",
+            [
+                str(self.binaries / "kube-controller-manager"),
+                f"--kubeconfig={kcm_kubeconfig}",
+                f"--authentication-kubeconfig={kcm_kubeconfig}",
+                f"--authorization-kubeconfig={kcm_kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={sa.key}",
+                f"--root-ca-file={ca.cert}",
+                "--controllers=resourceclaim-controller,serviceaccount-controller,garbage-collector-controller,"
+                "namespace-controller,serviceaccount-token-controller",
+                *gates,
+            ],
+            lambda: _get_ok(f"https://127.0.0.1:{kcm_port}/healthz", verify=False),
+        )
+        self._apply_shipped_identity()
+
+    def _add(
+        self, name: str, argv: list[str], ready: Callable[[], bool], env: dict[str, str] | None = None
+    ) -> Component:
+        component = Component(name, argv, self.logs / f"{name}.log", ready, env)
+        self.components[name] = component
+        component.start()
+        return component
+
+    def client(self) -> Kube:
+        return Kube(self.server, self.ca, cert=(self.admin.cert, self.admin.key))
+
+    def _apply_shipped_identity(self) -> None:
+        for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
+            for doc in shipped(name):
+                self.kube.ensure(doc)
+        token = self.kube.token(EXTENDER_NAMESPACE, EXTENDER_ACCOUNT, seconds=86400)
+        self.scheduler_kubeconfig = _kubeconfig(
+            self.directory / "dra-scheduler.kubeconfig", self.server, self.ca, {"token": token}
+        )
+
+    def start_extender(self, *extra: str) -> Component:
+        """The extender as the sidecar runs it (``manifests/deployment.yaml``), with a kubeconfig holding
+        the ServiceAccount's token instead of ``--in-cluster`` and a free port."""
+        port = free_port()
+        self.extender_url = f"http://127.0.0.1:{port}"
+        args = []
+        for arg in _sidecar_args():
+            if arg == "--in-cluster":
+                args.append(f"--kubeconfig={self.scheduler_kubeconfig}")
+            elif arg.startswith("--port="):
+                args.append(f"--port={port}")
+            else:
+                args.append(arg)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop("KUBECONFIG", None)
+        return self._add(
+            "dra-extender",
+            [str(Path(sys.executable).with_name("dra-extender")), *args, *extra],
+            lambda: _get_ok(f"{self.extender_url}/readyz"),
+            env,
+        )
+
+    def start_scheduler(self, *, with_extender: bool = True) -> Component:
+        """kube-scheduler with the shipped configuration (``with_extender``), or kube-scheduler's defaults
+        with its in-tree DynamicResources plugin, under the name ``kube-scheduler-in-tree``."""
+        port = free_port()
+        if with_extender:
+            config = yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
+            config["clientConnection"] = {"kubeconfig": str(self.scheduler_kubeconfig)}
+            for extender in config["extenders"]:
+                extender["urlPrefix"] = f"{self.extender_url}/scheduler"
+            name, kubeconfig = "kube-scheduler", self.scheduler_kubeconfig
+        else:
+            config = {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": str(self.admin_kubeconfig)},
+                "leaderElection": {"leaderElect": False},
+            }
+            name, kubeconfig = "kube-scheduler-in-tree", self.admin_kubeconfig
+        path = self.directory / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        gates = [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []
+        return self._add(
+            name,
+            [
+                str(self.binaries / "kube-scheduler"),
+                f"--config={path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--v=2",
+                *gates,
+            ],
+            lambda: _get_ok(f"https://127.0.0.1:{port}/readyz", verify=False),
+        )
+
+    def stop(self) -> None:
+        for component in reversed(list(self.components.values())):
+            component.stop()
+        self.kube.close()
+
+    def report_logs(self, lines: int = 60) -> str:
+        return "\n".join(f"----- {c.name} ({c.log}) -----\n{c.tail(lines)}" for c in self.components.values())
+
+
+def _sidecar_args() -> list[str]:
+    deployment = next(d for d in shipped("deployment.yaml") if d["kind"] == "Deployment")
+    sidecar = next(
+        c for c in deployment["spec"]["template"]["spec"]["initContainers"] if c["name"] == "dra-extender"
+    )
+    return list(sidecar["args"])
+
+
+def remove(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,338 @@
+"""Scenario building blocks: nodes with a driver's ResourceSlice, DeviceClasses, templates, claims and
+pods in a namespace of the scenario's own, and the checks every scenario makes on what the API server
+holds afterwards (outcomes, allocations, no device in two claims)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.e2e.controlplane import ControlPlane
+from tests.e2e.kube import ApiError, Kube, poll
+
+EXTENDER_SCHEDULER = "dra-scheduler"  # manifests/kube-scheduler-config.yaml's profile
+IN_TREE_SCHEDULER = "default-scheduler"
+FINALIZER = "resource.kubernetes.io/delete-protection"
+NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "pods": "250"}
+CREATED: list[Scenario] = []  # every scenario of the session, in order, for the summary table
+
+
+@dataclass
+class Scenario:
+    """One scenario's namespace, driver and DeviceClass; what it created is remembered for the summary."""
+
+    plane: ControlPlane
+    name: str
+    kube: Kube
+    namespace: str
+    driver: str
+    device_class: str
+    pods: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    summary: tuple[int, int, int, float] | None = None  # pods, bound, unschedulable, seconds
+
+    @classmethod
+    def create(cls, plane: ControlPlane, name: str) -> Scenario:
+        kube = plane.client()
+        sc = cls(plane, name, kube, f"e2e-{name}", f"{name}.gpu.example.com", f"{name}-gpu")
+        CREATED.append(sc)
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": sc.namespace}})
+        # The ServiceAccount admission plugin refuses pods until the namespace's default account exists.
+        poll(
+            lambda: _exists(kube, "ServiceAccount", "default", sc.namespace),
+            timeout=60,
+            what="default ServiceAccount",
+        )
+        sc.add_device_class(sc.device_class)
+        return sc
+
+    # ---- objects -------------------------------------------------------------------------------------
+
+    def add_device_class(
+        self, name: str, *, extended_resource: str | None = None, driver: str | None = None
+    ) -> None:
+        spec: dict[str, Any] = {
+            "selectors": [{"cel": {"expression": f'device.driver == "{driver or self.driver}"'}}]
+        }
+        if extended_resource:
+            spec["extendedResourceName"] = extended_resource
+        self.kube.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+        )
+
+    def add_nodes(self, count: int, devices: int, *, device_extra: dict[str, Any] | None = None) -> list[str]:
+        """``count`` nodes, each with one ResourceSlice of ``devices`` devices of the scenario's driver."""
+        names = [f"{self.name}-node-{len(self.nodes) + i}" for i in range(count)]
+        for node in names:
+            self.kube.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": node,
+                        "labels": {"kubernetes.io/hostname": node, "e2e/scenario": self.name},
+                    },
+                }
+            )
+            self.kube.merge_patch(
+                "Node",
+                node,
+                {"status": {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY}},
+                sub="status",
+            )
+            self.kube.create(self.slice_for(node, devices, device_extra))
+        self.nodes += names
+        return names
+
+    def slice_for(
+        self, node: str, devices: int, device_extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpus"},
+            "spec": {
+                "driver": self.driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": f"gpu-{i}",
+                        "attributes": {"index": {"int": i}, "model": {"string": "e2e-accelerator"}},
+                        "capacity": {"memory": {"value": "80Gi"}},
+                        **(device_extra or {}),
+                    }
+                    for i in range(devices)
+                ],
+            },
+        }
+
+    def add_template(self, name: str, count: int = 1, **exactly: Any) -> None:
+        self.kube.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "gpu",
+                                    "exactly": {
+                                        "deviceClassName": self.device_class,
+                                        "count": count,
+                                        **exactly,
+                                    },
+                                }
+                            ]
+                        }
+                    }
+                },
+            }
+        )
+
+    def add_claim(self, name: str, count: int = 1, **exactly: Any) -> dict[str, Any]:
+        return self.kube.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {"deviceClassName": self.device_class, "count": count, **exactly},
+                            }
+                        ]
+                    }
+                },
+            }
+        )
+
+    def add_pod(
+        self,
+        name: str,
+        *,
+        template: str | None = None,
+        claim: str | None = None,
+        limits: dict[str, str] | None = None,
+        scheduler: str = EXTENDER_SCHEDULER,
+    ) -> None:
+        container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
+        spec: dict[str, Any] = {
+            "schedulerName": scheduler,
+            "containers": [container],
+            "terminationGracePeriodSeconds": 0,
+        }
+        if template or claim:
+            source = {"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim}
+            spec["resourceClaims"] = [{"name": "gpu", **source}]
+            container["resources"] = {"claims": [{"name": "gpu"}]}
+        if limits:
+            container["resources"] = {"limits": limits, "requests": limits}
+        self.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": spec,
+            }
+        )
+        self.pods.append(name)
+
+    # ---- reading back ---------------------------------------------------------------------------------
+
+    def pod(self, name: str) -> dict[str, Any]:
+        return self.kube.get("Pod", name, self.namespace)
+
+    def claims(self) -> list[dict[str, Any]]:
+        return self.kube.list("ResourceClaim", self.namespace)
+
+    def outcomes(self) -> dict[str, str]:
+        """Each pod of the scenario: ``bound`` (nodeName set), ``unschedulable`` (kube-scheduler said so in
+        the PodScheduled condition) or ``pending``."""
+        return {
+            p["metadata"]["name"]: outcome(p)
+            for p in self.kube.list("Pod", self.namespace)
+            if p["metadata"]["name"] in self.pods
+        }
+
+    def wait_settled(self, *, timeout: float, expect_bound: int | None = None) -> dict[str, str]:
+        """Wait until every pod is bound or unschedulable (and, with ``expect_bound``, that many bound)."""
+
+        def settled() -> dict[str, str] | None:
+            states = self.outcomes()
+            if len(states) < len(self.pods) or "pending" in states.values():
+                return None
+            if expect_bound is not None and Counter(states.values())["bound"] < expect_bound:
+                return None
+            return states
+
+        return poll(
+            settled, timeout=timeout, interval=0.5, what=f"{self.name}: every pod bound or unschedulable"
+        )
+
+    def finish(self) -> None:
+        """Remember the outcome counts for the session's summary (once, at the end of the scenario)."""
+        if self.summary is None:
+            tally = Counter(self.outcomes().values())
+            self.summary = (
+                len(self.pods),
+                tally["bound"],
+                tally["unschedulable"],
+                time.monotonic() - self.started,
+            )
+
+    def pod_claim(self, pod: dict[str, Any], entry: str = "gpu") -> dict[str, Any]:
+        """The ResourceClaim behind the pod's ``spec.resourceClaims`` entry (generated ones through
+        ``status.resourceClaimStatuses``)."""
+        source = next(c for c in pod["spec"]["resourceClaims"] if c["name"] == entry)
+        name = source.get("resourceClaimName") or next(
+            s["resourceClaimName"]
+            for s in pod["status"].get("resourceClaimStatuses", [])
+            if s["name"] == entry
+        )
+        return self.kube.get("ResourceClaim", name, self.namespace)
+
+
+def _exists(kube: Kube, kind: str, name: str, namespace: str | None = None) -> bool:
+    try:
+        kube.get(kind, name, namespace)
+    except ApiError as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+def outcome(pod: dict[str, Any]) -> str:
+    if pod["spec"].get("nodeName"):
+        return "bound"
+    for condition in pod.get("status", {}).get("conditions", []):
+        if (
+            condition["type"] == "PodScheduled"
+            and condition["status"] == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return "unschedulable"
+    return "pending"
+
+
+def allocated_devices(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
+    allocation = claim.get("status", {}).get("allocation") or {}
+    return [(r["driver"], r["pool"], r["device"]) for r in allocation.get("devices", {}).get("results", [])]
+
+
+def allocation_node(claim: dict[str, Any]) -> str | None:
+    """The node a claim's ``allocation.nodeSelector`` names (the form both allocators write for node-local
+    devices: one term, ``metadata.name In [node]``)."""
+    selector = (claim.get("status", {}).get("allocation") or {}).get("nodeSelector")
+    if not selector:
+        return None
+    (term,) = selector["nodeSelectorTerms"]
+    (field_,) = term["matchFields"]
+    assert field_["key"] == "metadata.name" and field_["operator"] == "In", field_
+    (node,) = field_["values"]
+    return node
+
+
+def devices_in_two_claims(kube: Kube) -> dict[tuple[str, str, str], list[str]]:
+    """Every device that more than one claim in the cluster holds (non-admin, unshared results)."""
+    holders: dict[tuple[str, str, str], list[str]] = {}
+    for claim in kube.list("ResourceClaim"):
+        allocation = claim.get("status", {}).get("allocation") or {}
+        for result in allocation.get("devices", {}).get("results", []):
+            if result.get("adminAccess") or result.get("shareID"):
+                continue
+            key = (result["driver"], result["pool"], result["device"])
+            holders.setdefault(key, []).append(
+                f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
+            )
+    return {k: v for k, v in holders.items() if len(v) > 1}
+
+
+def assert_bound_pods_hold_their_claims(sc: Scenario) -> None:
+    """Every bound pod's claims are allocated for its node, reserved for it and protected by the finalizer."""
+    for name, state in sc.outcomes().items():
+        if state != "bound":
+            continue
+        pod = sc.pod(name)
+        for entry in pod["spec"].get("resourceClaims", []):
+            claim = sc.pod_claim(pod, entry["name"])
+            assert allocated_devices(claim), f"{name}: claim {claim['metadata']['name']} not allocated"
+            assert allocation_node(claim) == pod["spec"]["nodeName"], (
+                f"{name}: claim allocated for another node"
+            )
+            reserved = {r["uid"] for r in claim["status"].get("reservedFor", [])}
+            assert pod["metadata"]["uid"] in reserved, (
+                f"{name}: not in reservedFor of {claim['metadata']['name']}"
+            )
+            assert FINALIZER in claim["metadata"].get("finalizers", []), claim["metadata"]
+
+
+def summary_table(scenarios: list[Scenario]) -> str:
+    header = ("scenario", "pods", "bound", "unschedulable", "seconds")
+    cells = [header]
+    for sc in scenarios:
+        if sc.summary is None:
+            continue
+        pods, bound, unschedulable, seconds = sc.summary
+        cells.append((sc.name, str(pods), str(bound), str(unschedulable), f"{seconds:.1f}"))
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+
+    def line(row: tuple[str, ...]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+
+    return "\n".join(
+        [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])]
+    )
