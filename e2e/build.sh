@@ -16,7 +16,7 @@ if [ "${go_minor:-0}" -lt 26 ]; then
   exit 2
 fi
 
-version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' go.mod)
+version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 pin=$(cat go.mod go.sum | sha256sum | cut -c1-12)
 out="${E2E_CACHE:-$(cd ../.. && pwd)/.cache}/k8s-${version}-${pin}"
 binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler)

@@ -32,7 +32,7 @@ import httpx
 import yaml
 
 from tests.e2e import pki
-from tests.e2e.kube import Kube, poll
+from tests.e2e.kube import Kube, poll, tls_context
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -219,14 +219,21 @@ class ControlPlane:
                 f"--service-cluster-ip-range={SERVICE_RANGE}",
                 "--endpoint-reconciler-type=none",
                 "--authorization-mode=Node,RBAC",
+                # The front-proxy settings every cluster publishes in extension-apiserver-authentication;
+                # without them kube-scheduler's authentication keeps logging a missing CA bundle. No
+                # certificate for the allowed name is ever issued.
+                f"--requestheader-client-ca-file={ca.cert}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--profiling=false",
                 *gates,
             ],
             lambda: _get_ok(
-                f"{self.server}/readyz", verify=str(ca.cert), cert=(str(self.admin.cert), str(self.admin.key))
+                f"{self.server}/readyz", verify=tls_context(ca.cert, (self.admin.cert, self.admin.key))
             ),
         )
-        self.kube = self.client()
         self.admin_kubeconfig = _kubeconfig(
             self.directory / "admin.kubeconfig",
             self.server,
@@ -257,7 +264,7 @@ class ControlPlane:
                 "namespace-controller,serviceaccount-token-controller",
                 *gates,
             ],
-            lambda: _get_ok(f"https://127.0.0.1:{kcm_port}/healthz", verify=False),
+            lambda: _get_ok(f"https://127.0.0.1:{kcm_port}/healthz", verify=tls_context(None)),
         )
         self._apply_shipped_identity()
 
@@ -273,10 +280,12 @@ class ControlPlane:
         return Kube(self.server, self.ca, cert=(self.admin.cert, self.admin.key))
 
     def _apply_shipped_identity(self) -> None:
+        kube = self.client()
         for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
             for doc in shipped(name):
-                self.kube.ensure(doc)
-        token = self.kube.token(EXTENDER_NAMESPACE, EXTENDER_ACCOUNT, seconds=86400)
+                kube.ensure(doc)
+        token = kube.token(EXTENDER_NAMESPACE, EXTENDER_ACCOUNT, seconds=86400)
+        kube.close()
         self.scheduler_kubeconfig = _kubeconfig(
             self.directory / "dra-scheduler.kubeconfig", self.server, self.ca, {"token": token}
         )
@@ -336,13 +345,12 @@ class ControlPlane:
                 "--v=2",
                 *gates,
             ],
-            lambda: _get_ok(f"https://127.0.0.1:{port}/readyz", verify=False),
+            lambda: _get_ok(f"https://127.0.0.1:{port}/readyz", verify=tls_context(None)),
         )
 
     def stop(self) -> None:
         for component in reversed(list(self.components.values())):
             component.stop()
-        self.kube.close()
 
     def report_logs(self, lines: int = 60) -> str:
         return "\n".join(f"----- {c.name} ({c.log}) -----\n{c.tail(lines)}" for c in self.components.values())

@@ -4,6 +4,7 @@ layer over HTTP (no caching, no conversion)."""
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,18 @@ KINDS: dict[str, tuple[str, str, bool]] = {
 }
 
 
+def tls_context(ca: Path | None, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+    """Verify the server against ``ca`` (None: a self-signed serving certificate, not verified) and
+    present ``cert`` (certificate, key) as the client identity."""
+    context = ssl.create_default_context(cafile=str(ca) if ca else None)
+    if ca is None:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cert:
+        context.load_cert_chain(str(cert[0]), str(cert[1]))
+    return context
+
+
 class ApiError(Exception):
     def __init__(self, response: httpx.Response) -> None:
         self.status = response.status_code
@@ -52,8 +65,7 @@ class Kube:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(
             base_url=server,
-            verify=str(ca),
-            cert=(str(cert[0]), str(cert[1])) if cert else None,
+            verify=tls_context(ca, cert),
             headers=headers,
             timeout=httpx.Timeout(30.0),
         )

@@ -82,15 +82,18 @@ class Scenario:
                     },
                 }
             )
-            self.kube.merge_patch(
-                "Node",
-                node,
-                {"status": {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY}},
-                sub="status",
-            )
+            self._make_ready(node)
             self.kube.create(self.slice_for(node, devices, device_extra))
         self.nodes += names
         return names
+
+    def _make_ready(self, node: str) -> None:
+        """What a kubelet and the node lifecycle controller would do: report capacity and Ready, and lift
+        the not-ready taint the TaintNodesByCondition admission plugin puts on every new Node."""
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "e2e: no kubelet"}
+        status = {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY, "conditions": [ready]}
+        self.kube.merge_patch("Node", node, {"status": status}, sub="status")
+        self.kube.merge_patch("Node", node, {"spec": {"taints": None}})
 
     def slice_for(
         self, node: str, devices: int, device_extra: dict[str, Any] | None = None
