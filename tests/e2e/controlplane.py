@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,8 +74,16 @@ class Component:
     ready: Callable[[], bool]
     env: dict[str, str] | None = None
     process: subprocess.Popen[bytes] | None = None
+    wanted: bool = False  # restart it when it exits by itself (a kubelet's restartPolicy: Always)
+    exits: int = 0
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
     def start(self) -> None:
+        with self.lock:
+            self.wanted = True
+            self._spawn()
+
+    def _spawn(self) -> None:
         with self.log.open("ab") as out:
             out.write(f"\n===== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
             out.flush()
@@ -100,18 +109,31 @@ class Component:
             return False
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(sig)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        with self.lock:
+            self.wanted = False
+            if self.process is None or self.process.poll() is not None:
+                return
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
 
     def restart(self) -> None:
-        self.stop()
-        self.start()
+        with self.lock:
+            self.stop()
+            self.start()
+
+    def revive(self) -> None:
+        """Start it again if it exited although it is wanted (kube-scheduler exits when it loses its
+        leader Lease, e.g. while kube-apiserver restarts; in a pod the kubelet would restart it)."""
+        with self.lock:
+            if self.wanted and self.process is not None and self.process.poll() is not None:
+                self.exits += 1
+                with self.log.open("ab") as out:
+                    out.write(f"\n===== exited with {self.process.returncode}; restarting\n".encode())
+                self._spawn()
 
     def tail(self, lines: int = 40) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -155,6 +177,7 @@ class ControlPlane:
     components: dict[str, Component] = field(default_factory=dict)
     server: str = ""
     extender_url: str = ""
+    _watchdog_stop: threading.Event = field(default_factory=threading.Event)
 
     @property
     def logs(self) -> Path:
@@ -162,6 +185,7 @@ class ControlPlane:
 
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
+        threading.Thread(target=self._watchdog, name="e2e-watchdog", daemon=True).start()
         pkidir = self.directory / "pki"
         ca = pki.Authority(pkidir)
         self.ca = ca.cert
@@ -348,7 +372,17 @@ class ControlPlane:
             lambda: _get_ok(f"https://127.0.0.1:{port}/readyz", verify=tls_context(None)),
         )
 
+    def _watchdog(self) -> None:
+        while not self._watchdog_stop.wait(1.0):
+            for component in list(self.components.values()):
+                try:
+                    component.revive()
+                except (RuntimeError, TimeoutError) as err:  # logged; the scenario waiting on it fails
+                    with component.log.open("ab") as out:
+                        out.write(f"\n===== restart failed: {err}\n".encode())
+
     def stop(self) -> None:
+        self._watchdog_stop.set()
         for component in reversed(list(self.components.values())):
             component.stop()
 
