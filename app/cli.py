@@ -475,6 +475,15 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"release an allocation whose pod is still unbound after this long (default {grace:g})",
     )
+    wait = ClusterSettings().binding_timeout_seconds
+    group.add_argument(
+        "--binding-timeout",
+        type=float,
+        default=wait,
+        metavar="SECONDS",
+        help=f"how long a bind waits for devices' binding conditions (default {wait:g}, kube-scheduler's "
+        "bindingTimeout); keep kube-scheduler's extender httpTimeout above it",
+    )
     tls = serve.add_argument_group("TLS (kube-scheduler enableHTTPS / tlsConfig)")
     tls.add_argument("--ssl-certfile", type=Path, metavar="PEM", help="serve HTTPS with this certificate")
     tls.add_argument("--ssl-keyfile", type=Path, metavar="PEM", help="key of --ssl-certfile")
@@ -502,6 +511,7 @@ def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
             in_cluster=args.in_cluster,
             scheduler_lease=args.scheduler_lease,
             orphan_grace_period_seconds=args.orphan_grace_period,
+            binding_timeout_seconds=args.binding_timeout,
         )
     except ValueError as e:
         raise StartupError(str(e)) from e

@@ -167,8 +167,8 @@ class ClusterSettings:
 
     bind_timeout_seconds: float = 20.0
     """Budget for the API writes of one bind; past it the bind is rolled back and answered with ``Error``.
-    Must stay below kube-scheduler's extender ``httpTimeout`` (30 s in ``manifests/``), so the extender
-    decides the outcome, not the scheduler's client timeout."""
+    With ``binding_timeout_seconds`` it must stay below kube-scheduler's extender ``httpTimeout`` (630 s in
+    ``manifests/``), so the extender decides the outcome, not the scheduler's client timeout."""
 
     binding_timeout_seconds: float = 600.0
     """How long a bind waits for device binding conditions (DRADeviceBindingConditions with
@@ -178,8 +178,8 @@ class ClusterSettings:
     this time passes (then rolls back and answers ``Error``). 600 s: kube-scheduler's default
     (``DynamicResourcesArgs.bindingTimeout``), time for a fabric to attach a device to the node.
 
-    The wait holds the bind call open: kube-scheduler only waits ``httpTimeout`` for the answer, so with such
-    drivers raise the extender's ``httpTimeout`` above this plus ``bind_timeout_seconds`` (or lower this).
+    The wait holds the bind call open: kube-scheduler only waits ``httpTimeout`` for the answer, so it must
+    be above this plus ``bind_timeout_seconds`` (``manifests/`` ships 630 s; ``serve --binding-timeout``).
     Otherwise kube-scheduler gives up on the call and retries the pod, whose next bind is refused while this
     one waits; the waiting bind still binds the pod or rolls back. Each waiting bind also keeps one HTTP
     worker thread (40 by default) busy."""

@@ -92,7 +92,9 @@ def test_scheduler_configuration_avoids_the_extender_gotchas(scheduler_config, r
     timeout = int(re.fullmatch(r"(\d+)s", extender["httpTimeout"]).group(1))
     from app.settings import ClusterSettings
 
-    assert timeout > ClusterSettings().bind_timeout_seconds  # the extender decides a bind's outcome
+    defaults = ClusterSettings()
+    # The extender decides a bind's outcome, also one that waits for binding conditions.
+    assert timeout > defaults.bind_timeout_seconds + defaults.binding_timeout_seconds
     if extender["urlPrefix"].startswith("https://"):
         assert extender["enableHTTPS"] and extender["tlsConfig"]["caFile"]  # else no verification at all
     # The URL points at the sidecar, and the extender watches the scheduler's own Lease.

@@ -90,11 +90,21 @@ def test_serve_flags_choose_cluster_mode(monkeypatch, tmp_path):
     kubeconfig = tmp_path / "config"
     settings = cli._cluster_settings(
         _serve_args(
-            "--kubeconfig", str(kubeconfig), "--scheduler-lease", "ns/lease", "--orphan-grace-period", "60"
+            "--kubeconfig",
+            str(kubeconfig),
+            "--scheduler-lease",
+            "ns/lease",
+            "--orphan-grace-period",
+            "60",
+            "--binding-timeout",
+            "120",
         )
     )
     assert settings == ClusterSettings(
-        kubeconfig=kubeconfig, scheduler_lease="ns/lease", orphan_grace_period_seconds=60.0
+        kubeconfig=kubeconfig,
+        scheduler_lease="ns/lease",
+        orphan_grace_period_seconds=60.0,
+        binding_timeout_seconds=120.0,
     )
     assert cli._cluster_settings(_serve_args("--in-cluster")).in_cluster
     assert cli._cluster_settings(_serve_args("--state", str(tmp_path))) is None
