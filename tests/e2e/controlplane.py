@@ -40,6 +40,8 @@ MANIFESTS = ROOT / "manifests"
 BUILD = ROOT / "e2e" / "build.sh"
 EXTENDER_NAMESPACE = "dra-extender"
 EXTENDER_ACCOUNT = "dra-scheduler"
+EXTENDER_ONLY_ACCOUNT = "dra-extender-e2e"
+EXTENDER_ROLES = ("dra-extender", "dra-scheduler-leader-election")  # manifests/rbac.yaml: the extender's own
 SERVICE_RANGE = "10.0.0.0/24"  # only allocated from: no traffic ever goes there
 START_TIMEOUT = 120.0
 
@@ -304,25 +306,46 @@ class ControlPlane:
         return Kube(self.server, self.ca, cert=(self.admin.cert, self.admin.key))
 
     def _apply_shipped_identity(self) -> None:
+        """The shipped namespace, ServiceAccount and RBAC, and a token for kube-scheduler. The extender
+        shares that ServiceAccount in the sidecar, but it is also bound to ``system:kube-scheduler``, which
+        would hide a rule missing from the extender's own roles: so the extender runs as a second account
+        bound only to them (the same bindings with the subject replaced)."""
         kube = self.client()
         for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
             for doc in shipped(name):
                 kube.ensure(doc)
-        token = kube.token(EXTENDER_NAMESPACE, EXTENDER_ACCOUNT, seconds=86400)
-        kube.close()
-        self.scheduler_kubeconfig = _kubeconfig(
-            self.directory / "dra-scheduler.kubeconfig", self.server, self.ca, {"token": token}
+        kube.ensure(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": EXTENDER_ONLY_ACCOUNT, "namespace": EXTENDER_NAMESPACE},
+            }
         )
+        for doc in shipped("rbac.yaml"):
+            if doc["kind"].endswith("Binding") and doc["roleRef"]["name"] in EXTENDER_ROLES:
+                doc["metadata"]["name"] += "-extender-only"
+                doc["subjects"] = [
+                    {"kind": "ServiceAccount", "name": EXTENDER_ONLY_ACCOUNT, "namespace": EXTENDER_NAMESPACE}
+                ]
+                kube.ensure(doc)
+        self.scheduler_kubeconfig = self._token_kubeconfig(kube, EXTENDER_ACCOUNT)
+        self.extender_kubeconfig = self._token_kubeconfig(kube, EXTENDER_ONLY_ACCOUNT)
+        kube.close()
+
+    def _token_kubeconfig(self, kube: Kube, account: str) -> Path:
+        token = kube.token(EXTENDER_NAMESPACE, account, seconds=86400)
+        return _kubeconfig(self.directory / f"{account}.kubeconfig", self.server, self.ca, {"token": token})
 
     def start_extender(self, *extra: str) -> Component:
         """The extender as the sidecar runs it (``manifests/deployment.yaml``), with a kubeconfig holding
-        the ServiceAccount's token instead of ``--in-cluster`` and a free port."""
+        a token of the account bound only to the extender's roles instead of ``--in-cluster``, and a free
+        port."""
         port = free_port()
         self.extender_url = f"http://127.0.0.1:{port}"
         args = []
         for arg in _sidecar_args():
             if arg == "--in-cluster":
-                args.append(f"--kubeconfig={self.scheduler_kubeconfig}")
+                args.append(f"--kubeconfig={self.extender_kubeconfig}")
             elif arg.startswith("--port="):
                 args.append(f"--port={port}")
             else:
