@@ -21,8 +21,8 @@ run: $(STAMP)
 	$(BIN)/dra-extender serve --state $(STATE) --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check app allocator tests bench loadtests
-	$(BIN)/ruff format --check app allocator tests bench loadtests
+	$(BIN)/ruff check app allocator tests bench loadtests e2e
+	$(BIN)/ruff format --check app allocator tests bench loadtests e2e
 	$(BIN)/lint-imports --no-cache
 
 unit: $(STAMP)
@@ -40,10 +40,10 @@ e2e: $(STAMP) e2e-bin
 
 # The same control plane for trying things by hand (stops by itself after 2 hours).
 e2e-up: $(STAMP) e2e-bin
-	$(BIN)/python -m tests.e2e.launcher up
+	$(BIN)/python -m e2e.launcher up
 
 e2e-down: $(STAMP)
-	$(BIN)/python -m tests.e2e.launcher down
+	$(BIN)/python -m e2e.launcher down
 
 # Cluster-scale benchmark against the parse-and-echo floor (a script, not tests): prints one table.
 bench: $(STAMP)

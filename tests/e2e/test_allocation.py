@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.kube import poll
+from e2e.kube import poll
 from tests.e2e.workload import (
     FINALIZER,
     Scenario,

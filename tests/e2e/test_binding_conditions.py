@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kube import poll
+from e2e.kube import poll
 from tests.e2e.workload import Scenario, allocated_devices
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from tests.e2e.kube import poll
+from e2e.kube import poll
 from tests.e2e.workload import (
     IN_TREE_SCHEDULER,
     Scenario,

@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.kube import ApiError, Kube, poll
+from e2e.controlplane import ControlPlane
+from e2e.kube import ApiError, Kube, poll
 
 EXTENDER_SCHEDULER = "dra-scheduler"  # manifests/kube-scheduler-config.yaml's profile
 IN_TREE_SCHEDULER = "default-scheduler"

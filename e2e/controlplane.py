@@ -32,12 +32,12 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.e2e import pki
-from tests.e2e.kube import Kube, poll, tls_context
+from e2e import pki
+from e2e.kube import Kube, poll, tls_context
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
-BUILD = ROOT / "e2e" / "build.sh"
+BUILD = Path(__file__).with_name("build.sh")
 EXTENDER_NAMESPACE = "dra-extender"
 EXTENDER_ACCOUNT = "dra-scheduler"
 EXTENDER_ONLY_ACCOUNT = "dra-extender-e2e"

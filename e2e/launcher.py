@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from tests.e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
+from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
 
 RUN_DIR = ROOT / ".cache" / "e2e-up"
 PID_FILE = RUN_DIR / "supervisor.pid"
@@ -48,7 +48,7 @@ def _up(ttl: float) -> int:
     RUN_DIR.mkdir(parents=True)
     log = (RUN_DIR / "supervisor.log").open("ab")
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e.launcher", "supervise", f"--ttl={ttl}"],
+        [sys.executable, "-m", "e2e.launcher", "supervise", f"--ttl={ttl}"],
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -92,7 +92,7 @@ def _down() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.e2e.launcher")
+    parser = argparse.ArgumentParser(prog="python -m e2e.launcher")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("up", "supervise"):
         sub.add_parser(name).add_argument(
