@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag lock clean
+.PHONY: run test lint unit e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag bench-k8s lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ bench-cel: $(STAMP)
 # Device selection aligned vs first-fit: do later NUMA- / PCIe-aligned pods still fit? Prints one table.
 bench-frag: $(STAMP)
 	$(BIN)/python -m bench.fragmentation $(BENCH_FRAG_ARGS)
+
+# kube-scheduler v1.37.2 with its in-tree DynamicResources plugin vs with the extender, on the e2e control
+# plane: pods/s and per-pod latency (BENCH_K8S_ARGS="--nodes 5000" for the large run). Prints one table.
+bench-k8s: $(STAMP) e2e-bin
+	$(BIN)/python -m bench.bench_k8s $(BENCH_K8S_ARGS)
 
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)

@@ -282,6 +282,10 @@ class ControlPlane:
                 f"--authorization-kubeconfig={kcm_kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={kcm_port}",
+                # The resourceclaim controller writes a claim and a pod status per pod: at the default
+                # 20 QPS it, not a scheduler, would set the pace of every bulk scenario.
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
                 "--leader-elect=false",
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={sa.key}",
@@ -359,9 +363,10 @@ class ControlPlane:
             env,
         )
 
-    def start_scheduler(self, *, with_extender: bool = True) -> Component:
+    def start_scheduler(self, *, with_extender: bool = True, qps: float | None = None) -> Component:
         """kube-scheduler with the shipped configuration (``with_extender``), or kube-scheduler's defaults
-        with its in-tree DynamicResources plugin, under the name ``kube-scheduler-in-tree``."""
+        with its in-tree DynamicResources plugin, under the name ``kube-scheduler-in-tree``. ``qps`` sets
+        the client's rate limit (burst: twice that) instead of kube-scheduler's default 50."""
         port = free_port()
         if with_extender:
             config = yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
@@ -377,6 +382,8 @@ class ControlPlane:
                 "leaderElection": {"leaderElect": False},
             }
             name, kubeconfig = "kube-scheduler-in-tree", self.admin_kubeconfig
+        if qps is not None:
+            config["clientConnection"].update(qps=qps, burst=int(2 * qps))
         path = self.directory / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
         gates = [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
-from tests.e2e.workload import CREATED, Scenario, summary_table
+from e2e.workload import CREATED, Scenario, summary_table
 
 RUN_DIR = Path(os.environ.get("E2E_RUN_DIR", ROOT / ".cache" / "e2e-run"))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from e2e.kube import poll
-from tests.e2e.workload import (
+from e2e.workload import (
     FINALIZER,
     Scenario,
     allocated_devices,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from e2e.kube import poll
-from tests.e2e.workload import Scenario, allocated_devices
+from e2e.workload import Scenario, allocated_devices
 
 pytestmark = pytest.mark.e2e
 

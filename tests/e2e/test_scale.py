@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from e2e.kube import poll
-from tests.e2e.workload import (
+from e2e.workload import (
     IN_TREE_SCHEDULER,
     Scenario,
     allocated_devices,

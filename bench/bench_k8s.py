@@ -1,0 +1,219 @@
+"""``make bench-k8s``: one workload through the real kube-scheduler v1.37.2, once with its in-tree
+DynamicResources plugin and once with the plugin disabled and the extender configured (the shipped
+``manifests/``), on the same control plane (``e2e/``), alternating round by round.
+
+The workload follows upstream scheduler_perf's ``SchedulingWithResourceClaimTemplate``: N nodes with one
+ResourceSlice of 8 devices each, then pods that each take one device through a ResourceClaimTemplate,
+created in bulk. Each run has its own driver, DeviceClass and namespace on fresh nodes, and everything is
+deleted before the next run, so the two never share devices or node counts. Measured from the client:
+pods/s from the first pod created to the last one bound, and per-pod latency (created -> bound, seen on a
+watch); plus CPU seconds each component used during the run, which says where the time goes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.bench_cel import _table
+from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
+from e2e.kube import Kube, poll
+from e2e.workload import EXTENDER_SCHEDULER, IN_TREE_SCHEDULER, Scenario
+
+RUN_DIR = ROOT / ".cache" / "bench-k8s"
+COMPONENTS = (
+    "kube-apiserver",
+    "etcd",
+    "kube-scheduler",
+    "kube-scheduler-in-tree",
+    "dra-extender",
+    "kube-controller-manager",
+)
+
+
+@dataclass
+class Run:
+    mode: str
+    pods: int
+    seconds: float
+    latencies: list[float]
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.pods / self.seconds
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(plane: ControlPlane) -> dict[str, float]:
+    used = {}
+    for name in COMPONENTS:
+        component = plane.components.get(name)
+        if component and component.process and component.process.poll() is None:
+            used[name] = _cpu_seconds(component.process.pid)
+    return used
+
+
+class BoundWatch:
+    """Watches a namespace's pods and records when each first shows a ``spec.nodeName``."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.bound: dict[str, float] = {}
+        self._kube, self._namespace = kube, namespace
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        path = Kube.path("Pod", self._namespace)
+        while not self._stop.is_set():
+            params = {"watch": "true", "timeoutSeconds": "30", "allowWatchBookmarks": "false"}
+            with self._kube.http.stream("GET", path, params=params, timeout=None) as response:
+                for line in response.iter_lines():
+                    if self._stop.is_set():
+                        return
+                    pod = json.loads(line)["object"]
+                    name = pod["metadata"]["name"]
+                    if pod.get("spec", {}).get("nodeName") and name not in self.bound:
+                        self.bound[name] = time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _one_run(
+    plane: ControlPlane, mode: str, label: str, nodes: int, devices: int, pods: int, timeout: float
+) -> Run:
+    sc = Scenario.create(plane, label)
+    sc.add_nodes(nodes, devices)
+    sc.add_template("one-gpu")
+    scheduler = IN_TREE_SCHEDULER if mode == "in-tree" else EXTENDER_SCHEDULER
+    watch = BoundWatch(sc.kube, sc.namespace)
+    time.sleep(1.0)  # the watch is open and the informers have seen the slices
+    created: dict[str, float] = {}
+    cpu_before = _cpu(plane)
+
+    def create(i: int) -> None:
+        name = f"pod-{i}"
+        sc.add_pod(name, template="one-gpu", scheduler=scheduler)
+        created[name] = time.monotonic()
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(create, range(pods)))
+    poll(lambda: len(watch.bound) >= pods, timeout=timeout, interval=0.2, what=f"{label}: {pods} pods bound")
+    seconds = max(watch.bound.values()) - start
+    cpu_after = _cpu(plane)
+    watch.stop()
+    latencies = [watch.bound[n] - created[n] for n in created if n in watch.bound]
+    run = Run(mode, pods, seconds, latencies, {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after})
+    _clean(sc)
+    return run
+
+
+def _clean(sc: Scenario) -> None:
+    """Delete the run's pods, then (once the garbage collector and the resourceclaim controller have
+    removed their claims) its slices and nodes, so the next run starts from an empty cluster."""
+    sc.kube.delete_all("Pod", sc.namespace)
+    poll(
+        lambda: not sc.kube.list("ResourceClaim", sc.namespace), timeout=600, interval=1.0, what="claims gone"
+    )
+    for node in sc.nodes:
+        sc.kube.delete("ResourceSlice", f"{node}-gpus")
+        sc.kube.delete("Node", node)
+    sc.kube.delete("DeviceClass", sc.device_class)
+    sc.kube.close()
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def report(runs: list[Run], nodes: int, devices: int, target: str) -> str:
+    by_mode = {m: [r for r in runs if r.mode == m] for m in ("in-tree", "extender")}
+
+    def median_of(mode: str, measure: Callable[[Run], float]) -> float:
+        return statistics.median(measure(r) for r in by_mode[mode])
+
+    rows = []
+    for label, measure, unit, higher_better in (
+        ("pods/s (created -> bound)", lambda r: r.rate, "", True),
+        ("latency p50", lambda r: _pct(r.latencies, 0.5), "s", False),
+        ("latency p99", lambda r: _pct(r.latencies, 0.99), "s", False),
+    ):
+        ours, theirs = median_of("extender", measure), median_of("in-tree", measure)
+        ratio = ours / theirs if higher_better else theirs / ours
+        rows.append(
+            [
+                f"{label} {nodes}x{devices}",
+                f"{ours:.2f}{unit}",
+                f"{theirs:.2f}{unit}",
+                f"{ratio:.2f}x",
+                target if higher_better else "",
+            ]
+        )
+    for name in COMPONENTS:
+        ours = median_of("extender", lambda r: r.cpu.get(name, 0.0))  # noqa: B023 - evaluated at once
+        theirs = median_of("in-tree", lambda r: r.cpu.get(name, 0.0))  # noqa: B023
+        if ours or theirs:
+            rows.append([f"CPU s: {name}", f"{ours:.1f}", f"{theirs:.1f}", "", ""])
+    headers = ["measure", "extender", "in-tree plugin", "ratio (>1: extender better)", "target"]
+    return _table(headers, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_k8s", description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--devices", type=int, default=8, help="devices per node")
+    parser.add_argument(
+        "--pods", type=int, default=0, help="pods per run (default: a quarter of the devices)"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each, alternating")
+    parser.add_argument(
+        "--qps",
+        type=float,
+        help="both kube-schedulers' API client rate limit (default: kube-scheduler's own, 50; the in-tree "
+        "plugin's claim writes go through it, the extender's do not)",
+    )
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take")
+    args = parser.parse_args(argv)
+    pods = args.pods or args.nodes * args.devices // 4
+    remove(RUN_DIR)
+    plane = ControlPlane(RUN_DIR, build_binaries())
+    runs: list[Run] = []
+    try:
+        plane.start()
+        plane.start_extender()
+        plane.start_scheduler(qps=args.qps)
+        plane.start_scheduler(with_extender=False, qps=args.qps)
+        for round_ in range(args.rounds):
+            order = ("in-tree", "extender") if round_ % 2 == 0 else ("extender", "in-tree")
+            for mode in order:
+                run = _one_run(plane, mode, f"r{round_}-{mode}", args.nodes, args.devices, pods, args.timeout)
+                print(
+                    f"round {round_} {mode}: {run.pods} pods in {run.seconds:.1f} s ({run.rate:.1f}/s)",
+                    flush=True,
+                )
+                runs.append(run)
+    finally:
+        plane.stop()
+    target = ">= 1.0x" if args.nodes <= 500 else ">= 1.5x"
+    print(report(runs, args.nodes, args.devices, target))
+    print(f"component logs: {RUN_DIR / 'logs'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
