@@ -17,6 +17,9 @@
 * bind: decide on the chosen node (the kept decision while it is current), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
   claims and the pod (``app.binder``); the reservation is released once the write is done or failed.
+  One bind per pod at a time: while it writes, a second bind of the pod is refused and a filter of it
+  fails every node (kube-scheduler retries both once its ``httpTimeout`` passes), so neither can release
+  the first attempt's reservation or delete the extended-resource claim it has just created.
 
 Decisions hold one lock (the state is a single in-memory index); binder writes happen outside it.
 ``filter_quick`` / ``prioritize_quick`` are the same decisions for the caller's thread (the event loop):
@@ -404,6 +407,13 @@ class SchedulingService:
             outcome.unresolvable = {
                 n: f"pod is already bound to node {bound}" for n in node_names if n != bound
             }
+            return outcome
+        binding = self._binding.get(pod_key(pod))
+        if binding:
+            # kube-scheduler gave up waiting for the bind and tries the pod again: the claims the bind is
+            # creating are not leftovers, and its devices are not free. The bind decides the outcome.
+            reason = f"pod {pod_key(pod)} is being bound to node {binding}; retry once that bind is done"
+            outcome.failed = dict.fromkeys(node_names, reason)
             return outcome
         try:
             claims = pod_claims(pod, self.state.objects["ResourceClaim"])

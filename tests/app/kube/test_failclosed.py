@@ -47,3 +47,25 @@ async def test_a_refused_retry_of_a_writing_bind_keeps_the_first_attempts_reserv
     assert await first is None
     used = devices_in_claims(api)
     assert sorted(used) == [(DRIVER, "n1", "gpu-0"), (DRIVER, "n1", "gpu-1")]
+
+
+async def test_a_filter_during_the_bind_leaves_the_claim_the_bind_just_created(api, start_runtime):
+    # x's bind has created its extended-resource claim and is about to add the finalizer when
+    # kube-scheduler filters x again. The claim is the bind's own, not a leftover of an earlier attempt.
+    seed_cluster(api)
+    x = add_extended_pod(api, "x")
+    runtime = await start_runtime()
+    gate = api.gate("PUT", r"resourceclaims/x-extended-resources-[^/]*$")
+    first = asyncio.create_task(bind(runtime, "x", "n1"))
+    await eventually(lambda: api.count("PUT", r"resourceclaims/x-extended-resources-[^/]*$"))
+    created = api.writes()[0].body["metadata"]["name"]
+    await eventually(lambda: runtime.state.get("ResourceClaim", f"{NS}/{created}"))
+    outcome = await asyncio.to_thread(runtime.service.filter, x, ["n1", "n2"])
+    assert outcome.passed == []
+    assert outcome.failed == dict.fromkeys(
+        ["n1", "n2"], "pod ml/x is being bound to node n1; retry once that bind is done"
+    )
+    gate.set()
+    assert await first is None
+    assert ("DELETE", created) not in [(r.method, r.path.rsplit("/", 1)[-1]) for r in api.writes()]
+    assert api.get("Pod", NS, "x")["spec"]["nodeName"] == "n1"
