@@ -7,7 +7,9 @@ One ``Informer`` per kind (Namespace, Node, Pod, and the ``resource.k8s.io`` kin
    no longer has (deleted while disconnected), remember the list's resourceVersion; the informer is then
    *synced*.
 2. **Watch** from that resourceVersion with bookmarks. ADDED / MODIFIED apply the object, DELETED removes
-   it, BOOKMARK only advances the resourceVersion; every event's resourceVersion is remembered.
+   it, BOOKMARK only advances the resourceVersion; every event's resourceVersion is remembered. An object
+   whose resourceVersion is not newer than the indexed one (a replayed or reordered event) is ignored, as
+   is the deletion of an older object of that name.
 3. The stream ends (server ``timeoutSeconds``), drops, or stays silent past the no-event deadline
    (``ClusterSettings.watch_idle_seconds``: a dead connection) → watch again from the last resourceVersion,
    no relist.
@@ -166,6 +168,8 @@ class InformerStats:
     idle_timeouts: int = 0
     errors: int = 0
     skipped: int = 0
+    stale: int = 0
+    """Events not newer than the indexed object (ignored)."""
     last_error: str = ""
     waits: list[float] = field(default_factory=list)
 
@@ -305,8 +309,11 @@ class Informer:
             self.stats.events += 1
             key = object_key(self.kind, obj)
             with self.lock:
-                self.state.remove(self.kind, key)
-                self._notify(key, None)
+                if 0 <= _version(obj) < _version(self.state.get(self.kind, key)):
+                    self.stats.stale += 1  # the deletion of an earlier object of that name
+                else:
+                    self.state.remove(self.kind, key)
+                    self._notify(key, None)
         else:
             log.warning("%s: unknown watch event type %r", self.kind, kind)
         if version:
@@ -331,6 +338,13 @@ class Informer:
     def _apply(self, obj: dict[str, Any]) -> str:
         """Apply under the (held) lock; returns the key. A parse error is logged; the old object stays."""
         key = object_key(self.kind, obj)
+        version = _version(obj)
+        if version >= 0 and version <= _version(self.state.get(self.kind, key)):
+            # Not newer than what the index holds (a replayed or reordered event): applying it would roll
+            # the object back, e.g. free an allocated claim's devices. kube-scheduler's assume cache skips
+            # these the same way.
+            self.stats.stale += 1
+            return key
         try:
             self.state.apply(self.kind, obj)
         except InvalidInputError as e:
@@ -343,6 +357,16 @@ class Informer:
     def _notify(self, key: str, obj: Mapping[str, Any] | None) -> None:
         for observer in self.observers:
             observer(self.kind, key, obj)
+
+
+def _version(obj: Mapping[str, Any] | None) -> int:
+    """``metadata.resourceVersion`` as the integer the API server writes (as kube-scheduler's assume cache
+    reads it); -1 when absent or not an integer, which compares older than every version."""
+    version = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(version)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return -1
 
 
 class Informers:

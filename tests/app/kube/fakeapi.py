@@ -16,8 +16,9 @@ What it serves (only what the extender uses, with the API server's rules that ma
 
 Faults: ``fail`` (answer an error status N times), ``disconnect`` (close the connection without an answer),
 ``gate`` (hold matching requests until an event is set), ``down`` (every request disconnected),
-``silent_watches`` (watches stay open and send nothing), ``drop_watches``, ``compact`` (older resourceVersions
-are gone), ``bookmark``. ``requests`` records every request (method, path, query, body).
+``silent_watches`` (watches stay open and send nothing), ``drop_watches``, ``replay`` (send a stale or
+duplicate event), ``compact`` (older resourceVersions are gone), ``bookmark``. ``requests`` records every
+request (method, path, query, body).
 """
 
 from __future__ import annotations
@@ -231,6 +232,14 @@ class FakeKubeAPI:
         event = asyncio.Event()
         self.faults.append(Fault(method, re.compile(pattern), times, gate=event))
         return event
+
+    def replay(self, kind: str, event_type: str, obj: Obj) -> None:
+        """Send ``obj`` as-is to the open watches of ``kind`` (a stale or duplicate event, as a watch cache
+        or a proxy may deliver); the store and the event log are unchanged."""
+        res = self._res(kind)
+        for watch in self.watches:
+            if watch.res == res:
+                watch.queue.put_nowait({"type": event_type, "object": copy.deepcopy(obj)})
 
     def drop_watches(self) -> None:
         for watch in self.watches:

@@ -8,7 +8,7 @@ import asyncio
 
 from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster
 from tests.app.kube.fakeapi import FakeKubeAPI
-from tests.builders import pod
+from tests.builders import claim, pod, request
 
 
 def add_extended_pod(api: FakeKubeAPI, name: str) -> dict:
@@ -69,3 +69,22 @@ async def test_a_filter_during_the_bind_leaves_the_claim_the_bind_just_created(a
     assert await first is None
     assert ("DELETE", created) not in [(r.method, r.path.rsplit("/", 1)[-1]) for r in api.writes()]
     assert api.get("Pod", NS, "x")["spec"]["nodeName"] == "n1"
+
+
+async def test_an_event_older_than_the_indexed_claim_does_not_roll_the_allocation_back(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "a")
+    b = add_pod(api, "b")
+    runtime = await start_runtime()
+    before = api.get("ResourceClaim", NS, "a-gpu")  # unallocated, an older resourceVersion
+    assert await bind(runtime, "a", "n2") is None
+    await eventually(
+        lambda: (runtime.state.get("ResourceClaim", f"{NS}/a-gpu").get("status") or {}).get("allocation")
+    )
+    await eventually(lambda: not runtime.reservations.keys())
+    api.replay("ResourceClaim", "MODIFIED", before)
+    # Then a claim on the same stream: once it is in the index, the stale event has been handled.
+    api.replay("ResourceClaim", "ADDED", claim(NS, "marker", [request("gpu", "gpu")]))
+    await eventually(lambda: runtime.state.get("ResourceClaim", f"{NS}/marker"))
+    assert runtime.state.get("ResourceClaim", f"{NS}/a-gpu")["status"]["allocation"]
+    assert runtime.service.filter(b, ["n1", "n2"]).passed == ["n1"]
