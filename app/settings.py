@@ -197,9 +197,10 @@ class ClusterSettings:
     """How often claims are checked for orphaned allocations (and expired reservations)."""
 
     reservation_ttl_seconds: float = 600.0
-    """Devices written by a bind stay reserved until the ResourceClaim watch shows the write. If it never
-    does (watch broken and the write's outcome unknown), the reservation is dropped after this long, with
-    a warning: by then a relist has shown the claim's real state."""
+    """Devices written by a bind stay reserved until the ResourceClaim watch shows the write. A write whose
+    outcome is unknown (sent, never answered, the claim could not be re-read) that the index still does not
+    show after this long is taken as not done: its reservation is dropped, with a warning. A write the
+    server answered is never dropped this way."""
 
     scheduler_lease: str | None = None
     """``namespace/name`` of the leader-election Lease of the kube-scheduler this extender is a sidecar of.

@@ -381,7 +381,7 @@ class KubeBinder:
                 written.status_written = True
                 written.allocated = allocation is not None
                 if devices:
-                    self.reservations.hold(key, devices, stale, created=created)
+                    self.reservations.hold(key, devices, stale, created=created, confirmed=unanswered is None)
                 if unanswered is not None:
                     raise unanswered
                 self._note_wait(journal, key, written.uid, body["status"]["allocation"])
