@@ -88,3 +88,27 @@ async def test_an_event_older_than_the_indexed_claim_does_not_roll_the_allocatio
     await eventually(lambda: runtime.state.get("ResourceClaim", f"{NS}/marker"))
     assert runtime.state.get("ResourceClaim", f"{NS}/a-gpu")["status"]["allocation"]
     assert runtime.service.filter(b, ["n1", "n2"]).passed == ["n1"]
+
+
+async def test_a_claim_replaced_during_the_bind_stops_the_binding(api, start_runtime):
+    # c1 is written, then deleted and recreated under its name (new UID, no allocation) while the bind
+    # writes c2. Binding the pod now would start it with an unallocated claim: the bind must fail instead.
+    seed_cluster(api)
+    for name in ("c1", "c2"):
+        api.add("ResourceClaim", claim(NS, name, [request("gpu", "gpu")]))
+    api.add("Pod", pod(NS, "p", ["c1", "c2"]))
+    runtime = await start_runtime()
+    gate = api.gate("PUT", r"resourceclaims/c2$")
+    task = asyncio.create_task(bind(runtime, "p", "n1"))
+    await eventually(lambda: api.count("PUT", r"resourceclaims/c2$"))
+    assert api.get("ResourceClaim", NS, "c1")["status"]["allocation"]
+    api.remove("ResourceClaim", NS, "c1")
+    replacement = claim(NS, "c1", [request("gpu", "gpu")])
+    replacement["metadata"]["uid"] = "uid-c1-new"
+    api.add("ResourceClaim", replacement)
+    gate.set()
+    error = await task
+    assert error == "pod ml/p: ResourceClaim ml/c1 was replaced by a new claim of the same name"
+    assert not api.get("Pod", NS, "p")["spec"].get("nodeName")
+    assert not (api.get("ResourceClaim", NS, "c1").get("status") or {}).get("allocation")
+    assert not (api.get("ResourceClaim", NS, "c2").get("status") or {}).get("allocation")
