@@ -4,7 +4,9 @@ Updated incrementally by events (``upsert_*`` / ``delete_*`` / ``set_allocation`
 per request. Per node the gathered pools are cached and dropped only when a slice of a pool the node
 sees, the node's labels or the gates change. In-use state mirrors upstream's ``AllocatedState``:
 exclusively allocated devices, shares of multi-allocatable devices with their consumed capacity, and
-devices reserved by binds in flight. Admin-access results do not make a device in use.
+devices reserved by binds in flight. Admin-access results do not make a device in use. An allocated
+device a slice update no longer publishes keeps consuming its counter set (as last published) until its
+claim releases it: otherwise the rest of the set would be handed out beyond its capacity.
 
 Not thread-safe by itself: the caller serialises writers with readers (the app holds one lock).
 
@@ -30,6 +32,7 @@ from allocator.derived import ClusterDerivation
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import (
+    CounterConsumption,
     Device,
     DeviceClass,
     DeviceID,
@@ -134,6 +137,9 @@ class Inventory:
         self._claims: dict[str, tuple[AllocatedDevice, ...]] = {}
         self._reservations: dict[str, tuple[AllocatedDevice, ...]] = {}
         self._holders: dict[DeviceID, _Holders] = defaultdict(_Holders)
+        self._unpublished: dict[DeviceID, tuple[CounterConsumption, ...]] = {}
+        """The counter consumption of allocated devices no longer published: a driver republishing a slice
+        without a device still in use must not free its share of the counter set (``counters_left``)."""
         self._pools_by_node: dict[str, list[PoolView]] = {}
         self._taints: WeakKeyDictionary[Device, tuple[Taint, ...]] = WeakKeyDictionary()
         self.revision = 0
@@ -174,6 +180,22 @@ class Inventory:
         if old is not None:
             self._reindex(old.devices, ())
 
+    def _track_unpublished(self, old: tuple[Device, ...], new: tuple[Device, ...]) -> None:
+        """Remember the consumption of allocated devices ``old`` had and ``new`` lacks; forget it for
+        devices published again."""
+        for device in new:
+            self._unpublished.pop(device.id, None)
+        present = {d.id for d in new}
+        for device in old:
+            if device.consumes_counters and device.id not in present and device.id in self._holders:
+                self._unpublished[device.id] = device.consumes_counters
+
+    def unpublished_consumption(self, pool: PoolView) -> Iterable[tuple[CounterConsumption, ...]]:
+        """The remembered consumption of ``pool``'s allocated devices its slices no longer publish."""
+        for device_id, consumption in self._unpublished.items():
+            if device_id[:2] == pool.id and device_id[2] not in pool.devices_by_name:
+                yield consumption
+
     def _remove_slice(self, name: str) -> ResourceSlice | None:
         old = self._slices.pop(name, None)
         if old is None:
@@ -190,6 +212,7 @@ class Inventory:
     def _reindex(self, old: tuple[Device, ...], new: tuple[Device, ...]) -> None:
         """Keep the class-match index and the derivation errors in step with a slice's devices (a device
         object kept across a re-derivation keeps its results)."""
+        self._track_unpublished(old, new)
         kept = {id(d) for d in old} & {id(d) for d in new}
         removed = [d for d in old if id(d) not in kept]
         for device in removed:
@@ -448,6 +471,7 @@ class Inventory:
                 entry.shares.pop((holder, old.share_id), None)
                 if not entry.exclusive and not entry.shares:
                     del self._holders[old.id]
+                    self._unpublished.pop(old.id, None)
         for new in devices:
             if new.admin_access:
                 continue
@@ -491,12 +515,18 @@ def counters_left(inventory: Inventory, pool: PoolView) -> dict[str, dict[str, F
     """Per counter set and counter: the pool's value minus what allocated devices consume (§11), for the
     search's counter accounting and the funnel's counter stage.
 
-    A multi-allocatable device consumes its counters once, however many shares it has."""
+    A multi-allocatable device consumes its counters once, however many shares it has. An allocated device
+    the pool no longer publishes keeps consuming what it did when last published, until released."""
     left = {name: {c: q.value for c, q in counters.items()} for name, counters in pool.counter_sets.items()}
-    for device in pool.devices_by_name.values():
-        if device.consumes_counters and inventory.is_allocated(device.id):
-            for consumption in device.consumes_counters:
-                target = left.setdefault(consumption.counter_set, {})
-                for name, amount in consumption.counters.items():
-                    target[name] = target.get(name, Fraction(0)) - amount.value
+    consumptions = [
+        device.consumes_counters
+        for device in pool.devices_by_name.values()
+        if device.consumes_counters and inventory.is_allocated(device.id)
+    ]
+    consumptions.extend(inventory.unpublished_consumption(pool))
+    for consumed in consumptions:
+        for consumption in consumed:
+            target = left.setdefault(consumption.counter_set, {})
+            for name, amount in consumption.counters.items():
+                target[name] = target.get(name, Fraction(0)) - amount.value
     return left
