@@ -122,6 +122,8 @@ class Inventory:
         self.gates = gates or FeatureGates()
         self._slices: dict[str, ResourceSlice] = {}
         self._base_slices: dict[str, ResourceSlice] = {}
+        self._invalid_slices: dict[str, tuple[str, str]] = {}
+        """Slice name -> (its node, "" for every node; why its latest revision was rejected)."""
         """Slices as published (before cluster-wide derived attributes), the base of re-derivation."""
         self._derivation: ClusterDerivation | None = None
         self._derivation_errors: dict[Device, tuple[str, ...]] = {}
@@ -155,6 +157,7 @@ class Inventory:
     # --- objects ----------------------------------------------------------------------------------
 
     def upsert_slice(self, slice_: ResourceSlice) -> None:
+        self._forget_invalid(slice_.name)
         old_base = self._base_slices.get(slice_.name)
         old = self._remove_slice(slice_.name)
         self._base_slices[slice_.name] = slice_
@@ -176,9 +179,34 @@ class Inventory:
         self._pools_changed(slice_)
 
     def delete_slice(self, name: str) -> None:
+        self._forget_invalid(name)
         old = self._remove_slice(name)
         if old is not None:
             self._reindex(old.devices, ())
+
+    def reject_slice(self, name: str, node_name: str, reason: str) -> None:
+        """The latest revision of slice ``name`` failed validation: its previous devices go too (the driver
+        no longer publishes them as they were), and ``reason`` is given for ``node_name`` ("" for a slice
+        not local to one node: every node) until a valid revision or the deletion arrives."""
+        self.delete_slice(name)
+        self._invalid_slices[name] = (node_name, reason)
+        self._touch_node(node_name)
+
+    def invalid_slices(self, node_name: str) -> list[str]:
+        """Why slices that could serve ``node_name`` were rejected (``reject_slice``), sorted."""
+        return sorted(reason for node, reason in self._invalid_slices.values() if node in ("", node_name))
+
+    def _forget_invalid(self, name: str) -> None:
+        rejected = self._invalid_slices.pop(name, None)
+        if rejected is not None:
+            self._touch_node(rejected[0])
+
+    def _touch_node(self, node_name: str) -> None:
+        """A change for one node ("": for every node)."""
+        if node_name:
+            self._touch_pools((), also=(node_name,))
+        else:
+            self._touch_all()
 
     def _track_unpublished(self, old: tuple[Device, ...], new: tuple[Device, ...]) -> None:
         """Remember the consumption of allocated devices ``old`` had and ``new`` lacks; forget it for

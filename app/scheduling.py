@@ -611,6 +611,10 @@ class SchedulingService:
         ext = extended.claim_for_node(self._node_object(name, asked.nodes)) if extended else None
         claims = [*asked.pending, ext.claim] if ext else asked.pending
         decision = self._decide(node, claims, version, select=select or not view.shared, quick=quick)
+        rejected = self.state.inventory.invalid_slices(name)
+        if decision.results is None and rejected:
+            reason = f"{decision.reason}; slices not used: {'; '.join(rejected)}"
+            decision = dataclasses.replace(decision, reason=reason)
         if view.shared and not _has_share(decision.results):
             self._remember(view.shape, name, decision, claims)
         else:

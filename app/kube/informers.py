@@ -20,7 +20,9 @@ One ``Informer`` per kind (Namespace, Node, Pod, and the ``resource.k8s.io`` kin
 ``resource.k8s.io`` objects are converted to v1 (``app.convert.to_v1``) from whichever version the server
 serves (``discover_dra``: v1, else v1beta2, v1beta1, v1alpha3, per kind). An object that does not convert
 or parse is logged and skipped; the previous version of it stays (for a ResourceClaim, forgetting its
-allocation would free devices still in use). ``metadata.managedFields`` are dropped on arrival.
+allocation would free devices still in use), except for a ResourceSlice: its previous devices are dropped
+and the node's filter reasons name the slice and the field (``ClusterState.reject``).
+``metadata.managedFields`` are dropped on arrival.
 
 Every change is applied holding the scheduling service's lock, so filter and bind see either the old or
 the new object, never a half-applied one. ``observers`` are called under the same lock after each change
@@ -332,7 +334,10 @@ class Informer:
             return to_v1(obj)
         except ConversionError as e:
             self.stats.skipped += 1
-            log.warning("%s %s: skipped: %s", self.kind, object_key(self.kind, obj), e)
+            key = object_key(self.kind, obj)
+            log.warning("%s %s: skipped: %s", self.kind, key, e)
+            with self.lock:
+                self.state.reject(self.kind, obj, f"{self.kind} {key}: {e}")
             return None
 
     def _apply(self, obj: dict[str, Any]) -> str:

@@ -112,3 +112,25 @@ async def test_a_claim_replaced_during_the_bind_stops_the_binding(api, start_run
     assert not api.get("Pod", NS, "p")["spec"].get("nodeName")
     assert not (api.get("ResourceClaim", NS, "c1").get("status") or {}).get("allocation")
     assert not (api.get("ResourceClaim", NS, "c2").get("status") or {}).get("allocation")
+
+
+async def test_a_slice_update_that_fails_validation_drops_the_old_devices_and_says_why(api, start_runtime):
+    seed_cluster(api)
+    a = add_pod(api, "a")
+    runtime = await start_runtime()
+    assert runtime.service.filter(a, ["n2"]).passed == ["n2"]
+    broken = api.get("ResourceSlice", "", "n2-gpus")
+    broken["spec"]["devices"][0]["capacity"] = {"memory": {"value": "lots"}}
+    api.put("ResourceSlice", broken)
+    await eventually(lambda: runtime.informers.informers["ResourceSlice"].stats.skipped)
+    assert runtime.state.inventory.slice("n2-gpus") is None
+    outcome = runtime.service.filter(a, ["n1", "n2"])
+    assert outcome.passed == ["n1"]
+    reason = {**outcome.failed, **outcome.unresolvable}["n2"]
+    assert "ResourceSlice n2-gpus: spec.devices[0].capacity[memory].value: invalid quantity 'lots'" in reason
+    # Fixed by the driver: the devices are back.
+    fixed = api.get("ResourceSlice", "", "n2-gpus")
+    fixed["spec"]["devices"][0].pop("capacity")
+    api.put("ResourceSlice", fixed)
+    await eventually(lambda: runtime.state.inventory.slice("n2-gpus"))
+    assert runtime.service.filter(a, ["n2"]).passed == ["n2"]
