@@ -417,6 +417,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app.api import create_app
 
     settings = _settings(args)
+    _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -509,6 +510,41 @@ def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
 
 def _url(server: ServerSettings) -> str:
     return f"{'https' if server.ssl_certfile else 'http'}://{server.host}:{server.port}"
+
+
+def _check_tls(server: ServerSettings) -> None:
+    """Load the TLS files as uvicorn will. Raises StartupError naming the flag and the file: unreadable,
+    not PEM, or a key that does not belong to the certificate."""
+    if server.ssl_certfile is None:
+        return
+    import ssl
+
+    files = {
+        "--ssl-certfile": server.ssl_certfile,
+        "--ssl-keyfile": server.ssl_keyfile,
+        "--ssl-ca-certs": server.ssl_ca_certs,
+    }
+    for flag, path in files.items():
+        try:
+            if path is not None:
+                path.read_bytes()
+        except OSError as e:
+            raise StartupError(f"{flag} {path}: cannot read it: {e.strerror or e}") from e
+    for flag in ("--ssl-certfile", "--ssl-ca-certs"):
+        try:  # as a trust store: fails unless the file holds PEM certificates
+            if files[flag] is not None:
+                ssl.create_default_context(cafile=files[flag])
+        except ssl.SSLError as e:
+            raise StartupError(f"{flag} {files[flag]}: no PEM certificate in it ({e.reason or e})") from e
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            server.ssl_certfile, server.ssl_keyfile
+        )
+    except ssl.SSLError as e:
+        raise StartupError(
+            f"--ssl-keyfile {server.ssl_keyfile}: not a PEM private key of the certificate "
+            f"{server.ssl_certfile} ({e.reason or e})"
+        ) from e
 
 
 def _ssl_options(server: ServerSettings) -> dict[str, Any]:
