@@ -47,6 +47,7 @@ from starlette.requests import ClientDisconnect
 from allocator.errors import AllocatorError
 from app import wire
 from app.binder import BindError
+from app.bodies import BodyRejected, read_body
 from app.explain_api import explain_router
 from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import Settings
@@ -160,38 +161,8 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
 # --- request handling -------------------------------------------------------------------------------------
 
 
-class _Reject(Exception):
-    """Answer ``status`` with ``{"Error": message}`` without deciding anything."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def _json(content: bytes, status: int = 200) -> Response:
     return Response(content=content, status_code=status, media_type=_JSON)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The raw body, at most ``limit`` bytes. Raises _Reject(413) on a larger declared or streamed body."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            length = int(declared)
-        except ValueError:
-            raise _Reject(400, f"Content-Length: not a number: {declared!r}") from None
-        if length > limit:
-            raise _Reject(413, f"request body exceeds {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    # Counted while streaming as well: chunked bodies carry no Content-Length, and it may lie.
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _Reject(413, f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _decide(verb: str, handler: Callable[[Any], bytes | None], body: Any) -> Response | None:
@@ -262,8 +233,8 @@ def create_app(
 
     async def run(verb: str, handler: Callable[[Any], bytes], request: Request) -> Response:
         try:
-            body = await _read_body(request, limit)
-        except _Reject as e:
+            body = await read_body(request, limit)
+        except BodyRejected as e:
             log.info("%s: rejected: %s", verb, e.message)
             return _json(wire.encode_error(e.message), e.status)
         except ClientDisconnect:
