@@ -30,6 +30,7 @@ allow.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import logging
 import threading
@@ -83,9 +84,11 @@ that on a busy 2-core node. They never search there (only counts, the reason fun
 where counts found enough, all linear in the devices), so with the default CEL engine this stays within a
 few milliseconds and probes stay responsive."""
 
-MAX_KEPT_RESULTS = 200_000
-"""Per-(pod, node) results kept between filter and bind; the oldest are dropped first. kube-scheduler
-filters one pod at a time, so this only bounds memory when many pods are filtered but never bound."""
+MAX_KEPT_DECISIONS = 200_000
+"""Per-pod views plus their private per-(pod, node) decisions kept between filter and bind, in total; the
+oldest pods' are dropped first. kube-scheduler filters one pod at a time, so this only bounds memory when
+many pods are filtered but never bound. A view keeps digests of the pod spec and claims, not copies (a
+pod spec can be a megabyte); a private decision holds one allocation result (a few hundred bytes)."""
 
 
 @dataclass(slots=True)
@@ -173,6 +176,7 @@ class _PodView:
     devices, nodes as kube-scheduler sent them, extended-resource claims, already-allocated claims).
     """
 
+    uid: str
     shape: bytes
     claims: tuple[str, ...]
     """Keys of the pending claims the decisions are for: a bind reuses them only for the same claims."""
@@ -224,7 +228,9 @@ class SchedulingService:
         self.lock = threading.RLock()
         self.binder: Binder = binder or StateBinder(state, self.lock)
         self._pods: dict[str, _PodView] = {}
-        """Per pod UID, the latest filter's view (oldest dropped first beyond MAX_KEPT_RESULTS pods)."""
+        """Per pod UID, the latest filter's view (oldest dropped first beyond MAX_KEPT_DECISIONS)."""
+        self._kept_count = 0
+        """Views plus their private decisions in ``_pods`` (bounded by MAX_KEPT_DECISIONS)."""
         self._decisions: dict[bytes, dict[str, _Decision]] = {}
         """Per (claims shape, node): pods with equal pending claim specs (one template) get equal
         decisions on a node whose version is unchanged, so most nodes are decided by one lookup."""
@@ -462,17 +468,28 @@ class SchedulingService:
         """The pod's view for this filter: a new one or, with ``keep`` (prioritize and bind completing the
         last filter), the last one while it is for the same claims and pod spec, private decisions and all."""
         view = _PodView(
-            _shape(pending_claims), tuple(pc.key for pc in pending_claims), _spec_key(pod), shared
+            uid, _shape(pending_claims), tuple(pc.key for pc in pending_claims), _spec_key(pod), shared
         )
         last = self._pods.get(uid)
         wanted = (view.shape, view.claims, view.pod_spec, view.shared)
         if keep and last is not None and (last.shape, last.claims, last.pod_spec, last.shared) == wanted:
             return last
-        self._pods.pop(uid, None)
+        self._forget(uid)
         self._pods[uid] = view
-        if len(self._pods) > MAX_KEPT_RESULTS:
-            del self._pods[next(iter(self._pods))]
+        self._keep(1)
         return view
+
+    def _forget(self, uid: str) -> None:
+        view = self._pods.pop(uid, None)
+        if view is not None:
+            self._kept_count -= 1 + len(view.private)
+
+    def _keep(self, count: int) -> None:
+        """``count`` more kept entries (a view, or private decisions of the newest views): drop the oldest
+        views while over MAX_KEPT_DECISIONS, never the newest (the one being filled)."""
+        self._kept_count += count
+        while self._kept_count > MAX_KEPT_DECISIONS and len(self._pods) > 1:
+            self._forget(next(iter(self._pods)))
 
     def _filter_shared(
         self,
@@ -618,6 +635,8 @@ class SchedulingService:
         if view.shared and not _has_share(decision.results):
             self._remember(view.shape, name, decision, claims)
         else:
+            if name not in view.private and self._pods.get(view.uid) is view:
+                self._keep(1)
             view.private[name] = (decision, ext)
         return decision
 
@@ -874,7 +893,7 @@ class SchedulingService:
                 reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
                 raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
             kept = self._kept(pod_uid, node_name)  # None for a pod without claims
-        self._pods.pop(pod_uid, None)
+        self._forget(pod_uid)
         decision, ext = kept if kept is not None else (None, None)
         pending = iter(decision.results or () if decision is not None else ())
         planned = tuple((pc, None if _is_allocated(pc) else next(pending)) for pc in claims)
@@ -967,13 +986,20 @@ def _budget_reason(budget: float) -> str:
     return f"dra-extender: filter time budget ({budget:g} s) used up first"
 
 
+def _digest(data: bytes) -> bytes:
+    """16 bytes standing for ``data`` (kept per pod and shape instead of specs of up to megabytes)."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
 def _shape(claims: Sequence[PodClaim]) -> bytes:
     """The claims' specs, canonical: pods whose pending claims have equal specs get equal decisions."""
-    return b"\n".join(orjson.dumps(pc.claim.get("spec"), option=orjson.OPT_SORT_KEYS) for pc in claims)
+    return _digest(
+        b"\n".join(orjson.dumps(pc.claim.get("spec"), option=orjson.OPT_SORT_KEYS) for pc in claims)
+    )
 
 
 def _spec_key(pod: Mapping[str, Any]) -> bytes:
-    return orjson.dumps(pod.get("spec"), option=orjson.OPT_SORT_KEYS)
+    return _digest(orjson.dumps(pod.get("spec"), option=orjson.OPT_SORT_KEYS))
 
 
 def _is_allocated(pc: PodClaim) -> bool:
