@@ -47,7 +47,7 @@ from starlette.requests import ClientDisconnect
 from allocator.errors import AllocatorError
 from app import wire
 from app.binder import BindError
-from app.bodies import BodyRejected, read_body
+from app.bodies import BodyBudget, BodyRejected, read_body
 from app.explain_api import explain_router
 from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import Settings
@@ -185,6 +185,8 @@ def create_app(
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
     ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start)."""
     limit = settings.server.max_body_bytes
+    # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
+    budget = BodyBudget(4 * limit)
     app = FastAPI(
         title="dra-extender",
         version="0.1.0",
@@ -233,7 +235,7 @@ def create_app(
 
     async def run(verb: str, handler: Callable[[Any], bytes], request: Request) -> Response:
         try:
-            body = await read_body(request, limit)
+            body = await read_body(request, limit, budget)
         except BodyRejected as e:
             log.info("%s: rejected: %s", verb, e.message)
             return _json(wire.encode_error(e.message), e.status)
@@ -311,7 +313,7 @@ def create_app(
             name=path.strip("/"),
         )
     # Read-only explanations under /api/v1 (app.explain_api).
-    app.include_router(explain_router(service, limit))
+    app.include_router(explain_router(service, limit, budget))
     return app
 
 

@@ -415,6 +415,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.httpserver import server_config
 
     settings = _settings(args)
     _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
@@ -448,6 +449,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.server.port,
         log_level=settings.server.log_level,
         workers=1,
+        **server_config(),
         **_ssl_options(settings.server),
     )
     return EXIT_OK
@@ -567,6 +569,7 @@ def _serve_cluster(settings: Settings) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.httpserver import server_config
     from app.kube.runtime import BackgroundRuntime, ClusterRuntime
 
     assert settings.cluster is not None
@@ -597,6 +600,7 @@ def _serve_cluster(settings: Settings) -> int:
             port=server.port,
             log_level=server.log_level,
             workers=1,
+            **server_config(),
             **_ssl_options(server),
         )
     finally:

@@ -49,7 +49,7 @@ from allocator.model import Claim, parse_claim
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.quantity import format_like
 from allocator.scoring import ScoreBreakdown, score_allocation
-from app.bodies import BodyRejected, read_body
+from app.bodies import BodyBudget, BodyRejected, read_body
 from app.convert import ConversionError, to_v1
 from app.extended import ExtendedClaim
 from app.podclaims import ClaimNotReady, PodClaim, claim_names, pod_claims
@@ -843,7 +843,7 @@ _WHAT_IF_BODY = {
 }
 
 
-def explain_router(service: SchedulingService, max_body_bytes: int) -> APIRouter:
+def explain_router(service: SchedulingService, max_body_bytes: int, budget: BodyBudget) -> APIRouter:
     """The read-only explanation routes over ``service`` (sync routes run in the thread pool)."""
     router = APIRouter(prefix="/api/v1", tags=["explain"])
     # One pod or what-if explanation at a time: each may search every node, and several in turn would
@@ -908,7 +908,7 @@ def explain_router(service: SchedulingService, max_body_bytes: int) -> APIRouter
         request: Request, node: str | None = Query(None, description="explain only this node")
     ) -> WhatIfExplanation | JSONResponse:
         try:
-            body = await read_body(request, max_body_bytes)
+            body = await read_body(request, max_body_bytes, budget)
         except BodyRejected as e:
             return _error(e.status, e.message)
         # Parsed on a worker thread, in turn with the other explanations: a YAML body of megabytes takes

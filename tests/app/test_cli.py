@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from app.cli import main
+from app.httpserver import IdleClosingH11Protocol
 from tests.builders import claim, claim_template, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"
@@ -240,7 +241,14 @@ def test_serve_prints_a_banner_and_runs_one_uvicorn_worker(capsys, monkeypatch, 
     assert code == 0
     [(app, kwargs)] = calls
     assert isinstance(app, FastAPI)
-    assert kwargs == {"host": "127.0.0.1", "port": 9999, "log_level": "warning", "workers": 1}
+    assert kwargs == {
+        "host": "127.0.0.1",
+        "port": 9999,
+        "log_level": "warning",
+        "workers": 1,
+        "http": IdleClosingH11Protocol,
+        "timeout_keep_alive": 5,
+    }
     assert "3 nodes, 2 ResourceSlices (3 devices), 4 ResourceClaims, 5 pending pods" in err
     assert "http://127.0.0.1:9999/scheduler" in err
     assert "curl -s http://127.0.0.1:9999/healthz" in err
