@@ -28,7 +28,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from allocator.classmatch import ClassMatchIndex
-from allocator.derived import ClusterDerivation
+from allocator.derived import ClusterDerivation, DerivationError, summarize
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import (
@@ -126,7 +126,7 @@ class Inventory:
         """Slice name -> (its node, "" for every node; why its latest revision was rejected)."""
         """Slices as published (before cluster-wide derived attributes), the base of re-derivation."""
         self._derivation: ClusterDerivation | None = None
-        self._derivation_errors: dict[Device, tuple[str, ...]] = {}
+        self._derivation_errors: dict[Device, tuple[DerivationError, ...]] = {}
         self._rederiving = False
         self.class_index: ClassMatchIndex | None = None
         """DeviceClass selector results per device (None until a SelectorCache is attached)."""
@@ -312,13 +312,17 @@ class Inventory:
         owner = f"class {device_class.name}"
         return all(selectors.matches(e, device, owner, i) for i, e in enumerate(device_class.selectors))
 
-    def derivation_error(self, device: Device) -> str:
-        """The recorded cluster-wide derived attribute errors of the device ("" when none)."""
-        return "; ".join(self._derivation_errors.get(device, ()))
+    def derivation_errors_of(self, device: Device) -> list[str]:
+        """The recorded cluster-wide derived attribute errors of the device."""
+        return [str(error) for error in self._derivation_errors.get(device, ())]
 
     def derivation_errors(self) -> list[str]:
         """Every recorded cluster-wide derived attribute error, sorted (one per device and attribute)."""
-        return sorted(message for errors in self._derivation_errors.values() for message in errors)
+        return sorted(str(error) for errors in self._derivation_errors.values() for error in errors)
+
+    def derivation_summary(self) -> list[str]:
+        """The recorded errors, one line per attribute with the number of devices (``derived.summarize``)."""
+        return summarize(error for errors in self._derivation_errors.values() for error in errors)
 
     def report(self) -> dict[str, int]:
         """Sizes for benchmarks and metrics: slices, devices, the class-match index, derivation errors."""

@@ -288,6 +288,10 @@ class DeviceInfo(_Model):
     consumesCounters: list[CounterConsumptionModel]
     numaNode: str | None
     pcieRoot: list[str]
+    derivedAttributeErrors: list[str] = Field(
+        default_factory=list,
+        description="cluster-wide derived attributes whose expression failed here (absent on the device)",
+    )
 
 
 class CounterModel(_Model):
@@ -781,6 +785,7 @@ def node_devices_view(service: SchedulingService, name: str) -> NodeDevices:
                     allocatedTo=inventory.holders(device.id),
                     inUse=inventory.is_allocated(device.id),
                     allowMultipleAllocations=device.allow_multiple_allocations,
+                    derivedAttributeErrors=inventory.derivation_errors_of(device),
                     consumesCounters=[
                         CounterConsumptionModel(
                             counterSet=c.counter_set,
