@@ -14,6 +14,8 @@ JSON document to stdout (see ``simulate``); ``--output human`` prints tables ins
 ``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
 (``app.explain_cli``).
 
+``validate [--state DIR] [--config FILE]``: check them without serving (``app.validate``).
+
 ``serve``, ``simulate`` and ``explain`` take ``--device-selection aligned|first-fit`` (default aligned),
 ``--scoring-policy binpack|spread`` and ``--score-weights`` (``app.settings.SchedulingSettings``).
 
@@ -63,6 +65,7 @@ from app.settings import (
     ServerSettings,
     Settings,
 )
+from app.validate import add_validate_parser, run_validate
 
 __all__ = ["choose_node", "main", "simulate"]
 
@@ -293,6 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     for sub in (serve, sim):
         _policy_flags(sub)
     add_explain_parser(commands, common, _policy_flags)
+    add_validate_parser(commands, common)
     sim.epilog = (
         "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
     )
@@ -629,6 +633,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
+        if args.command == "validate":
+            return run_validate(args)
         if args.command == "explain":
             return run_explain(args, _runtime(_settings(args)).service)
         return _serve(args) if args.command == "serve" else _simulate(args)

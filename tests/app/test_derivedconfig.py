@@ -268,3 +268,31 @@ def test_an_empty_config_clears_the_previous_runtime_errors(state_dir: Path, tmp
     # No runtime error any more: without the attribute the pod's constraint simply cannot be met.
     assert (outcome.passed, outcome.error) == ([], "")
     assert "derived attribute" not in outcome.failed["n1"]
+
+
+def test_validate_checks_a_state_directory_and_a_config_file(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    good = write(tmp_path / "good.yaml", [GPU_NUMA, NIC_NUMA])
+    assert main(["validate", "--state", str(state_dir), "--config", str(good)]) == 0
+    assert capsys.readouterr().out == (
+        f"{state_dir}: valid (2 nodes, 3 ResourceSlices, 4 devices, 1 ResourceClaims, 1 pending pods)\n"
+        f"{good}: valid (2 derived attributes, no runtime errors on the state's devices)\n"
+    )
+    assert main(["validate", "--config", str(good)]) == 0
+    assert capsys.readouterr().out == f"{good}: valid (2 derived attributes)\n"
+    # Runtime errors on devices: usable, but said once per attribute, and exit 1.
+    failing = write(tmp_path / "failing.yaml", [{"name": "example.com/numa", "expression": '{"a": 1}["b"]'}])
+    assert main(["validate", "--state", str(state_dir), "--config", str(failing)]) == 1
+    out, err = capsys.readouterr()
+    assert f"{failing}: 1 derived attributes, runtime errors on the state's devices:" in out
+    assert "failed on 4 devices" in out and err == ""
+    # Unusable input: exit 2 naming the file and field.
+    bad = write(tmp_path / "bad.yaml", text="derivedAttributes: 3\n")
+    assert main(["validate", "--config", str(bad)]) == 2
+    assert "bad.yaml: derivedAttributes: must be a list" in capsys.readouterr().err
+    (state_dir / "broken.yaml").write_text("apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nspec: 3\n")
+    assert main(["validate", "--state", str(state_dir)]) == 2
+    assert "broken.yaml" in capsys.readouterr().err
+    assert main(["validate"]) == 2
+    assert "validate needs --state DIR, --config FILE or both" in capsys.readouterr().err
