@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit simulate bench bench-cel bench-frag lock clean
+.PHONY: run test lint unit simulate bench bench-cel bench-frag chaos lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ bench-cel: $(STAMP)
 # Device selection aligned vs first-fit: do later NUMA- / PCIe-aligned pods still fit? Prints one table.
 bench-frag: $(STAMP)
 	$(BIN)/python -m bench.fragmentation $(BENCH_FRAG_ARGS)
+
+# Concurrent binds with retries under faults against the fake API server (loopback, stops by itself):
+# prints a JSON report; exit 1 on a double allocation or an orphan.
+chaos: $(STAMP)
+	$(BIN)/python -m loadtests.chaos $(CHAOS_ARGS)
 
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)
