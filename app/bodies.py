@@ -38,11 +38,21 @@ class BodyBudget:
         self.in_use = 0
 
 
+def _take(budget: BodyBudget, size: int) -> None:
+    """Count ``size`` more bytes as being read. Raises BodyRejected (503) when they do not fit."""
+    if budget.in_use + size > budget.max_bytes:
+        raise BodyRejected(
+            503, f"too many request bodies being read at once ({budget.max_bytes} bytes); retry"
+        )
+    budget.in_use += size
+
+
 async def read_body(request: Request, limit: int, budget: BodyBudget) -> bytes:
     """The raw body, at most ``limit`` bytes. Raises BodyRejected: 413 on a larger declared or streamed
     body, 400 on a Content-Length that is not a number, 503 when ``budget`` has no room for it, 408 when
     it does not arrive within ``budget.read_seconds``."""
     declared = request.headers.get("content-length")
+    reserved = 0
     if declared is not None:
         try:
             length = int(declared)
@@ -50,6 +60,9 @@ async def read_body(request: Request, limit: int, budget: BodyBudget) -> bytes:
             raise BodyRejected(400, f"Content-Length: not a number: {declared!r}") from None
         if length > limit:
             raise BodyRejected(413, f"request body exceeds {limit} bytes")
+        # Reserved before reading: a body refused for want of room is refused before its bytes arrive.
+        reserved = max(length, 0)
+        _take(budget, reserved)
     chunks: list[bytes] = []
     size = 0
     try:
@@ -57,16 +70,14 @@ async def read_body(request: Request, limit: int, budget: BodyBudget) -> bytes:
             # Counted while streaming as well: chunked bodies carry no Content-Length, and it may lie.
             async for chunk in request.stream():
                 size += len(chunk)
-                budget.in_use += len(chunk)
                 if size > limit:
                     raise BodyRejected(413, f"request body exceeds {limit} bytes")
-                if budget.in_use > budget.max_bytes:
-                    raise BodyRejected(
-                        503, f"too many request bodies being read at once ({budget.max_bytes} bytes); retry"
-                    )
+                if size > reserved:
+                    _take(budget, size - reserved)
+                    reserved = size
                 chunks.append(chunk)
     except TimeoutError:
         raise BodyRejected(408, f"request body not received within {budget.read_seconds:g} s") from None
     finally:
-        budget.in_use -= size
+        budget.in_use -= reserved
     return b"".join(chunks)

@@ -101,3 +101,17 @@ async def test_a_connection_that_never_sends_a_request_is_closed(served):
 
 async def test_a_request_whose_headers_trickle_in_is_closed(served):
     assert await _closed_by_server(served, b"GET / HTTP/1.1\r\n", drip=b"X-A: " + b"a" * 40)
+
+
+async def test_a_declared_body_without_room_is_refused_before_it_is_read():
+    budget = BodyBudget(max_bytes=1000, read_seconds=30)
+    budget.in_use = 600  # another body being read
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("must not read the body")
+
+    scope = {"type": "http", "method": "POST", "headers": [(b"content-length", b"500")], "path": "/"}
+    with pytest.raises(BodyRejected) as refused:
+        await read_body(Request(scope, receive), 800, budget)
+    assert refused.value.status == 503
+    assert budget.in_use == 600
