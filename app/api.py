@@ -46,6 +46,7 @@ from starlette.requests import ClientDisconnect
 
 from allocator.errors import AllocatorError
 from app import wire
+from app.auth import DelegatedAuth, DelegatedAuthMiddleware
 from app.binder import BindError
 from app.bodies import BodyBudget, BodyRejected, read_body
 from app.explain_api import explain_router
@@ -180,10 +181,15 @@ def _decide(verb: str, handler: Callable[[Any], bytes | None], body: Any) -> Res
 
 
 def create_app(
-    service: SchedulingService, settings: Settings, ready: Callable[[], bool] | None = None
+    service: SchedulingService,
+    settings: Settings,
+    ready: Callable[[], bool] | None = None,
+    auth: DelegatedAuth | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
-    ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start)."""
+    ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start).
+    ``auth``: who may call the scheduler and explanation routes (``app.auth``; None: anyone who can
+    reach the port, the loopback default)."""
     limit = settings.server.max_body_bytes
     # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
     budget = BodyBudget(4 * limit)
@@ -314,6 +320,8 @@ def create_app(
         )
     # Read-only explanations under /api/v1 (app.explain_api).
     app.include_router(explain_router(service, limit, budget))
+    if auth is not None:
+        app.add_middleware(DelegatedAuthMiddleware, auth=auth)
     return app
 
 

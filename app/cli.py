@@ -26,6 +26,7 @@ invalid manifests or DRA objects, bad flags) with the message on stderr.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import gc
 import logging
@@ -368,6 +369,8 @@ def _settings(args: argparse.Namespace) -> Settings:
                 ssl_certfile=args.ssl_certfile,
                 ssl_keyfile=args.ssl_keyfile,
                 ssl_ca_certs=args.ssl_ca_certs,
+                delegated_auth=args.delegated_auth,
+                scheduler_user=args.scheduler_user,
             )
             return Settings(args.state, server, scheduling, config_file=args.config)
         return Settings(args.state, scheduling=scheduling, config_file=args.config)
@@ -427,6 +430,8 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     cluster = _cluster_settings(args)
+    if cluster is None and settings.server.delegated_auth:
+        raise StartupError("--delegated-auth needs cluster mode: it asks the API server about callers")
     if cluster is not None:
         return _serve_cluster(dataclasses.replace(settings, state_dir=None, cluster=cluster))
     runtime = _runtime(settings)
@@ -487,6 +492,19 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
     tls.add_argument("--ssl-keyfile", type=Path, metavar="PEM", help="key of --ssl-certfile")
     tls.add_argument(
         "--ssl-ca-certs", type=Path, metavar="PEM", help="require client certificates from this CA"
+    )
+    auth = serve.add_argument_group("authentication (when listening beyond loopback; cluster mode)")
+    auth.add_argument(
+        "--delegated-auth",
+        action="store_true",
+        help="check callers with the API server (TokenReview / client certificate, SubjectAccessReview)",
+    )
+    user = ServerSettings().scheduler_user
+    auth.add_argument(
+        "--scheduler-user",
+        default=user,
+        metavar="USER",
+        help=f"the only user allowed on /scheduler/* with --delegated-auth (default {user})",
     )
 
 
@@ -564,7 +582,9 @@ def _ssl_options(server: ServerSettings) -> dict[str, Any]:
         "ssl_keyfile": str(server.ssl_keyfile),
     }
     if server.ssl_ca_certs is not None:
-        options.update(ssl_ca_certs=str(server.ssl_ca_certs), ssl_cert_reqs=ssl.CERT_REQUIRED)
+        # With delegated authentication a bearer token identifies as well: certificates become optional.
+        required = ssl.CERT_OPTIONAL if server.delegated_auth else ssl.CERT_REQUIRED
+        options.update(ssl_ca_certs=str(server.ssl_ca_certs), ssl_cert_reqs=required)
     return options
 
 
@@ -573,6 +593,7 @@ def _serve_cluster(settings: Settings) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.auth import DelegatedAuth
     from app.httpserver import server_config
     from app.kube.runtime import BackgroundRuntime, ClusterRuntime
 
@@ -597,9 +618,12 @@ def _serve_cluster(settings: Settings) -> int:
         file=sys.stderr,
         flush=True,
     )
+    auth = None
+    if server.delegated_auth:
+        auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
     try:
         uvicorn.run(
-            create_app(runtime.service, settings, ready=runtime.ready),
+            create_app(runtime.service, settings, ready=runtime.ready, auth=auth),
             host=server.host,
             port=server.port,
             log_level=server.log_level,
@@ -610,6 +634,17 @@ def _serve_cluster(settings: Settings) -> int:
     finally:
         background.stop()
     return EXIT_OK
+
+
+def _reviewer(background: Any) -> Any:
+    """``app.auth.Review`` through the cluster runtime's client, on its event loop (its own thread)."""
+    from app.kube.client import review as kube_review
+
+    async def review(plural: str, body: dict[str, Any]) -> Any:
+        coroutine = kube_review(background.runtime.client, plural, body)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, background.loop))
+
+    return review
 
 
 def _simulate(args: argparse.Namespace) -> int:

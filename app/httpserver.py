@@ -4,7 +4,8 @@ uvicorn closes a keep-alive connection only after a response: a connection that 
 or sends its headers a byte at a time, stays open for good, and a thousand of them starve the server
 (file descriptors, the event loop's bookkeeping). ``IdleClosingH11Protocol`` also closes a connection
 that has not sent complete request headers ``idle_seconds`` after it opened or after the last response.
-Bodies have their own read time (``app.bodies``)."""
+Bodies have their own read time (``app.bodies``). With client certificates (``--ssl-ca-certs``) the
+verified certificate goes into the request's scope (``extensions.tls.client_cert``) for ``app.auth``."""
 
 from __future__ import annotations
 
@@ -30,11 +31,17 @@ class IdleClosingH11Protocol(H11Protocol):
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)  # cancels the keep-alive timer
+        super().data_received(data)  # cancels the keep-alive timer; may start a request (self.scope)
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
             self._await_headers()  # headers still incomplete: the deadline stands, more bytes or not
-        else:
-            self._headers_deadline = None
+            return
+        self._headers_deadline = None
+        cert = self.transport.get_extra_info("peercert")
+        scope = getattr(self, "scope", None)
+        if cert and scope is not None:
+            # The verified client certificate, for delegated authentication (app.auth); the request's
+            # task has been created but not run yet, so the app sees it.
+            scope.setdefault("extensions", {}).setdefault("tls", {})["client_cert"] = cert
 
     def on_response_complete(self) -> None:
         self._headers_deadline = None  # the keep-alive timer runs; the next request's headers start anew

@@ -70,7 +70,17 @@ class ServerSettings:
 
     ssl_ca_certs: Path | None = None
     """PEM CA bundle: require and verify client certificates (mTLS; kube-scheduler ``tlsConfig.certFile`` /
-    ``keyFile``). The endpoint has no other authentication, so listen beyond loopback only with this."""
+    ``keyFile``). Without ``delegated_auth`` the endpoint has no other authentication, so listen beyond
+    loopback only with this. With it, certificates are optional (a bearer token also identifies)."""
+
+    delegated_auth: bool = False
+    """Authenticate callers with the API server (TokenReview, or a verified client certificate) and
+    authorize them: ``/scheduler/*`` only for ``scheduler_user``, ``/api/*`` by SubjectAccessReview
+    (``app.auth``). Cluster mode only. Off by default: the loopback sidecar needs none."""
+
+    scheduler_user: str = "system:kube-scheduler"
+    """The user allowed on ``/scheduler/*`` with ``delegated_auth`` (a token's username or a
+    certificate's CN; for a scheduler running as a service account: ``system:serviceaccount:NS:NAME``)."""
 
     def __post_init__(self) -> None:
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):

@@ -327,3 +327,22 @@ def test_serve_bad_flags_exit_2(capsys, monkeypatch, state_dir, argv):
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
     assert main(["serve", "--state", str(state_dir), *argv]) == 2
     assert capsys.readouterr().err
+
+
+def test_delegated_auth_needs_cluster_mode_and_makes_client_certificates_optional(
+    capsys, monkeypatch, state_dir, tmp_path
+):
+    import ssl
+
+    import uvicorn
+
+    from app.cli import _ssl_options
+    from app.settings import ServerSettings
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
+    assert main(["serve", "--state", str(state_dir), "--delegated-auth"]) == 2
+    assert "--delegated-auth needs cluster mode" in capsys.readouterr().err
+    cert, key, ca, _ = tls_files(tmp_path)
+    tls = {"ssl_certfile": cert, "ssl_keyfile": key, "ssl_ca_certs": ca}
+    assert _ssl_options(ServerSettings(**tls))["ssl_cert_reqs"] == ssl.CERT_REQUIRED
+    assert _ssl_options(ServerSettings(**tls, delegated_auth=True))["ssl_cert_reqs"] == ssl.CERT_OPTIONAL
