@@ -109,3 +109,57 @@ async def test_a_verified_client_certificate_identifies_the_caller():
         await middleware(scope, None, send)
     assert called == ["/scheduler/filter"]
     assert sent[0]["status"] == 403
+
+
+async def test_the_served_client_certificate_reaches_the_check():
+    # A real HTTPS server with the extender's connection settings: the certificate TLS verified is the
+    # caller's identity; a caller without one (certificates optional) is asked to authenticate.
+    import asyncio
+    import socket
+    import ssl
+
+    import trustme
+    import uvicorn
+
+    from app.httpserver import server_config
+
+    async def never(plural: str, body: dict[str, Any]) -> Any:
+        raise AssertionError("a certificate needs no TokenReview")
+
+    async def ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    authority = trustme.CA()
+    server_cert = authority.issue_cert("127.0.0.1")
+    client_cert = authority.issue_cert("scheduler.example", common_name=SCHEDULER)
+    with server_cert.private_key_and_cert_chain_pem.tempfile() as pem, authority.cert_pem.tempfile() as ca:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        config = uvicorn.Config(
+            DelegatedAuthMiddleware(ok, DelegatedAuth(never, SCHEDULER)),
+            log_level="warning",
+            lifespan="off",
+            ssl_certfile=pem,
+            ssl_ca_certs=ca,
+            ssl_cert_reqs=ssl.CERT_OPTIONAL,
+            **server_config(),
+        )
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        url = f"https://127.0.0.1:{sock.getsockname()[1]}/scheduler/filter"
+        try:
+            with_cert = ssl.create_default_context()
+            authority.configure_trust(with_cert)
+            client_cert.configure_cert(with_cert)
+            without = ssl.create_default_context()
+            authority.configure_trust(without)
+            async with httpx.AsyncClient(verify=with_cert) as http:
+                assert (await http.post(url, content=b"{}")).status_code == 200
+            async with httpx.AsyncClient(verify=without) as http:
+                assert (await http.post(url, content=b"{}")).status_code == 401
+        finally:
+            server.should_exit = True
+            await task
