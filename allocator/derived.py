@@ -50,6 +50,7 @@ __all__ = [
     "ClusterAttribute",
     "ClusterDerivation",
     "DerivationError",
+    "by_attribute",
     "check_request_derived",
     "request_derived_values",
     "summarize",
@@ -163,13 +164,18 @@ class DerivationError:
         return f"device {self.device}: {self.attribute}: {self.problem}"
 
 
+def by_attribute(errors: Iterable[DerivationError]) -> dict[str, list[DerivationError]]:
+    """The errors per failing attribute (label), sorted by label."""
+    grouped: dict[str, list[DerivationError]] = {}
+    for error in errors:
+        grouped.setdefault(error.attribute, []).append(error)
+    return dict(sorted(grouped.items()))
+
+
 def summarize(errors: Iterable[DerivationError]) -> list[str]:
     """One line per failing attribute: on how many devices, with the first device's error (sorted)."""
-    by_attribute: dict[str, list[DerivationError]] = {}
-    for error in errors:
-        by_attribute.setdefault(error.attribute, []).append(error)
     lines = []
-    for attribute, failed in sorted(by_attribute.items()):
+    for attribute, failed in by_attribute(errors).items():
         first = min(failed, key=lambda e: e.device)
         count = f"{len(failed)} device{'s' if len(failed) != 1 else ''}"
         lines.append(f"{attribute}: failed on {count}, e.g. device {first.device}: {first.problem}")

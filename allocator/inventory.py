@@ -28,7 +28,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from allocator.classmatch import ClassMatchIndex
-from allocator.derived import ClusterDerivation, DerivationError, summarize
+from allocator.derived import ClusterDerivation, DerivationError, by_attribute, summarize
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import (
@@ -322,7 +322,14 @@ class Inventory:
 
     def derivation_summary(self) -> list[str]:
         """The recorded errors, one line per attribute with the number of devices (``derived.summarize``)."""
-        return summarize(error for errors in self._derivation_errors.values() for error in errors)
+        return summarize(self._all_derivation_errors())
+
+    def derivation_counts(self) -> dict[str, int]:
+        """Per failing cluster-wide derived attribute (label), the number of devices it failed on."""
+        return {label: len(errors) for label, errors in by_attribute(self._all_derivation_errors()).items()}
+
+    def _all_derivation_errors(self) -> Iterable[DerivationError]:
+        return (error for errors in self._derivation_errors.values() for error in errors)
 
     def report(self) -> dict[str, int]:
         """Sizes for benchmarks and metrics: slices, devices, the class-match index, derivation errors."""

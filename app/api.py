@@ -50,6 +50,7 @@ from app.auth import DelegatedAuth, DelegatedAuthMiddleware
 from app.binder import BindError
 from app.bodies import BodyBudget, BodyRejected, read_body
 from app.explain_api import explain_router
+from app.metrics import render as render_metrics
 from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import Settings
 
@@ -308,6 +309,10 @@ def create_app(
 
     # Liveness: the process answers. Readiness: the state is complete (offline: loaded before the app exists;
     # cluster mode: every informer has listed once).
+    async def metrics() -> Response:
+        return Response(content=render_metrics(service), media_type="text/plain; version=0.0.4")
+
+    app.add_api_route("/metrics", metrics, methods=["GET"], summary="Gauges (Prometheus text format)")
     probes = {"/healthz": liveness, "/livez": liveness, "/readyz": readiness}
     for path, probe in probes.items():
         app.add_api_route(

@@ -479,6 +479,10 @@ class SchedulingService:
         self._keep(1)
         return view
 
+    def kept_decisions(self) -> int:
+        """Per-pod views plus their private decisions kept (at most MAX_KEPT_DECISIONS), for metrics."""
+        return self._kept_count
+
     def _forget(self, uid: str) -> None:
         view = self._pods.pop(uid, None)
         if view is not None:

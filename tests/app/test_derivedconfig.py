@@ -296,3 +296,19 @@ def test_validate_checks_a_state_directory_and_a_config_file(
     assert "broken.yaml" in capsys.readouterr().err
     assert main(["validate"]) == 2
     assert "validate needs --state DIR, --config FILE or both" in capsys.readouterr().err
+
+
+async def test_metrics_count_the_devices_each_derived_attribute_failed_on(state_dir: Path, tmp_path: Path):
+    import httpx
+
+    from app.api import create_app
+    from app.settings import Settings
+
+    broken = {"name": "example.com/numa", "expression": f'device.attributes["{GPU}"].numa'}
+    runtime = build_runtime(state_dir, config=write(tmp_path / "derived.yaml", [broken]))
+    app = create_app(runtime.service, Settings(state_dir))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as http:
+        text = (await http.get("/metrics")).text
+    label = "derived attribute example.com/numa (derived.yaml: derivedAttributes[0])"
+    assert f'dra_extender_derived_attribute_errors{{attribute="{label}"}} 1\n' in text
+    assert "dra_extender_kept_pod_decisions 0\n" in text
