@@ -30,6 +30,8 @@ from typing import Any
 
 import orjson
 
+from app.refusal import Refusal
+
 __all__ = ["CACHE_ENTRIES", "CACHE_SECONDS", "DelegatedAuth", "DelegatedAuthMiddleware", "User"]
 
 log = logging.getLogger(__name__)
@@ -48,11 +50,8 @@ class User:
     groups: tuple[str, ...] = ()
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class _Refused(Refusal):
+    """The caller is not identified (401), not allowed (403), or could not be checked (503)."""
 
 
 class _Cache:

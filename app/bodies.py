@@ -12,6 +12,8 @@ import asyncio
 
 from starlette.requests import Request
 
+from app.refusal import Refusal
+
 __all__ = ["BODY_READ_SECONDS", "BodyBudget", "BodyRejected", "read_body"]
 
 BODY_READ_SECONDS = 10.0
@@ -19,13 +21,8 @@ BODY_READ_SECONDS = 10.0
 its ``httpTimeout`` (5 s by default) anyway."""
 
 
-class BodyRejected(Exception):
-    """Answer ``status`` with ``{"Error": message}`` without deciding anything."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class BodyRejected(Refusal):
+    """The body was not read: too large, too slow, no room, or a bad Content-Length."""
 
 
 class BodyBudget:
