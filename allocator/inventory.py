@@ -196,6 +196,10 @@ class Inventory:
         """Why slices that could serve ``node_name`` were rejected (``reject_slice``), sorted."""
         return sorted(reason for node, reason in self._invalid_slices.values() if node in ("", node_name))
 
+    def rejected_slices(self) -> list[str]:
+        """Names of the slices rejected by ``reject_slice`` (until a valid revision or the deletion)."""
+        return list(self._invalid_slices)
+
     def _forget_invalid(self, name: str) -> None:
         rejected = self._invalid_slices.pop(name, None)
         if rejected is not None:

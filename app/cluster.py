@@ -138,6 +138,11 @@ class ClusterState:
             self.inventory.set_allocation(key, ())
             self._claims.pop(key, None)
 
+    def keys(self, kind: str) -> list[str]:
+        """Keys of the objects of ``kind``, rejected ResourceSlices included (``reject``)."""
+        keys = list(self.objects[kind])
+        return keys + self.inventory.rejected_slices() if kind == "ResourceSlice" else keys
+
     def get(self, kind: str, key: str) -> dict[str, Any] | None:
         return self.objects[kind].get(key)
 

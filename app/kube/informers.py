@@ -247,15 +247,18 @@ class Informer:
                 continue
             meta = page.get("metadata") or {}
             resource_version = str(meta.get("resourceVersion") or resource_version)
-            objects = [o for o in (self._convert(item) for item in page.get("items") or ()) if o is not None]
+            items = page.get("items") or ()
+            # Listed but unusable counts as seen too: a rejected slice keeps its reason.
+            seen.update(object_key(self.kind, item) for item in items)
+            objects = [o for o in (self._convert(item) for item in items) if o is not None]
             with self.lock:
                 for obj in objects:
-                    seen.add(self._apply(obj))
+                    self._apply(obj)
             continue_ = meta.get("continue") or None
             if not continue_:
                 break
         with self.lock:
-            for key in [k for k in self.state.objects[self.kind] if k not in seen]:
+            for key in [k for k in self.state.keys(self.kind) if k not in seen]:
                 self.state.remove(self.kind, key)
                 self._notify(key, None)
         self.resource_version = resource_version

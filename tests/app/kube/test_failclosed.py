@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster
+from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, pod, request
 
@@ -134,3 +134,35 @@ async def test_a_slice_update_that_fails_validation_drops_the_old_devices_and_sa
     api.put("ResourceSlice", fixed)
     await eventually(lambda: runtime.state.inventory.slice("n2-gpus"))
     assert runtime.service.filter(a, ["n2"]).passed == ["n2"]
+
+
+async def test_a_rejected_slice_deleted_while_the_watch_was_down_loses_its_reason_on_relist(
+    api, start_runtime
+):
+    seed_cluster(api)
+    a = add_pod(api, "a")
+    runtime = await start_runtime()
+    broken = api.get("ResourceSlice", "", "n2-gpus")
+    broken["spec"]["devices"][0]["capacity"] = {"memory": {"value": "lots"}}
+    api.put("ResourceSlice", broken)
+    await eventually(lambda: runtime.state.inventory.invalid_slices("n2"))
+    await silence_watches(api, "ResourceSlice")
+    api.remove("ResourceSlice", "", "n2-gpus")
+    api.silent_watches = False
+    api.compact("ResourceSlice")  # the watch comes back to a 410: relist
+    await eventually(lambda: runtime.informers.informers["ResourceSlice"].stats.gone)
+    await eventually(lambda: not runtime.state.inventory.invalid_slices("n2"))
+    reason = {**(o := runtime.service.filter(a, ["n2"])).failed, **o.unresolvable}["n2"]
+    assert "slices not used" not in reason
+
+
+async def test_a_slice_still_invalid_at_a_relist_keeps_its_reason(api, start_runtime):
+    seed_cluster(api)
+    runtime = await start_runtime()
+    broken = api.get("ResourceSlice", "", "n2-gpus")
+    broken["spec"]["devices"][0]["capacity"] = {"memory": {"value": "lots"}}
+    api.put("ResourceSlice", broken)
+    await eventually(lambda: runtime.state.inventory.invalid_slices("n2"))
+    api.compact("ResourceSlice")
+    await eventually(lambda: runtime.informers.informers["ResourceSlice"].stats.lists >= 2)
+    assert runtime.state.inventory.invalid_slices("n2")
