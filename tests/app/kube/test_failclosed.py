@@ -8,7 +8,7 @@ import asyncio
 
 from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
-from tests.builders import claim, pod, request
+from tests.builders import claim, device, pod, request, resource_slice
 
 
 def add_extended_pod(api: FakeKubeAPI, name: str) -> dict:
@@ -166,3 +166,31 @@ async def test_a_slice_still_invalid_at_a_relist_keeps_its_reason(api, start_run
     api.compact("ResourceSlice")
     await eventually(lambda: runtime.informers.informers["ResourceSlice"].stats.lists >= 2)
     assert runtime.state.inventory.invalid_slices("n2")
+
+
+async def test_derived_attribute_errors_are_logged_once_per_attribute_as_they_change(
+    api, start_runtime, caplog
+):
+    from allocator.derived import ClusterAttribute, ClusterDerivation
+
+    seed_cluster(api)
+    runtime = await start_runtime()
+    inventory = runtime.state.inventory
+    failing = ClusterAttribute("example.com/numa", f'device.attributes["{DRIVER}"].numa')
+    with runtime.service.lock:
+        inventory.set_cluster_attributes(ClusterDerivation([failing], runtime.service.selectors))
+    caplog.set_level("INFO", logger="app.derivationlog")
+    runtime.derivation_log.report()
+    runtime.derivation_log.report()  # nothing changed: nothing logged
+    api.add("ResourceSlice", resource_slice("n3-gpus", DRIVER, "n3", [device("gpu-0")]))
+    await eventually(lambda: runtime.state.inventory.slice("n3-gpus"))
+    runtime.derivation_log.report()
+    with runtime.service.lock:
+        inventory.set_cluster_attributes(None)
+    runtime.derivation_log.report()
+    where = f"device {DRIVER}/n1/gpu-0: CEL runtime error: no such key: numa"
+    assert [r.getMessage().split(" (expression")[0] for r in caplog.records] == [
+        f"derived attribute example.com/numa: failed on 3 devices, e.g. {where}",
+        f"derived attribute example.com/numa: failed on 4 devices, e.g. {where}",
+        "derived attribute example.com/numa: no longer fails on any device",
+    ]
