@@ -1,6 +1,7 @@
 """Issue 14, cluster mode: binds retried while the first attempt still writes, stale watch events, claims
-replaced under a bind, slices republished without allocated devices or failing validation. Each test pins
-the one outcome that matters: no device ends up in two claims, and nothing half-written is left."""
+replaced under a bind, slices failing validation (and relists after), derived attribute errors logged
+once per attribute. Each test pins the outcome that matters: no device ends up in two claims, nothing
+half-written is left, and the operator is told once."""
 
 from __future__ import annotations
 
