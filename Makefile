@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag bench-k8s lock clean
+.PHONY: run test lint unit e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag bench-k8s chaos lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ bench-frag: $(STAMP)
 # plane: pods/s and per-pod latency (BENCH_K8S_ARGS="--nodes 5000" for the large run). Prints one table.
 bench-k8s: $(STAMP) e2e-bin
 	$(BIN)/python -m bench.bench_k8s $(BENCH_K8S_ARGS)
+
+# Concurrent binds with retries under faults against the fake API server (loopback, stops by itself):
+# prints a JSON report; exit 1 on a double allocation or an orphan.
+chaos: $(STAMP)
+	$(BIN)/python -m loadtests.chaos $(CHAOS_ARGS)
 
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)

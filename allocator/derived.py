@@ -25,16 +25,16 @@ Two sources, both evaluated in the selector environment (one variable ``device``
   - a name may be defined by several entries (e.g. one per driver, each reading that driver's own
     attribute): for each device the first entry in file order whose scopes admit it gives the value;
   - a scope class that does not exist makes the attribute absent (no error);
-  - a runtime error leaves the attribute absent on that device and is recorded: the inventory reports it
-    (startup prints every recorded error) and the search raises it as a fatal ``CELEvalError`` when it
-    reaches the device for a request whose DeviceClass matches the device, as upstream does for a device
-    whose attributes cannot be converted. Pods that could not use the device are not affected.
+  - a runtime error leaves the attribute absent on that device and is recorded (``DerivationError``);
+    nothing else follows from it: one expression failing on some devices (a typo, a driver that lacks
+    the attribute it reads) must not stop device scheduling. The inventory reports the errors, one line
+    per attribute with its device count (``summarize``), for the log, metrics and explanations.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -49,8 +49,11 @@ __all__ = [
     "NO_DERIVED_VALUES",
     "ClusterAttribute",
     "ClusterDerivation",
+    "DerivationError",
+    "by_attribute",
     "check_request_derived",
     "request_derived_values",
+    "summarize",
 ]
 
 NO_DERIVED_VALUES: Mapping[str, AttributeValue] = MappingProxyType({})
@@ -146,6 +149,39 @@ class ClusterAttribute:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class DerivationError:
+    """A cluster-wide derived attribute that failed on one device: the attribute is absent there."""
+
+    attribute: str
+    """The attribute's label (name and source)."""
+    device: str
+    """``driver/pool/device``."""
+    problem: str
+    """The error and the expression."""
+
+    def __str__(self) -> str:
+        return f"device {self.device}: {self.attribute}: {self.problem}"
+
+
+def by_attribute(errors: Iterable[DerivationError]) -> dict[str, list[DerivationError]]:
+    """The errors per failing attribute (label), sorted by label."""
+    grouped: dict[str, list[DerivationError]] = {}
+    for error in errors:
+        grouped.setdefault(error.attribute, []).append(error)
+    return dict(sorted(grouped.items()))
+
+
+def summarize(errors: Iterable[DerivationError]) -> list[str]:
+    """One line per failing attribute: on how many devices, with the first device's error (sorted)."""
+    lines = []
+    for attribute, failed in by_attribute(errors).items():
+        first = min(failed, key=lambda e: e.device)
+        count = f"{len(failed)} device{'s' if len(failed) != 1 else ''}"
+        lines.append(f"{attribute}: failed on {count}, e.g. device {first.device}: {first.problem}")
+    return lines
+
+
 class ClusterDerivation:
     """Compiled cluster-wide derived attributes; ``derive`` computes them for one device.
 
@@ -161,12 +197,14 @@ class ClusterDerivation:
         self.class_names = frozenset(a.device_class for a in self.attributes if a.device_class)
         """DeviceClasses that scope an attribute: a change to one of them re-derives every device."""
 
-    def derive(self, device: Device, classes: Mapping[str, DeviceClass]) -> tuple[Device, tuple[str, ...]]:
+    def derive(
+        self, device: Device, classes: Mapping[str, DeviceClass]
+    ) -> tuple[Device, tuple[DerivationError, ...]]:
         """``device`` with the attributes in scope added (the same object when none applies), and the
         runtime errors (one message per failed attribute; the attribute is then absent)."""
         probe: CELDevice | None = None
         values: dict[str, AttributeValue] = {}
-        errors: list[str] = []
+        errors: list[DerivationError] = []
         class_matches: dict[str, bool | str] = {}
         decided: set[str] = set()
         for attribute in self.attributes:
@@ -208,11 +246,9 @@ class ClusterDerivation:
         return outcome
 
     @staticmethod
-    def _error(attribute: ClusterAttribute, device: Device, problem: str) -> str:
-        driver, pool, name = device.id
-        return (
-            f"device {driver}/{pool}/{name}: {attribute.label}: {problem} "
-            f"(expression {_quoted(attribute.expression)})"
+    def _error(attribute: ClusterAttribute, device: Device, problem: str) -> DerivationError:
+        return DerivationError(
+            attribute.label, "/".join(device.id), f"{problem} (expression {_quoted(attribute.expression)})"
         )
 
 

@@ -360,9 +360,6 @@ class DeviceChecker:
             )
             if found is not None:
                 return found
-        problem = inventory.derivation_error(device)
-        if problem:  # a cluster-wide derived attribute failed on it: the search stops the pod there
-            return Rejection(label, "class_selectors", "derived-attribute-error", problem)
         if last == "class_selectors":
             return None
         found = _selector_rejection(

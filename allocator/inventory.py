@@ -4,7 +4,9 @@ Updated incrementally by events (``upsert_*`` / ``delete_*`` / ``set_allocation`
 per request. Per node the gathered pools are cached and dropped only when a slice of a pool the node
 sees, the node's labels or the gates change. In-use state mirrors upstream's ``AllocatedState``:
 exclusively allocated devices, shares of multi-allocatable devices with their consumed capacity, and
-devices reserved by binds in flight. Admin-access results do not make a device in use.
+devices reserved by binds in flight. Admin-access results do not make a device in use. An allocated
+device a slice update no longer publishes keeps consuming its counter set (as last published) until its
+claim releases it: otherwise the rest of the set would be handed out beyond its capacity.
 
 Not thread-safe by itself: the caller serialises writers with readers (the app holds one lock).
 
@@ -26,10 +28,11 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from allocator.classmatch import ClassMatchIndex
-from allocator.derived import ClusterDerivation
+from allocator.derived import ClusterDerivation, DerivationError, by_attribute, summarize
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import (
+    CounterConsumption,
     Device,
     DeviceClass,
     DeviceID,
@@ -119,9 +122,11 @@ class Inventory:
         self.gates = gates or FeatureGates()
         self._slices: dict[str, ResourceSlice] = {}
         self._base_slices: dict[str, ResourceSlice] = {}
+        self._invalid_slices: dict[str, tuple[str, str]] = {}
+        """Slice name -> (its node, "" for every node; why its latest revision was rejected)."""
         """Slices as published (before cluster-wide derived attributes), the base of re-derivation."""
         self._derivation: ClusterDerivation | None = None
-        self._derivation_errors: dict[Device, tuple[str, ...]] = {}
+        self._derivation_errors: dict[Device, tuple[DerivationError, ...]] = {}
         self._rederiving = False
         self.class_index: ClassMatchIndex | None = None
         """DeviceClass selector results per device (None until a SelectorCache is attached)."""
@@ -134,6 +139,9 @@ class Inventory:
         self._claims: dict[str, tuple[AllocatedDevice, ...]] = {}
         self._reservations: dict[str, tuple[AllocatedDevice, ...]] = {}
         self._holders: dict[DeviceID, _Holders] = defaultdict(_Holders)
+        self._unpublished: dict[DeviceID, tuple[CounterConsumption, ...]] = {}
+        """The counter consumption of allocated devices no longer published: a driver republishing a slice
+        without a device still in use must not free its share of the counter set (``counters_left``)."""
         self._pools_by_node: dict[str, list[PoolView]] = {}
         self._taints: WeakKeyDictionary[Device, tuple[Taint, ...]] = WeakKeyDictionary()
         self.revision = 0
@@ -149,6 +157,7 @@ class Inventory:
     # --- objects ----------------------------------------------------------------------------------
 
     def upsert_slice(self, slice_: ResourceSlice) -> None:
+        self._forget_invalid(slice_.name)
         old_base = self._base_slices.get(slice_.name)
         old = self._remove_slice(slice_.name)
         self._base_slices[slice_.name] = slice_
@@ -170,9 +179,54 @@ class Inventory:
         self._pools_changed(slice_)
 
     def delete_slice(self, name: str) -> None:
+        self._forget_invalid(name)
         old = self._remove_slice(name)
         if old is not None:
             self._reindex(old.devices, ())
+
+    def reject_slice(self, name: str, node_name: str, reason: str) -> None:
+        """The latest revision of slice ``name`` failed validation: its previous devices go too (the driver
+        no longer publishes them as they were), and ``reason`` is given for ``node_name`` ("" for a slice
+        not local to one node: every node) until a valid revision or the deletion arrives."""
+        self.delete_slice(name)
+        self._invalid_slices[name] = (node_name, reason)
+        self._touch_node(node_name)
+
+    def invalid_slices(self, node_name: str) -> list[str]:
+        """Why slices that could serve ``node_name`` were rejected (``reject_slice``), sorted."""
+        return sorted(reason for node, reason in self._invalid_slices.values() if node in ("", node_name))
+
+    def rejected_slices(self) -> list[str]:
+        """Names of the slices rejected by ``reject_slice`` (until a valid revision or the deletion)."""
+        return list(self._invalid_slices)
+
+    def _forget_invalid(self, name: str) -> None:
+        rejected = self._invalid_slices.pop(name, None)
+        if rejected is not None:
+            self._touch_node(rejected[0])
+
+    def _touch_node(self, node_name: str) -> None:
+        """A change for one node ("": for every node)."""
+        if node_name:
+            self._touch_pools((), also=(node_name,))
+        else:
+            self._touch_all()
+
+    def _track_unpublished(self, old: tuple[Device, ...], new: tuple[Device, ...]) -> None:
+        """Remember the consumption of allocated devices ``old`` had and ``new`` lacks; forget it for
+        devices published again."""
+        for device in new:
+            self._unpublished.pop(device.id, None)
+        present = {d.id for d in new}
+        for device in old:
+            if device.consumes_counters and device.id not in present and device.id in self._holders:
+                self._unpublished[device.id] = device.consumes_counters
+
+    def unpublished_consumption(self, pool: PoolView) -> Iterable[tuple[CounterConsumption, ...]]:
+        """The remembered consumption of ``pool``'s allocated devices its slices no longer publish."""
+        for device_id, consumption in self._unpublished.items():
+            if device_id[:2] == pool.id and device_id[2] not in pool.devices_by_name:
+                yield consumption
 
     def _remove_slice(self, name: str) -> ResourceSlice | None:
         old = self._slices.pop(name, None)
@@ -190,6 +244,7 @@ class Inventory:
     def _reindex(self, old: tuple[Device, ...], new: tuple[Device, ...]) -> None:
         """Keep the class-match index and the derivation errors in step with a slice's devices (a device
         object kept across a re-derivation keeps its results)."""
+        self._track_unpublished(old, new)
         kept = {id(d) for d in old} & {id(d) for d in new}
         removed = [d for d in old if id(d) not in kept]
         for device in removed:
@@ -261,13 +316,24 @@ class Inventory:
         owner = f"class {device_class.name}"
         return all(selectors.matches(e, device, owner, i) for i, e in enumerate(device_class.selectors))
 
-    def derivation_error(self, device: Device) -> str:
-        """The recorded cluster-wide derived attribute errors of the device ("" when none)."""
-        return "; ".join(self._derivation_errors.get(device, ()))
+    def derivation_errors_of(self, device: Device) -> list[str]:
+        """The recorded cluster-wide derived attribute errors of the device."""
+        return [str(error) for error in self._derivation_errors.get(device, ())]
 
     def derivation_errors(self) -> list[str]:
         """Every recorded cluster-wide derived attribute error, sorted (one per device and attribute)."""
-        return sorted(message for errors in self._derivation_errors.values() for message in errors)
+        return sorted(str(error) for errors in self._derivation_errors.values() for error in errors)
+
+    def derivation_summary(self) -> list[str]:
+        """The recorded errors, one line per attribute with the number of devices (``derived.summarize``)."""
+        return summarize(self._all_derivation_errors())
+
+    def derivation_counts(self) -> dict[str, int]:
+        """Per failing cluster-wide derived attribute (label), the number of devices it failed on."""
+        return {label: len(errors) for label, errors in by_attribute(self._all_derivation_errors()).items()}
+
+    def _all_derivation_errors(self) -> Iterable[DerivationError]:
+        return (error for errors in self._derivation_errors.values() for error in errors)
 
     def report(self) -> dict[str, int]:
         """Sizes for benchmarks and metrics: slices, devices, the class-match index, derivation errors."""
@@ -448,6 +514,7 @@ class Inventory:
                 entry.shares.pop((holder, old.share_id), None)
                 if not entry.exclusive and not entry.shares:
                     del self._holders[old.id]
+                    self._unpublished.pop(old.id, None)
         for new in devices:
             if new.admin_access:
                 continue
@@ -491,12 +558,18 @@ def counters_left(inventory: Inventory, pool: PoolView) -> dict[str, dict[str, F
     """Per counter set and counter: the pool's value minus what allocated devices consume (§11), for the
     search's counter accounting and the funnel's counter stage.
 
-    A multi-allocatable device consumes its counters once, however many shares it has."""
+    A multi-allocatable device consumes its counters once, however many shares it has. An allocated device
+    the pool no longer publishes keeps consuming what it did when last published, until released."""
     left = {name: {c: q.value for c, q in counters.items()} for name, counters in pool.counter_sets.items()}
-    for device in pool.devices_by_name.values():
-        if device.consumes_counters and inventory.is_allocated(device.id):
-            for consumption in device.consumes_counters:
-                target = left.setdefault(consumption.counter_set, {})
-                for name, amount in consumption.counters.items():
-                    target[name] = target.get(name, Fraction(0)) - amount.value
+    consumptions = [
+        device.consumes_counters
+        for device in pool.devices_by_name.values()
+        if device.consumes_counters and inventory.is_allocated(device.id)
+    ]
+    consumptions.extend(inventory.unpublished_consumption(pool))
+    for consumed in consumptions:
+        for consumption in consumed:
+            target = left.setdefault(consumption.counter_set, {})
+            for name, amount in consumption.counters.items():
+                target[name] = target.get(name, Fraction(0)) - amount.value
     return left

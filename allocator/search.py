@@ -22,7 +22,6 @@ from allocator.cel import AttributeValue
 from allocator.constraints import ConstraintState, new_constraint_state
 from allocator.derived import NO_DERIVED_VALUES, check_request_derived, request_derived_values
 from allocator.errors import (
-    CELEvalError,
     ClaimConstraintError,
     FeatureDisabledError,
     InvalidInputError,
@@ -351,9 +350,6 @@ class Allocator:
         # Class selectors come from the class-match index (evaluated when slices/classes arrived).
         if not self.inventory.class_matches(device_class, device, self.selectors):
             return False
-        problem = self.inventory.derivation_error(device)
-        if problem:  # a cluster-wide derived attribute failed on a device this request could use
-            raise CELEvalError(problem)
         owner = f"claim {claim.key}"
         for i, expression in enumerate(alt.selectors):
             if not self.selectors.matches(expression, device, owner, i):

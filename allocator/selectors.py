@@ -7,8 +7,10 @@ automatically. Errors are cached too, so a broken expression fails every time in
 fatal for the pod). DeviceClass selectors do not go through the result cache: the inventory's class-match
 index (``allocator.classmatch``) evaluates them once per device revision with ``evaluate``.
 
-Memory bounds (``SelectorCache.__init__``): at most ``max_expressions`` compiled programs (the oldest
-compiled is dropped first) and about ``max_results`` cached results in total; past that, the results of
+Memory bounds (``SelectorCache.__init__``): at most ``max_expressions`` compiled programs and about
+``max_program_bytes`` of them (the oldest compiled is dropped first; a program's size is estimated from
+its text, ``CELEngine.program_bytes_per_char``: a 10 Ki expression compiles to about 1.2 MiB on cel-expr,
+6 MiB on cel-python) and about ``max_results`` cached results in total; past that, the results of
 the oldest expressions are dropped until three quarters of the bound are left (they are recomputed on
 demand). One cached result costs about 150-200 bytes (weak reference plus dict slot), so the default bound
 of 1,000,000 results is roughly 200 MB in the worst case; a cluster of 40,000 devices holds 25 request
@@ -29,10 +31,24 @@ from allocator.cel import AttributeValue, CELDevice, CELEngine, SelectorProgram,
 from allocator.errors import CELCompileError, CELError, CELEvalError
 from allocator.model import Device
 
-__all__ = ["DEFAULT_MAX_EXPRESSIONS", "DEFAULT_MAX_RESULTS", "SelectorCache", "selector_error"]
+__all__ = [
+    "DEFAULT_MAX_EXPRESSIONS",
+    "DEFAULT_MAX_PROGRAM_BYTES",
+    "DEFAULT_MAX_RESULTS",
+    "PROGRAM_BASE_BYTES",
+    "SelectorCache",
+    "selector_error",
+]
 
 DEFAULT_MAX_EXPRESSIONS = 10_000
 """Compiled programs kept (selectors and derived attribute expressions counted separately)."""
+
+DEFAULT_MAX_PROGRAM_BYTES = 128 << 20
+"""Estimated bytes of compiled programs kept: 128 MiB, about 100 of the longest expressions on cel-expr,
+within the 2 GiB memory limit of the manifests beside the result cache (200 MB) and the index."""
+
+PROGRAM_BASE_BYTES = 4096
+"""Estimated bytes of a compiled program beyond those proportional to its text."""
 
 DEFAULT_MAX_RESULTS = 1_000_000
 """Cached (expression, device) results kept, about 200 MB at most (module docstring)."""
@@ -50,11 +66,12 @@ def selector_error(owner: str, index: int, device: Device, cause: CELError) -> C
 
 
 class _Entry:
-    __slots__ = ("error", "program", "results")
+    __slots__ = ("cost", "error", "program", "results")
 
-    def __init__(self, program: Any, error: CELCompileError | None) -> None:
+    def __init__(self, program: Any, error: CELCompileError | None, cost: int) -> None:
         self.program = program
         self.error = error
+        self.cost = cost
         self.results: WeakKeyDictionary[Device, Any] = WeakKeyDictionary()
 
 
@@ -72,12 +89,15 @@ class SelectorCache:
         engine: CELEngine,
         max_expressions: int = DEFAULT_MAX_EXPRESSIONS,
         max_results: int = DEFAULT_MAX_RESULTS,
+        max_program_bytes: int = DEFAULT_MAX_PROGRAM_BYTES,
     ) -> None:
         self.engine = engine
         self._entries: dict[str, _Entry] = {}
         self._values: dict[str, _Entry] = {}
         self._max = max_expressions
         self._max_results = max_results
+        self._max_program_bytes = max_program_bytes
+        self._program_bytes = 0
         self._stored = 0
         self._lock = threading.Lock()
         self.stats = {"compiles": 0, "evaluations": 0, "hits": 0, "uncached": 0, "evictions": 0}
@@ -97,15 +117,20 @@ class SelectorCache:
                     program = (
                         self.engine.compile_value(expression) if value else self.engine.compile(expression)
                     )
-                    entry = _Entry(program, None)
+                    cost = PROGRAM_BASE_BYTES + len(expression) * self.engine.program_bytes_per_char
+                    entry = _Entry(program, None, cost)
                 except CELCompileError as e:
-                    entry = _Entry(None, e)
+                    entry = _Entry(None, e, PROGRAM_BASE_BYTES + len(expression))
                 self.stats["compiles"] += 1
-                if len(table) >= self._max:
-                    # Bound memory: drop the oldest expression (dicts keep insertion order).
+                # Bound memory: drop the oldest expressions (dicts keep insertion order) while over a bound.
+                while table and (
+                    len(table) >= self._max or self._program_bytes + entry.cost > self._max_program_bytes
+                ):
                     dropped = table.pop(next(iter(table)))
                     self._stored -= len(dropped.results)
+                    self._program_bytes -= dropped.cost
                 table[expression] = entry
+                self._program_bytes += entry.cost
         return entry
 
     def program(self, expression: str) -> SelectorProgram:
@@ -210,5 +235,6 @@ class SelectorCache:
         stats["hit_rate"] = stats["hits"] / lookups if lookups else 0.0
         stats["selector_expressions"] = len(self._entries)
         stats["value_expressions"] = len(self._values)
+        stats["program_bytes"] = self._program_bytes
         stats["results"] = sum(len(e.results) for e in [*self._entries.values(), *self._values.values()])
         return stats

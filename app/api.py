@@ -46,8 +46,11 @@ from starlette.requests import ClientDisconnect
 
 from allocator.errors import AllocatorError
 from app import wire
+from app.auth import DelegatedAuth, DelegatedAuthMiddleware
 from app.binder import BindError
+from app.bodies import BodyBudget, BodyRejected, read_body
 from app.explain_api import explain_router
+from app.metrics import render as render_metrics
 from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import Settings
 
@@ -160,38 +163,8 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
 # --- request handling -------------------------------------------------------------------------------------
 
 
-class _Reject(Exception):
-    """Answer ``status`` with ``{"Error": message}`` without deciding anything."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def _json(content: bytes, status: int = 200) -> Response:
     return Response(content=content, status_code=status, media_type=_JSON)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The raw body, at most ``limit`` bytes. Raises _Reject(413) on a larger declared or streamed body."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            length = int(declared)
-        except ValueError:
-            raise _Reject(400, f"Content-Length: not a number: {declared!r}") from None
-        if length > limit:
-            raise _Reject(413, f"request body exceeds {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    # Counted while streaming as well: chunked bodies carry no Content-Length, and it may lie.
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _Reject(413, f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _decide(verb: str, handler: Callable[[Any], bytes | None], body: Any) -> Response | None:
@@ -209,11 +182,18 @@ def _decide(verb: str, handler: Callable[[Any], bytes | None], body: Any) -> Res
 
 
 def create_app(
-    service: SchedulingService, settings: Settings, ready: Callable[[], bool] | None = None
+    service: SchedulingService,
+    settings: Settings,
+    ready: Callable[[], bool] | None = None,
+    auth: DelegatedAuth | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
-    ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start)."""
+    ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start).
+    ``auth``: who may call the scheduler and explanation routes (``app.auth``; None: anyone who can
+    reach the port, the loopback default)."""
     limit = settings.server.max_body_bytes
+    # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
+    budget = BodyBudget(4 * limit)
     app = FastAPI(
         title="dra-extender",
         version="0.1.0",
@@ -262,8 +242,8 @@ def create_app(
 
     async def run(verb: str, handler: Callable[[Any], bytes], request: Request) -> Response:
         try:
-            body = await _read_body(request, limit)
-        except _Reject as e:
+            body = await read_body(request, limit, budget)
+        except BodyRejected as e:
             log.info("%s: rejected: %s", verb, e.message)
             return _json(wire.encode_error(e.message), e.status)
         except ClientDisconnect:
@@ -329,6 +309,10 @@ def create_app(
 
     # Liveness: the process answers. Readiness: the state is complete (offline: loaded before the app exists;
     # cluster mode: every informer has listed once).
+    async def metrics() -> Response:
+        return Response(content=render_metrics(service), media_type="text/plain; version=0.0.4")
+
+    app.add_api_route("/metrics", metrics, methods=["GET"], summary="Gauges (Prometheus text format)")
     probes = {"/healthz": liveness, "/livez": liveness, "/readyz": readiness}
     for path, probe in probes.items():
         app.add_api_route(
@@ -340,7 +324,9 @@ def create_app(
             name=path.strip("/"),
         )
     # Read-only explanations under /api/v1 (app.explain_api).
-    app.include_router(explain_router(service, limit))
+    app.include_router(explain_router(service, limit, budget))
+    if auth is not None:
+        app.add_middleware(DelegatedAuthMiddleware, auth=auth)
     return app
 
 

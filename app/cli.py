@@ -14,6 +14,8 @@ JSON document to stdout (see ``simulate``); ``--output human`` prints tables ins
 ``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
 (``app.explain_cli``).
 
+``validate [--state DIR] [--config FILE]``: check them without serving (``app.validate``).
+
 ``serve``, ``simulate`` and ``explain`` take ``--device-selection aligned|first-fit`` (default aligned),
 ``--scoring-policy binpack|spread`` and ``--score-weights`` (``app.settings.SchedulingSettings``).
 
@@ -24,6 +26,7 @@ invalid manifests or DRA objects, bad flags) with the message on stderr.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import gc
 import logging
@@ -63,6 +66,7 @@ from app.settings import (
     ServerSettings,
     Settings,
 )
+from app.validate import add_validate_parser, run_validate
 
 __all__ = ["choose_node", "main", "simulate"]
 
@@ -293,6 +297,7 @@ def _parser() -> argparse.ArgumentParser:
     for sub in (serve, sim):
         _policy_flags(sub)
     add_explain_parser(commands, common, _policy_flags)
+    add_validate_parser(commands, common)
     sim.epilog = (
         "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
     )
@@ -364,6 +369,8 @@ def _settings(args: argparse.Namespace) -> Settings:
                 ssl_certfile=args.ssl_certfile,
                 ssl_keyfile=args.ssl_keyfile,
                 ssl_ca_certs=args.ssl_ca_certs,
+                delegated_auth=args.delegated_auth,
+                scheduler_user=args.scheduler_user,
             )
             return Settings(args.state, server, scheduling, config_file=args.config)
         return Settings(args.state, scheduling=scheduling, config_file=args.config)
@@ -415,12 +422,16 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.httpserver import server_config
 
     settings = _settings(args)
+    _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     cluster = _cluster_settings(args)
+    if cluster is None and settings.server.delegated_auth:
+        raise StartupError("--delegated-auth needs cluster mode: it asks the API server about callers")
     if cluster is not None:
         return _serve_cluster(dataclasses.replace(settings, state_dir=None, cluster=cluster))
     runtime = _runtime(settings)
@@ -447,6 +458,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.server.port,
         log_level=settings.server.log_level,
         workers=1,
+        **server_config(),
         **_ssl_options(settings.server),
     )
     return EXIT_OK
@@ -490,6 +502,19 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
     tls.add_argument(
         "--ssl-ca-certs", type=Path, metavar="PEM", help="require client certificates from this CA"
     )
+    auth = serve.add_argument_group("authentication (when listening beyond loopback; cluster mode)")
+    auth.add_argument(
+        "--delegated-auth",
+        action="store_true",
+        help="check callers with the API server (TokenReview / client certificate, SubjectAccessReview)",
+    )
+    user = ServerSettings().scheduler_user
+    auth.add_argument(
+        "--scheduler-user",
+        default=user,
+        metavar="USER",
+        help=f"the only user allowed on /scheduler/* with --delegated-auth (default {user})",
+    )
 
 
 def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
@@ -521,6 +546,41 @@ def _url(server: ServerSettings) -> str:
     return f"{'https' if server.ssl_certfile else 'http'}://{server.host}:{server.port}"
 
 
+def _check_tls(server: ServerSettings) -> None:
+    """Load the TLS files as uvicorn will. Raises StartupError naming the flag and the file: unreadable,
+    not PEM, or a key that does not belong to the certificate."""
+    if server.ssl_certfile is None:
+        return
+    import ssl
+
+    files = {
+        "--ssl-certfile": server.ssl_certfile,
+        "--ssl-keyfile": server.ssl_keyfile,
+        "--ssl-ca-certs": server.ssl_ca_certs,
+    }
+    for flag, path in files.items():
+        try:
+            if path is not None:
+                path.read_bytes()
+        except OSError as e:
+            raise StartupError(f"{flag} {path}: cannot read it: {e.strerror or e}") from e
+    for flag in ("--ssl-certfile", "--ssl-ca-certs"):
+        try:  # as a trust store: fails unless the file holds PEM certificates
+            if files[flag] is not None:
+                ssl.create_default_context(cafile=files[flag])
+        except ssl.SSLError as e:
+            raise StartupError(f"{flag} {files[flag]}: no PEM certificate in it ({e.reason or e})") from e
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            server.ssl_certfile, server.ssl_keyfile
+        )
+    except ssl.SSLError as e:
+        raise StartupError(
+            f"--ssl-keyfile {server.ssl_keyfile}: not a PEM private key of the certificate "
+            f"{server.ssl_certfile} ({e.reason or e})"
+        ) from e
+
+
 def _ssl_options(server: ServerSettings) -> dict[str, Any]:
     """uvicorn's TLS arguments: HTTPS with a certificate, client certificates required with a CA."""
     if server.ssl_certfile is None:
@@ -532,7 +592,9 @@ def _ssl_options(server: ServerSettings) -> dict[str, Any]:
         "ssl_keyfile": str(server.ssl_keyfile),
     }
     if server.ssl_ca_certs is not None:
-        options.update(ssl_ca_certs=str(server.ssl_ca_certs), ssl_cert_reqs=ssl.CERT_REQUIRED)
+        # With delegated authentication a bearer token identifies as well: certificates become optional.
+        required = ssl.CERT_OPTIONAL if server.delegated_auth else ssl.CERT_REQUIRED
+        options.update(ssl_ca_certs=str(server.ssl_ca_certs), ssl_cert_reqs=required)
     return options
 
 
@@ -541,6 +603,8 @@ def _serve_cluster(settings: Settings) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.auth import DelegatedAuth
+    from app.httpserver import server_config
     from app.kube.runtime import BackgroundRuntime, ClusterRuntime
 
     assert settings.cluster is not None
@@ -564,18 +628,33 @@ def _serve_cluster(settings: Settings) -> int:
         file=sys.stderr,
         flush=True,
     )
+    auth = None
+    if server.delegated_auth:
+        auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
     try:
         uvicorn.run(
-            create_app(runtime.service, settings, ready=runtime.ready),
+            create_app(runtime.service, settings, ready=runtime.ready, auth=auth),
             host=server.host,
             port=server.port,
             log_level=server.log_level,
             workers=1,
+            **server_config(),
             **_ssl_options(server),
         )
     finally:
         background.stop()
     return EXIT_OK
+
+
+def _reviewer(background: Any) -> Any:
+    """``app.auth.Review`` through the cluster runtime's client, on its event loop (its own thread)."""
+    from app.kube.client import review as kube_review
+
+    async def review(plural: str, body: dict[str, Any]) -> Any:
+        coroutine = kube_review(background.runtime.client, plural, body)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, background.loop))
+
+    return review
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -599,6 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
+        if args.command == "validate":
+            return run_validate(args)
         if args.command == "explain":
             return run_explain(args, _runtime(_settings(args)).service)
         return _serve(args) if args.command == "serve" else _simulate(args)

@@ -82,10 +82,17 @@ class ClusterState:
         return state
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Add or replace one object. Raises InvalidInputError (state unchanged) if it cannot be parsed."""
+        """Add or replace one object. Raises InvalidInputError if it cannot be parsed: the state is
+        unchanged, except that a rejected ResourceSlice's previous revision is dropped
+        (``Inventory.reject_slice``)."""
         key = object_key(kind, obj)
         if kind == "ResourceSlice":
-            self.inventory.upsert_slice(parse_resource_slice(obj, self.inventory.slice(key)))
+            try:
+                parsed = parse_resource_slice(obj, self.inventory.slice(key))
+            except InvalidInputError as e:
+                self.reject(kind, obj, str(e))
+                raise
+            self.inventory.upsert_slice(parsed)
         elif kind == "DeviceClass":
             self.inventory.upsert_class(parse_device_class(obj))
         elif kind == "DeviceTaintRule":
@@ -101,9 +108,23 @@ class ClusterState:
             raise InvalidInputError(f"unsupported kind {kind}")
         self.objects[kind][key] = dict(obj)
 
+    def reject(self, kind: str, obj: Mapping[str, Any], reason: str) -> None:
+        """A new revision of ``obj`` that cannot be used (``reason``). For a ResourceSlice the previous
+        revision goes too: it is gone from the API, and keeping its devices would allocate what the driver
+        no longer publishes; the node says why it has none (``Inventory.reject_slice``). Other kinds keep
+        their previous revision (forgetting a claim's allocation would free devices still in use)."""
+        if kind != "ResourceSlice":
+            return
+        key = object_key(kind, obj)
+        self.objects[kind].pop(key, None)
+        node_name = (obj.get("spec") or {}).get("nodeName")
+        self.inventory.reject_slice(key, node_name if isinstance(node_name, str) else "", reason)
+
     def remove(self, kind: str, key: str) -> None:
         """Delete one object by key (``namespace/name`` or ``name``); unknown keys are ignored."""
         if self.objects.get(kind, {}).pop(key, None) is None:
+            if kind == "ResourceSlice":
+                self.inventory.delete_slice(key)  # a rejected slice: its reason goes
             return
         if kind == "ResourceSlice":
             self.inventory.delete_slice(key)
@@ -116,6 +137,11 @@ class ClusterState:
         elif kind == "ResourceClaim":
             self.inventory.set_allocation(key, ())
             self._claims.pop(key, None)
+
+    def keys(self, kind: str) -> list[str]:
+        """Keys of the objects of ``kind``, rejected ResourceSlices included (``reject``)."""
+        keys = list(self.objects[kind])
+        return keys + self.inventory.rejected_slices() if kind == "ResourceSlice" else keys
 
     def get(self, kind: str, key: str) -> dict[str, Any] | None:
         return self.objects[kind].get(key)

@@ -230,8 +230,8 @@ class ConfigWatcher:
 
 def install(config: ExtenderConfig, inventory: Inventory, selectors: SelectorCache) -> list[str]:
     """Compile ``config`` and make it the inventory's cluster-wide derived attributes (every device is
-    derived again). Returns the runtime errors recorded, one line per device and attribute. Raises
+    derived again). Returns the runtime errors recorded, one line per attribute with its device count. Raises
     ConfigError for an expression that does not compile; the inventory is then unchanged. The caller
     holds the lock that serialises inventory writers."""
     inventory.set_cluster_attributes(config.derivation(selectors))
-    return inventory.derivation_errors()
+    return inventory.derivation_summary()

@@ -13,14 +13,16 @@ Per node an explanation gives the verdict filter would give (``fits``, ``does-no
 capacity → constraints, with named rejected devices and the rule), and for nodes that fit the allocation
 the device-selection policy would choose and its score broken down (``allocator.scoring``).
 
-Nothing is created or kept: the functions below read the cluster state under the service lock and never
-write it, never keep per-(pod, node) results, never reserve devices. The same functions feed the CLI
-(``app.explain_cli``). Errors: ``NotFound`` (HTTP 404) for an unknown pod, claim or node;
+Nothing is created or kept: the functions below read the cluster state under the service lock (taken
+per node, within filter's time budget, one pod or what-if explanation at a time: a second one gets 429)
+and never write it, never keep per-(pod, node) results, never reserve devices. The same functions feed
+the CLI (``app.explain_cli``). Errors: ``NotFound`` (HTTP 404) for an unknown pod, claim or node;
 ``BadObject`` (HTTP 400) for a what-if body that is not a ResourceClaim or ResourceClaimTemplate.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
@@ -47,6 +49,7 @@ from allocator.model import Claim, parse_claim
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.quantity import format_like
 from allocator.scoring import ScoreBreakdown, score_allocation
+from app.bodies import BodyBudget, BodyRejected, read_body
 from app.convert import ConversionError, to_v1
 from app.extended import ExtendedClaim
 from app.podclaims import ClaimNotReady, PodClaim, claim_names, pod_claims
@@ -79,7 +82,20 @@ class NotFound(LookupError):
 
 
 class BadObject(ValueError):
-    """A what-if body that cannot be explained (HTTP 400); the message names the problem."""
+    """A what-if body that cannot be explained (HTTP ``status``: 400, or 413 for too much YAML); the
+    message names the problem."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+MAX_YAML_BYTES = 256 << 10
+"""A what-if body that is YAML is parsed only up to this size (256 KiB; a ResourceClaim has at most 32
+requests, a few KB). The state loader's YAML rules build a document at
+about 0.4 MB/s here (a 6.9 MB claim of 60,000 requests: 16 s on this 2-core machine), so the body cap
+alone (8 MiB) would let one request hold a worker thread for many seconds. JSON bodies (orjson, hundreds
+of MB/s) get the whole body cap."""
 
 
 # --- response models --------------------------------------------------------------------------------------
@@ -272,6 +288,10 @@ class DeviceInfo(_Model):
     consumesCounters: list[CounterConsumptionModel]
     numaNode: str | None
     pcieRoot: list[str]
+    derivedAttributeErrors: list[str] = Field(
+        default_factory=list,
+        description="cluster-wide derived attributes whose expression failed here (absent on the device)",
+    )
 
 
 class CounterModel(_Model):
@@ -455,6 +475,29 @@ def _nodes(service: SchedulingService, only: str | None) -> list[Node]:
 # --- explain a pod ----------------------------------------------------------------------------------------
 
 
+def _each_node(
+    service: SchedulingService, nodes: Sequence[Node], explain: Callable[[Node], NodeVerdict]
+) -> list[NodeVerdict]:
+    """``explain(node)`` for each node, within filter's time budget (later nodes are reported as not
+    explained). Each node is explained under the service lock, which is released in between: a filter or
+    bind waits for one node's explanation at most, never for a whole one."""
+    deadline = time.monotonic() + service.filter_time_budget
+    verdicts = []
+    for target in nodes:
+        if time.monotonic() > deadline:
+            late = "not explained: the time budget ran out; ask for this node alone with ?node="
+            verdicts.append(_node_verdict(service, target, [], late + target.name))
+            continue
+        with service.lock:
+            verdicts.append(explain(target))
+        time.sleep(0)  # let a thread waiting for the lock take it before the next node
+    return verdicts
+
+
+class _PodError(Exception):
+    """The pod cannot be explained on any node (an invalid claim): the explanation's ``error``."""
+
+
 def explain_pod(
     service: SchedulingService, namespace: str, name: str, node: str | None = None
 ) -> PodExplanation:
@@ -464,42 +507,39 @@ def explain_pod(
         if pod is None:
             raise NotFound(f"pod {namespace}/{name} not found")
         nodes = _nodes(service, node)
-        meta = pod.get("metadata") or {}
-        error, summaries, verdicts = "", [], []
-        # Explaining holds the service lock like filter does: the same time budget keeps scheduling going.
-        deadline = time.monotonic() + service.filter_time_budget
-        for target in nodes:
-            if time.monotonic() > deadline:
-                late = "not explained: the time budget ran out; ask for this node alone with ?node="
-                verdicts.append(_node_verdict(service, target, [], late + target.name))
-                continue
-            try:
-                effective = service.effective_claims(pod, target.name)
-            except ClaimNotReady as e:
-                verdicts.append(_node_verdict(service, target, [], str(e)))
-                continue
-            except AllocatorError as e:
-                error = str(e)
-                verdicts = []
-                break
-            if not summaries:
-                summaries = _claim_summaries(
-                    pod, service, effective.allocated, effective.pending, effective.extended
-                )
-            blocked = service._allocated_claims_reason(effective.allocated, target, pod)
-            verdicts.append(_node_verdict(service, target, effective.pending, blocked))
-        error = next((v.reason for v in verdicts if v.verdict == "error"), error)
-        return PodExplanation(
-            namespace=namespace,
-            name=name,
-            uid=str(meta.get("uid") or ""),
-            nodeName=(pod.get("spec") or {}).get("nodeName") or None,
-            deviceSelection=service.device_selection,
-            scoringPolicy=service.scoring.policy,
-            claims=summaries,
-            error=error,
-            nodes=verdicts,
-        )
+    meta = pod.get("metadata") or {}
+    summaries: list[PodClaimSummary] = []
+
+    def explain(target: Node) -> NodeVerdict:
+        try:
+            effective = service.effective_claims(pod, target.name)
+        except ClaimNotReady as e:
+            return _node_verdict(service, target, [], str(e))
+        except AllocatorError as e:
+            raise _PodError(str(e)) from e
+        if not summaries:
+            summaries.extend(
+                _claim_summaries(pod, service, effective.allocated, effective.pending, effective.extended)
+            )
+        blocked = service._allocated_claims_reason(effective.allocated, target, pod)
+        return _node_verdict(service, target, effective.pending, blocked)
+
+    try:
+        verdicts, error = _each_node(service, nodes, explain), ""
+    except _PodError as e:
+        verdicts, error = [], str(e)
+    error = next((v.reason for v in verdicts if v.verdict == "error"), error)
+    return PodExplanation(
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid") or ""),
+        nodeName=(pod.get("spec") or {}).get("nodeName") or None,
+        deviceSelection=service.device_selection,
+        scoringPolicy=service.scoring.policy,
+        claims=summaries,
+        error=error,
+        nodes=verdicts,
+    )
 
 
 def _claim_summaries(
@@ -533,10 +573,15 @@ def _claim_summaries(
 
 
 def parse_object(body: bytes | str) -> dict[str, Any]:
-    """A JSON or YAML document: one ResourceClaim or ResourceClaimTemplate. Raises BadObject."""
+    """A JSON or YAML document: one ResourceClaim or ResourceClaimTemplate. Raises BadObject (status 413
+    for YAML beyond ``MAX_YAML_BYTES``)."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
+        if len(body) > MAX_YAML_BYTES:
+            raise BadObject(
+                f"a YAML body may have at most {MAX_YAML_BYTES} bytes (JSON: the body cap)", status=413
+            ) from None
         try:
             obj = load_yaml_document(body, "body")
         except ValueError as e:
@@ -575,6 +620,11 @@ def _what_if_claim(obj: Mapping[str, Any]) -> Claim:
     return parse_claim({"metadata": meta, "spec": spec})
 
 
+def _what_if(service: SchedulingService, body: bytes, node: str | None) -> WhatIfExplanation:
+    """Parse a what-if body and explain it. Raises BadObject, NotFound."""
+    return explain_object(service, parse_object(body), node)
+
+
 def explain_object(
     service: SchedulingService, obj: Mapping[str, Any], node: str | None = None
 ) -> WhatIfExplanation:
@@ -591,18 +641,18 @@ def explain_object(
             service._check_admin_access(claim)
         except AllocatorError as e:
             error = str(e)
-        else:
-            verdicts = [_node_verdict(service, target, [claim], "") for target in nodes]
-            error = next((v.reason for v in verdicts if v.verdict == "error"), "")
-        return WhatIfExplanation(
-            kind=str(obj["kind"]),
-            namespace=namespace,
-            name=name,
-            deviceSelection=service.device_selection,
-            scoringPolicy=service.scoring.policy,
-            error=error,
-            nodes=verdicts,
-        )
+    if not error:
+        verdicts = _each_node(service, nodes, lambda target: _node_verdict(service, target, [claim], ""))
+        error = next((v.reason for v in verdicts if v.verdict == "error"), "")
+    return WhatIfExplanation(
+        kind=str(obj["kind"]),
+        namespace=namespace,
+        name=name,
+        deviceSelection=service.device_selection,
+        scoringPolicy=service.scoring.policy,
+        error=error,
+        nodes=verdicts,
+    )
 
 
 # --- a claim ----------------------------------------------------------------------------------------------
@@ -735,6 +785,7 @@ def node_devices_view(service: SchedulingService, name: str) -> NodeDevices:
                     allocatedTo=inventory.holders(device.id),
                     inUse=inventory.is_allocated(device.id),
                     allowMultipleAllocations=device.allow_multiple_allocations,
+                    derivedAttributeErrors=inventory.derivation_errors_of(device),
                     consumesCounters=[
                         CounterConsumptionModel(
                             counterSet=c.counter_set,
@@ -797,9 +848,24 @@ _WHAT_IF_BODY = {
 }
 
 
-def explain_router(service: SchedulingService, max_body_bytes: int) -> APIRouter:
+def explain_router(service: SchedulingService, max_body_bytes: int, budget: BodyBudget) -> APIRouter:
     """The read-only explanation routes over ``service`` (sync routes run in the thread pool)."""
     router = APIRouter(prefix="/api/v1", tags=["explain"])
+    # One pod or what-if explanation at a time: each may search every node, and several in turn would
+    # keep filter and bind waiting for the lock between their nodes. A second one is refused at once.
+    running = threading.Lock()
+
+    def alone(view: Callable[..., _T], *args: Any) -> _T | JSONResponse:
+        if not running.acquire(blocking=False):
+            answer = _error(429, "another explanation is running; retry when it is done")
+            answer.headers["Retry-After"] = "1"
+            return answer
+        try:
+            return _or_404(view, *args)
+        except BadObject as e:
+            return _error(e.status, str(e))
+        finally:
+            running.release()
 
     @router.get(
         "/namespaces/{namespace}/pods/{name}/explain",
@@ -812,7 +878,7 @@ def explain_router(service: SchedulingService, max_body_bytes: int) -> APIRouter
         name: str,
         node: str | None = Query(None, description="explain only this node"),
     ) -> PodExplanation | JSONResponse:
-        return _or_404(explain_pod, service, namespace, name, node)
+        return alone(explain_pod, service, namespace, name, node)
 
     @router.get(
         "/namespaces/{namespace}/resourceclaims/{name}",
@@ -846,20 +912,12 @@ def explain_router(service: SchedulingService, max_body_bytes: int) -> APIRouter
     async def what_if(
         request: Request, node: str | None = Query(None, description="explain only this node")
     ) -> WhatIfExplanation | JSONResponse:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            return _error(413, f"request body exceeds {max_body_bytes} bytes")
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body_bytes:
-                return _error(413, f"request body exceeds {max_body_bytes} bytes")
         try:
-            obj = parse_object(body)
-            return await run_in_threadpool(explain_object, service, obj, node)
-        except BadObject as e:
-            return _error(400, str(e))
-        except NotFound as e:
-            return _error(404, str(e))
+            body = await read_body(request, max_body_bytes, budget)
+        except BodyRejected as e:
+            return _error(e.status, e.message)
+        # Parsed on a worker thread, in turn with the other explanations: a YAML body of megabytes takes
+        # seconds, which on the event loop would hold every probe and filter.
+        return await run_in_threadpool(alone, _what_if, service, body, node)
 
     return router

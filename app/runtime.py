@@ -74,8 +74,9 @@ class Runtime:
     service: SchedulingService
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    """Cluster-wide derived attributes that failed on a device (``<config>: device ...: ...``), to print at
-    startup; such a device fails the pods that reach it until the config or the device changes."""
+    """Cluster-wide derived attributes that failed on devices, one line per attribute with the count
+    (``<config>: derived attribute ...: failed on N devices, e.g. ...``), to print at startup; the
+    attribute is absent on those devices until the config or the device changes."""
     watcher: ConfigWatcher | None = None
     """Reloads the config file when it changes (None without ``config``); ``serve`` starts it."""
 
@@ -153,7 +154,7 @@ def build_runtime(
     service = SchedulingService(state, selectors)
     runtime = Runtime(Path(path), state, service, notes)
     if config is not None:
-        runtime.problems = [f"{config}: {problem}" for problem in state.inventory.derivation_errors()]
+        runtime.problems = [f"{config}: {problem}" for problem in state.inventory.derivation_summary()]
         runtime.watcher = watch_config(Path(config), service)
     return runtime
 

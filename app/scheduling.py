@@ -17,6 +17,9 @@
 * bind: decide on the chosen node (the kept decision while it is current), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
   claims and the pod (``app.binder``); the reservation is released once the write is done or failed.
+  One bind per pod at a time: while it writes, a second bind of the pod is refused and a filter of it
+  fails every node (kube-scheduler retries both once its ``httpTimeout`` passes), so neither can release
+  the first attempt's reservation or delete the extended-resource claim it has just created.
 
 Decisions hold one lock (the state is a single in-memory index); binder writes happen outside it.
 ``filter_quick`` / ``prioritize_quick`` are the same decisions for the caller's thread (the event loop):
@@ -27,6 +30,8 @@ allow.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import itertools
 import logging
 import threading
 import time
@@ -79,9 +84,11 @@ that on a busy 2-core node. They never search there (only counts, the reason fun
 where counts found enough, all linear in the devices), so with the default CEL engine this stays within a
 few milliseconds and probes stay responsive."""
 
-MAX_KEPT_RESULTS = 200_000
-"""Per-(pod, node) results kept between filter and bind; the oldest are dropped first. kube-scheduler
-filters one pod at a time, so this only bounds memory when many pods are filtered but never bound."""
+MAX_KEPT_DECISIONS = 200_000
+"""Per-pod views plus their private per-(pod, node) decisions kept between filter and bind, in total; the
+oldest pods' are dropped first. kube-scheduler filters one pod at a time, so this only bounds memory when
+many pods are filtered but never bound. A view keeps digests of the pod spec and claims, not copies (a
+pod spec can be a megabyte); a private decision holds one allocation result (a few hundred bytes)."""
 
 
 @dataclass(slots=True)
@@ -169,6 +176,7 @@ class _PodView:
     devices, nodes as kube-scheduler sent them, extended-resource claims, already-allocated claims).
     """
 
+    uid: str
     shape: bytes
     claims: tuple[str, ...]
     """Keys of the pending claims the decisions are for: a bind reuses them only for the same claims."""
@@ -220,7 +228,9 @@ class SchedulingService:
         self.lock = threading.RLock()
         self.binder: Binder = binder or StateBinder(state, self.lock)
         self._pods: dict[str, _PodView] = {}
-        """Per pod UID, the latest filter's view (oldest dropped first beyond MAX_KEPT_RESULTS pods)."""
+        """Per pod UID, the latest filter's view (oldest dropped first beyond MAX_KEPT_DECISIONS)."""
+        self._kept_count = 0
+        """Views plus their private decisions in ``_pods`` (bounded by MAX_KEPT_DECISIONS)."""
         self._decisions: dict[bytes, dict[str, _Decision]] = {}
         """Per (claims shape, node): pods with equal pending claim specs (one template) get equal
         decisions on a node whose version is unchanged, so most nodes are decided by one lookup."""
@@ -228,6 +238,12 @@ class SchedulingService:
         """Per claims shape, the last answer for a whole node list, patched node by node afterwards."""
         self._inflight: dict[str, str] = {}
         """Claim key -> pod key of binds writing a new allocation for that claim right now."""
+        self._binding: dict[str, str] = {}
+        """Pod key -> node of the bind writing that pod right now. kube-scheduler retries a bind whose
+        answer exceeded its ``httpTimeout`` and filters the pod again meanwhile: both must leave the
+        first attempt's reservation and the claims it is creating alone."""
+        self._attempts = itertools.count(1)
+        """Numbers bind attempts, so each reservation token belongs to the attempt that made it."""
         self.filter_time_budget = FILTER_TIME_BUDGET
 
     # --- helpers ----------------------------------------------------------------------------------
@@ -398,6 +414,13 @@ class SchedulingService:
                 n: f"pod is already bound to node {bound}" for n in node_names if n != bound
             }
             return outcome
+        binding = self._binding.get(pod_key(pod))
+        if binding:
+            # kube-scheduler gave up waiting for the bind and tries the pod again: the claims the bind is
+            # creating are not leftovers, and its devices are not free. The bind decides the outcome.
+            reason = f"pod {pod_key(pod)} is being bound to node {binding}; retry once that bind is done"
+            outcome.failed = dict.fromkeys(node_names, reason)
+            return outcome
         try:
             claims = pod_claims(pod, self.state.objects["ResourceClaim"])
         except ClaimNotReady as e:
@@ -445,17 +468,32 @@ class SchedulingService:
         """The pod's view for this filter: a new one or, with ``keep`` (prioritize and bind completing the
         last filter), the last one while it is for the same claims and pod spec, private decisions and all."""
         view = _PodView(
-            _shape(pending_claims), tuple(pc.key for pc in pending_claims), _spec_key(pod), shared
+            uid, _shape(pending_claims), tuple(pc.key for pc in pending_claims), _spec_key(pod), shared
         )
         last = self._pods.get(uid)
         wanted = (view.shape, view.claims, view.pod_spec, view.shared)
         if keep and last is not None and (last.shape, last.claims, last.pod_spec, last.shared) == wanted:
             return last
-        self._pods.pop(uid, None)
+        self._forget(uid)
         self._pods[uid] = view
-        if len(self._pods) > MAX_KEPT_RESULTS:
-            del self._pods[next(iter(self._pods))]
+        self._keep(1)
         return view
+
+    def kept_decisions(self) -> int:
+        """Per-pod views plus their private decisions kept (at most MAX_KEPT_DECISIONS), for metrics."""
+        return self._kept_count
+
+    def _forget(self, uid: str) -> None:
+        view = self._pods.pop(uid, None)
+        if view is not None:
+            self._kept_count -= 1 + len(view.private)
+
+    def _keep(self, count: int) -> None:
+        """``count`` more kept entries (a view, or private decisions of the newest views): drop the oldest
+        views while over MAX_KEPT_DECISIONS, never the newest (the one being filled)."""
+        self._kept_count += count
+        while self._kept_count > MAX_KEPT_DECISIONS and len(self._pods) > 1:
+            self._forget(next(iter(self._pods)))
 
     def _filter_shared(
         self,
@@ -594,9 +632,15 @@ class SchedulingService:
         ext = extended.claim_for_node(self._node_object(name, asked.nodes)) if extended else None
         claims = [*asked.pending, ext.claim] if ext else asked.pending
         decision = self._decide(node, claims, version, select=select or not view.shared, quick=quick)
+        rejected = self.state.inventory.invalid_slices(name)
+        if decision.results is None and rejected:
+            reason = f"{decision.reason}; slices not used: {'; '.join(rejected)}"
+            decision = dataclasses.replace(decision, reason=reason)
         if view.shared and not _has_share(decision.results):
             self._remember(view.shape, name, decision, claims)
         else:
+            if name not in view.private and self._pods.get(view.uid) is view:
+                self._keep(1)
             view.private[name] = (decision, ext)
         return decision
 
@@ -789,24 +833,31 @@ class SchedulingService:
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         """Allocate on ``node_name`` and write it through the binder. Raises BindError; then nothing
         is written and the devices are free again."""
+        key = f"{namespace}/{name}"
         with self.lock:
-            plan = self._bind_plan(f"{namespace}/{name}", uid, node_name)
+            if key in self._binding:
+                raise BindError(
+                    f"pod {key}: another bind of this pod is in progress (to {self._binding[key]})"
+                )
+            plan = self._bind_plan(key, uid, node_name)
             if plan is None:
                 return
-            token = f"bind:{pod_key(plan.pod)}"
+            token = f"bind:{next(self._attempts)}:{key}"
             allocating = [pc.key for pc, allocation in plan.claims if allocation is not None]
-            busy = [key for key in allocating if key in self._inflight]
+            busy = [claim for claim in allocating if claim in self._inflight]
             if busy:
                 raise BindError(f"claim {busy[0]} is being allocated for pod {self._inflight[busy[0]]}")
-            self._inflight.update(dict.fromkeys(allocating, pod_key(plan.pod)))
+            self._inflight.update(dict.fromkeys(allocating, key))
+            self._binding[key] = node_name
             self.state.inventory.reserve(token, self._plan_devices(plan))
         try:
             self.binder.bind(plan)
         finally:
             with self.lock:
                 self.state.inventory.release(token)
-                for key in allocating:
-                    self._inflight.pop(key, None)
+                self._binding.pop(key, None)
+                for claim in allocating:
+                    self._inflight.pop(claim, None)
 
     def _bind_plan(self, key: str, uid: str, node_name: str) -> BindPlan | None:
         """The decision for a bind, or None when the pod is already on that node (a retried bind)."""
@@ -846,7 +897,7 @@ class SchedulingService:
                 reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
                 raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
             kept = self._kept(pod_uid, node_name)  # None for a pod without claims
-        self._pods.pop(pod_uid, None)
+        self._forget(pod_uid)
         decision, ext = kept if kept is not None else (None, None)
         pending = iter(decision.results or () if decision is not None else ())
         planned = tuple((pc, None if _is_allocated(pc) else next(pending)) for pc in claims)
@@ -939,13 +990,20 @@ def _budget_reason(budget: float) -> str:
     return f"dra-extender: filter time budget ({budget:g} s) used up first"
 
 
+def _digest(data: bytes) -> bytes:
+    """16 bytes standing for ``data`` (kept per pod and shape instead of specs of up to megabytes)."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
 def _shape(claims: Sequence[PodClaim]) -> bytes:
     """The claims' specs, canonical: pods whose pending claims have equal specs get equal decisions."""
-    return b"\n".join(orjson.dumps(pc.claim.get("spec"), option=orjson.OPT_SORT_KEYS) for pc in claims)
+    return _digest(
+        b"\n".join(orjson.dumps(pc.claim.get("spec"), option=orjson.OPT_SORT_KEYS) for pc in claims)
+    )
 
 
 def _spec_key(pod: Mapping[str, Any]) -> bytes:
-    return orjson.dumps(pod.get("spec"), option=orjson.OPT_SORT_KEYS)
+    return _digest(orjson.dumps(pod.get("spec"), option=orjson.OPT_SORT_KEYS))
 
 
 def _is_allocated(pc: PodClaim) -> bool:

@@ -70,7 +70,17 @@ class ServerSettings:
 
     ssl_ca_certs: Path | None = None
     """PEM CA bundle: require and verify client certificates (mTLS; kube-scheduler ``tlsConfig.certFile`` /
-    ``keyFile``). The endpoint has no other authentication, so listen beyond loopback only with this."""
+    ``keyFile``). Without ``delegated_auth`` the endpoint has no other authentication, so listen beyond
+    loopback only with this. With it, certificates are optional (a bearer token also identifies)."""
+
+    delegated_auth: bool = False
+    """Authenticate callers with the API server (TokenReview, or a verified client certificate) and
+    authorize them: ``/scheduler/*`` only for ``scheduler_user``, ``/api/*`` by SubjectAccessReview
+    (``app.auth``). Cluster mode only. Off by default: the loopback sidecar needs none."""
+
+    scheduler_user: str = "system:kube-scheduler"
+    """The user allowed on ``/scheduler/*`` with ``delegated_auth`` (a token's username or a
+    certificate's CN; for a scheduler running as a service account: ``system:serviceaccount:NS:NAME``)."""
 
     def __post_init__(self) -> None:
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
@@ -197,9 +207,10 @@ class ClusterSettings:
     """How often claims are checked for orphaned allocations (and expired reservations)."""
 
     reservation_ttl_seconds: float = 600.0
-    """Devices written by a bind stay reserved until the ResourceClaim watch shows the write. If it never
-    does (watch broken and the write's outcome unknown), the reservation is dropped after this long, with
-    a warning: by then a relist has shown the claim's real state."""
+    """Devices written by a bind stay reserved until the ResourceClaim watch shows the write. A write whose
+    outcome is unknown (sent, never answered, the claim could not be re-read) that the index still does not
+    show after this long is taken as not done: its reservation is dropped, with a warning. A write the
+    server answered is never dropped this way."""
 
     scheduler_lease: str | None = None
     """``namespace/name`` of the leader-election Lease of the kube-scheduler this extender is a sidecar of.

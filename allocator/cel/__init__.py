@@ -90,6 +90,9 @@ class CELEngine(Protocol):
     """A CEL implementation of the DRA selector environment."""
 
     name: str
+    program_bytes_per_char: int
+    """Estimated memory of a compiled program per character of its expression (measured: a 9,856-char
+    expression grows the process by 1.18 MiB on cel-expr, 5.97 MiB on cel-python)."""
 
     def compile(self, expression: str) -> SelectorProgram:
         """Compile once. Raises CELCompileError for syntax/type errors, non-bool results, > 10 Ki text."""

@@ -583,6 +583,7 @@ class CelpyEngine:
     """``CELEngine`` evaluating with cel-python; compile checks come from the shared ``Frontend``."""
 
     name = "cel-python"
+    program_bytes_per_char = 635
 
     def __init__(self, frontend: Frontend | None = None) -> None:
         self._frontend = frontend or Frontend()

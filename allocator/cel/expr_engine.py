@@ -795,6 +795,7 @@ class ExprEngine:
     caller and by this engine respectively; all methods are thread-safe."""
 
     name = "cel-expr"
+    program_bytes_per_char = 126
 
     def __init__(self, frontend: Frontend | None = None) -> None:
         self._frontend = frontend or Frontend()

@@ -21,9 +21,11 @@ DRAResourceClaimDeviceStatus on, when a claim of the pod (allocated now or befor
 condition type is ``True`` in the claim's ``status.devices[]`` entry of that (driver, pool, device, shareID);
 it fails when one of the device's ``bindingFailureConditions`` is ``True``, when the pod's reservation or
 the claim goes away, or after ``binding_timeout_seconds``. The wait has its own budget (not
-``bind_timeout_seconds``), runs without the service lock, and the devices stay reserved meanwhile. Last,
-``POST pods/{name}/binding`` with the pod's UID as precondition; a 409 "already assigned to node X" is success
-only when X is the chosen node.
+``bind_timeout_seconds``), runs without the service lock, and the devices stay reserved meanwhile. Last, each
+claim of the pod is re-read (it must still have the UID the bind wrote, an allocation and the pod in
+``reservedFor``: a claim deleted and recreated under its name fails the bind), and
+``POST pods/{name}/binding`` is sent with the pod's UID as precondition; a 409 "already assigned to node
+X" is success only when X is the chosen node.
 
 Any failure rolls back what this bind wrote, newest first: the pod status patch, the reservedFor entry and
 the allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind
@@ -47,7 +49,7 @@ import copy
 import logging
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +103,8 @@ class _Journal:
     pod_status_patched: bool = False
     outcome_unknown: bool = False
     waits: list[_Wait] = field(default_factory=list)
+    reserved: list[tuple[str, str]] = field(default_factory=list)
+    """(key, UID) of every claim of the pod found or written reserved for it, checked before the binding."""
 
     def entry(self, key: str, uid: str) -> _Written:
         for written in self.claims:
@@ -165,6 +169,18 @@ def _check_claim(key: str, claim: Mapping[str, Any], uid: str) -> None:
         raise BindError(f"ResourceClaim {key} was replaced by a new claim of the same name")
     if meta.get("deletionTimestamp"):
         raise BindError(f"ResourceClaim {key} is being deleted")
+
+
+def _check_reserved(
+    key: str, claim: Mapping[str, Any], uid: str, pod_uid: str, when: str
+) -> Mapping[str, Any]:
+    """``claim``'s status; raises BindError unless it is still claim ``uid``, allocated and reserved for
+    pod ``pod_uid`` (``when``: words for the error)."""
+    _check_claim(key, claim, uid)
+    status = claim.get("status") or {}
+    if not status.get("allocation") or not _reserves(status, pod_uid):
+        raise BindError(f"ResourceClaim {key}: the pod's reservation was removed {when}")
+    return status
 
 
 def release_pod(
@@ -291,11 +307,14 @@ class KubeBinder:
                 if plan.extended is not None:
                     await self._bind_extended(plan.extended, plan, journal)
                 if not journal.waits:
+                    await self._check_before_binding(plan, journal, ())
                     await self._post_binding(plan, journal)
             if journal.waits:
                 await self._await_binding_conditions(plan, journal)
                 # The binding gets a budget of its own after the wait.
                 async with self.clock.timeout(self.settings.bind_timeout_seconds):
+                    # The wait's last poll has just read its claims.
+                    await self._check_before_binding(plan, journal, {wait.key for wait in journal.waits})
                     await self._post_binding(plan, journal)
         except (BindError, KubeAPIError, TimeoutError) as e:
             message = (
@@ -352,6 +371,7 @@ class KubeBinder:
                 if _reserves(status, pod_uid):
                     self._check_node(key, status["allocation"], plan.node)
                     self._note_wait(journal, key, _uid(claim) or uid, status["allocation"])
+                    journal.reserved.append((key, _uid(claim) or uid))
                     return  # written by an earlier attempt of this bind
                 if allocation is not None:
                     raise BindError(f"ResourceClaim {key} got allocated elsewhere in the meantime")
@@ -381,10 +401,11 @@ class KubeBinder:
                 written.status_written = True
                 written.allocated = allocation is not None
                 if devices:
-                    self.reservations.hold(key, devices, stale, created=created)
+                    self.reservations.hold(key, devices, stale, created=created, confirmed=unanswered is None)
                 if unanswered is not None:
                     raise unanswered
                 self._note_wait(journal, key, written.uid, body["status"]["allocation"])
+                journal.reserved.append((key, written.uid))
                 return
             except ConflictError as e:
                 last = e
@@ -498,10 +519,7 @@ class KubeBinder:
             # Transient (the API server restarting, a timeout): ask again at the next poll.
             log.warning("ResourceClaim %s: reading binding conditions: %s", wait.key, e)
             return [p for p in before if p[0] == wait.key]
-        _check_claim(wait.key, claim, wait.uid)
-        status = claim.get("status") or {}
-        if not status.get("allocation") or not _reserves(status, pod_uid):
-            raise BindError(f"ResourceClaim {wait.key}: the pod's reservation was removed during the wait")
+        status = _check_reserved(wait.key, claim, wait.uid, pod_uid, "during the wait")
         pending: list[_Pending] = []
         for result in wait.results:
             conditions = {
@@ -523,6 +541,16 @@ class KubeBinder:
             if missing:
                 pending.append((wait.key, _device_label(result), missing))
         return pending
+
+    async def _check_before_binding(self, plan: BindPlan, journal: _Journal, read: Container[str]) -> None:
+        """Re-read every claim of the pod (but those just ``read``) right before the binding. A claim deleted
+        and recreated under its name (or released) meanwhile would let the pod start without its devices:
+        raises BindError."""
+        pod_uid = _uid(plan.pod)
+        for key, uid in journal.reserved:
+            if key in read:
+                continue
+            _check_reserved(key, await self._fresh(key), uid, pod_uid, "before the pod was bound")
 
     async def _post_binding(self, plan: BindPlan, journal: _Journal) -> None:
         meta = _meta(plan.pod)

@@ -124,6 +124,16 @@ CORE_PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 COORDINATION_LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 
 
+async def review(client: Any, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST a TokenReview / SubjectAccessReview ``body`` (``tokenreviews``, ``subjectaccessreviews``) and
+    return the answer, for ``app.auth``. Raises KubeAPIError."""
+    group = str(body["apiVersion"]).split("/")[0]
+    answer: dict[str, Any] = await client.create(
+        Resource(group, "v1", plural, str(body["kind"]), namespaced=False), None, body
+    )
+    return answer
+
+
 def kubeconfig_path(explicit: Path | None) -> Path | None:
     """``explicit``, else the first entry of ``$KUBECONFIG``, else None (in-cluster configuration)."""
     if explicit is not None:

@@ -7,7 +7,9 @@ One ``Informer`` per kind (Namespace, Node, Pod, and the ``resource.k8s.io`` kin
    no longer has (deleted while disconnected), remember the list's resourceVersion; the informer is then
    *synced*.
 2. **Watch** from that resourceVersion with bookmarks. ADDED / MODIFIED apply the object, DELETED removes
-   it, BOOKMARK only advances the resourceVersion; every event's resourceVersion is remembered.
+   it, BOOKMARK only advances the resourceVersion; every event's resourceVersion is remembered. An object
+   whose resourceVersion is not newer than the indexed one (a replayed or reordered event) is ignored, as
+   is the deletion of an older object of that name.
 3. The stream ends (server ``timeoutSeconds``), drops, or stays silent past the no-event deadline
    (``ClusterSettings.watch_idle_seconds``: a dead connection) → watch again from the last resourceVersion,
    no relist.
@@ -18,7 +20,9 @@ One ``Informer`` per kind (Namespace, Node, Pod, and the ``resource.k8s.io`` kin
 ``resource.k8s.io`` objects are converted to v1 (``app.convert.to_v1``) from whichever version the server
 serves (``discover_dra``: v1, else v1beta2, v1beta1, v1alpha3, per kind). An object that does not convert
 or parse is logged and skipped; the previous version of it stays (for a ResourceClaim, forgetting its
-allocation would free devices still in use). ``metadata.managedFields`` are dropped on arrival.
+allocation would free devices still in use), except for a ResourceSlice: its previous devices are dropped
+and the node's filter reasons name the slice and the field (``ClusterState.reject``).
+``metadata.managedFields`` are dropped on arrival.
 
 Every change is applied holding the scheduling service's lock, so filter and bind see either the old or
 the new object, never a half-applied one. ``observers`` are called under the same lock after each change
@@ -166,6 +170,8 @@ class InformerStats:
     idle_timeouts: int = 0
     errors: int = 0
     skipped: int = 0
+    stale: int = 0
+    """Events not newer than the indexed object (ignored)."""
     last_error: str = ""
     waits: list[float] = field(default_factory=list)
 
@@ -241,15 +247,18 @@ class Informer:
                 continue
             meta = page.get("metadata") or {}
             resource_version = str(meta.get("resourceVersion") or resource_version)
-            objects = [o for o in (self._convert(item) for item in page.get("items") or ()) if o is not None]
+            items = page.get("items") or ()
+            # Listed but unusable counts as seen too: a rejected slice keeps its reason.
+            seen.update(object_key(self.kind, item) for item in items)
+            objects = [o for o in (self._convert(item) for item in items) if o is not None]
             with self.lock:
                 for obj in objects:
-                    seen.add(self._apply(obj))
+                    self._apply(obj)
             continue_ = meta.get("continue") or None
             if not continue_:
                 break
         with self.lock:
-            for key in [k for k in self.state.objects[self.kind] if k not in seen]:
+            for key in [k for k in self.state.keys(self.kind) if k not in seen]:
                 self.state.remove(self.kind, key)
                 self._notify(key, None)
         self.resource_version = resource_version
@@ -305,8 +314,11 @@ class Informer:
             self.stats.events += 1
             key = object_key(self.kind, obj)
             with self.lock:
-                self.state.remove(self.kind, key)
-                self._notify(key, None)
+                if 0 <= _version(obj) < _version(self.state.get(self.kind, key)):
+                    self.stats.stale += 1  # the deletion of an earlier object of that name
+                else:
+                    self.state.remove(self.kind, key)
+                    self._notify(key, None)
         else:
             log.warning("%s: unknown watch event type %r", self.kind, kind)
         if version:
@@ -325,12 +337,22 @@ class Informer:
             return to_v1(obj)
         except ConversionError as e:
             self.stats.skipped += 1
-            log.warning("%s %s: skipped: %s", self.kind, object_key(self.kind, obj), e)
+            key = object_key(self.kind, obj)
+            log.warning("%s %s: skipped: %s", self.kind, key, e)
+            with self.lock:
+                self.state.reject(self.kind, obj, f"{self.kind} {key}: {e}")
             return None
 
     def _apply(self, obj: dict[str, Any]) -> str:
         """Apply under the (held) lock; returns the key. A parse error is logged; the old object stays."""
         key = object_key(self.kind, obj)
+        version = _version(obj)
+        if version >= 0 and version <= _version(self.state.get(self.kind, key)):
+            # Not newer than what the index holds (a replayed or reordered event): applying it would roll
+            # the object back, e.g. free an allocated claim's devices. kube-scheduler's assume cache skips
+            # these the same way.
+            self.stats.stale += 1
+            return key
         try:
             self.state.apply(self.kind, obj)
         except InvalidInputError as e:
@@ -343,6 +365,16 @@ class Informer:
     def _notify(self, key: str, obj: Mapping[str, Any] | None) -> None:
         for observer in self.observers:
             observer(self.kind, key, obj)
+
+
+def _version(obj: Mapping[str, Any] | None) -> int:
+    """``metadata.resourceVersion`` as the integer the API server writes (as kube-scheduler's assume cache
+    reads it); -1 when absent or not an integer, which compares older than every version."""
+    version = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(version)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return -1
 
 
 class Informers:

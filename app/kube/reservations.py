@@ -12,8 +12,11 @@ stale (a watch event or a relist), or the claim disappears, the reservation is r
 claim's own allocation holds the devices (or, after a rollback, nothing does). ``hold`` on a claim the index
 already shows at a newer version does nothing (the watch was faster than the binder).
 
-A reservation the watch never confirms (it only happens when the write's outcome is unknown and the watch is
-down) expires after ``ttl`` seconds, with a warning; ``expire`` is called by the recovery loop.
+A write the server answered stays reserved however long the watch is silent: the write is there, and
+dropping the reservation would hand its devices out again before the index shows them. Only a write whose
+outcome is unknown (sent, no answer, and the rollback could not re-read the claim: ``confirmed=False``)
+expires after ``ttl`` seconds, with a warning: by then replaced watches (their replay) or a relist would
+have shown the write had it landed. ``expire`` is called by the recovery loop.
 
 Not thread-safe by itself: every method runs under the scheduling service's lock (``observe`` is an
 informer observer, called with the lock held).
@@ -41,6 +44,7 @@ class _Held:
     devices: tuple[AllocatedDevice, ...]
     stale: frozenset[str]
     since: float
+    confirmed: bool
 
 
 def _version(obj: Mapping[str, Any] | None) -> str:
@@ -64,11 +68,18 @@ class WrittenReservations:
         return f"written:{key}"
 
     def hold(
-        self, key: str, devices: tuple[AllocatedDevice, ...], stale: Iterable[str], *, created: bool = False
+        self,
+        key: str,
+        devices: tuple[AllocatedDevice, ...],
+        stale: Iterable[str],
+        *,
+        created: bool = False,
+        confirmed: bool = True,
     ) -> bool:
         """Reserve ``devices`` for claim ``key`` until a non-stale version of it is seen. Returns False (and
         reserves nothing) when the index already has a newer version. ``created``: the bind created the
-        claim, so the index may not have it at all yet."""
+        claim, so the index may not have it at all yet. ``confirmed``: the server answered the write (else
+        the reservation may expire, see the module docstring)."""
         stale_set = frozenset(v for v in stale if v)
         with self.lock:
             current = self.state.get("ResourceClaim", key)
@@ -76,7 +87,7 @@ class WrittenReservations:
                 return False
             if current is not None and _version(current) not in stale_set:
                 return False
-            self._held[key] = _Held(devices, stale_set, self.clock.now())
+            self._held[key] = _Held(devices, stale_set, self.clock.now(), confirmed)
             self.state.inventory.reserve(self.token(key), devices)
             return True
 
@@ -97,13 +108,17 @@ class WrittenReservations:
             self.state.inventory.release(self.token(key))
 
     def expire(self) -> list[str]:
-        """Drop reservations older than ``ttl``; returns their claim keys."""
+        """Drop reservations of unconfirmed writes older than ``ttl``; returns their claim keys."""
         now = self.clock.now()
         with self.lock:
-            old = [key for key, held in self._held.items() if now - held.since >= self.ttl]
+            old = [
+                key for key, held in self._held.items() if not held.confirmed and now - held.since >= self.ttl
+            ]
             for key in old:
                 log.warning(
-                    "ResourceClaim %s: the watch never showed the bind's write; reservation dropped", key
+                    "ResourceClaim %s: a write with unknown outcome never showed in the index; "
+                    "reservation dropped",
+                    key,
                 )
                 del self._held[key]
                 self.state.inventory.release(self.token(key))

@@ -23,6 +23,7 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
 from app.cluster import ClusterState
+from app.derivationlog import DerivationLog
 from app.kube.binder import KubeBinder
 from app.kube.client import KubeClient
 from app.kube.clock import Clock, SystemClock
@@ -78,6 +79,7 @@ class ClusterRuntime:
             clock=self.clock,
             leader=SchedulerLease(client, settings.scheduler_lease, identity),
         )
+        self.derivation_log = DerivationLog(self.state.inventory, lock)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def connect(self) -> None:
@@ -106,7 +108,14 @@ class ClusterRuntime:
         claims = self.informers.resources["ResourceClaim"]
         self.binder.claims = claims
         self.releaser.claims = claims
-        await self.releaser.run()
+        await asyncio.gather(self.releaser.run(), self._report_derivation_errors())
+
+    async def _report_derivation_errors(self) -> None:
+        """Log cluster-wide derived attribute errors as slices bring them (``app.derivationlog``), at the
+        orphan check's pace."""
+        while True:
+            await self.clock.sleep(self.settings.orphan_check_interval_seconds)
+            self.derivation_log.report()
 
     def ready(self) -> bool:
         return self.informers.synced

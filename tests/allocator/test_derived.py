@@ -397,28 +397,40 @@ def test_changing_cluster_attributes_rederives_devices():
     assert world.allocate(c) is None
 
 
-def test_cluster_attribute_runtime_error_fails_only_pods_that_reach_the_device():
-    slices = [slice_("gpus", GPU, "node-1", [device("gpu-0"), device("gpu-1", numa=1)]), nics(0)]
+def test_a_cluster_attribute_runtime_error_leaves_the_attribute_absent_and_is_summarised_once():
+    slices = [
+        slice_("gpus", GPU, "node-1", [device("gpu-0"), device("gpu-1", numa=1), device("gpu-2")]),
+        nics(0),
+    ]
     world = with_cluster_attributes(World(slices=slices, classes=CLASSES), CLUSTER_NUMA)
-    problem = (
-        f"device {GPU}/node-1/gpu-0: derived attribute example.com/numa (t: derivedAttributes[0]): "
-        f"CEL runtime error: no such key: numa (expression '{NUMA}')"
-    )
-    assert world.inventory.derivation_errors() == [problem]
-    # A NIC pod never reaches a GPU for its class: unaffected.
-    assert picked(world.allocate(claim("n", request("nic", NIC_CLASS)))) == [[("nic", "nic-0")]]
-    # A GPU pod reaches gpu-0 first: fatal, with the recorded message.
-    with pytest.raises(CELEvalError) as error:
-        world.allocate(claim("g", request("gpu", GPU_CLASS)))
-    assert str(error.value) == problem
-    # Fixing the device (a new slice revision) clears the error.
+    problem = "CEL runtime error: no such key: numa (expression '" + NUMA + "')"
+    label = "derived attribute example.com/numa (t: derivedAttributes[0])"
+    assert world.inventory.derivation_errors() == [
+        f"device {GPU}/node-1/gpu-0: {label}: {problem}",
+        f"device {GPU}/node-1/gpu-2: {label}: {problem}",
+    ]
+    assert world.inventory.derivation_summary() == [
+        f"{label}: failed on 2 devices, e.g. device {GPU}/node-1/gpu-0: {problem}"
+    ]
+    # Not fatal for anyone: a plain GPU request takes gpu-0 (the attribute does not matter to it) ...
+    assert picked(world.allocate(claim("g", request("gpu", GPU_CLASS)))) == [[("gpu", "gpu-0")]]
+    # ... and one that needs the attribute finds it only on gpu-1.
+    has_one = '"numa" in device.attributes["example.com"] && device.attributes["example.com"].numa == 1'
+    pinned = claim("p", request("gpu", GPU_CLASS, selectors=[{"cel": {"expression": has_one}}]))
+    assert picked(world.allocate(pinned)) == [[("gpu", "gpu-1")]]
+    # Fixing the devices (a new slice revision) clears the errors.
     world.inventory.upsert_slice(
         parse_resource_slice(
-            slice_("gpus", GPU, "node-1", [device("gpu-0", numa=0), device("gpu-1", numa=1)])
+            slice_(
+                "gpus",
+                GPU,
+                "node-1",
+                [device("gpu-0", numa=0), device("gpu-1", numa=1), device("gpu-2", numa=0)],
+            )
         )
     )
     assert world.inventory.derivation_errors() == []
-    assert picked(world.allocate(claim("g", request("gpu", GPU_CLASS)))) == [[("gpu", "gpu-0")]]
+    assert world.inventory.derivation_summary() == []
 
 
 def test_first_entry_in_scope_decides_a_name_defined_twice():

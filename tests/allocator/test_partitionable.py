@@ -14,6 +14,7 @@ import pytest
 
 from allocator.errors import NodeLocalError
 from allocator.features import FeatureGates
+from allocator.model import parse_resource_slice
 from tests.allocator.builders import (
     CLASS_A,
     DRIVER_A,
@@ -100,6 +101,26 @@ def test_consumption_of_allocated_partitions_is_subtracted():
     world.allocated("default/third", result("x", "gpu-0-half-1", pool=POOL))
     # Nothing left, the quarter (20Gi) included.
     assert world.allocate(claim("c", request("gpu"))) is None
+
+
+def test_an_allocated_device_republished_away_keeps_consuming_its_counter_set():
+    world = World(slices=gpu_with_halves()).allocated("default/other", result("x", "gpu-0-half-0", pool=POOL))
+    # The driver republishes the devices without half-0 (still allocated): its 40Gi / 4 slices stay used,
+    # so only half-1 fits, and after it nothing (without the rule, gpu-0's 80Gi would fit beside half-0).
+    cs = "gpu-0-cs"
+    without = devices(
+        "b-devices",
+        part("gpu-0", (cs, {"memory": "80Gi", "slices": "8"})),
+        part("gpu-0-half-1", (cs, {"memory": "40Gi", "slices": "4"})),
+        part("gpu-0-quarter-0", (cs, {"memory": "20Gi", "slices": "2"})),
+        count=2,
+    )
+    world.inventory.upsert_slice(parse_resource_slice(without))
+    assert world.allocate(claim("c", request("gpu", count=2))) is None
+    assert picked(world.allocate(claim("c", request("gpu")))) == [[("gpu", "gpu-0-half-1")]]
+    # Released: the whole set is free again.
+    world.inventory.set_allocation("default/other", ())
+    assert picked(world.allocate(claim("c", request("gpu")))) == [[("gpu", "gpu-0")]]
 
 
 def test_counters_are_shared_by_the_claims_of_one_attempt():

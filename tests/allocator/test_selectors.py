@@ -11,7 +11,7 @@ from allocator.cel import CELDevice, Version
 from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import CELCompileError, CELEvalError, InvalidInputError
 from allocator.model import parse_device_class, parse_resource_slice
-from allocator.selectors import SelectorCache
+from allocator.selectors import PROGRAM_BASE_BYTES, SelectorCache
 from tests.allocator.builders import (
     CLASS_A,
     DRIVER_A,
@@ -248,3 +248,20 @@ def test_an_optional_is_a_cel_error_as_a_value_or_a_selector(engine, expression)
     for compile_program in (engine.compile_value, engine.compile):
         with pytest.raises((CELCompileError, CELEvalError)):
             compile_program(expression).evaluate(DEVICE)
+
+
+def test_compiled_programs_are_bounded_by_their_estimated_bytes():
+    # Five 10 Ki-long expressions (the API's maximum) with room for three: the two oldest go.
+    engine = ExprEngine()
+    expressions = [f"{i} == {i}" + " && true" * 1278 for i in range(5)]
+    assert all(10_200 < len(e) <= 10_240 for e in expressions)
+    cost = PROGRAM_BASE_BYTES + len(expressions[0]) * engine.program_bytes_per_char
+    cache = SelectorCache(engine, max_program_bytes=3 * cost + cost // 2)
+    for expression in expressions:
+        cache.program(expression)
+    report = cache.report()
+    assert report["selector_expressions"] == 3
+    assert report["program_bytes"] == 3 * cost
+    # A dropped one compiles again.
+    cache.program(expressions[0])
+    assert cache.report()["compiles"] == 6

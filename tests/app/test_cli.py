@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from app.cli import main
+from app.httpserver import IdleClosingH11Protocol
 from tests.builders import claim, claim_template, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"
@@ -240,12 +241,33 @@ def test_serve_prints_a_banner_and_runs_one_uvicorn_worker(capsys, monkeypatch, 
     assert code == 0
     [(app, kwargs)] = calls
     assert isinstance(app, FastAPI)
-    assert kwargs == {"host": "127.0.0.1", "port": 9999, "log_level": "warning", "workers": 1}
+    assert kwargs == {
+        "host": "127.0.0.1",
+        "port": 9999,
+        "log_level": "warning",
+        "workers": 1,
+        "http": IdleClosingH11Protocol,
+        "timeout_keep_alive": 5,
+    }
     assert "3 nodes, 2 ResourceSlices (3 devices), 4 ResourceClaims, 5 pending pods" in err
     assert "http://127.0.0.1:9999/scheduler" in err
     assert "curl -s http://127.0.0.1:9999/healthz" in err
     # The bind example names the first pending pod and a node it fits on.
     assert '"PodName":"a-template"' in err and '"Node":"n1"' in err
+
+
+def tls_files(directory: Path) -> tuple[Path, Path, Path, Path]:
+    """A server certificate, its key, the CA that issued it, and the key of another certificate."""
+    import trustme
+
+    authority = trustme.CA()
+    issued, other = authority.issue_cert("127.0.0.1"), authority.issue_cert("127.0.0.1")
+    paths = [directory / name for name in ("c.pem", "k.pem", "ca.pem", "other-k.pem")]
+    issued.cert_chain_pems[0].write_to_path(str(paths[0]))
+    issued.private_key_pem.write_to_path(str(paths[1]))
+    authority.cert_pem.write_to_path(str(paths[2]))
+    other.private_key_pem.write_to_path(str(paths[3]))
+    return paths[0], paths[1], paths[2], paths[3]
 
 
 def test_serve_passes_the_tls_flags_to_uvicorn(capsys, monkeypatch, state_dir, tmp_path):
@@ -255,7 +277,7 @@ def test_serve_passes_the_tls_flags_to_uvicorn(capsys, monkeypatch, state_dir, t
 
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
-    cert, key, ca = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca.pem"
+    cert, key, ca, _ = tls_files(tmp_path)
     argv = ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--ssl-ca-certs", str(ca)]
     assert main(["serve", "--state", str(state_dir), "--port", "9999", *argv]) == 0
     [kwargs] = calls
@@ -267,6 +289,37 @@ def test_serve_passes_the_tls_flags_to_uvicorn(capsys, monkeypatch, state_dir, t
     assert "both or neither" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flag", "problem"),
+    [
+        ("--ssl-certfile", "missing"),
+        ("--ssl-keyfile", "missing"),
+        ("--ssl-ca-certs", "missing"),
+        ("--ssl-keyfile", "mismatched"),
+        ("--ssl-ca-certs", "not PEM"),
+        ("--ssl-certfile", "not PEM"),
+    ],
+)
+def test_serve_with_an_unusable_tls_file_exits_2_naming_the_flag_before_loading_the_state(
+    capsys, monkeypatch, state_dir, tmp_path, flag, problem
+):
+    import uvicorn
+
+    from app import cli
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
+    monkeypatch.setattr(cli, "_runtime", lambda settings: pytest.fail("must not load the state first"))
+    cert, key, ca, other_key = tls_files(tmp_path)
+    files = {"--ssl-certfile": cert, "--ssl-keyfile": key, "--ssl-ca-certs": ca}
+    bad = {"missing": tmp_path / "absent.pem", "mismatched": other_key, "not PEM": state_dir / "cluster.yaml"}
+    files[flag] = bad[problem]
+    argv = [part for name, path in files.items() for part in (name, str(path))]
+    assert main(["serve", "--state", str(state_dir), *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} {files[flag]}" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("argv", [["--port", "0"], ["--max-body-bytes", "0"], ["--log-level", "loud"]])
 def test_serve_bad_flags_exit_2(capsys, monkeypatch, state_dir, argv):
     import uvicorn
@@ -274,3 +327,22 @@ def test_serve_bad_flags_exit_2(capsys, monkeypatch, state_dir, argv):
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
     assert main(["serve", "--state", str(state_dir), *argv]) == 2
     assert capsys.readouterr().err
+
+
+def test_delegated_auth_needs_cluster_mode_and_makes_client_certificates_optional(
+    capsys, monkeypatch, state_dir, tmp_path
+):
+    import ssl
+
+    import uvicorn
+
+    from app.cli import _ssl_options
+    from app.settings import ServerSettings
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
+    assert main(["serve", "--state", str(state_dir), "--delegated-auth"]) == 2
+    assert "--delegated-auth needs cluster mode" in capsys.readouterr().err
+    cert, key, ca, _ = tls_files(tmp_path)
+    tls = {"ssl_certfile": cert, "ssl_keyfile": key, "ssl_ca_certs": ca}
+    assert _ssl_options(ServerSettings(**tls))["ssl_cert_reqs"] == ssl.CERT_REQUIRED
+    assert _ssl_options(ServerSettings(**tls, delegated_auth=True))["ssl_cert_reqs"] == ssl.CERT_OPTIONAL

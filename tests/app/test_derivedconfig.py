@@ -84,20 +84,20 @@ def test_selectors_see_config_attributes(state_dir: Path, tmp_path: Path):
     assert (outcome.passed, outcome.error) == (["n1", "n2"], "")
 
 
-def test_runtime_errors_are_reported_at_startup_and_fail_pods_reaching_the_device(
-    state_dir: Path, tmp_path: Path
-):
+def test_runtime_errors_are_summarised_at_startup_and_fail_no_pod(state_dir: Path, tmp_path: Path):
     # Unscoped: the NIC has no "numa" in the gpu domain.
     broken = {"name": "example.com/numa", "expression": f'device.attributes["{GPU}"].numa'}
     config = write(tmp_path / "derived.yaml", [broken])
     runtime = build_runtime(state_dir, config=config)
     assert runtime.problems == [
-        f"{config}: device {NIC}/n1/nic-0: derived attribute example.com/numa (derived.yaml: "
-        "derivedAttributes[0]): CEL runtime error: no such key: numa "
+        f"{config}: derived attribute example.com/numa (derived.yaml: derivedAttributes[0]): failed on 1 "
+        f"device, e.g. device {NIC}/n1/nic-0: CEL runtime error: no such key: numa "
         f"(expression 'device.attributes[\"{GPU}\"].numa')"
     ]
+    # Not an error for the pod: the NIC simply lacks the attribute its constraint matches on.
     outcome = runtime.service.filter(runtime.state.get("Pod", f"{NS}/p"), ["n1"])
-    assert outcome.error == runtime.problems[0].removeprefix(f"{config}: ")
+    assert (outcome.error, outcome.passed) == ("", [])
+    assert "example.com/numa" in {**outcome.failed, **outcome.unresolvable}["n1"]
 
 
 def test_bad_config_stops_startup_naming_file_and_field(state_dir: Path, tmp_path: Path):
@@ -244,7 +244,8 @@ def test_simulate_reports_config_problems(
     config = write(tmp_path / "derived.yaml", [{"name": "example.com/numa", "expression": '{"a": 1}["b"]'}])
     assert main(["simulate", "--state", str(state_dir), "--config", str(config)]) == 0
     err = capsys.readouterr().err
-    assert err.count("dra-extender: error: ") == 4  # every device of the state
+    assert err.count("dra-extender: error: ") == 1  # one line for the attribute ...
+    assert "failed on 4 devices" in err  # ... counting every device of the state
     bad = write(tmp_path / "bad.yaml", text="derivedAttributes: 3\n")
     assert main(["simulate", "--state", str(state_dir), "--config", str(bad)]) == 2
     assert "bad.yaml: derivedAttributes: must be a list" in capsys.readouterr().err
@@ -267,3 +268,47 @@ def test_an_empty_config_clears_the_previous_runtime_errors(state_dir: Path, tmp
     # No runtime error any more: without the attribute the pod's constraint simply cannot be met.
     assert (outcome.passed, outcome.error) == ([], "")
     assert "derived attribute" not in outcome.failed["n1"]
+
+
+def test_validate_checks_a_state_directory_and_a_config_file(
+    state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    good = write(tmp_path / "good.yaml", [GPU_NUMA, NIC_NUMA])
+    assert main(["validate", "--state", str(state_dir), "--config", str(good)]) == 0
+    assert capsys.readouterr().out == (
+        f"{state_dir}: valid (2 nodes, 3 ResourceSlices, 4 devices, 1 ResourceClaims, 1 pending pods)\n"
+        f"{good}: valid (2 derived attributes, no runtime errors on the state's devices)\n"
+    )
+    assert main(["validate", "--config", str(good)]) == 0
+    assert capsys.readouterr().out == f"{good}: valid (2 derived attributes)\n"
+    # Runtime errors on devices: usable, but said once per attribute, and exit 1.
+    failing = write(tmp_path / "failing.yaml", [{"name": "example.com/numa", "expression": '{"a": 1}["b"]'}])
+    assert main(["validate", "--state", str(state_dir), "--config", str(failing)]) == 1
+    out, err = capsys.readouterr()
+    assert f"{failing}: 1 derived attributes, runtime errors on the state's devices:" in out
+    assert "failed on 4 devices" in out and err == ""
+    # Unusable input: exit 2 naming the file and field.
+    bad = write(tmp_path / "bad.yaml", text="derivedAttributes: 3\n")
+    assert main(["validate", "--config", str(bad)]) == 2
+    assert "bad.yaml: derivedAttributes: must be a list" in capsys.readouterr().err
+    (state_dir / "broken.yaml").write_text("apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nspec: 3\n")
+    assert main(["validate", "--state", str(state_dir)]) == 2
+    assert "broken.yaml" in capsys.readouterr().err
+    assert main(["validate"]) == 2
+    assert "validate needs --state DIR, --config FILE or both" in capsys.readouterr().err
+
+
+async def test_metrics_count_the_devices_each_derived_attribute_failed_on(state_dir: Path, tmp_path: Path):
+    import httpx
+
+    from app.api import create_app
+    from app.settings import Settings
+
+    broken = {"name": "example.com/numa", "expression": f'device.attributes["{GPU}"].numa'}
+    runtime = build_runtime(state_dir, config=write(tmp_path / "derived.yaml", [broken]))
+    app = create_app(runtime.service, Settings(state_dir))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as http:
+        text = (await http.get("/metrics")).text
+    label = "derived attribute example.com/numa (derived.yaml: derivedAttributes[0])"
+    assert f'dra_extender_derived_attribute_errors{{attribute="{label}"}} 1\n' in text
+    assert "dra_extender_kept_pod_decisions 0\n" in text

@@ -3,8 +3,10 @@ funnels, allocations and scores; claim and node views; what-if; nothing is ever 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import shutil
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -569,3 +571,124 @@ async def test_explaining_every_node_stops_at_the_time_budget(client, demo):
     assert response.status_code == 200
     reasons = [n["reason"] for n in response.json()["nodes"]]
     assert reasons and all(r.startswith("not explained: the time budget ran out") for r in reasons)
+
+
+async def test_what_if_stops_at_the_time_budget(client, demo):
+    demo.service.filter_time_budget = -1.0
+    response = await client.post("/api/v1/explain", content=orjson.dumps(template_claim("single-gpu")))
+    assert response.status_code == 200
+    reasons = [n["reason"] for n in response.json()["nodes"]]
+    assert len(reasons) == 3
+    assert all(r.startswith("not explained: the time budget ran out") for r in reasons)
+
+
+class _SpyLock:
+    """The service lock, recording how deep the explaining thread holds it at each node it explains."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.depth = 0
+        self.entered = 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.depth += 1
+        self.entered += 1 if self.depth == 1 else 0
+
+    def __exit__(self, *exc: object) -> None:
+        self.depth -= 1
+        self.lock.release()
+
+    def acquire(self, blocking: bool = True) -> bool:
+        return self.lock.acquire(blocking)
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+@pytest.mark.parametrize("what", ["pod", "what-if"])
+def test_explanations_hold_the_lock_for_one_node_at_a_time(demo, monkeypatch, what):
+    # Filter and bind must not wait for a whole explanation: the lock is taken per node and released in
+    # between, so a scheduling call waits for one node's explanation at most.
+    from app import explain_api
+
+    spy = _SpyLock()
+    demo.service.lock = spy  # type: ignore[assignment]
+    seen: list[tuple[int, int]] = []
+    real = explain_api._node_verdict
+
+    def verdict(service: Any, node: Any, pending: Any, blocked: str) -> Any:
+        seen.append((spy.depth, spy.entered))
+        return real(service, node, pending, blocked)
+
+    monkeypatch.setattr(explain_api, "_node_verdict", verdict)
+    if what == "pod":
+        explain_pod(demo.service, "demo", "gpu-single")
+    else:
+        explain_object(demo.service, parse_object(orjson.dumps(template_claim("single-gpu"))))
+    assert len(seen) == 3  # three nodes
+    assert all(depth >= 1 for depth, _ in seen)  # each explained under the lock
+    entries = [entered for _, entered in seen]
+    assert entries == sorted(set(entries))  # ... taken anew for every node: released in between
+
+
+async def test_a_second_explanation_while_one_runs_is_refused_at_once(demo, monkeypatch):
+    from app import explain_api
+
+    started, finish = threading.Event(), threading.Event()
+    real = explain_api._node_verdict
+
+    def slow(service: Any, node: Any, pending: Any, blocked: str) -> Any:
+        started.set()
+        finish.wait(5)
+        return real(service, node, pending, blocked)
+
+    monkeypatch.setattr(explain_api, "_node_verdict", slow)
+    app = create_app(demo.service, Settings(DEMO))
+    body = orjson.dumps(template_claim("single-gpu"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        first = asyncio.create_task(c.post("/api/v1/explain", content=body))
+        await asyncio.to_thread(started.wait, 30)
+        second = await c.post("/api/v1/explain", content=body)
+        pod = await c.get("/api/v1/namespaces/demo/pods/gpu-single/explain")
+        finish.set()
+        assert (await first).status_code == 200
+    assert second.status_code == 429
+    assert second.json() == {"Error": "another explanation is running; retry when it is done"}
+    assert second.headers["Retry-After"] == "1"
+    assert pod.status_code == 429
+
+
+async def test_what_if_parses_the_body_off_the_event_loop(client, monkeypatch):
+    from app import explain_api
+
+    on_loop: list[bool] = []
+    real = explain_api.parse_object
+
+    def parse(body: bytes) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(body)
+
+    monkeypatch.setattr(explain_api, "parse_object", parse)
+    template = yaml.safe_dump(template_claim("single-gpu"))
+    response = await client.post("/api/v1/explain", content=template)
+    assert response.status_code == 200
+    assert on_loop == [False]
+
+
+async def test_a_yaml_what_if_body_beyond_the_yaml_cap_is_refused_unparsed(client, monkeypatch):
+    from app import explain_api
+
+    monkeypatch.setattr(explain_api, "load_yaml_document", lambda *a: pytest.fail("must not parse"))
+    # Under the body cap (8 MiB by default) but beyond what a claim can need.
+    padding = "# " + "x" * 1000 + "\n"
+    body = yaml.safe_dump(template_claim("single-gpu")) + padding * (explain_api.MAX_YAML_BYTES // 1000)
+    response = await client.post("/api/v1/explain", content=body)
+    assert response.status_code == 413
+    assert response.json() == {
+        "Error": f"a YAML body may have at most {explain_api.MAX_YAML_BYTES} bytes (JSON: the body cap)"
+    }

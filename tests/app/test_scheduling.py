@@ -440,3 +440,37 @@ def test_a_declined_prioritize_quick_keeps_the_pods_decisions():
     assert svc.prioritize_quick(wanted, passed, sent) is None
     svc.prioritize(wanted, passed, sent)
     assert decided == ["n0"]  # only the node that changed since filter
+
+
+def extended_pod(name: str, env_bytes: int = 0) -> dict[str, Any]:
+    """A pod asking for one GPU as the implicit extended resource of class gpu, with an env var of
+    ``env_bytes`` bytes (a large spec)."""
+    p = pod("default", name)
+    container = p["spec"]["containers"][0]
+    container["resources"] = {"limits": {"deviceclass.resource.kubernetes.io/gpu": "1"}}
+    if env_bytes:
+        container["env"] = [{"name": "BIG", "value": "x" * env_bytes}]
+    return p
+
+
+def test_what_filter_keeps_per_pod_does_not_grow_with_the_pod_spec():
+    svc = service()
+    p = extended_pod("big", env_bytes=1 << 20)
+    assert svc.filter(p, ["n1", "n2"]).passed == ["n1", "n2"]
+    view = svc._pods[p["metadata"]["uid"]]
+    assert len(view.pod_spec) + len(view.shape) <= 64
+    # bind still recognises the spec filter decided for
+    svc.state.apply("Pod", p)
+    svc.bind("default", "big", p["metadata"]["uid"], "n1")
+
+
+def test_kept_per_pod_decisions_are_bounded_in_total(monkeypatch):
+    from app import scheduling
+
+    # A pod's view counts 1 plus its private decisions (extended resources: one per node): 3 here.
+    monkeypatch.setattr(scheduling, "MAX_KEPT_DECISIONS", 5)
+    svc = service()
+    pods = [extended_pod(f"p{i}") for i in range(4)]
+    for p in pods:
+        assert svc.filter(p, ["n1", "n2"]).passed == ["n1", "n2"]
+    assert list(svc._pods) == [pods[-1]["metadata"]["uid"]]

@@ -12,12 +12,14 @@ What it serves (only what the extender uses, with the API server's rules that ma
   ``reservedFor`` needs an allocation); the main resource ignores status changes; ``metadata.resourceVersion``
   and ``metadata.uid`` in a body are preconditions (409); finalizers delay deletion;
 * ``POST pods/{name}/binding`` with the UID precondition, "already assigned to node" and spec.nodeName;
-* strategic-merge ``PATCH pods/{name}/status`` (top-level status keys).
+* strategic-merge ``PATCH pods/{name}/status`` (top-level status keys);
+* TokenReview and SubjectAccessReview (non-resource URLs) from ``tokens`` and ``allowed``.
 
 Faults: ``fail`` (answer an error status N times), ``disconnect`` (close the connection without an answer),
 ``gate`` (hold matching requests until an event is set), ``down`` (every request disconnected),
-``silent_watches`` (watches stay open and send nothing), ``drop_watches``, ``compact`` (older resourceVersions
-are gone), ``bookmark``. ``requests`` records every request (method, path, query, body).
+``silent_watches`` (watches stay open and send nothing), ``drop_watches``, ``replay`` (send a stale or
+duplicate event), ``compact`` (older resourceVersions are gone), ``bookmark``. ``requests`` records every
+request (method, path, query, body).
 """
 
 from __future__ import annotations
@@ -119,6 +121,10 @@ class FakeKubeAPI:
         self.down = False
         self.silent_watches = False
         self._uids = itertools.count(1)
+        self.tokens: dict[str, tuple[str, list[str]]] = {}
+        """TokenReview: token -> (username, groups); any other token is not authenticated."""
+        self.allowed: set[tuple[str, str, str]] = set()
+        """SubjectAccessReview: (user, non-resource path, verb) allowed; anything else is denied."""
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -232,6 +238,14 @@ class FakeKubeAPI:
         self.faults.append(Fault(method, re.compile(pattern), times, gate=event))
         return event
 
+    def replay(self, kind: str, event_type: str, obj: Obj) -> None:
+        """Send ``obj`` as-is to the open watches of ``kind`` (a stale or duplicate event, as a watch cache
+        or a proxy may deliver); the store and the event log are unchanged."""
+        res = self._res(kind)
+        for watch in self.watches:
+            if watch.res == res:
+                watch.queue.put_nowait({"type": event_type, "object": copy.deepcopy(obj)})
+
     def drop_watches(self) -> None:
         for watch in self.watches:
             watch.queue.put_nowait(_CLOSE)
@@ -326,6 +340,8 @@ class FakeKubeAPI:
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         res = (group, plural)
+        if request.method == "POST" and plural in ("tokenreviews", "subjectaccessreviews"):
+            return self._review(plural, request[_BODY] or {})
         if res not in _BY_PLURAL:
             return self._error(404, "NotFound", f"the server could not find the requested resource {plural}")
         kind = _BY_PLURAL[res]
@@ -353,6 +369,16 @@ class FakeKubeAPI:
         elif sub == "binding" and method == "POST":
             return self._binding(request, namespace, name)
         return self._error(405, "MethodNotAllowed", f"{method} {request.path}")
+
+    def _review(self, plural: str, body: Obj) -> web.Response:
+        spec = body.get("spec") or {}
+        if plural == "tokenreviews":
+            found = self.tokens.get(str(spec.get("token")))
+            user = {"username": found[0], "groups": found[1]} if found else {}
+            return self._json({**body, "status": {"authenticated": found is not None, "user": user}}, 201)
+        attributes = spec.get("nonResourceAttributes") or {}
+        allowed = (spec.get("user"), attributes.get("path"), attributes.get("verb")) in self.allowed
+        return self._json({**body, "status": {"allowed": allowed}}, 201)
 
     def _api_group(self, group: str) -> web.Response:
         if group != DRA:

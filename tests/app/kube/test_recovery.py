@@ -131,12 +131,35 @@ async def test_only_the_replica_next_to_the_leading_scheduler_releases(api, star
     assert await runtime.releaser.sweep() == [f"{NS}/p-gpu"]
 
 
-async def test_unconfirmed_reservation_expires(api, start_runtime, clock):
+async def test_a_written_reservation_stays_past_the_ttl_until_the_watch_shows_the_claim(
+    api, start_runtime, clock
+):
+    seed_cluster(api)
+    add_pod(api, "p")
+    b = add_pod(api, "b", gpus=2)
+    runtime = await start_runtime()
+    await silence_watches(api)
+    assert await bind(runtime, "p", "n1") is None  # written: the server has gpu-0 in p-gpu
+    clock.advance(10_000)
+    await runtime.releaser.sweep()
+    assert runtime.reservations.keys() == [f"{NS}/p-gpu"]
+    assert runtime.service.filter(b, ["n1"]).passed == []  # one of n1's two GPUs is p's
+    api.silent_watches = False
+    api.drop_watches()
+    await eventually(lambda: not runtime.reservations.keys())
+    assert runtime.service.filter(b, ["n1"]).passed == []
+
+
+async def test_a_reservation_of_a_write_with_unknown_outcome_expires(api, start_runtime, clock):
     seed_cluster(api)
     add_pod(api, "p")
     runtime = await start_runtime()
     await silence_watches(api)
-    assert await bind(runtime, "p", "n1") is None
+    api.disconnect(
+        "PUT", r"resourceclaims/p-gpu/status$", times=2
+    )  # sent, never answered (aiohttp retries once)
+    api.disconnect("GET", r"resourceclaims/p-gpu$", times=10)  # and the rollback cannot re-read it
+    assert "p-gpu" in (await bind(runtime, "p", "n1") or "")
     assert runtime.reservations.keys() == [f"{NS}/p-gpu"]
     clock.advance(599)
     await runtime.releaser.sweep()

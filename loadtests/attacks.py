@@ -1,0 +1,308 @@
+"""Hostile-input attacks against a served extender (issue 14, items 8-10): RSS and ``/livez`` under each.
+
+    .venv/bin/python -m loadtests.attacks [--nodes 64] [--gpus 8]
+
+Starts ``dra-extender serve`` on a synthetic cluster (``bench.synthetic``) on 127.0.0.1 as a subprocess,
+runs each attack for a bounded time while probing ``/livez`` every 20 ms, and prints one JSON report: per
+attack the server's peak RSS (``VmRSS`` of the process, sampled), its RSS afterwards, the slowest
+``/livez`` answer, and what the attack's own requests got. A script, not a test: the numbers depend on
+the machine; the manifests' memory limit is 2 GiB and the probe's target 100 ms. Stops by itself.
+
+Attacks: ``what-if`` (4 clients in parallel sending what-if claims with a unique 10 Ki selector over every
+node, while a filter loop runs: filter's slowest answer too), ``yaml`` (6 MB YAML what-if bodies),
+``partial-bodies`` (150 connections each sending 7 MB of an 8 MiB body, then stalling), ``idle``
+(1,100 connections that send nothing), ``pod-specs`` (filters of 300 pods with 1 MiB specs each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import yaml
+
+from bench.synthetic import GPU_CLASS, GPU_DRIVER, Shape, cluster_objects, gpu_pod, node_name
+
+HOST = "127.0.0.1"
+PROBE_EVERY = 0.02
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def selector(unique: int) -> str:
+    """A 10 Ki CEL selector, different for every ``unique`` (a new program to compile each time)."""
+    clause = f"device.attributes['{GPU_DRIVER}'].uuid != 'x{unique}-"
+    parts = [f"{clause}{i}'" for i in range(10_000 // (len(clause) + 8))]
+    return " && ".join(parts)
+
+
+def what_if_claim(unique: int) -> dict[str, Any]:
+    # Four GPUs on one PCIe root each (two per root exist): never fits, so every node is searched.
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"what-if-{unique}", "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {
+                            "deviceClassName": GPU_CLASS,
+                            "count": 4,
+                            "selectors": [{"cel": {"expression": selector(unique)}}],
+                        },
+                    }
+                ],
+                "constraints": [{"requests": ["gpus"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}],
+            }
+        },
+    }
+
+
+def probe(url: str, pid: int) -> None:
+    """``--probe``: GET ``/livez`` every PROBE_EVERY seconds and sample the server's RSS until stdin
+    closes, then print the slowest answer, the failures and the peak RSS as JSON. A process of its own,
+    so the attack's client work does not delay the probe's requests."""
+    slowest, failures, peak = 0.0, 0, 0.0
+    stop = asyncio.Event()
+
+    async def run() -> None:
+        nonlocal slowest, failures, peak
+        loop = asyncio.get_running_loop()
+        loop.add_reader(sys.stdin.fileno(), lambda: stop.set() if not sys.stdin.buffer.read1() else None)
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            while not stop.is_set():
+                started = time.perf_counter()
+                try:
+                    (await http.get("/livez")).raise_for_status()
+                except httpx.HTTPError:
+                    failures += 1
+                slowest = max(slowest, time.perf_counter() - started)
+                peak = max(peak, rss_mib(pid))
+                await asyncio.sleep(PROBE_EVERY)
+
+    asyncio.run(run())
+    print(orjson.dumps({"slowest": slowest, "failures": failures, "peak": peak}).decode())
+
+
+class Probe:
+    """The ``--probe`` process for one attack."""
+
+    def __init__(self, url: str, pid: int) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "loadtests.attacks", "--probe", url, "--pid", str(pid)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+
+    def finish(self) -> dict[str, Any]:
+        out, _ = self.process.communicate(timeout=60)
+        return orjson.loads(out)  # type: ignore[no-any-return]
+
+
+async def attack_what_if(url: str, nodes: list[str], outcome: Counter[str]) -> None:
+    pod, _ = gpu_pod(0)  # its claim is in the state (main)
+    slowest_filter = 0.0
+    done = asyncio.Event()
+
+    async def filters() -> None:
+        nonlocal slowest_filter
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            while not done.is_set():
+                started = time.perf_counter()
+                await http.post("/scheduler/filter", content=orjson.dumps({"Pod": pod, "NodeNames": nodes}))
+                slowest_filter = max(slowest_filter, time.perf_counter() - started)
+                await asyncio.sleep(0.05)
+
+    async def client(index: int) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            for i in range(10):
+                answer = await http.post(
+                    "/api/v1/explain", content=orjson.dumps(what_if_claim(index * 100 + i))
+                )
+                outcome[f"what-if {answer.status_code}"] += 1
+
+    running = asyncio.create_task(filters())
+    await asyncio.gather(*(client(i) for i in range(4)))
+    done.set()
+    await running
+    outcome["slowest filter ms"] = round(slowest_filter * 1000)
+
+
+async def attack_yaml(url: str, nodes: list[str], outcome: Counter[str]) -> None:
+    body = yaml.safe_dump(what_if_claim(0)) + ("# " + "x" * 998 + "\n") * 6000
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        answers = await asyncio.gather(*(http.post("/api/v1/explain", content=body) for _ in range(4)))
+    for answer in answers:
+        outcome[f"yaml {len(body) // 1_000_000} MB: {answer.status_code}"] += 1
+
+
+async def attack_partial_bodies(url: str, nodes: list[str], outcome: Counter[str]) -> None:
+    port = int(url.rsplit(":", 1)[1])
+    head = b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += b"Content-Length: 8000000\r\n\r\n"
+    chunk = b"x" * 7_000_000
+    writers = []
+
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        writers.append(writer)
+        writer.write(head)
+        try:
+            writer.write(chunk)
+            await asyncio.wait_for(writer.drain(), 15)
+            status = await asyncio.wait_for(reader.readline(), 15)
+            outcome[status.decode().strip() or "closed"] += 1
+        except (TimeoutError, ConnectionError) as e:
+            outcome[type(e).__name__] += 1
+
+    await asyncio.gather(*(one() for _ in range(150)))
+    for writer in writers:
+        writer.close()
+
+
+async def attack_idle(url: str, nodes: list[str], outcome: Counter[str]) -> None:
+    port = int(url.rsplit(":", 1)[1])
+    connections = [await asyncio.open_connection(HOST, port) for _ in range(1100)]
+    await asyncio.sleep(7)  # past the 5 s the server gives a connection to send its request headers
+    for reader, writer in connections:
+        try:
+            closed = await asyncio.wait_for(reader.read(1), 0.01) == b""
+        except TimeoutError:
+            closed = False
+        outcome["closed by the server" if closed else "still open"] += 1
+        writer.close()
+
+
+async def attack_pod_specs(url: str, nodes: list[str], outcome: Counter[str]) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        for i in range(300):
+            pod = {
+                "metadata": {"name": f"big-{i}", "namespace": "bench", "uid": f"uid-big-{i}"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "env": [{"name": "BIG", "value": "x" * (1 << 20)}],
+                            "resources": {"limits": {f"deviceclass.resource.kubernetes.io/{GPU_CLASS}": "1"}},
+                        }
+                    ]
+                },
+            }
+            answer = await http.post(
+                "/scheduler/filter", content=orjson.dumps({"Pod": pod, "NodeNames": nodes})
+            )
+            outcome[f"filter {answer.status_code}"] += 1
+
+
+ATTACKS: dict[str, Callable[[str, list[str], Counter[str]], Awaitable[None]]] = {
+    "what-if": attack_what_if,
+    "yaml": attack_yaml,
+    "partial-bodies": attack_partial_bodies,
+    "idle": attack_idle,
+    "pod-specs": attack_pod_specs,
+}
+
+
+async def measure(url: str, pid: int, nodes: list[str]) -> dict[str, Any]:
+    report: dict[str, Any] = {"rss_at_start_mib": round(rss_mib(pid), 1)}
+    for name, attack in ATTACKS.items():
+        probing, outcome = Probe(url, pid), Counter[str]()
+        await asyncio.sleep(1)  # the probe is up
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(attack(url, nodes, outcome), 120)
+        except TimeoutError:
+            outcome["attack stopped after 120 s"] += 1
+        seconds = time.perf_counter() - started
+        await asyncio.sleep(1)
+        probed = probing.finish()
+        report[name] = {
+            "seconds": round(seconds, 1),
+            "rss_peak_mib": round(probed["peak"], 1),
+            "rss_after_mib": round(rss_mib(pid), 1),
+            "livez_slowest_ms": round(probed["slowest"] * 1000, 1),
+            "livez_failures": probed["failures"],
+            **dict(outcome),
+        }
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.attacks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--probe", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--pid", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.probe:
+        probe(args.probe, args.pid)
+        return 0
+    shape = Shape(args.nodes, args.gpus)
+    port = free_port()
+    with tempfile.TemporaryDirectory() as directory:
+        state = Path(directory) / "cluster.yaml"
+        objects = [obj for _, obj in cluster_objects(shape)]
+        objects.extend(gpu_pod(0)[::-1])  # a pending pod and its claim, for the filter loop of what-if
+        state.write_text(yaml.safe_dump_all(objects))
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app",
+                "serve",
+                "--state",
+                str(state),
+                "--host",
+                HOST,
+                "--port",
+                str(port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            url = f"http://{HOST}:{port}"
+            for _ in range(600):
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                        break
+                time.sleep(0.1)
+            nodes = [node_name(i) for i in range(args.nodes)]
+            report = asyncio.run(measure(url, server.pid, nodes))
+        finally:
+            server.terminate()
+            server.wait(30)
+    sys.stdout.write(
+        orjson.dumps({"nodes": args.nodes, "gpus": args.gpus, **report}, option=orjson.OPT_INDENT_2).decode()
+        + "\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

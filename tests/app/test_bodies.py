@@ -1,0 +1,117 @@
+"""Request bodies under hostile clients: many large bodies at once, bodies that never finish, connections
+that never send a request (issue 14, item 10)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.requests import Request
+
+from app.bodies import BodyBudget, BodyRejected, read_body
+from app.httpserver import server_config
+
+
+def request(chunks: list[bytes], then_wait: asyncio.Event | None = None) -> Request:
+    """A request whose body arrives as ``chunks``; with ``then_wait`` the rest never comes until set."""
+    messages = [{"type": "http.request", "body": c, "more_body": True} for c in chunks]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        if then_wait is not None:
+            await then_wait.wait()
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    return Request({"type": "http", "method": "POST", "headers": [], "path": "/"}, receive)
+
+
+async def test_bodies_read_at_once_share_a_byte_budget():
+    budget = BodyBudget(max_bytes=1000, read_seconds=30)
+    stalled = asyncio.Event()
+    first = asyncio.create_task(read_body(request([b"a" * 600], stalled), 800, budget))
+    await asyncio.sleep(0)
+    while budget.in_use < 600:
+        await asyncio.sleep(0.001)
+    with pytest.raises(BodyRejected) as refused:
+        await read_body(request([b"b" * 300, b"b" * 300]), 800, budget)
+    assert refused.value.status == 503
+    assert refused.value.message == "too many request bodies being read at once (1000 bytes); retry"
+    stalled.set()
+    assert await first == b"a" * 600
+    assert budget.in_use == 0  # released, the refused one's bytes included
+    assert await read_body(request([b"c" * 700]), 800, budget) == b"c" * 700
+
+
+async def test_a_body_that_stops_arriving_is_refused_after_the_read_time():
+    budget = BodyBudget(max_bytes=1000, read_seconds=0.05)
+    with pytest.raises(BodyRejected) as refused:
+        await read_body(request([b"a" * 10], asyncio.Event()), 800, budget)
+    assert refused.value.status == 408
+    assert refused.value.message == "request body not received within 0.05 s"
+    assert budget.in_use == 0
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[int]:
+    """A real uvicorn server on 127.0.0.1 with the extender's connection settings (1 s idle limit)."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", **server_config(idle_seconds=1))
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    yield sock.getsockname()[1]
+    server.should_exit = True
+    await task
+
+
+async def _closed_by_server(port: int, send: bytes, drip: bytes = b"") -> bool:
+    """Connect, send ``send`` (then ``drip`` a byte at a time), and report whether the server closed."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(send)
+    try:
+        for byte in drip:  # one byte every 0.2 s, stopping once the server closes
+            writer.write(bytes([byte]))
+            try:
+                return await asyncio.wait_for(reader.read(), 0.2) == b""
+            except TimeoutError:
+                continue
+        async with asyncio.timeout(20):  # a guard against hanging, not a measurement
+            return await reader.read() == b""
+    except TimeoutError:
+        return False
+    finally:
+        writer.close()
+
+
+async def test_a_connection_that_never_sends_a_request_is_closed(served):
+    assert await _closed_by_server(served, b"")
+
+
+async def test_a_request_whose_headers_trickle_in_is_closed(served):
+    assert await _closed_by_server(served, b"GET / HTTP/1.1\r\n", drip=b"X-A: " + b"a" * 40)
+
+
+async def test_a_declared_body_without_room_is_refused_before_it_is_read():
+    budget = BodyBudget(max_bytes=1000, read_seconds=30)
+    budget.in_use = 600  # another body being read
+
+    async def receive() -> dict[str, Any]:
+        raise AssertionError("must not read the body")
+
+    scope = {"type": "http", "method": "POST", "headers": [(b"content-length", b"500")], "path": "/"}
+    with pytest.raises(BodyRejected) as refused:
+        await read_body(Request(scope, receive), 800, budget)
+    assert refused.value.status == 503
+    assert budget.in_use == 600
