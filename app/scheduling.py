@@ -63,6 +63,15 @@ _T = TypeVar("_T")
 
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
+INDEX_LAG_SECONDS = 2.0
+"""How long a bind waits for the index to show a claim its pod names. kube-scheduler's informers and ours
+see the resourceclaim controller's writes (the generated claim, the pod's ``status.resourceClaimStatuses``)
+at slightly different times, so on a real control plane a bind can arrive first. Past this the bind fails
+with the reason and kube-scheduler retries the pod."""
+
+INDEX_POLL_SECONDS = 0.02
+"""How often a waiting bind looks at the index again."""
+
 MAX_RESERVED_FOR = 256
 """``ResourceClaimReservedForMaxSize``."""
 
@@ -227,6 +236,8 @@ class SchedulingService:
         """Scoring policy and weights (``allocator.scoring``); set before serving."""
         self.lock = threading.RLock()
         self.binder: Binder = binder or StateBinder(state, self.lock)
+        self.index_lag_seconds = INDEX_LAG_SECONDS
+        """How long a bind waits for the index to show a claim the pod names (``INDEX_LAG_SECONDS``)."""
         self._pods: dict[str, _PodView] = {}
         """Per pod UID, the latest filter's view (oldest dropped first beyond MAX_KEPT_DECISIONS)."""
         self._kept_count = 0
@@ -834,22 +845,10 @@ class SchedulingService:
         """Allocate on ``node_name`` and write it through the binder. Raises BindError; then nothing
         is written and the devices are free again."""
         key = f"{namespace}/{name}"
-        with self.lock:
-            if key in self._binding:
-                raise BindError(
-                    f"pod {key}: another bind of this pod is in progress (to {self._binding[key]})"
-                )
-            plan = self._bind_plan(key, uid, node_name)
-            if plan is None:
-                return
-            token = f"bind:{next(self._attempts)}:{key}"
-            allocating = [pc.key for pc, allocation in plan.claims if allocation is not None]
-            busy = [claim for claim in allocating if claim in self._inflight]
-            if busy:
-                raise BindError(f"claim {busy[0]} is being allocated for pod {self._inflight[busy[0]]}")
-            self._inflight.update(dict.fromkeys(allocating, key))
-            self._binding[key] = node_name
-            self.state.inventory.reserve(token, self._plan_devices(plan))
+        started = self._start_bind_once_indexed(key, uid, node_name)
+        if started is None:
+            return
+        plan, token, allocating = started
         try:
             self.binder.bind(plan)
         finally:
@@ -858,6 +857,39 @@ class SchedulingService:
                 self._binding.pop(key, None)
                 for claim in allocating:
                     self._inflight.pop(claim, None)
+
+    def _start_bind_once_indexed(
+        self, key: str, uid: str, node_name: str
+    ) -> tuple[BindPlan, str, list[str]] | None:
+        """``_start_bind``, waiting up to ``index_lag_seconds`` (without the lock, so the watches can
+        apply events) while the index does not show a claim the pod names yet."""
+        deadline = time.monotonic() + self.index_lag_seconds
+        while True:
+            try:
+                with self.lock:
+                    return self._start_bind(key, uid, node_name)
+            except ClaimNotReady as e:
+                if time.monotonic() >= deadline:
+                    raise BindError(f"pod {key}: {e}; kube-scheduler retries the pod") from e
+            time.sleep(INDEX_POLL_SECONDS)
+
+    def _start_bind(self, key: str, uid: str, node_name: str) -> tuple[BindPlan, str, list[str]] | None:
+        """Under the lock: the bind's plan, with its devices reserved under a token of this attempt and
+        its claims marked in flight; None when the pod is already on that node."""
+        if key in self._binding:
+            raise BindError(f"pod {key}: another bind of this pod is in progress (to {self._binding[key]})")
+        plan = self._bind_plan(key, uid, node_name)
+        if plan is None:
+            return None
+        token = f"bind:{next(self._attempts)}:{key}"
+        allocating = [pc.key for pc, allocation in plan.claims if allocation is not None]
+        busy = [claim for claim in allocating if claim in self._inflight]
+        if busy:
+            raise BindError(f"claim {busy[0]} is being allocated for pod {self._inflight[busy[0]]}")
+        self._inflight.update(dict.fromkeys(allocating, key))
+        self._binding[key] = node_name
+        self.state.inventory.reserve(token, self._plan_devices(plan))
+        return plan, token, allocating
 
     def _bind_plan(self, key: str, uid: str, node_name: str) -> BindPlan | None:
         """The decision for a bind, or None when the pod is already on that node (a retried bind)."""

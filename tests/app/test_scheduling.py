@@ -474,3 +474,33 @@ def test_kept_per_pod_decisions_are_bounded_in_total(monkeypatch):
     for p in pods:
         assert svc.filter(p, ["n1", "n2"]).passed == ["n1", "n2"]
     assert list(svc._pods) == [pods[-1]["metadata"]["uid"]]
+
+
+def test_a_bind_waits_for_the_index_to_show_a_claim_the_pod_names():
+    # Seen on a real control plane: kube-scheduler's informer showed the claim the resourceclaim
+    # controller made before ours did, so its bind arrived first. The bind waits for the watch.
+    svc = service(("Pod", pod("ml", "p", ["late"])))
+    late = claim("ml", "late", [request("gpu", "gpu")])
+
+    def watch_catches_up() -> None:
+        time.sleep(0.2)
+        with svc.lock:
+            svc.state.apply("ResourceClaim", late)
+
+    threading.Thread(target=watch_catches_up).start()
+    svc.bind("ml", "p", "uid-pod-ml-p", "n1")
+    status = svc.state.get("ResourceClaim", "ml/late")["status"]
+    assert status["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+    assert svc.state.get("Pod", "ml/p")["spec"]["nodeName"] == "n1"
+
+
+def test_a_bind_for_a_claim_that_never_shows_up_fails_with_the_reason():
+    svc = service(("Pod", pod("ml", "p", ["missing"])))
+    svc.index_lag_seconds = 0.1
+    before = copy.deepcopy(svc.state.objects)
+    with pytest.raises(BindError) as failed:
+        svc.bind("ml", "p", "uid-pod-ml-p", "n1")
+    assert str(failed.value) == (
+        'pod ml/p: pod claim missing: resourceclaim "missing" not found; kube-scheduler retries the pod'
+    )
+    assert svc.state.objects == before
