@@ -122,9 +122,10 @@ class Component:
                 self.process.kill()
                 self.process.wait(timeout=10)
 
-    def restart(self) -> None:
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        """Stop it with ``sig`` (SIGKILL: a crash, nothing flushed or released) and start it again."""
         with self.lock:
-            self.stop()
+            self.stop(sig)
             self.start()
 
     def revive(self) -> None:

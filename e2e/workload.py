@@ -33,6 +33,7 @@ class Scenario:
     nodes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     summary: tuple[int, int, int, float] | None = None  # pods, bound, unschedulable, seconds
+    notes: list[str] = field(default_factory=list)  # measurements printed under the summary table
 
     @classmethod
     def create(cls, plane: ControlPlane, name: str) -> Scenario:
@@ -336,6 +337,6 @@ def summary_table(scenarios: list[Scenario]) -> str:
     def line(row: tuple[str, ...]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
 
-    return "\n".join(
-        [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])]
-    )
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    notes = [f"{sc.name}: {note}" for sc in scenarios for note in sc.notes]
+    return "\n".join([line(cells[0]), rule, *map(line, cells[1:]), *notes])

@@ -4,6 +4,7 @@ middle of a fill-up, and the same workload through kube-scheduler's in-tree Dyna
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 
@@ -62,7 +63,7 @@ def test_fill_up_and_churn(scenario: Scenario) -> None:
     assert Counter(states.values()) == {"bound": NODES * DEVICES}
     assert devices_in_two_claims(scenario.kube) == {}
     assert_bound_pods_hold_their_claims(scenario)
-    print(f"churn: 10 waiting pods bound {waited:.1f} s after their devices were freed")
+    scenario.notes.append(f"churn: 10 waiting pods bound {waited:.1f} s after their devices were freed")
 
 
 def test_restarts_mid_fill_up(scenario: Scenario) -> None:
@@ -70,7 +71,7 @@ def test_restarts_mid_fill_up(scenario: Scenario) -> None:
     scenario.add_template("one-gpu")
     _fill(scenario, 90)  # 80 devices
     poll(lambda: Counter(scenario.outcomes().values())["bound"] >= 20, timeout=300, what="a quarter bound")
-    scenario.plane.components["dra-extender"].restart()
+    scenario.plane.components["dra-extender"].restart(signal.SIGKILL)  # a crash, in the middle of binds
     poll(lambda: Counter(scenario.outcomes().values())["bound"] >= 40, timeout=300, what="half bound")
     scenario.plane.components["kube-apiserver"].restart()
     states = scenario.wait_settled(timeout=600, expect_bound=80)
