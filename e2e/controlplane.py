@@ -348,7 +348,7 @@ class ControlPlane:
         port = free_port()
         self.extender_url = f"http://127.0.0.1:{port}"
         args = []
-        for arg in _sidecar_args():
+        for arg in _sidecar_container("dra-extender")["args"]:
             if arg == "--in-cluster":
                 args.append(f"--kubeconfig={self.extender_kubeconfig}")
             elif arg.startswith("--port="):
@@ -365,7 +365,8 @@ class ControlPlane:
         )
 
     def start_scheduler(self, *, with_extender: bool = True, qps: float | None = None) -> Component:
-        """kube-scheduler with the shipped configuration (``with_extender``), or kube-scheduler's defaults
+        """kube-scheduler with the shipped configuration and the flags of the Deployment's kube-scheduler
+        container (``with_extender``), or kube-scheduler's defaults
         with its in-tree DynamicResources plugin, under the name ``kube-scheduler-in-tree``. ``qps`` sets
         the client's rate limit (burst: twice that) instead of kube-scheduler's default 50."""
         port = free_port()
@@ -375,6 +376,9 @@ class ControlPlane:
             for extender in config["extenders"]:
                 extender["urlPrefix"] = f"{self.extender_url}/scheduler"
             name, kubeconfig = "kube-scheduler", self.scheduler_kubeconfig
+            flags = [
+                f for f in _sidecar_container("kube-scheduler")["command"][1:] if not f.startswith("--config")
+            ]
         else:
             config = {
                 "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -383,6 +387,7 @@ class ControlPlane:
                 "leaderElection": {"leaderElect": False},
             }
             name, kubeconfig = "kube-scheduler-in-tree", self.admin_kubeconfig
+            flags = ["--v=2"]
         if qps is not None:
             config["clientConnection"].update(qps=qps, burst=int(2 * qps))
         path = self.directory / f"{name}.yaml"
@@ -397,7 +402,7 @@ class ControlPlane:
                 f"--secure-port={port}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
-                "--v=2",
+                *flags,
                 *gates,
             ],
             lambda: _get_ok(f"https://127.0.0.1:{port}/readyz", verify=tls_context(None)),
@@ -421,12 +426,11 @@ class ControlPlane:
         return "\n".join(f"----- {c.name} ({c.log}) -----\n{c.tail(lines)}" for c in self.components.values())
 
 
-def _sidecar_args() -> list[str]:
+def _sidecar_container(name: str) -> dict[str, Any]:
+    """A container (or the native sidecar) of the shipped Deployment's pod."""
     deployment = next(d for d in shipped("deployment.yaml") if d["kind"] == "Deployment")
-    sidecar = next(
-        c for c in deployment["spec"]["template"]["spec"]["initContainers"] if c["name"] == "dra-extender"
-    )
-    return list(sidecar["args"])
+    spec = deployment["spec"]["template"]["spec"]
+    return next(c for c in [*spec["initContainers"], *spec["containers"]] if c["name"] == name)
 
 
 def remove(directory: Path) -> None:

@@ -123,3 +123,24 @@ def test_in_tree_plugin_agrees(scenario: Scenario) -> None:
     assert devices_in_two_claims(scenario.kube) == {}
     assert_bound_pods_hold_their_claims(scenario)
     assert_bound_pods_hold_their_claims(twin)
+
+
+def test_devices_published_after_the_pods(scenario: Scenario) -> None:
+    """A driver publishing its ResourceSlice after the pods were rejected. kube-scheduler requeues pods
+    an extender rejected on every kind of event but ResourceSlice and DeviceTaintRule ones (its
+    extender enqueue extension lists the others), so without help such pods wait for
+    --pod-max-in-unschedulable-pods-duration; manifests/deployment.yaml sets it to 30 s."""
+    (node,) = scenario.add_nodes(1, 0)
+    scenario.kube.delete("ResourceSlice", f"{node}-gpus")
+    scenario.add_template("one-gpu")
+    for i in range(4):
+        scenario.add_pod(f"early-{i}", template="one-gpu")
+    scenario.wait_settled(timeout=120)  # all unschedulable: no device anywhere
+    published = time.monotonic()
+    scenario.kube.create(scenario.slice_for(node, 4))
+    # With kube-scheduler's default 5 minutes this took 329 s; the queue is flushed every 30 s, so with
+    # the shipped 30 s it takes 30-60 s.
+    scenario.wait_settled(timeout=150, expect_bound=4)
+    waited = time.monotonic() - published
+    scenario.notes.append(f"4 pods bound {waited:.1f} s after their devices were published")
+    assert_bound_pods_hold_their_claims(scenario)
