@@ -389,7 +389,7 @@ class KubeBinder:
                     claim = await self.client.replace(self.claims, body)
                     written.finalizer_added = True
                     stale.add(str(_meta(claim).get("resourceVersion") or ""))
-                body = claim_after_bind(claim, allocation, plan.pod)
+                body = claim_after_bind(claim, allocation, plan.pod, self.state.gates)
                 unanswered: TransportError | None = None
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
