@@ -47,6 +47,7 @@ from allocator.diagnose import diagnose
 from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
 from allocator.inventory import AllocatedDevice, Inventory, NodeVersions, allocated_devices
 from allocator.model import Claim
+from allocator.nodeoperations import DECLARED_FEATURE, requires_declared_feature
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.scoring import ScoringConfig, score_allocation
 from allocator.selectors import SelectorCache
@@ -716,6 +717,11 @@ class SchedulingService:
             where = f"ResourceClaim {pc.key}: nodeSelector"
             if selector and not parse_node_selector(selector, where).matches(node):
                 return f"claim {pc.key} is allocated for other nodes"
+            if (
+                requires_declared_feature(status["allocation"])
+                and DECLARED_FEATURE not in node.declared_features
+            ):
+                return f"claim {pc.key} allocation requires {DECLARED_FEATURE} feature on the node"
             reserved = status.get("reservedFor") or []
             if len(reserved) >= MAX_RESERVED_FOR and not any(r.get("uid") == uid for r in reserved):
                 return f"claim {pc.key} is reserved for {MAX_RESERVED_FOR} consumers already"

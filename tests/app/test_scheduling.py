@@ -74,6 +74,28 @@ def test_admin_access_in_labelled_namespace_uses_devices_in_use():
     assert svc.filter(svc.state.get("Pod", "ops/p"), ["n1", "n2"]).passed == ["n1", "n2"]
 
 
+def test_allocated_claim_skipping_node_operations_needs_a_node_declaring_the_feature():
+    # Upstream Filter: an allocation with skipNodeOperations fits only nodes listing DRAOptionalNodeOperations
+    # in status.declaredFeatures (checked whatever the gate says: the allocation exists already).
+    allocated = claim("ml", "c", [request("gpu", "gpu")])
+    result = {
+        "request": "gpu",
+        "driver": DRIVER,
+        "pool": "n1",
+        "device": "gpu-0",
+        "skipNodeOperations": ["*"],
+    }
+    allocated["status"] = {"allocation": {"devices": {"results": [result]}}}
+    svc = service(("ResourceClaim", allocated), ("Pod", pod("ml", "p", ["c"])))
+    outcome = svc.filter(svc.state.get("Pod", "ml/p"), ["n1"])
+    assert outcome.passed == []
+    assert outcome.unresolvable == {
+        "n1": "claim ml/c allocation requires DRAOptionalNodeOperations feature on the node"
+    }
+    declaring = {**node("n1"), "status": {"declaredFeatures": ["DRAOptionalNodeOperations"]}}
+    assert svc.filter(svc.state.get("Pod", "ml/p"), ["n1"], {"n1": declaring}).passed == ["n1"]
+
+
 def test_allocated_claim_pins_pod_to_its_node_and_shared_claim_only_grows_reserved_for():
     svc = service(
         ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
