@@ -36,6 +36,7 @@ __all__ = [
     "BindPlan",
     "Binder",
     "ClaimDeleter",
+    "ClaimReleaser",
     "ExtendedBind",
     "StateBinder",
     "claim_after_bind",
@@ -84,6 +85,14 @@ class Binder(Protocol):
 class ClaimDeleter(Protocol):
     def delete_claim(self, key: str, uid: str) -> bool:
         """Delete the ResourceClaim ``namespace/name`` if it still has ``uid``; True when it is gone."""
+        ...
+
+
+@runtime_checkable
+class ClaimReleaser(Protocol):
+    def release_claim(self, claim: Mapping[str, Any], pod_uid: str) -> bool:
+        """Deallocate ``claim`` as filter saw it (reserved for nobody or only pod ``pod_uid``), with its
+        resourceVersion as precondition; True when written, False when it changed meanwhile."""
         ...
 
 
