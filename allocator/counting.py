@@ -11,8 +11,7 @@ says "no" also spares the search its worst case: trying every combination before
 Left to the search (``verdict`` is None): requests sharing devices, a CEL or derived-attribute error on
 some device (the search decides whether it reaches that device), devices whose choice is not a plain
 yes/no (shares of multi-allocatable devices, devices consuming counters, devices with binding
-conditions, devices of slices that skip node operations, devices whose node selector the allocation
-result could not carry), nodes so large that
+conditions, devices whose node selector the allocation result could not carry), nodes so large that
 even a straight search would reach ``MAX_SEARCH_STEPS``, and "no" on a node with an invalid pool (the
 search reports that pool instead).
 """
@@ -59,14 +58,11 @@ def countable(claims: Sequence[Claim]) -> bool:
 
 
 def _plain(nd: NodeDevice) -> bool:
-    """Taken whole or not at all (no shares, no counters, no binding conditions), allocatable whatever the
-    node declares (no ``skipNodeOperations``), and its allocation result can be written: the search
-    rejects the whole pod when the node selector it would copy into the result has several terms
-    (``allocator.results``)."""
+    """Taken whole or not at all (no shares, no counters, no binding conditions), and its allocation
+    result can be written: the search rejects the whole pod when the node selector it would copy into
+    the result has several terms (``allocator.results``)."""
     device = nd.device
     if device.allow_multiple_allocations or device.consumes_counters or device.binding_conditions:
-        return False
-    if nd.slice.skip_node_operations:
         return False
     selector = (device if nd.slice.per_device_node_selection else nd.slice).node_selector
     return selector is None or len(selector.terms) == 1
@@ -94,7 +90,7 @@ def verdict(
     # Each request scans the node's devices at most once when every request has enough of its own.
     if len(requests) * len(devices) >= MAX_SEARCH_STEPS:
         return None
-    checker = DeviceChecker(inventory, selectors)
+    checker = DeviceChecker(inventory, selectors, node)
     taken: set[int] = set()
     short: tuple[Claim, DeviceRequest] | None = None
     for claim, alt in requests:

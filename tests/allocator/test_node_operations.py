@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from allocator.counting import verdict
+from allocator.counting import Verdict, verdict
 from allocator.errors import InvalidInputError
+from allocator.explain import request_funnel
 from allocator.features import FeatureGates, parse_feature_gates
 from allocator.model import parse_resource_slice
 from allocator.nodeselector import Node
@@ -58,10 +59,29 @@ def test_all_mode_fails_when_a_matching_device_is_refused():
     assert world(FeatureGates()).allocate(claim("c", request("d", mode="All")), node=NODE1) is None
 
 
-def test_counts_leave_such_devices_to_the_search():
-    # A count would take skip-0 as free: the search, which refuses it, must decide.
-    only = World(slices=[slice_("skip", DRIVER_A, "a-skip", [device("skip-0")], skipNodeOperations=["*"])])
-    assert verdict(only.inventory, only.selectors, NODE1, [claim("c", request("d"))]) is None
+@pytest.mark.parametrize(
+    ("gates", "message"),
+    [
+        (
+            FeatureGates(),
+            "slice skip skips node operations and the DRAOptionalNodeOperations feature is disabled",
+        ),
+        (ON, "slice skip skips node operations and node node-1 does not declare DRAOptionalNodeOperations"),
+    ],
+)
+def test_counts_and_the_funnel_refuse_such_devices(gates, message):
+    only = World(
+        slices=[slice_("skip", DRIVER_A, "a-skip", [device("skip-0")], skipNodeOperations=["*"])], gates=gates
+    )
+    c = claim("c", request("d"))
+    found = verdict(only.inventory, only.selectors, NODE1, [c])
+    assert found is not None and not found.fits
+    stage = request_funnel(only.inventory, only.selectors, NODE1, c, c.requests[0].alternatives[0]).stages[1]
+    assert (stage.name, stage.count) == ("class_selectors", 0)
+    assert [(r.rule, r.message) for r in stage.examples] == [("node-operations", message)]
+    assert verdict(only.inventory, only.selectors, DECLARING, [c]) == (
+        Verdict(True) if gates is ON else found
+    )
 
 
 def test_gate_parses_and_bad_field_is_named():
