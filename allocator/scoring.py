@@ -19,7 +19,8 @@ explanation can show the arithmetic)::
 
 Upstream divides each node's ``prioritized`` sum by the best node's sum; dividing by the best possible
 keeps the score a function of one node's allocation (the order of nodes is the same, and the value equals
-upstream's whenever some node gets every first choice).
+upstream's whenever some node gets every first choice). Upstream also sums claims allocated before, which
+add the same on every node; only the claims allocated now are scored here.
 
 A missing ``numaNode`` / ``pcieRoot`` is *unknown*, never NUMA node 0: such devices count as neutral
 (0.5) in ``numa`` and ``pcie``, and a node without any topology scores 0.5 for ``intact``. Scores are
