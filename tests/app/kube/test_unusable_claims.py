@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.app.kube.conftest import DRIVER, NS
+from tests.app.kube.conftest import DRIVER, NS, eventually
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.app.kube.test_binder import claim_in_api
 from tests.app.kube.test_binding_conditions import ATTACHED, FAILED, add_pod, seed, set_conditions
@@ -52,12 +52,13 @@ async def filter_p(runtime: Any) -> Any:
 
 
 async def synced(runtime: Any, check: Any) -> None:
-    for _ in range(300):
+    """Until the index's copy of p-gpu has a ``status`` that ``check`` accepts."""
+
+    def seen() -> bool:
         claim = runtime.state.get("ResourceClaim", f"{NS}/p-gpu")
-        if claim is not None and check(claim.get("status") or {}):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the claim never reached the expected state in the index")
+        return claim is not None and bool(check(claim.get("status") or {}))
+
+    await eventually(seen)
 
 
 FAILURE_REASON = (
