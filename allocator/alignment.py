@@ -176,7 +176,7 @@ class _Aligner:
     ) -> None:
         self.inventory, self.selectors, self.node = inventory, selectors, node
         self.claims, self.topology = claims, topology
-        checker = DeviceChecker(inventory, selectors)
+        checker = DeviceChecker(inventory, selectors, node)
         devices = list(node_devices(inventory, node))
         # Tightness counts every free device of a group, of any class: a root whose GPU is free but
         # whose NIC is taken is a better home for a GPU-only pod than a root with both free.

@@ -90,7 +90,7 @@ def verdict(
     # Each request scans the node's devices at most once when every request has enough of its own.
     if len(requests) * len(devices) >= MAX_SEARCH_STEPS:
         return None
-    checker = DeviceChecker(inventory, selectors)
+    checker = DeviceChecker(inventory, selectors, node)
     taken: set[int] = set()
     short: tuple[Claim, DeviceRequest] | None = None
     for claim, alt in requests:

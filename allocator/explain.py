@@ -5,8 +5,9 @@ every device the node sees goes through the same rules the search applies (alloc
 grouped into stages in this order::
 
     in_pools            devices of complete, valid pools visible from the node
-    class_selectors     DeviceClass selectors, the DRADeviceBindingConditions gate, cluster-wide derived
-                        attributes that failed on the device
+    class_selectors     DeviceClass selectors, the DRADeviceBindingConditions gate, optional node operations
+                        (``allocator.nodeoperations``), cluster-wide derived attributes that failed on
+                        the device
     request_selectors   the request's own selectors
     tolerations         NoSchedule / NoExecute taints (the device's own and DeviceTaintRules) tolerated
     not_in_use          not allocated to another claim, not reserved by a bind in flight
@@ -39,6 +40,7 @@ from allocator.derived import NO_DERIVED_VALUES, request_derived_values
 from allocator.errors import CELError
 from allocator.inventory import Inventory, counters_left
 from allocator.model import Claim, Constraint, Device, DeviceRequest, ResourceSlice, Taint
+from allocator.nodeoperations import DECLARED_FEATURE, allocatable_on
 from allocator.nodeselector import Node
 from allocator.pools import PoolView, device_on_node
 from allocator.quantity import format_like
@@ -295,9 +297,10 @@ class DeviceChecker:
     """Per-device checks against one inventory snapshot; counters left per pool are computed once, so
     use one checker per decision (not across inventory changes)."""
 
-    def __init__(self, inventory: Inventory, selectors: SelectorCache) -> None:
+    def __init__(self, inventory: Inventory, selectors: SelectorCache, node: Node) -> None:
         self.inventory = inventory
         self.selectors = selectors
+        self.node = node
         self.gates = inventory.gates
         self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
 
@@ -307,6 +310,13 @@ class DeviceChecker:
         if alt.admin_access or (self.gates.DRAConsumableCapacity and device.allow_multiple_allocations):
             return False
         return self.inventory.is_exclusively_allocated(device.id)
+
+    def _node_operations(self, slice_name: str) -> str:
+        if not self.gates.DRAOptionalNodeOperations:
+            why = f"the {DECLARED_FEATURE} feature is disabled"
+        else:
+            why = f"node {self.node.name} does not declare {DECLARED_FEATURE}"
+        return f"slice {slice_name} skips node operations and {why}"
 
     def check(
         self, claim: Claim, alt: DeviceRequest, nd: NodeDevice, *, last: str = "counters_capacity"
@@ -334,6 +344,10 @@ class DeviceChecker:
                 "class_selectors",
                 "binding-conditions",
                 "device has binding conditions and the DRADeviceBindingConditions feature is disabled",
+            )
+        if not allocatable_on(nd.slice, self.node, gates):
+            return Rejection(
+                label, "class_selectors", "node-operations", self._node_operations(nd.slice.name)
             )
         # The class-match index answers without evaluating CEL; only a rejected device is looked at
         # selector by selector, to name the selector that said no.
@@ -474,7 +488,7 @@ def request_funnel(
     ``constraints`` needs the other requests of the claim: use ``claim_funnels`` for it."""
     names = STAGES[: STAGES.index(last) + 1]
     devices = list(node_devices(inventory, node))
-    part = _partial(DeviceChecker(inventory, selectors), devices, claim, alt, last)
+    part = _partial(DeviceChecker(inventory, selectors, node), devices, claim, alt, last)
     stages = _stages({}, part.rejected, part.total, names, examples)
     matching = stages[min(2, len(stages) - 1)].count
     return RequestFunnel(claim.key, alt.name, alt.class_name, alt.mode, _needed(alt, matching), stages)
@@ -489,7 +503,7 @@ def claim_funnels(
     examples: int = EXAMPLES_PER_STAGE,
 ) -> list[RequestFunnel]:
     """Full funnels (every stage, constraints included) for every request alternative of ``claim``."""
-    checker = DeviceChecker(inventory, selectors)
+    checker = DeviceChecker(inventory, selectors, node)
     devices = list(node_devices(inventory, node))
     parts = [
         _partial(checker, devices, claim, alt, "counters_capacity")

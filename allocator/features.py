@@ -27,6 +27,7 @@ class FeatureGates:
     DRAListTypeAttributes: bool = False
     DRADerivedAttributes: bool = True
     DRADeviceCompatibilityGroups: bool = False
+    DRAOptionalNodeOperations: bool = False
 
     def describe(self) -> str:
         """``Name=true,Other=false`` for every gate, in declaration order."""

@@ -316,6 +316,8 @@ class ResourceSlice:
     devices: tuple[Device, ...]
     shared_counters: Mapping[str, Mapping[str, Quantity]]
     resource_version: str
+    skip_node_operations: tuple[str, ...] = ()
+    """``spec.skipNodeOperations`` (gate DRAOptionalNodeOperations; ``allocator.nodeoperations``)."""
 
     @property
     def pool_id(self) -> tuple[str, str]:
@@ -534,6 +536,7 @@ def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None 
         devices=_parse_devices(spec.get("devices"), driver, pool_name, at / "spec" / "devices", previous),
         shared_counters=shared,
         resource_version=str(meta.get("resourceVersion") or ""),
+        skip_node_operations=_strings(spec.get("skipNodeOperations"), at / "spec" / "skipNodeOperations"),
     )
 
 

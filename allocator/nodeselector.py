@@ -20,10 +20,11 @@ _OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """What node selection needs of a Node: its name and labels."""
+    """What allocation needs of a Node: its name, labels and ``status.declaredFeatures``."""
 
     name: str
     labels: Mapping[str, str]
+    declared_features: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,8 @@ def _result_entry(picked: PickedDevice, gates: FeatureGates) -> dict[str, Any]:
             entry["bindingConditions"] = list(device.binding_conditions)
         if device.binding_failure_conditions:
             entry["bindingFailureConditions"] = list(device.binding_failure_conditions)
+    if picked.slice.skip_node_operations:  # only allocatable with DRAOptionalNodeOperations on
+        entry["skipNodeOperations"] = list(picked.slice.skip_node_operations)
     if picked.share_id:
         entry["shareID"] = picked.share_id
         if picked.consumed:

@@ -1,6 +1,6 @@
 """Node scores for prioritize: 0..10 from the allocation the pod would get on the node.
 
-The score is a weighted mean of four components, each in [0, 1] (``ScoreBreakdown`` keeps them so the
+The score is a weighted mean of five components, each in [0, 1] (``ScoreBreakdown`` keeps them so the
 explanation can show the arithmetic)::
 
     numa     all of the pod's devices on one NUMA node: 1; on n NUMA nodes: 1/n
@@ -11,8 +11,16 @@ explanation can show the arithmetic)::
              (prefer the node the pod fills most); spread: the share left free
     intact   whole free aligned groups (NUMA nodes, PCIe roots with two or more devices of the pod's
              classes) that the placement leaves whole, or uses completely
+    prioritized  the in-tree plugin's Score (DRAPrioritizedList): 8 - i for each request that gets its
+             ``firstAvailable`` subrequest i, divided by 8 per such request (the best possible)
+             (pods without ``firstAvailable`` requests: does not apply)
 
     score = floor(10 * sum(weight * value) / sum(weight) + 1/2)   over the components that apply
+
+Upstream divides each node's ``prioritized`` sum by the best node's sum; dividing by the best possible
+keeps the score a function of one node's allocation (the order of nodes is the same, and the value equals
+upstream's whenever some node gets every first choice). Upstream also sums claims allocated before, which
+add the same on every node; only the claims allocated now are scored here.
 
 A missing ``numaNode`` / ``pcieRoot`` is *unknown*, never NUMA node 0: such devices count as neutral
 (0.5) in ``numa`` and ``pcie``, and a node without any topology scores 0.5 for ``intact``. Scores are
@@ -52,13 +60,16 @@ __all__ = [
 SCORING_POLICIES = ("binpack", "spread")
 """``binpack``: prefer nodes the pod fills (keeps other nodes whole); ``spread``: prefer emptier nodes."""
 
-COMPONENTS = ("numa", "pcie", "packing", "intact")
+COMPONENTS = ("numa", "pcie", "packing", "intact", "prioritized")
 
 NEUTRAL = 0.5
 """The value of an alignment component whose topology is unknown: neither aligned nor misaligned."""
 
 MAX_SCORE = 10
 """``MaxExtenderPriority``."""
+
+SUBREQUEST_RANKS = 8
+"""``FirstAvailableDeviceRequestMaxSize``: subrequest i of a request is worth 8 - i."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +79,12 @@ class ScoringConfig:
     policy: str = "binpack"
     """``binpack`` (default: fewer, fuller nodes keep whole nodes for large pods) or ``spread``."""
     weights: Mapping[str, float] = field(
-        default_factory=lambda: {"numa": 3.0, "pcie": 2.0, "packing": 2.0, "intact": 1.0}
+        default_factory=lambda: {"numa": 3.0, "pcie": 2.0, "packing": 2.0, "intact": 1.0, "prioritized": 8.0}
     )
     """Per component. Defaults: NUMA alignment matters most for performance (3), a GPU next to its NIC
-    next (2), packing as much (2) so a half-used node beats an empty one, keeping groups whole (1)."""
+    next (2), packing as much (2) so a half-used node beats an empty one, keeping groups whole (1). The
+    pod's own ``firstAvailable`` order weighs as much as all of those (8): one rank lower on one request
+    then costs about one score step, as the in-tree plugin's weight 2 costs 26 of its 200 points."""
     topology: Topology = field(default_factory=Topology)
     """Which attributes name NUMA nodes and PCIe roots."""
 
@@ -96,7 +109,7 @@ class ScoringConfig:
 
 
 def parse_weights(text: str) -> dict[str, float]:
-    """``numa=3,pcie=2,packing=2,intact=1`` (a subset is fine: the others keep their defaults).
+    """``numa=3,pcie=2,packing=2,intact=1,prioritized=8`` (a subset is fine: the others keep their defaults).
 
     Raises ValueError naming the bad entry."""
     weights = dict(ScoringConfig().weights)
@@ -272,6 +285,7 @@ def score_allocation(
         _pcie(picked, topology, config.weight("pcie")),
         _packing(inventory, view.members, picked_ids, config),
         _intact(inventory, view, picked_ids, config.weight("intact")),
+        _prioritized(claims, results, config.weight("prioritized")),
     ]
     total = sum(c.weight for c in components if c.value is not None)
     if total <= 0:
@@ -320,3 +334,28 @@ def _intact(inventory: Inventory, view: _NodeView, picked: set[DeviceID], weight
         weight,
         f"{whole - broken} of {whole} whole free group(s) kept whole or filled",
     )
+
+
+def _prioritized(
+    claims: Sequence[Claim], results: Sequence[Mapping[str, Any]], weight: float
+) -> ScoreComponent:
+    total = best = 0
+    fallbacks = []
+    for claim, allocation in zip(claims, results, strict=False):
+        got = {entry["request"] for entry in allocation.get("devices", {}).get("results", ())}
+        for request in claim.requests:
+            if not request.first_available:
+                continue
+            best += SUBREQUEST_RANKS
+            for i, alt in enumerate(request.alternatives):
+                if alt.name in got:
+                    total += SUBREQUEST_RANKS - i
+                    if i:
+                        of = len(request.alternatives)
+                        fallbacks.append(f"{claim.key}/{request.name} got subrequest {i + 1} of {of}")
+    if best == 0:
+        return ScoreComponent("prioritized", None, weight, "no firstAvailable request")
+    detail = f"firstAvailable rank {total} of best {best}" + (
+        f" ({'; '.join(fallbacks)})" if fallbacks else ""
+    )
+    return ScoreComponent("prioritized", total / best, weight, detail)

@@ -37,6 +37,7 @@ from allocator.model import (
     DeviceRequest,
     ResourceSlice,
 )
+from allocator.nodeoperations import allocatable_on
 from allocator.nodeselector import Node
 from allocator.pools import PoolView, device_on_node
 from allocator.results import PickedDevice, build_allocation
@@ -402,6 +403,8 @@ class Allocator:
             for u in reversed(undos):
                 u()
 
+        if not allocatable_on(candidate.slice, self._node, self.gates):
+            return None
         if device.consumes_counters:
             if not self.gates.DRAPartitionableDevices:
                 return None

@@ -6,8 +6,9 @@ in-memory ``ClusterState`` (offline mode); the cluster binder (Kubernetes API wr
 same protocol.
 
 What is written mirrors upstream's PreBind + Bind (extender-protocol.md §4.3, §5): the finalizer
-``resource.kubernetes.io/delete-protection``, ``status.allocation`` (with ``allocationTimestamp`` only
-where binding conditions apply), the pod appended to ``status.reservedFor`` as
+``resource.kubernetes.io/delete-protection``, ``status.allocation`` (``allocationTimestamp`` set on every
+claim bound when it has none, with DRADeviceBindingConditions and DRAResourceClaimDeviceStatus on, as
+upstream's bindClaim does), the pod appended to ``status.reservedFor`` as
 ``{resource: pods, name, uid}``, and ``spec.nodeName`` on the pod.
 
 A pod with extended resources backed by DRA (``app.extended``) also gets its extended-resource claim
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from allocator.features import FeatureGates
 from app.cluster import ClusterState, object_key
 from app.podclaims import PodClaim
 
@@ -34,6 +36,7 @@ __all__ = [
     "BindPlan",
     "Binder",
     "ClaimDeleter",
+    "ClaimReleaser",
     "ExtendedBind",
     "StateBinder",
     "claim_after_bind",
@@ -85,22 +88,32 @@ class ClaimDeleter(Protocol):
         ...
 
 
+@runtime_checkable
+class ClaimReleaser(Protocol):
+    def release_claim(self, claim: Mapping[str, Any], pod_uid: str) -> bool:
+        """Deallocate ``claim`` as filter saw it (reserved for nobody or only pod ``pod_uid``), with its
+        resourceVersion as precondition; True when written, False when it changed meanwhile."""
+        ...
+
+
 def claim_after_bind(
-    claim: Mapping[str, Any], allocation: dict[str, Any] | None, pod: Mapping[str, Any]
+    claim: Mapping[str, Any], allocation: dict[str, Any] | None, pod: Mapping[str, Any], gates: FeatureGates
 ) -> dict[str, Any]:
     """A copy of ``claim`` with the finalizer, the allocation (if new) and the pod in ``reservedFor``."""
     meta = pod.get("metadata") or {}
     updated = copy.deepcopy(dict(claim))
     status = updated.setdefault("status", {})
     if allocation is not None:
-        allocation = copy.deepcopy(allocation)
-        if any(r.get("bindingConditions") for r in allocation["devices"]["results"]):
-            # Upstream sets it only where binding conditions start the binding timeout.
-            allocation["allocationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        status["allocation"] = allocation
+        status["allocation"] = copy.deepcopy(allocation)
         finalizers = updated.setdefault("metadata", {}).setdefault("finalizers", [])
         if FINALIZER not in finalizers:
             finalizers.append(FINALIZER)
+    if gates.DRADeviceBindingConditions and gates.DRAResourceClaimDeviceStatus:
+        # Upstream stamps every claim it binds, new or shared, not only those with binding conditions: the
+        # binding timeout of devices with conditions counts from it.
+        status["allocation"].setdefault(
+            "allocationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
     reserved = status.setdefault("reservedFor", [])
     if not any(r.get("uid") == meta.get("uid") for r in reserved):
         reserved.append({"resource": "pods", "name": meta.get("name"), "uid": meta.get("uid")})
@@ -119,7 +132,9 @@ class StateBinder:
         pod.setdefault("spec", {})["nodeName"] = plan.node
         created = None
         if plan.extended is not None:
-            created = claim_after_bind(plan.extended.claim, plan.extended.allocation, plan.pod)
+            created = claim_after_bind(
+                plan.extended.claim, plan.extended.allocation, plan.pod, self.state.gates
+            )
             status = pod.get("status")
             if not isinstance(status, dict):
                 status = pod["status"] = {}
@@ -136,7 +151,7 @@ class StateBinder:
                     raise BindError(f"ResourceClaim {pc.key} was deleted")
                 if allocation is not None and (current.get("status") or {}).get("allocation"):
                     raise BindError(f"ResourceClaim {pc.key} got allocated elsewhere in the meantime")
-                claims.append(claim_after_bind(current, allocation, plan.pod))
+                claims.append(claim_after_bind(current, allocation, plan.pod, self.state.gates))
             try:
                 for claim in claims:
                     self.state.apply("ResourceClaim", claim)

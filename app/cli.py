@@ -226,7 +226,7 @@ def _policy_flags(sub: argparse.ArgumentParser) -> None:
         "--score-weights",
         type=_score_weights,
         default=None,
-        metavar="numa=3,pcie=2,packing=2,intact=1",
+        metavar="numa=3,pcie=2,packing=2,intact=1,prioritized=8",
         help="weights of the score components (the defaults shown; a subset keeps the others)",
     )
 

@@ -56,10 +56,15 @@ def is_pending(pod: Mapping[str, Any]) -> bool:
 
 
 def node_from_api(obj: Mapping[str, Any]) -> Node:
-    """The name and labels of a core/v1 Node dict."""
+    """The name, labels and declared features of a core/v1 Node dict."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    return Node(str(meta.get("name") or ""), {str(k): str(v) for k, v in labels.items()})
+    declared = (obj.get("status") or {}).get("declaredFeatures") or ()
+    return Node(
+        str(meta.get("name") or ""),
+        {str(k): str(v) for k, v in labels.items()},
+        frozenset(map(str, declared)),
+    )
 
 
 class ClusterState:

@@ -162,7 +162,7 @@ class ClaimAllocation(_Model):
 
 
 class ScoreComponentModel(_Model):
-    name: str = Field(description="numa, pcie, packing or intact")
+    name: str = Field(description="numa, pcie, packing, intact or prioritized")
     value: float | None = Field(description="0..1; null when it does not apply to this pod")
     weight: float
     detail: str

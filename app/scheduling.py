@@ -9,11 +9,14 @@
   fit (``allocator.counting``), the decision records just that; devices are chosen when the node is
   scored or bound. An extended-resource claim left from an earlier attempt fails every node; as
   kube-scheduler's PostFilter, the service deletes it (binder permitting) and filters once more, which
-  is the attempt kube-scheduler would make next.
+  is the attempt kube-scheduler would make next. An allocated claim that can never be bound (a binding
+  failure condition True, or its binding timeout passed: ``app.bindingconditions``) fails every node; as
+  kube-scheduler's PostFilter, the service deallocates it through the binder when it is reserved for
+  nobody or only this pod, and kube-scheduler tries the pod again once it sees the claim change.
 * prioritize: 0-10 per node from the kept decision (``allocator.scoring``: NUMA and PCIe alignment,
-  binpack or spread), choosing devices first on nodes filter passed by counts; devices inside a node are
-  chosen by the device-selection policy (``allocator.alignment``: ``aligned`` by default, ``first-fit``
-  for upstream's order).
+  binpack or spread, the firstAvailable rank), choosing devices first on nodes filter passed by counts;
+  devices inside a node are chosen by the device-selection policy (``allocator.alignment``: ``aligned``
+  by default, ``first-fit`` for upstream's order).
 * bind: decide on the chosen node (the kept decision while it is current), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
   claims and the pod (``app.binder``); the reservation is released once the write is done or failed.
@@ -37,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import orjson
@@ -47,11 +51,13 @@ from allocator.diagnose import diagnose
 from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
 from allocator.inventory import AllocatedDevice, Inventory, NodeVersions, allocated_devices
 from allocator.model import Claim
+from allocator.nodeoperations import DECLARED_FEATURE, requires_declared_feature
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.scoring import ScoringConfig, score_allocation
 from allocator.selectors import SelectorCache
-from app.binder import Binder, BindError, BindPlan, ClaimDeleter, ExtendedBind, StateBinder
-from app.cluster import ClusterState, node_from_api
+from app.binder import Binder, BindError, BindPlan, ClaimDeleter, ClaimReleaser, ExtendedBind, StateBinder
+from app.bindingconditions import unusable_reason
+from app.cluster import ClusterState, node_from_api, object_key
 from app.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
 from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
 
@@ -110,6 +116,8 @@ class FilterOutcome:
     error: str = ""
     stale_claims: list[tuple[str, str]] = field(default_factory=list)
     """(key, uid) of extended-resource claims left from an earlier attempt (deleted by ``filter``)."""
+    unusable: Mapping[str, Any] | None = None
+    """An allocated claim of the pod that can never be bound, as seen (deallocated by ``filter``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +264,9 @@ class SchedulingService:
         self._attempts = itertools.count(1)
         """Numbers bind attempts, so each reservation token belongs to the attempt that made it."""
         self.filter_time_budget = FILTER_TIME_BUDGET
+        self.binding_timeout_seconds = 600.0
+        """kube-scheduler's ``bindingTimeout``: how long allocated devices may wait for their binding
+        conditions (``ClusterSettings.binding_timeout_seconds``); set before serving."""
 
     # --- helpers ----------------------------------------------------------------------------------
 
@@ -373,7 +384,34 @@ class SchedulingService:
             # kube-scheduler's PostFilter deleted the claim and the pod is tried again: do that attempt now.
             with self.lock:
                 outcome = self._filter(pod, node_names, nodes)
+        if outcome.unusable is not None:
+            self._release_unusable(outcome, pod)
         return outcome
+
+    def _release_unusable(self, outcome: FilterOutcome, pod: Mapping[str, Any]) -> None:
+        """Deallocate ``outcome.unusable`` through the binder when nobody else holds it, and say so in the
+        reasons. Unlike a deleted extended-resource claim, the index shows the claim allocated until the
+        watch reports the write, so the next attempt is kube-scheduler's, on that claim event."""
+        claim = outcome.unusable
+        assert claim is not None
+        uid = (pod.get("metadata") or {}).get("uid")
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        if any(r.get("uid") != uid for r in reserved):
+            note = "; it stays allocated: reserved for other pods"
+        elif self._release(claim, str(uid or "")):
+            note = "; deallocated it, so the pod can be scheduled again"
+        else:
+            return
+        outcome.failed = {name: reason + note for name, reason in outcome.failed.items()}
+
+    def _release(self, claim: Mapping[str, Any], pod_uid: str) -> bool:
+        if not isinstance(self.binder, ClaimReleaser):
+            return False  # offline: no driver sets binding conditions, nothing to release for
+        try:
+            return self.binder.release_claim(claim, pod_uid)
+        except BindError:
+            log.exception("deallocating unusable ResourceClaim %s failed", object_key("ResourceClaim", claim))
+            return False
 
     def filter_quick(
         self,
@@ -464,6 +502,18 @@ class SchedulingService:
         shared = nodes is None and extended is None and not allocated
         if quick and not shared:
             raise _NotQuick
+        try:
+            unusable = self._unusable_claim(allocated)
+        except AllocatorError as e:
+            outcome.error = str(e)
+            return outcome
+        if unusable is not None:
+            # Upstream's Filter: the claim is unavailable on every node (Unschedulable, for PostFilter).
+            outcome.failed = dict.fromkeys(
+                node_names, f"claim {unusable[0].key} cannot be bound: {unusable[1]}"
+            )
+            outcome.unusable = unusable[0].claim
+            return outcome
         view = self._view(uid, pending_claims, pod, shared, keep=select)
         if shared:
             return self._filter_shared(
@@ -719,6 +769,18 @@ class SchedulingService:
             return None
         return found
 
+    def _unusable_claim(self, allocated: list[PodClaim]) -> tuple[PodClaim, str] | None:
+        """The first allocated claim that can never be bound, and why. Raises InvalidInputError for a
+        malformed ``allocationTimestamp``."""
+        now = datetime.now(UTC)
+        for pc in allocated:
+            why = unusable_reason(
+                pc.claim, self.state.gates, self.binding_timeout_seconds, now, f"ResourceClaim {pc.key}"
+            )
+            if why:
+                return pc, why
+        return None
+
     def _allocated_claims_reason(self, allocated: list[PodClaim], node: Node, pod: Mapping[str, Any]) -> str:
         uid = (pod.get("metadata") or {}).get("uid")
         for pc in allocated:
@@ -727,6 +789,11 @@ class SchedulingService:
             where = f"ResourceClaim {pc.key}: nodeSelector"
             if selector and not parse_node_selector(selector, where).matches(node):
                 return f"claim {pc.key} is allocated for other nodes"
+            if (
+                requires_declared_feature(status["allocation"])
+                and DECLARED_FEATURE not in node.declared_features
+            ):
+                return f"claim {pc.key} allocation requires {DECLARED_FEATURE} feature on the node"
             reserved = status.get("reservedFor") or []
             if len(reserved) >= MAX_RESERVED_FOR and not any(r.get("uid") == uid for r in reserved):
                 return f"claim {pc.key} is reserved for {MAX_RESERVED_FOR} consumers already"

@@ -110,8 +110,9 @@ class SchedulingSettings:
     exactly the devices kube-scheduler would pick (use it to compare with the in-tree plugin)."""
 
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
-    """Prioritize: ``binpack`` (default) or ``spread`` and the weights of the NUMA, PCIe, packing and
-    intact-group components (``allocator.scoring``; defaults numa=3, pcie=2, packing=2, intact=1)."""
+    """Prioritize: ``binpack`` (default) or ``spread`` and the weights of the NUMA, PCIe, packing,
+    intact-group and firstAvailable-rank components (``allocator.scoring``; defaults numa=3, pcie=2,
+    packing=2, intact=1, prioritized=8)."""
 
     cel_engine: str = "cel-expr"
     """CEL implementation evaluating selectors and derived attributes (``CEL_ENGINES``). ``cel-expr``

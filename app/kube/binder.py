@@ -58,7 +58,8 @@ from allocator.errors import InvalidInputError
 from allocator.inventory import allocated_devices
 from allocator.nodeselector import Node, parse_node_selector
 from app.binder import FINALIZER, BindError, BindPlan, ExtendedBind, claim_after_bind
-from app.cluster import ClusterState
+from app.bindingconditions import conditioned_results, device_label, failed_condition, not_true
+from app.cluster import ClusterState, object_key
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
 from app.kube.clock import Clock, SystemClock
 from app.kube.reservations import WrittenReservations
@@ -127,31 +128,6 @@ def _uid(obj: Mapping[str, Any]) -> str:
 def _split(key: str) -> tuple[str, str]:
     namespace, _, name = key.partition("/")
     return namespace, name
-
-
-def conditioned_results(allocation: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], ...]:
-    """The result entries of ``allocation`` that have binding conditions."""
-    results = ((allocation or {}).get("devices") or {}).get("results") or ()
-    return tuple(r for r in results if isinstance(r, Mapping) and r.get("bindingConditions"))
-
-
-def _device_label(result: Mapping[str, Any]) -> str:
-    label = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
-    return f"{label} (share {result['shareID']})" if result.get("shareID") else label
-
-
-def _device_status(status: Mapping[str, Any], result: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ``status.devices[]`` entry of a result entry (key: driver, pool, device, shareID), or {}."""
-    for entry in status.get("devices") or ():
-        if (
-            isinstance(entry, Mapping)
-            and entry.get("driver") == result.get("driver")
-            and entry.get("pool") == result.get("pool")
-            and entry.get("device") == result.get("device")
-            and (entry.get("shareID") or None) == (result.get("shareID") or None)
-        ):
-            return entry
-    return {}
 
 
 def _reserved_for(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -295,6 +271,23 @@ class KubeBinder:
         # A claim with finalizers is only marked for deletion (its answer is the claim itself).
         return not _meta(answer).get("finalizers")
 
+    def release_claim(self, claim: Mapping[str, Any], pod_uid: str) -> bool:
+        """``ClaimReleaser``: what upstream's PostFilter does for a claim that can never be bound."""
+        return bool(self._run(self._release_claim(claim, pod_uid)))
+
+    async def _release_claim(self, claim: Mapping[str, Any], pod_uid: str) -> bool:
+        assert self.claims is not None
+        body, _, deallocated = release_pod(claim, pod_uid, deallocate=True)
+        if not deallocated:
+            return False  # reserved for another pod as well
+        try:
+            await self.client.replace(self.claims, body, subresource="status")
+        except (ConflictError, NotFoundError):
+            return False  # changed or gone since filter looked: the next filter decides again
+        except KubeAPIError as e:
+            raise BindError(f"deallocating ResourceClaim {object_key('ResourceClaim', claim)}: {e}") from e
+        return True
+
     # --- the bind -----------------------------------------------------------------------------------------
 
     async def bind_async(self, plan: BindPlan) -> None:
@@ -389,7 +382,7 @@ class KubeBinder:
                     claim = await self.client.replace(self.claims, body)
                     written.finalizer_added = True
                     stale.add(str(_meta(claim).get("resourceVersion") or ""))
-                body = claim_after_bind(claim, allocation, plan.pod)
+                body = claim_after_bind(claim, allocation, plan.pod, self.state.gates)
                 unanswered: TransportError | None = None
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
@@ -475,7 +468,7 @@ class KubeBinder:
             ", ".join(wait.key for wait in journal.waits),
         )
         pending: list[_Pending] = [
-            (wait.key, _device_label(r), list(r["bindingConditions"]))
+            (wait.key, device_label(r), list(r["bindingConditions"]))
             for wait in journal.waits
             for r in wait.results
         ]
@@ -522,24 +515,12 @@ class KubeBinder:
         status = _check_reserved(wait.key, claim, wait.uid, pod_uid, "during the wait")
         pending: list[_Pending] = []
         for result in wait.results:
-            conditions = {
-                c.get("type"): c
-                for c in _device_status(status, result).get("conditions") or ()
-                if isinstance(c, Mapping)
-            }
-            for failure in result.get("bindingFailureConditions") or ():
-                found = conditions.get(failure)
-                if found is not None and found.get("status") == "True":
-                    detail = "; ".join(f"{k}: {found[k]}" for k in ("reason", "message") if found.get(k))
-                    raise BindError(
-                        f"ResourceClaim {wait.key}: device {_device_label(result)}: binding failure "
-                        f"condition {failure} is True" + (f" ({detail})" if detail else "")
-                    )
-            missing = [
-                t for t in result["bindingConditions"] if (conditions.get(t) or {}).get("status") != "True"
-            ]
+            failed = failed_condition(status, result)
+            if failed:
+                raise BindError(f"ResourceClaim {wait.key}: device {device_label(result)}: {failed}")
+            missing = not_true(status, result)
             if missing:
-                pending.append((wait.key, _device_label(result), missing))
+                pending.append((wait.key, device_label(result), missing))
         return pending
 
     async def _check_before_binding(self, plan: BindPlan, journal: _Journal, read: Container[str]) -> None:

@@ -66,6 +66,7 @@ class ClusterRuntime:
         self._owns_client = client is None
         self.binder = KubeBinder(client, self.state, lock, self.reservations, settings, clock=self.clock)
         self.service.binder = self.binder
+        self.service.binding_timeout_seconds = settings.binding_timeout_seconds
         self.informers = Informers(
             client, self.state, lock, settings, clock=self.clock, observers=[self.reservations.observe]
         )

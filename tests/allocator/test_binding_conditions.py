@@ -130,10 +130,28 @@ def test_gates_off_make_devices_with_conditions_unselectable(gates):
     assert only.allocate(claim("c", request("d", class_name="class-b"))) is None
 
 
-def test_allocation_timestamp_is_set_by_the_binder_only_with_binding_conditions():
+def test_allocation_timestamp_is_set_on_every_bound_claim_with_both_gates_on():
+    # Upstream bindClaim: with DRADeviceBindingConditions and DRAResourceClaimDeviceStatus on, every claim it
+    # binds gets allocationTimestamp when it has none, binding conditions or not; one already set is kept.
     pod = {"metadata": {"name": "p", "uid": "u"}}
     base = {"metadata": {"name": "c"}, "spec": {}}
     with_conditions = {"devices": {"results": [result("d", "f-0", bindingConditions=["x"])]}}
     without = {"devices": {"results": [result("d", "gpu-0")]}}
-    assert "allocationTimestamp" in claim_after_bind(base, with_conditions, pod)["status"]["allocation"]
-    assert "allocationTimestamp" not in claim_after_bind(base, without, pod)["status"]["allocation"]
+    on = FeatureGates()
+    assert "allocationTimestamp" in claim_after_bind(base, with_conditions, pod, on)["status"]["allocation"]
+    assert "allocationTimestamp" in claim_after_bind(base, without, pod, on)["status"]["allocation"]
+    shared = {**base, "status": {"allocation": without, "reservedFor": [{"uid": "other"}]}}
+    assert "allocationTimestamp" in claim_after_bind(shared, None, pod, on)["status"]["allocation"]
+    stamped = {**base, "status": {"allocation": {**without, "allocationTimestamp": "2026-01-02T03:04:05Z"}}}
+    assert claim_after_bind(stamped, None, pod, on)["status"]["allocation"]["allocationTimestamp"] == (
+        "2026-01-02T03:04:05Z"
+    )
+    for off in (
+        FeatureGates(DRADeviceBindingConditions=False),
+        FeatureGates(DRAResourceClaimDeviceStatus=False),
+    ):
+        assert (
+            "allocationTimestamp"
+            not in claim_after_bind(base, with_conditions, pod, off)["status"]["allocation"]
+        )
+        assert "allocationTimestamp" not in claim_after_bind(shared, None, pod, off)["status"]["allocation"]

@@ -2,7 +2,8 @@
 
 Nodes: 8 GPUs (driver A), NUMA node 0 = gpu-0..3, 1 = gpu-4..7, PCIe roots p0 = gpu-0/1, p1 = gpu-2/3,
 p2 = gpu-4/5, p3 = gpu-6/7; optionally 4 NICs (driver B), nic-i on root pi and NUMA node i // 2.
-Default weights numa 3, pcie 2, packing 2, intact 1; score = floor(10 * weighted mean + 1/2).
+Default weights numa 3, pcie 2, packing 2, intact 1, prioritized 8; score = floor(10 * weighted mean + 1/2).
+``prioritized`` follows the in-tree plugin's Score: 8 - i per request given its firstAvailable subrequest i.
 """
 
 from __future__ import annotations
@@ -69,8 +70,14 @@ def test_two_gpus_on_one_numa_node_beat_two_split_across_two():
     split = score(world, NODE2, c, ("gpu", DRIVER_A, "gpu-3"), ("gpu", DRIVER_A, "gpu-4"))
     # node-1: numa 1 (one node), pcie n/a (one request), packing 8/8, intact 1 (p1 filled, not broken):
     # (3 + 2 + 1) / 6 = 1 -> 10. node-2: numa 1/2, packing 1, intact 1 (no whole group): 4.5 / 6 -> 8.
-    assert components(one) == {"numa": 1.0, "pcie": None, "packing": 1.0, "intact": 1.0}
-    assert components(split) == {"numa": 0.5, "pcie": None, "packing": 1.0, "intact": 1.0}
+    assert components(one) == {"numa": 1.0, "pcie": None, "packing": 1.0, "intact": 1.0, "prioritized": None}
+    assert components(split) == {
+        "numa": 0.5,
+        "pcie": None,
+        "packing": 1.0,
+        "intact": 1.0,
+        "prioritized": None,
+    }
     assert (one.score, split.score) == (10, 8)
 
 
@@ -146,6 +153,60 @@ def test_partly_known_numa_counts_unknown_devices_as_neutral():
     assert numa.detail == "1 device(s) on NUMA node 0, 1 unknown"
 
 
+def first_available(name: str, *subs: tuple[str, str]) -> dict[str, Any]:
+    """A request with one firstAvailable subrequest per (name, class)."""
+    return {"name": name, "firstAvailable": [{"name": n, "deviceClassName": c} for n, c in subs]}
+
+
+def test_first_subrequest_on_one_node_beats_the_second_on_another():
+    # Both nodes: gpu-0 (class A) and nic-0 (class B), no topology; node-1's NIC and node-2's GPU are in use.
+    world = World(
+        slices=[
+            slice_(f"{n}-{kind}", drv, n, [device(f"{kind}-0")], node=n)
+            for n in ("node-1", "node-2")
+            for kind, drv in (("gpu", DRIVER_A), ("nic", DRIVER_B))
+        ]
+    )
+    world.allocated("default/used-1", result("x", "nic-0", driver=DRIVER_B, pool="node-1"))
+    world.allocated("default/used-2", result("x", "gpu-0", pool="node-2"))
+    c = claim("c", first_available("dev", ("gpu", "class-a"), ("nic", CLASS_B)))
+    on_1, on_2 = world.allocate(c, node=NODE1), world.allocate(c, node=NODE2)
+    assert [r["request"] for r in on_1[0]["devices"]["results"]] == ["dev/gpu"]
+    assert [r["request"] for r in on_2[0]["devices"]["results"]] == ["dev/nic"]
+    first = score_allocation(world.inventory, world.selectors, NODE1, [c], on_1)
+    second = score_allocation(world.inventory, world.selectors, NODE2, [c], on_2)
+    # Upstream raw score: 8 - 0 on node-1, 8 - 1 on node-2; divided by the best possible (8).
+    # Both: numa and pcie n/a (one device), packing 2/2 in use, intact 0.5 (no topology).
+    # node-1: (2 + 0.5 + 8 * 1) / 11 = 0.955 -> 10; node-2: (2 + 0.5 + 8 * 7/8) / 11 = 0.864 -> 9.
+    assert components(first) == {
+        "numa": None,
+        "pcie": None,
+        "packing": 1.0,
+        "intact": 0.5,
+        "prioritized": 1.0,
+    }
+    assert components(second)["prioritized"] == 7 / 8
+    assert (first.score, second.score) == (10, 9)
+    detail = next(x.detail for x in second.components if x.name == "prioritized")
+    assert detail == "firstAvailable rank 7 of best 8 (default/c/dev got subrequest 2 of 2)"
+
+
+def test_prioritized_sums_over_first_available_requests_only():
+    world = World(slices=[gpus("node-1")])
+    c = claim(
+        "c",
+        first_available("a", ("a0", "class-a"), ("a1", "class-a"), ("a2", "class-a")),
+        first_available("b", ("b0", "class-a"), ("b1", "class-a")),
+        request("e"),
+    )
+    picks = [("a/a2", DRIVER_A, "gpu-0"), ("b/b0", DRIVER_A, "gpu-1"), ("e", DRIVER_A, "gpu-2")]
+    # a: 8 - 2 = 6, b: 8 - 0 = 8, e (exactly): nothing; best possible 8 + 8.
+    assert components(score(world, NODE1, c, *picks))["prioritized"] == 14 / 16
+    plain = claim("p", request("gpu", count=2))
+    breakdown = score(world, NODE1, plain, ("gpu", DRIVER_A, "gpu-0"), ("gpu", DRIVER_A, "gpu-1"))
+    assert components(breakdown)["prioritized"] is None
+
+
 def test_weights_change_the_mean():
     world = World(slices=[gpus("node-1"), gpus("node-2")])
     c = claim("c", request("gpu", count=2))
@@ -174,10 +235,16 @@ def test_scores_are_deterministic():
 
 
 def test_parse_weights_and_validation():
-    assert parse_weights("numa=5, intact=0") == {"numa": 5.0, "pcie": 2.0, "packing": 2.0, "intact": 0.0}
+    assert parse_weights("numa=5, intact=0") == {
+        "numa": 5.0,
+        "pcie": 2.0,
+        "packing": 2.0,
+        "intact": 0.0,
+        "prioritized": 8.0,
+    }
     for bad, message in [
-        ("cpu=1", "score weight 'cpu=1': expected one of numa, pcie, packing, intact=<number>"),
-        ("numa", "score weight 'numa': expected one of numa, pcie, packing, intact=<number>"),
+        ("cpu=1", "score weight 'cpu=1': expected one of numa, pcie, packing, intact, prioritized=<number>"),
+        ("numa", "score weight 'numa': expected one of numa, pcie, packing, intact, prioritized=<number>"),
         ("numa=x", "score weight numa: not a number: 'x'"),
     ]:
         with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)") + "$"):

@@ -96,7 +96,13 @@ def test_numa_quad_allocation_score_and_funnels(demo):
         {"key": "gpu.nvidia.com/xid", "operator": "Exists", "effect": "NoSchedule"}
     ]
     score = gpu.score
-    assert score is not None and [c.name for c in score.components] == ["numa", "pcie", "packing", "intact"]
+    assert score is not None and [c.name for c in score.components] == [
+        "numa",
+        "pcie",
+        "packing",
+        "intact",
+        "prioritized",
+    ]
     components = {c.name: c for c in score.components}
     assert (components["numa"].value, components["numa"].detail) == (1.0, "4 device(s) on NUMA node 0")
     assert components["pcie"].value is None

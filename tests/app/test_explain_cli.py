@@ -152,7 +152,10 @@ def test_simulate_device_selection_default_is_aligned(capsys):
     ("flags", "message"),
     [
         (("--score-weights", "cpu=1"), "score weight 'cpu=1'"),
-        (("--score-weights", "numa=0,pcie=0,packing=0,intact=0"), "at least one must be positive"),
+        (
+            ("--score-weights", "numa=0,pcie=0,packing=0,intact=0,prioritized=0"),
+            "at least one must be positive",
+        ),
         (("--scoring-policy", "pack"), "invalid choice: 'pack'"),
         (("--device-selection", "best"), "invalid choice: 'best'"),
     ],

@@ -74,6 +74,67 @@ def test_admin_access_in_labelled_namespace_uses_devices_in_use():
     assert svc.filter(svc.state.get("Pod", "ops/p"), ["n1", "n2"]).passed == ["n1", "n2"]
 
 
+def test_prioritize_prefers_the_node_giving_the_first_subrequest():
+    # n1 and n2 each have gpu-0 and nic-0; n1's NIC and n2's GPU are in use. The pod asks firstAvailable
+    # [gpu, nic]: n1 gives the first (8 - 0), n2 the second (8 - 1). Otherwise alike: numa and pcie n/a (one
+    # device), packing 2/2, intact 0.5 (no topology): n1 (2 + 0.5 + 8) / 11 -> 10, n2 (2 + 0.5 + 7) / 11 -> 9.
+    nic = "nic.example.com"
+    used = claim("ml", "used", [request("x", "gpu")])
+    used["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "x", "driver": nic, "pool": "n1", "device": "nic-0"},
+                    {"request": "x", "driver": DRIVER, "pool": "n2", "device": "gpu-0"},
+                ]
+            }
+        }
+    }
+    wants = claim("ml", "c", [])
+    wants["spec"]["devices"]["requests"] = [
+        {
+            "name": "dev",
+            "firstAvailable": [
+                {"name": "gpu", "deviceClassName": "gpu"},
+                {"name": "nic", "deviceClassName": "nic"},
+            ],
+        }
+    ]
+    svc = service(
+        ("DeviceClass", device_class("nic", f'device.driver == "{nic}"')),
+        ("ResourceSlice", resource_slice("n1-nics", nic, "n1", [device("nic-0")])),
+        ("ResourceSlice", resource_slice("n2-nics", nic, "n2", [device("nic-0")])),
+        ("ResourceClaim", used),
+        ("ResourceClaim", wants),
+        ("Pod", pod("ml", "p", ["c"])),
+    )
+    p = svc.state.get("Pod", "ml/p")
+    assert svc.filter(p, ["n1", "n2"]).passed == ["n1", "n2"]
+    assert svc.prioritize(p, ["n1", "n2"]) == [10, 9]
+
+
+def test_allocated_claim_skipping_node_operations_needs_a_node_declaring_the_feature():
+    # Upstream Filter: an allocation with skipNodeOperations fits only nodes listing DRAOptionalNodeOperations
+    # in status.declaredFeatures (checked whatever the gate says: the allocation exists already).
+    allocated = claim("ml", "c", [request("gpu", "gpu")])
+    result = {
+        "request": "gpu",
+        "driver": DRIVER,
+        "pool": "n1",
+        "device": "gpu-0",
+        "skipNodeOperations": ["*"],
+    }
+    allocated["status"] = {"allocation": {"devices": {"results": [result]}}}
+    svc = service(("ResourceClaim", allocated), ("Pod", pod("ml", "p", ["c"])))
+    outcome = svc.filter(svc.state.get("Pod", "ml/p"), ["n1"])
+    assert outcome.passed == []
+    assert outcome.unresolvable == {
+        "n1": "claim ml/c allocation requires DRAOptionalNodeOperations feature on the node"
+    }
+    declaring = {**node("n1"), "status": {"declaredFeatures": ["DRAOptionalNodeOperations"]}}
+    assert svc.filter(svc.state.get("Pod", "ml/p"), ["n1"], {"n1": declaring}).passed == ["n1"]
+
+
 def test_allocated_claim_pins_pod_to_its_node_and_shared_claim_only_grows_reserved_for():
     svc = service(
         ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),

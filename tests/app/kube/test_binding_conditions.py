@@ -9,7 +9,7 @@ import asyncio
 from typing import Any
 
 from app.binder import FINALIZER
-from app.kube.binder import _device_status
+from app.bindingconditions import device_status
 from tests.app.kube.conftest import DRIVER, NS, bind, eventually
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.app.kube.test_binder import assert_untouched, claim_in_api, writes
@@ -252,6 +252,6 @@ def test_device_status_is_matched_by_driver_pool_device_and_share_id():
         {"driver": DRIVER, "pool": "n1", "device": "gpu-0", "shareID": "b2", "conditions": [{"type": "y"}]},
         {"driver": DRIVER, "pool": "n1", "device": "gpu-0", "shareID": "a1", "conditions": [{"type": "z"}]},
     ]
-    assert _device_status({"devices": entries}, result)["conditions"] == [{"type": "z"}]
-    assert _device_status({"devices": entries}, {**result, "shareID": None})["conditions"] == [{"type": "x"}]
-    assert _device_status({"devices": entries[:2]}, result) == {}
+    assert device_status({"devices": entries}, result)["conditions"] == [{"type": "z"}]
+    assert device_status({"devices": entries}, {**result, "shareID": None})["conditions"] == [{"type": "x"}]
+    assert device_status({"devices": entries[:2]}, result) == {}
