@@ -55,18 +55,16 @@ def _report(sc: Scenario, claim: dict[str, Any], condition: str) -> None:
     sc.kube.replace_status(status)
 
 
+def _one_attachable_device(sc: Scenario, claim: str, pod: str) -> None:
+    """A node with one device that a fabric attaches (binding conditions), a claim for it and its pod."""
+    conditions = {"bindsToNode": True, "bindingConditions": [READY], "bindingFailureConditions": [FAILED]}
+    sc.add_nodes(1, 1, device_extra=conditions)
+    sc.add_claim(claim)
+    sc.add_pod(pod, claim=claim)
+
+
 def test_binding_conditions(scenario: Scenario) -> None:
-    scenario.add_nodes(
-        1,
-        1,
-        device_extra={
-            "bindsToNode": True,
-            "bindingConditions": [READY],
-            "bindingFailureConditions": [FAILED],
-        },
-    )
-    scenario.add_claim("attached")
-    scenario.add_pod("waits", claim="attached")
+    _one_attachable_device(scenario, "attached", "waits")
 
     claim = poll(lambda: _claim_with_allocation(scenario, "attached"), timeout=60, what="allocation written")
     assert claim["status"]["allocation"]["devices"]["results"][0]["bindingConditions"] == [READY]
@@ -76,17 +74,7 @@ def test_binding_conditions(scenario: Scenario) -> None:
 
 
 def test_binding_failure_rolls_back(scenario: Scenario) -> None:
-    scenario.add_nodes(
-        1,
-        1,
-        device_extra={
-            "bindsToNode": True,
-            "bindingConditions": [READY],
-            "bindingFailureConditions": [FAILED],
-        },
-    )
-    scenario.add_claim("flaky")
-    scenario.add_pod("retried", claim="flaky")
+    _one_attachable_device(scenario, "flaky", "retried")
 
     first = poll(lambda: _claim_with_allocation(scenario, "flaky"), timeout=60, what="first allocation")
     _report(scenario, first, FAILED)
