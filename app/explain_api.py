@@ -638,9 +638,13 @@ def explain_object(
         error, verdicts = "", []
         try:
             claim = _what_if_claim(obj)
+            # Also the state loader's checks the allocator's parser leaves out (fully qualified names).
+            to_v1({"apiVersion": "resource.k8s.io/v1", **obj})
             service._check_admin_access(claim)
         except AllocatorError as e:
             error = str(e)
+        except ConversionError as e:
+            error = f"{obj['kind']} {namespace}/{name}: {e}"
     if not error:
         verdicts = _each_node(service, nodes, lambda target: _node_verdict(service, target, [claim], ""))
         error = next((v.reason for v in verdicts if v.verdict == "error"), "")
