@@ -874,7 +874,14 @@ class SchedulingService:
             if bound == node_name:
                 return None
             raise BindError(f"pod {key} is already assigned to node {bound!r}")
-        claims = pod_claims(pod, self.state.objects["ResourceClaim"])
+        try:
+            claims = pod_claims(pod, self.state.objects["ResourceClaim"])
+        except ClaimNotReady as e:
+            # Usually the resourceclaim controller has not created the claim yet: a bind error makes
+            # kube-scheduler put the pod back in its queue, so nothing is lost.
+            raise BindError(
+                f"pod {key} is not ready to bind: {e}; kube-scheduler will retry the pod"
+            ) from None
         pending_claims = [pc for pc in claims if not _is_allocated(pc)]
         pending_keys = tuple(pc.key for pc in pending_claims)
         view = self._pods.get(pod_uid)
