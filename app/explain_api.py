@@ -179,7 +179,9 @@ class ScoreModel(_Model):
 class NodeVerdict(_Model):
     node: str
     verdict: Verdict
-    reason: str = Field(description="why not (the filter reason), or ''")
+    reason: str = Field(
+        description="why not (the filter reason); on a fitting node its failed last bind; or ''"
+    )
     placement: str | None = Field(description="which device-selection attempt found the allocation")
     allocations: list[ClaimAllocation] = Field(description="for fitting nodes: the claims' new allocations")
     score: ScoreModel | None
@@ -193,11 +195,20 @@ class PodClaimSummary(_Model):
     extendedResources: bool = False
 
 
+class LastBind(_Model):
+    """The pod's last bind through this extender (kept for the most recently bound pods only)."""
+
+    at: str = Field(description="RFC 3339 UTC")
+    node: str
+    error: str = Field(description="why it failed, or '' when it succeeded")
+
+
 class PodExplanation(_Model):
     namespace: str
     name: str
     uid: str
     nodeName: str | None = Field(description="spec.nodeName when the pod is bound already")
+    lastBind: LastBind | None = Field(description="the pod's last bind outcome, if one is kept")
     deviceSelection: str
     scoringPolicy: str
     claims: list[PodClaimSummary]
@@ -529,11 +540,22 @@ def explain_pod(
     except _PodError as e:
         verdicts, error = [], str(e)
     error = next((v.reason for v in verdicts if v.verdict == "error"), error)
+    uid = str(meta.get("uid") or "")
+    with service.lock:
+        last = service.bind_log.last(f"{namespace}/{name}", uid)
+    if last is not None and last.error:
+        # The node fits now, yet kube-scheduler's bind there failed: say so where the verdict is read.
+        failed = f"the last bind here failed at {last.at}: {last.error}"
+        verdicts = [
+            v.model_copy(update={"reason": failed}) if v.node == last.node and v.verdict == "fits" else v
+            for v in verdicts
+        ]
     return PodExplanation(
         namespace=namespace,
         name=name,
-        uid=str(meta.get("uid") or ""),
+        uid=uid,
         nodeName=(pod.get("spec") or {}).get("nodeName") or None,
+        lastBind=None if last is None else LastBind(at=last.at, node=last.node, error=last.error),
         deviceSelection=service.device_selection,
         scoringPolicy=service.scoring.policy,
         claims=summaries,

@@ -51,6 +51,7 @@ from allocator.nodeselector import Node, parse_node_selector
 from allocator.scoring import ScoringConfig, score_allocation
 from allocator.selectors import SelectorCache
 from app.binder import Binder, BindError, BindPlan, ClaimDeleter, ExtendedBind, StateBinder
+from app.bindlog import BindLog
 from app.cluster import ClusterState, node_from_api
 from app.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
 from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
@@ -242,6 +243,8 @@ class SchedulingService:
         """Pod key -> node of the bind writing that pod right now. kube-scheduler retries a bind whose
         answer exceeded its ``httpTimeout`` and filters the pod again meanwhile: both must leave the
         first attempt's reservation and the claims it is creating alone."""
+        self.bind_log = BindLog()
+        """The last bind outcome per pod, for explain."""
         self._attempts = itertools.count(1)
         """Numbers bind attempts, so each reservation token belongs to the attempt that made it."""
         self.filter_time_budget = FILTER_TIME_BUDGET
@@ -832,8 +835,18 @@ class SchedulingService:
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         """Allocate on ``node_name`` and write it through the binder. Raises BindError; then nothing
-        is written and the devices are free again."""
+        is written and the devices are free again. Either way the outcome goes to ``bind_log``."""
         key = f"{namespace}/{name}"
+        try:
+            self._bind(key, uid, node_name)
+        except Exception as e:
+            with self.lock:
+                self.bind_log.record(key, uid, node_name, str(e))
+            raise
+        with self.lock:
+            self.bind_log.record(key, uid, node_name, "")
+
+    def _bind(self, key: str, uid: str, node_name: str) -> None:
         with self.lock:
             if key in self._binding:
                 raise BindError(
