@@ -72,6 +72,10 @@ FILTER_TIME_BUDGET = 3.0
 the whole scheduling queue waits with it, so a claim whose search explodes (constraints that can never
 be met on big nodes) must not hold the service: nodes not decided in time fail with a reason."""
 
+BIND_WAIT = 20.0
+"""Seconds a bind waits for another pod's bind writing a claim they share (about what a bind's claim writes
+take, README); then it fails and kube-scheduler retries it."""
+
 MAX_SHAPES = 256
 """Distinct claim specs whose per-node decisions are kept (oldest dropped first): one per template or
 shared-claim spec in use, each holding at most one decision per node."""
@@ -245,6 +249,9 @@ class SchedulingService:
         first attempt's reservation and the claims it is creating alone."""
         self.bind_log = BindLog()
         """The last bind outcome per pod, for explain."""
+        self._bind_done = threading.Condition(self.lock)
+        """Notified when a bind ends: binds of pods sharing a claim it wrote wait for it."""
+        self.bind_wait = BIND_WAIT
         self._attempts = itertools.count(1)
         """Numbers bind attempts, so each reservation token belongs to the attempt that made it."""
         self.filter_time_budget = FILTER_TIME_BUDGET
@@ -402,10 +409,12 @@ class SchedulingService:
         *,
         quick: bool = False,
         select: bool = False,
+        beside: frozenset[str] = frozenset(),
     ) -> FilterOutcome:
         """Filter under the lock. ``quick``: raise _NotQuick (before changing anything of the pod's)
         rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow. ``select``: choose the
-        devices on every passing node (for prioritize and bind) where filter alone may decide by counts."""
+        devices on every passing node (for prioritize and bind) where filter alone may decide by counts.
+        ``beside``: claims other pods' binds are writing on the nodes asked (``_filter_beside``)."""
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
         bound = self._bound_node(pod)
@@ -425,10 +434,15 @@ class SchedulingService:
             outcome.failed = dict.fromkeys(node_names, reason)
             return outcome
         try:
-            claims = pod_claims(pod, self.state.objects["ResourceClaim"])
+            claims = [
+                pc for pc in pod_claims(pod, self.state.objects["ResourceClaim"]) if pc.key not in beside
+            ]
         except ClaimNotReady as e:
             outcome.unresolvable = {name: str(e) for name in node_names}
             return outcome
+        in_flight = self._in_flight(pod, claims)
+        if in_flight:
+            return self._filter_beside(pod, node_names, nodes, in_flight, quick=quick, select=select)
         try:
             extended = self._extended(pod)
         except AllocatorError as e:
@@ -436,10 +450,6 @@ class SchedulingService:
             return outcome
         if not claims and extended is None:
             outcome.passed = list(node_names)
-            return outcome
-        busy = self._claim_in_flight(pod, claims)
-        if busy:
-            outcome.failed = {name: busy for name in node_names}
             return outcome
         if extended is not None and extended.stale is not None:
             meta = extended.stale.get("metadata") or {}
@@ -688,15 +698,67 @@ class SchedulingService:
         known = self._state_pod(pod)
         return str(((known or {}).get("spec") or {}).get("nodeName") or "")
 
-    def _claim_in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> str:
-        """Why the pod must wait: one of its unallocated claims is being allocated by another pod's bind
-        (upstream PreFilter rejects the same way). Empty when none is."""
+    def _in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> dict[str, tuple[str, str]]:
+        """The pod's claims another pod's bind is allocating right now: claim key -> (that pod, its node)."""
         me = pod_key(pod)
-        for pc in claims:
-            holder = self._inflight.get(pc.key)
-            if holder is not None and holder != me:
-                return f"claim {pc.key} is being allocated for pod {holder}; retry once that bind is done"
-        return ""
+        return {
+            pc.key: (holder, self._binding[holder])
+            for pc in claims
+            if (holder := self._inflight.get(pc.key)) is not None and holder != me
+        }
+
+    def _filter_beside(
+        self,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+        nodes: Mapping[str, Mapping[str, Any]] | None,
+        in_flight: dict[str, tuple[str, str]],
+        *,
+        quick: bool,
+        select: bool,
+    ) -> FilterOutcome:
+        """Filter while other binds write claims this pod shares. Each such claim will be allocated on its
+        bind's node, so only that node can pass; there the pod's other claims are decided as usual (the
+        written claim's devices are reserved for that bind) and this pod's bind waits for the write.
+        Upstream's PreFilter rejects every node instead, unless both pods are in one pod group."""
+        failed = {}
+        for name in node_names:
+            elsewhere = [(c, holder, n) for c, (holder, n) in in_flight.items() if n != name]
+            if elsewhere:
+                claim, holder, node = elsewhere[0]
+                failed[name] = (
+                    f"claim {claim} is being allocated for pod {holder} on node {node}; "
+                    "only that node can use it"
+                )
+        here = [name for name in node_names if name not in failed]
+        outcome = FilterOutcome()
+        if here:
+            outcome = self._filter(pod, here, nodes, quick=quick, select=select, beside=frozenset(in_flight))
+        outcome.failed.update(failed)
+        return outcome
+
+    def _await_claim_writes(self, key: str) -> None:
+        """Wait, at most ``bind_wait`` seconds, while other pods' binds write claims this pod shares: once
+        written, this bind only adds the pod to them. Raises BindError when the wait runs out (kube-scheduler
+        retries the bind)."""
+        deadline = time.monotonic() + self.bind_wait
+        while in_flight := self._in_flight_for(key):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                claim, (holder, node) = next(iter(in_flight.items()))
+                raise BindError(
+                    f"claim {claim} is being allocated for pod {holder} on node {node}; "
+                    "retry once that bind is done"
+                )
+            self._bind_done.wait(left)
+
+    def _in_flight_for(self, key: str) -> dict[str, tuple[str, str]]:
+        pod = self.state.get("Pod", key)
+        try:
+            claims = pod_claims(pod, self.state.objects["ResourceClaim"]) if pod is not None else []
+        except ClaimNotReady:
+            return {}  # the bind plan reports it
+        return self._in_flight(pod, claims) if pod is not None else {}
 
     def _kept(self, uid: str, node: str) -> tuple[_Decision, ExtendedClaim | None] | None:
         """The pod's current decision for ``node`` from its last filter, or None if it is outdated."""
@@ -852,14 +914,12 @@ class SchedulingService:
                 raise BindError(
                     f"pod {key}: another bind of this pod is in progress (to {self._binding[key]})"
                 )
+            self._await_claim_writes(key)
             plan = self._bind_plan(key, uid, node_name)
             if plan is None:
                 return
             token = f"bind:{next(self._attempts)}:{key}"
             allocating = [pc.key for pc, allocation in plan.claims if allocation is not None]
-            busy = [claim for claim in allocating if claim in self._inflight]
-            if busy:
-                raise BindError(f"claim {busy[0]} is being allocated for pod {self._inflight[busy[0]]}")
             self._inflight.update(dict.fromkeys(allocating, key))
             self._binding[key] = node_name
             self.state.inventory.reserve(token, self._plan_devices(plan))
@@ -871,6 +931,7 @@ class SchedulingService:
                 self._binding.pop(key, None)
                 for claim in allocating:
                     self._inflight.pop(claim, None)
+                self._bind_done.notify_all()
 
     def _bind_plan(self, key: str, uid: str, node_name: str) -> BindPlan | None:
         """The decision for a bind, or None when the pod is already on that node (a retried bind)."""

@@ -134,16 +134,58 @@ def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight
     first = threading.Thread(target=svc.bind, args=("ml", "a", "uid-pod-ml-a", "n1"))
     first.start()
     assert slow.entered.wait(5)
-    busy = "claim ml/shared is being allocated for pod ml/a; retry once that bind is done"
-    assert svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"]).failed == {"n1": busy, "n2": busy}
-    with pytest.raises(BindError, match="claim ml/shared is being allocated for pod ml/a"):
+    outcome = svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"])
+    assert (outcome.passed, outcome.failed) == (
+        ["n1"],
+        {"n2": "claim ml/shared is being allocated for pod ml/a on node n1; only that node can use it"},
+    )
+    svc.bind_wait = 0.0  # the write is still going on when the wait is over
+    with pytest.raises(BindError) as refused:
         svc.bind("ml", "b", "uid-pod-ml-b", "n2")
+    assert str(refused.value) == (
+        "claim ml/shared is being allocated for pod ml/a on node n1; retry once that bind is done"
+    )
     slow.release.set()
     first.join(5)
     svc.bind("ml", "b", "uid-pod-ml-b", "n1")
     status = svc.state.get("ResourceClaim", "ml/shared")["status"]
     assert [r["device"] for r in status["allocation"]["devices"]["results"]] == ["gpu-0"]
     assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
+
+
+class _SignallingCondition(threading.Condition):
+    """Says when a bind starts waiting, so the test releases the first bind only then."""
+
+    def __init__(self, lock: Any) -> None:
+        super().__init__(lock)
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+def test_a_bind_of_a_shared_claim_waits_for_the_bind_writing_it():
+    svc = service(
+        ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
+        ("Pod", pod("ml", "a", ["shared"])),
+        ("Pod", pod("ml", "b", ["shared"])),
+    )
+    slow = _SlowBinder(svc.binder)
+    svc.binder = slow
+    svc._bind_done = condition = _SignallingCondition(svc.lock)
+    first = threading.Thread(target=svc.bind, args=("ml", "a", "uid-pod-ml-a", "n1"))
+    first.start()
+    assert slow.entered.wait(5)
+    second = threading.Thread(target=svc.bind, args=("ml", "b", "uid-pod-ml-b", "n1"))
+    second.start()
+    assert condition.waiting.wait(5)
+    slow.release.set()
+    first.join(5)
+    second.join(5)
+    status = svc.state.get("ResourceClaim", "ml/shared")["status"]
+    assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
+    assert svc.state.get("Pod", "ml/b")["spec"]["nodeName"] == "n1"
 
 
 def test_bind_does_not_reuse_a_result_filtered_for_other_claims_of_the_same_uid():
