@@ -316,7 +316,8 @@ class DeviceChecker:
         label = device_label(device)
         gates, inventory = self.gates, self.inventory
         if pool.incomplete:
-            return Rejection(label, "in_pools", "pool-incomplete", f"pool {pool.pool} is incomplete")
+            why = f"pool {pool.pool} is incomplete" + "".join(f": {reason}" for reason in pool.ignored[:1])
+            return Rejection(label, "in_pools", "pool-incomplete", why)
         if pool.invalid:
             return Rejection(
                 label, "in_pools", "pool-invalid", f"pool {pool.pool} is invalid: {pool.invalid}"
@@ -517,10 +518,14 @@ def claim_funnels(
 _Key = tuple[type, object]
 
 
-def _values(value: AttributeValue, lists: bool) -> tuple[_Key, ...]:
+class _Alone:
+    """Key type of a list-typed value while DRAListTypeAttributes is off: it matches no other device."""
+
+
+def _values(value: AttributeValue, lists: bool, device: Device) -> tuple[_Key, ...]:
     """Comparable keys of an attribute value (each element of a list with DRAListTypeAttributes)."""
-    if isinstance(value, tuple) and lists:
-        return tuple((type(v), v) for v in value)
+    if isinstance(value, tuple):
+        return tuple((type(v), v) for v in value) if lists else ((_Alone, id(device)),)
     return ((type(value), value),)
 
 
@@ -544,7 +549,7 @@ def _constraint_value(
     value, is_derived = lookup_attribute(name, device, derived)
     if value is None:
         return None, ()
-    return value, _values(value, lists or is_derived)
+    return value, _values(value, lists or is_derived, device)
 
 
 def _constraint_stage(
@@ -637,7 +642,12 @@ def _match_groups(
         if id(device) in kept:
             continue
         present = [k for k in keys if k in groups]
-        if not present:
+        if keys[0][0] is _Alone:
+            why = (
+                f"{name}={_show(value)} is list-typed: with the DRAListTypeAttributes feature disabled "
+                "a list matches no other device"
+            )
+        elif not present:
             why = f"{name}={_show(value)} is not available to every request the constraint covers"
         else:
             size = max(len(groups[k]) for k in present)
