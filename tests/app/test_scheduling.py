@@ -123,7 +123,8 @@ class _SlowBinder:
         self.inner.bind(plan)
 
 
-def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight():
+def _a_writes_the_claim_b_shares() -> tuple[Any, ...]:
+    """Pods a and b share claim ml/shared; a's bind to n1 is started and held while it writes."""
     svc = service(
         ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
         ("Pod", pod("ml", "a", ["shared"])),
@@ -134,6 +135,11 @@ def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight
     first = threading.Thread(target=svc.bind, args=("ml", "a", "uid-pod-ml-a", "n1"))
     first.start()
     assert slow.entered.wait(5)
+    return svc, slow, first
+
+
+def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight():
+    svc, slow, first = _a_writes_the_claim_b_shares()
     outcome = svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"])
     assert (outcome.passed, outcome.failed) == (
         ["n1"],
@@ -166,17 +172,8 @@ class _SignallingCondition(threading.Condition):
 
 
 def test_a_bind_of_a_shared_claim_waits_for_the_bind_writing_it():
-    svc = service(
-        ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
-        ("Pod", pod("ml", "a", ["shared"])),
-        ("Pod", pod("ml", "b", ["shared"])),
-    )
-    slow = _SlowBinder(svc.binder)
-    svc.binder = slow
+    svc, slow, first = _a_writes_the_claim_b_shares()
     svc._bind_done = condition = _SignallingCondition(svc.lock)
-    first = threading.Thread(target=svc.bind, args=("ml", "a", "uid-pod-ml-a", "n1"))
-    first.start()
-    assert slow.entered.wait(5)
     second = threading.Thread(target=svc.bind, args=("ml", "b", "uid-pod-ml-b", "n1"))
     second.start()
     assert condition.waiting.wait(5)
