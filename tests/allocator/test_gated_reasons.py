@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from allocator.diagnose import diagnose
+from allocator.errors import AllocatorError
 from allocator.explain import claim_funnels
 from allocator.features import FeatureGates
 from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, picked, request, slice_
@@ -32,6 +35,18 @@ def test_an_ignored_counter_slice_is_named_where_its_pool_is_incomplete():
     assert example.message == (
         "pool node-1 is incomplete: ResourceSlice gpu-counters uses sharedCounters, which is ignored while "
         "the DRAPartitionableDevices feature is disabled"
+    )
+
+
+def test_a_request_for_all_devices_names_the_ignored_slice_of_the_pool_being_updated():
+    devices = slice_("gpu-devices", DRIVER_A, "node-1", [device("gpu-0")], count=2)
+    world = World(slices=[counter_slice(), devices], gates=PARTITIONABLE_OFF)
+    with pytest.raises(AllocatorError) as error:
+        world.allocate(claim("c", request("gpu", mode="All")))
+    assert str(error.value) == (
+        "claim default/c, request gpu: asks for all devices, but resource pool driver-a.example.com/node-1 "
+        "is currently being updated (ResourceSlice gpu-counters uses sharedCounters, which is ignored while "
+        "the DRAPartitionableDevices feature is disabled)"
     )
 
 
