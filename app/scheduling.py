@@ -72,6 +72,9 @@ FILTER_TIME_BUDGET = 3.0
 the whole scheduling queue waits with it, so a claim whose search explodes (constraints that can never
 be met on big nodes) must not hold the service: nodes not decided in time fail with a reason."""
 
+MAX_UNSEEN = 10_000
+"""Claim writes of finished binds kept until the ResourceClaim watch shows them (``SchedulingService``)."""
+
 BIND_WAIT = 20.0
 """Seconds a bind waits for another pod's bind writing a claim they share (about what a bind's claim writes
 take, README); then it fails and kube-scheduler retries it."""
@@ -249,6 +252,10 @@ class SchedulingService:
         first attempt's reservation and the claims it is creating alone."""
         self.bind_log = BindLog()
         """The last bind outcome per pod, for explain."""
+        self._unseen: dict[str, tuple[str, str]] = {}
+        """Claim key -> (pod key, node) of a finished bind whose claim write the state does not show yet (the
+        ResourceClaim watch is behind; oldest dropped beyond MAX_UNSEEN): pods sharing the claim wait for
+        it as for a bind in flight, else they would allocate the claim again from the stale copy."""
         self._bind_done = threading.Condition(self.lock)
         """Notified when a bind ends: binds of pods sharing a claim it wrote wait for it."""
         self.bind_wait = BIND_WAIT
@@ -701,11 +708,20 @@ class SchedulingService:
     def _in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> dict[str, tuple[str, str]]:
         """The pod's claims another pod's bind is allocating right now: claim key -> (that pod, its node)."""
         me = pod_key(pod)
-        return {
-            pc.key: (holder, self._binding[holder])
-            for pc in claims
-            if (holder := self._inflight.get(pc.key)) is not None and holder != me
-        }
+        found = {}
+        for pc in claims:
+            holder = self._inflight.get(pc.key)
+            if holder is not None:
+                found[pc.key] = (holder, self._binding[holder])
+            elif pc.key in self._unseen and not _is_allocated(pc):
+                found[pc.key] = self._unseen[pc.key]
+        return {claim: (holder, node) for claim, (holder, node) in found.items() if holder != me}
+
+    def observe(self, kind: str, key: str, obj: Mapping[str, Any] | None) -> None:
+        """Informer observer (lock held): the watch shows a claim a finished bind wrote, or its deletion."""
+        if kind == "ResourceClaim" and key in self._unseen and (obj is None or _has_allocation(obj)):
+            del self._unseen[key]
+            self._bind_done.notify_all()
 
     def _filter_beside(
         self,
@@ -923,14 +939,20 @@ class SchedulingService:
             self._inflight.update(dict.fromkeys(allocating, key))
             self._binding[key] = node_name
             self.state.inventory.reserve(token, self._plan_devices(plan))
+        written = False
         try:
             self.binder.bind(plan)
+            written = True
         finally:
             with self.lock:
                 self.state.inventory.release(token)
                 self._binding.pop(key, None)
                 for claim in allocating:
                     self._inflight.pop(claim, None)
+                    if written and not _has_allocation(self.state.get("ResourceClaim", claim)):
+                        self._unseen[claim] = (key, node_name)
+                while len(self._unseen) > MAX_UNSEEN:
+                    del self._unseen[next(iter(self._unseen))]
                 self._bind_done.notify_all()
 
     def _bind_plan(self, key: str, uid: str, node_name: str) -> BindPlan | None:
@@ -1088,4 +1110,8 @@ def _spec_key(pod: Mapping[str, Any]) -> bytes:
 
 
 def _is_allocated(pc: PodClaim) -> bool:
-    return bool((pc.claim.get("status") or {}).get("allocation"))
+    return _has_allocation(pc.claim)
+
+
+def _has_allocation(claim: Mapping[str, Any] | None) -> bool:
+    return bool(((claim or {}).get("status") or {}).get("allocation"))

@@ -67,7 +67,12 @@ class ClusterRuntime:
         self.binder = KubeBinder(client, self.state, lock, self.reservations, settings, clock=self.clock)
         self.service.binder = self.binder
         self.informers = Informers(
-            client, self.state, lock, settings, clock=self.clock, observers=[self.reservations.observe]
+            client,
+            self.state,
+            lock,
+            settings,
+            clock=self.clock,
+            observers=[self.reservations.observe, self.service.observe],
         )
         self.releaser = OrphanReleaser(
             client,

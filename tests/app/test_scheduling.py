@@ -75,11 +75,7 @@ def test_admin_access_in_labelled_namespace_uses_devices_in_use():
 
 
 def test_allocated_claim_pins_pod_to_its_node_and_shared_claim_only_grows_reserved_for():
-    svc = service(
-        ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
-        ("Pod", pod("ml", "a", ["shared"])),
-        ("Pod", pod("ml", "b", ["shared"])),
-    )
+    svc = _sharing_pods()
     svc.bind("ml", "a", "uid-pod-ml-a", "n2")
     allocation = copy.deepcopy(svc.state.get("ResourceClaim", "ml/shared")["status"]["allocation"])
     outcome = svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"])
@@ -123,13 +119,18 @@ class _SlowBinder:
         self.inner.bind(plan)
 
 
-def _a_writes_the_claim_b_shares() -> tuple[Any, ...]:
-    """Pods a and b share claim ml/shared; a's bind to n1 is started and held while it writes."""
-    svc = service(
+def _sharing_pods() -> SchedulingService:
+    """Pods ml/a and ml/b share the unallocated claim ml/shared."""
+    return service(
         ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
         ("Pod", pod("ml", "a", ["shared"])),
         ("Pod", pod("ml", "b", ["shared"])),
     )
+
+
+def _a_writes_the_claim_b_shares() -> tuple[Any, ...]:
+    """Pods a and b share claim ml/shared; a's bind to n1 is started and held while it writes."""
+    svc = _sharing_pods()
     slow = _SlowBinder(svc.binder)
     svc.binder = slow
     first = threading.Thread(target=svc.bind, args=("ml", "a", "uid-pod-ml-a", "n1"))
@@ -183,6 +184,43 @@ def test_a_bind_of_a_shared_claim_waits_for_the_bind_writing_it():
     status = svc.state.get("ResourceClaim", "ml/shared")["status"]
     assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
     assert svc.state.get("Pod", "ml/b")["spec"]["nodeName"] == "n1"
+
+
+class _WatchBehindBinder:
+    """Writes as the API server does: the state shows the writes only once ``deliver`` is called."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.plans: list[Any] = []
+
+    def bind(self, plan: Any) -> None:
+        self.plans.append(plan)
+
+    def deliver(self) -> None:
+        for plan in self.plans:
+            self.inner.bind(plan)
+
+
+def test_a_shared_claim_written_but_not_yet_seen_is_waited_for_like_a_bind_in_flight():
+    svc = _sharing_pods()
+    behind = _WatchBehindBinder(svc.binder)
+    svc.binder = behind
+    svc.bind("ml", "a", "uid-pod-ml-a", "n1")
+    outcome = svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"])
+    assert (outcome.passed, outcome.failed) == (
+        ["n1"],
+        {"n2": "claim ml/shared is being allocated for pod ml/a on node n1; only that node can use it"},
+    )
+    svc.bind_wait = 0.0
+    with pytest.raises(BindError, match="retry once that bind is done"):
+        svc.bind("ml", "b", "uid-pod-ml-b", "n1")
+    behind.deliver()
+    with svc.lock:  # the ResourceClaim watch delivers a's write
+        svc.observe("ResourceClaim", "ml/shared", svc.state.get("ResourceClaim", "ml/shared"))
+    svc.binder = behind.inner
+    svc.bind("ml", "b", "uid-pod-ml-b", "n1")
+    status = svc.state.get("ResourceClaim", "ml/shared")["status"]
+    assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
 
 
 def test_bind_does_not_reuse_a_result_filtered_for_other_claims_of_the_same_uid():
