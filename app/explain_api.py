@@ -421,9 +421,14 @@ def _allocations(
 
 
 def _node_verdict(
-    service: SchedulingService, node: Node, pending: Sequence[Claim], blocked: str
+    service: SchedulingService,
+    node: Node,
+    pending: Sequence[Claim],
+    blocked: str,
+    kind: Verdict = "unresolvable",
 ) -> NodeVerdict:
-    """Decide ``node`` as filter would, without keeping anything, and explain it."""
+    """Decide ``node`` as filter would, without keeping anything, and explain it. ``blocked``: why the
+    node fails before any search, with verdict ``kind``."""
     inventory, selectors = service.state.inventory, service.selectors
     funnels = [
         _funnel_model(f) for claim in pending for f in claim_funnels(inventory, selectors, node, claim)
@@ -441,7 +446,7 @@ def _node_verdict(
         )
 
     if blocked:
-        return verdict("unresolvable", blocked)
+        return verdict(kind, blocked)
     if not pending:
         return verdict("fits", "")  # no funnels either
     try:
@@ -532,8 +537,12 @@ def explain_pod(
             summaries.extend(
                 _claim_summaries(pod, service, effective.allocated, effective.pending, effective.extended)
             )
+        elsewhere, written = service.claims_written_for_others(pod, target.name)
+        if elsewhere:
+            return _node_verdict(service, target, [], elsewhere, kind="does-not-fit")
+        pending = [claim for claim in effective.pending if claim.key not in written]
         blocked = service._allocated_claims_reason(effective.allocated, target, pod)
-        return _node_verdict(service, target, effective.pending, blocked)
+        return _node_verdict(service, target, pending, blocked)
 
     try:
         verdicts, error = _each_node(service, nodes, explain), ""

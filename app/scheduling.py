@@ -737,21 +737,23 @@ class SchedulingService:
         bind's node, so only that node can pass; there the pod's other claims are decided as usual (the
         written claim's devices are reserved for that bind) and this pod's bind waits for the write.
         Upstream's PreFilter rejects every node instead, unless both pods are in one pod group."""
-        failed = {}
-        for name in node_names:
-            elsewhere = [(c, holder, n) for c, (holder, n) in in_flight.items() if n != name]
-            if elsewhere:
-                claim, holder, node = elsewhere[0]
-                failed[name] = (
-                    f"claim {claim} is being allocated for pod {holder} on node {node}; "
-                    "only that node can use it"
-                )
+        failed = {name: reason for name in node_names if (reason := _elsewhere(in_flight, name))}
         here = [name for name in node_names if name not in failed]
         outcome = FilterOutcome()
         if here:
             outcome = self._filter(pod, here, nodes, quick=quick, select=select, beside=frozenset(in_flight))
         outcome.failed.update(failed)
         return outcome
+
+    def claims_written_for_others(self, pod: Mapping[str, Any], node_name: str) -> tuple[str, frozenset[str]]:
+        """For explain, as filter decides (``_filter_beside``): why ``node_name`` fails while other binds
+        write claims the pod shares ('' when it does not), and those claims (left out on their node)."""
+        try:
+            claims = pod_claims(pod, self.state.objects["ResourceClaim"])
+        except ClaimNotReady:
+            return "", frozenset()
+        in_flight = self._in_flight(pod, claims)
+        return _elsewhere(in_flight, node_name), frozenset(in_flight)
 
     def _await_claim_writes(self, key: str) -> None:
         """Wait, at most ``bind_wait`` seconds, while other pods' binds write claims this pod shares: once
@@ -1111,6 +1113,16 @@ def _spec_key(pod: Mapping[str, Any]) -> bytes:
 
 def _is_allocated(pc: PodClaim) -> bool:
     return _has_allocation(pc.claim)
+
+
+def _elsewhere(in_flight: Mapping[str, tuple[str, str]], node_name: str) -> str:
+    """Why ``node_name`` cannot use a claim another pod's bind is writing for its own node, or ''."""
+    for claim, (holder, node) in in_flight.items():
+        if node != node_name:
+            return (
+                f"claim {claim} is being allocated for pod {holder} on node {node}; only that node can use it"
+            )
+    return ""
 
 
 def _has_allocation(claim: Mapping[str, Any] | None) -> bool:

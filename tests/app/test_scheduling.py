@@ -16,6 +16,7 @@ from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 from app.binder import BindError
 from app.cluster import ClusterState
+from app.explain_api import explain_pod
 from app.scheduling import QUICK_DEVICE_CHECKS, QUICK_NODES, SchedulingService
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
@@ -221,6 +222,20 @@ def test_a_shared_claim_written_but_not_yet_seen_is_waited_for_like_a_bind_in_fl
     svc.bind("ml", "b", "uid-pod-ml-b", "n1")
     status = svc.state.get("ResourceClaim", "ml/shared")["status"]
     assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
+
+
+def test_explain_agrees_with_filter_while_a_shared_claim_is_written():
+    svc = _sharing_pods()
+    svc.binder = _WatchBehindBinder(svc.binder)
+    svc.bind("ml", "a", "uid-pod-ml-a", "n1")
+    verdicts = {v.node: (v.verdict, v.reason) for v in explain_pod(svc, "ml", "b").nodes}
+    assert verdicts == {
+        "n1": ("fits", ""),
+        "n2": (
+            "does-not-fit",
+            "claim ml/shared is being allocated for pod ml/a on node n1; only that node can use it",
+        ),
+    }
 
 
 def test_bind_does_not_reuse_a_result_filtered_for_other_claims_of_the_same_uid():
