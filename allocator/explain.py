@@ -522,6 +522,13 @@ class _Alone:
     """Key type of a list-typed value while DRAListTypeAttributes is off: it matches no other device."""
 
 
+def _list_gate_off(name: str, value: AttributeValue, outcome: str) -> str:
+    return (
+        f"{name}={_show(value)} is list-typed: with the DRAListTypeAttributes feature disabled a list "
+        f"{outcome}"
+    )
+
+
 def _values(value: AttributeValue, lists: bool, device: Device) -> tuple[_Key, ...]:
     """Comparable keys of an attribute value (each element of a list with DRAListTypeAttributes)."""
     if isinstance(value, tuple):
@@ -592,7 +599,7 @@ def _constraint_stage(
                 constraint, part, parts, with_value, needed, lists, rule, removed, selectors
             )
         else:
-            usable = _distinct(with_value, rule, removed)
+            usable = _distinct(name, with_value, rule, removed)
             largest = len(usable)
         together = min(together, largest)
     return min(together, len(usable)), removed
@@ -643,10 +650,7 @@ def _match_groups(
             continue
         present = [k for k in keys if k in groups]
         if keys[0][0] is _Alone:
-            why = (
-                f"{name}={_show(value)} is list-typed: with the DRAListTypeAttributes feature disabled "
-                "a list matches no other device"
-            )
+            why = _list_gate_off(name, value, "matches no other device")
         elif not present:
             why = f"{name}={_show(value)} is not available to every request the constraint covers"
         else:
@@ -659,11 +663,18 @@ def _match_groups(
 
 
 def _distinct(
-    with_value: list[tuple[Device, AttributeValue, tuple[_Key, ...]]], rule: str, removed: list[Rejection]
+    name: str,
+    with_value: list[tuple[Device, AttributeValue, tuple[_Key, ...]]],
+    rule: str,
+    removed: list[Rejection],
 ) -> list[Device]:
     seen: dict[_Key, Device] = {}
     kept = []
     for device, value, keys in with_value:
+        if keys[0][0] is _Alone and kept:
+            why = _list_gate_off(name, value, "is distinct only as the first device")
+            removed.append(Rejection(device_label(device), "constraints", rule, why))
+            continue
         taken = next((seen[k] for k in keys if k in seen), None)
         if taken is not None:
             removed.append(
