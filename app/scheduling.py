@@ -748,11 +748,7 @@ class SchedulingService:
     def claims_written_for_others(self, pod: Mapping[str, Any], node_name: str) -> tuple[str, frozenset[str]]:
         """For explain, as filter decides (``_filter_beside``): why ``node_name`` fails while other binds
         write claims the pod shares ('' when it does not), and those claims (left out on their node)."""
-        try:
-            claims = pod_claims(pod, self.state.objects["ResourceClaim"])
-        except ClaimNotReady:
-            return "", frozenset()
-        in_flight = self._in_flight(pod, claims)
+        in_flight = self._pod_in_flight(pod)
         return _elsewhere(in_flight, node_name), frozenset(in_flight)
 
     def _await_claim_writes(self, key: str) -> None:
@@ -760,7 +756,7 @@ class SchedulingService:
         written, this bind only adds the pod to them. Raises BindError when the wait runs out (kube-scheduler
         retries the bind)."""
         deadline = time.monotonic() + self.bind_wait
-        while in_flight := self._in_flight_for(key):
+        while in_flight := self._pod_in_flight(self.state.get("Pod", key)):
             left = deadline - time.monotonic()
             if left <= 0:
                 claim, (holder, node) = next(iter(in_flight.items()))
@@ -770,13 +766,15 @@ class SchedulingService:
                 )
             self._bind_done.wait(left)
 
-    def _in_flight_for(self, key: str) -> dict[str, tuple[str, str]]:
-        pod = self.state.get("Pod", key)
+    def _pod_in_flight(self, pod: Mapping[str, Any] | None) -> dict[str, tuple[str, str]]:
+        """``_in_flight`` for all of the pod's claims; {} for a missing pod or claim (filter and the bind
+        plan report those)."""
+        if pod is None:
+            return {}
         try:
-            claims = pod_claims(pod, self.state.objects["ResourceClaim"]) if pod is not None else []
+            return self._in_flight(pod, pod_claims(pod, self.state.objects["ResourceClaim"]))
         except ClaimNotReady:
-            return {}  # the bind plan reports it
-        return self._in_flight(pod, claims) if pod is not None else {}
+            return {}
 
     def _kept(self, uid: str, node: str) -> tuple[_Decision, ExtendedClaim | None] | None:
         """The pod's current decision for ``node`` from its last filter, or None if it is outdated."""
