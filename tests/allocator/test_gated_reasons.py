@@ -83,27 +83,26 @@ def test_with_list_attributes_off_a_list_is_distinct_only_as_the_first_device():
     assert World(slices=numa_lists([1, 2], [3, 4]), gates=LISTS_ON).allocate(pair) is not None
 
 
-def test_with_list_attributes_off_the_distinct_reason_names_the_gate():
-    world = World(slices=numa_lists([1, 2], [3, 4]), gates=LISTS_OFF)
-    pair = claim("c", request("gpu", count=2), constraints=[{"distinctAttribute": NUMA}])
-    [f] = claim_funnels(world.inventory, world.selectors, NODE1, pair)
-    assert [(e.device.rpartition("/")[2], e.message) for e in f.stage("constraints").examples] == [
+@pytest.mark.parametrize(
+    ("constraint", "second", "message"),
+    [
         (
-            "gpu-1",
-            f"{NUMA}=[3, 4] is list-typed: with the DRAListTypeAttributes feature disabled a list is "
-            "distinct only as the first device",
-        )
-    ]
-
-
-def test_with_list_attributes_off_the_reason_names_the_gate():
-    world = World(slices=numa_lists([1, 2], [1, 2]), gates=LISTS_OFF)
-    pair = claim("c", request("gpu", count=2), constraints=[{"matchAttribute": NUMA}])
-    [f] = claim_funnels(world.inventory, world.selectors, NODE1, pair)
-    assert [(e.device.rpartition("/")[2], e.message) for e in f.stage("constraints").examples] == [
-        (
-            "gpu-1",
+            "matchAttribute",
+            [1, 2],
             f"{NUMA}=[1, 2] is list-typed: with the DRAListTypeAttributes feature disabled a list matches "
             "no other device",
-        )
-    ]
+        ),
+        (
+            "distinctAttribute",
+            [3, 4],
+            f"{NUMA}=[3, 4] is list-typed: with the DRAListTypeAttributes feature disabled a list is "
+            "distinct only as the first device",
+        ),
+    ],
+)
+def test_with_list_attributes_off_the_reason_names_the_gate(constraint, second, message):
+    world = World(slices=numa_lists([1, 2], second), gates=LISTS_OFF)
+    pair = claim("c", request("gpu", count=2), constraints=[{constraint: NUMA}])
+    [f] = claim_funnels(world.inventory, world.selectors, NODE1, pair)
+    examples = [(e.device.rpartition("/")[2], e.message) for e in f.stage("constraints").examples]
+    assert examples == [("gpu-1", message)]

@@ -19,6 +19,7 @@ from app.cluster import ClusterState
 from app.explain_api import explain_pod
 from app.scheduling import QUICK_DEVICE_CHECKS, QUICK_NODES, SchedulingService
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+from tests.signalling import SignallingCondition
 
 DRIVER = "gpu.example.com"
 ADMIN_LABEL = {"resource.kubernetes.io/admin-access": "true"}
@@ -161,21 +162,9 @@ def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight
     assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
 
 
-class _SignallingCondition(threading.Condition):
-    """Says when a bind starts waiting, so the test releases the first bind only then."""
-
-    def __init__(self, lock: Any) -> None:
-        super().__init__(lock)
-        self.waiting = threading.Event()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.waiting.set()
-        return super().wait(timeout)
-
-
 def test_a_bind_of_a_shared_claim_waits_for_the_bind_writing_it():
     svc, slow, first = _a_writes_the_claim_b_shares()
-    svc._bind_done = condition = _SignallingCondition(svc.lock)
+    svc._bind_done = condition = SignallingCondition(svc.lock)
     second = threading.Thread(target=svc.bind, args=("ml", "b", "uid-pod-ml-b", "n1"))
     second.start()
     assert condition.waiting.wait(5)
