@@ -26,7 +26,7 @@ derived attribute materialised on devices, can stand in for the standard one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -317,8 +317,16 @@ def select(
     tried = allocator.stats.devices_tried
     if first is None or policy == "first-fit" or not claims:
         return Selection(first, policy, "first-fit", tried)
-    if any(alt.mode == "All" for _, alt in _alternatives(claims)):
-        return Selection(first, policy, "first-fit (request for all devices)", tried)
+    every = [
+        (i, alt)
+        for i, c in enumerate(claims)
+        for r in c.requests
+        for alt in r.alternatives
+        if alt.mode == "All"
+    ]
+    if every:
+        index, alt = every[0]
+        return Selection(first, policy, _all_devices_placement(alt, first[index]), tried)
     aligner = _Aligner(inventory, selectors, node, claims, topology or Topology())
     if not aligner.has_topology:
         return Selection(first, policy, "first-fit (no topology published)", tried)
@@ -340,6 +348,22 @@ def select(
         if results is not None:
             return Selection(results, policy, label, tried + spent)
     return Selection(first, policy, "first-fit (no aligned allocation)", tried + spent)
+
+
+def _all_devices_placement(every: DeviceRequest, allocation: Mapping[str, Any]) -> str:
+    """First fit stands when a request asks for all devices (a restricted search would give it fewer). The
+    label names what was allocated for its claim: that (sub)request, or the firstAvailable subrequest
+    chosen instead."""
+    if not every.is_subrequest:
+        return f"first-fit (request {every.name} for all devices)"
+    chosen = next(
+        entry["request"]
+        for entry in allocation["devices"]["results"]
+        if entry["request"].startswith(f"{every.parent}/")
+    )
+    if chosen == every.name:
+        return f"first-fit (subrequest {every.name} for all devices)"
+    return f"first-fit (firstAvailable chose {chosen}; {every.name} asks for all devices)"
 
 
 def node_topology(inventory: Inventory, node: Node, topology: Topology | None = None) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 * ``matchAttribute``: every device of the covered requests carries the attribute with an equal value;
   the first device fixes it; a device without it fails. Values compare type-aware (a version compares as
   its text). With DRAListTypeAttributes lists must share at least one element (a scalar is a one-element
-  list).
+  list); without it a list-typed value matches no other device (upstream's scalar comparison).
 * ``distinctAttribute`` (DRAConsumableCapacity): the attribute must exist and differ from the value of the
-  latest device of every covered request, as upstream records one value per request.
+  latest device of every covered request, as upstream records one value per request; without
+  DRAListTypeAttributes a list-typed value is accepted only on the first device.
 Both undo on backtrack (``remove``). Source: allocator-semantics §8.
 
 Derived attributes (KEP-6080, ``allocator.derived``): ``add`` receives the request's derived values for
@@ -87,7 +88,8 @@ class _MatchAttribute:
         if self.lists or any_derived:
             if not common:  # KEP-5491: the intersection over every device must stay non-empty
                 return False
-        elif not _equal(value, first, False):
+        elif isinstance(value, tuple) or not _equal(value, first, False):
+            # Upstream compares scalars only while DRAListTypeAttributes is off: a list equals nothing.
             return False
         self.stack.append((first, common, any_derived))
         return True
@@ -116,6 +118,8 @@ class _DistinctAttribute:
         for stack in self.values.values():
             if stack:
                 other, other_derived = stack[-1]
+                if isinstance(value, tuple) and not (self.lists or is_derived):
+                    return False  # upstream's scalar comparison (gate off) takes a list as unknown
                 if _equal(value, other, self.lists or is_derived or other_derived):
                     return False
         self.values.setdefault(request.name, []).append((value, is_derived))

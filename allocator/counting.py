@@ -114,12 +114,12 @@ def verdict(
     # With no fit, the search reports an invalid pool it passed over (NodeLocalError) instead.
     if any(nd.pool.invalid for nd in devices):
         return None
-    no_fit = _short_of_devices(checker, devices, *short)
+    no_fit = _short_of_devices(checker, node, devices, *short)
     return None if no_fit is None else Verdict(False, no_fit)
 
 
 def _short_of_devices(
-    checker: DeviceChecker, devices: list[NodeDevice], claim: Claim, alt: DeviceRequest
+    checker: DeviceChecker, node: Node, devices: list[NodeDevice], claim: Claim, alt: DeviceRequest
 ) -> NoFit | None:
     """Why the first short request falls short (``diagnose``'s first reasons), or None when it is short
     only at counters / capacity (the full funnel words that)."""
@@ -133,7 +133,8 @@ def _short_of_devices(
         elif rejection.stage == "tolerations":
             matching += 1
     if matching < alt.count:
-        return too_few_matching(claim, alt.name, alt.class_name, matching, alt.count)
+        ignored = checker.inventory.ignored_slices(node)
+        return too_few_matching(claim, alt.name, alt.class_name, matching, alt.count, ignored)
     if free < alt.count:
         return too_few_free(claim, alt.name, matching, tolerated, free, alt.count)
     return None

@@ -6,12 +6,13 @@ Two sources, both evaluated in the selector environment (one variable ``device``
   ``firstAvailable`` subrequests, gate ``DRADerivedAttributes``). Evaluated after the request's selectors
   admitted a device and never visible to selectors; ``constraints[].matchAttribute`` /
   ``distinctAttribute`` look up the request's derived attribute first, then the device's static attribute
-  (``allocator.constraints``). A bare name is local to the claim; a qualified name shadows the static
-  attribute of that name. Results: string, int, bool, semver or a list of one of those (KEP-5491 set
-  semantics in constraints). A runtime error on any candidate device aborts the pod (``CELEvalError``
-  naming claim, request, attribute, device and expression); a compile error is reported before the search
-  (``CELCompileError`` naming claim, request, attribute and expression; the engine's message carries the
-  position). Values are cached per (expression, device) by ``SelectorCache.value``.
+  (``allocator.constraints``). Names are qualified (``app.convert`` refuses bare ones, as Kubernetes
+  1.37): a domain no driver uses keeps one local to the claim, a driver's name shadows its attribute.
+  Results: string, int, bool, semver or a list of one of those (KEP-5491 set semantics in constraints).
+  A runtime error on any candidate device aborts the pod (``CELEvalError`` naming claim, request,
+  attribute, device and expression); a compile error is reported before the search (``CELCompileError``
+  naming claim, request, attribute and expression; the engine's message carries the position). Values
+  are cached per (expression, device) by ``SelectorCache.value``.
 
 * **Cluster-wide derived attributes** (this extender's config file, ``app.derivedconfig``). An operator
   defines ``name`` (qualified), ``expression`` and optionally ``driver`` / ``deviceClassName`` scopes;

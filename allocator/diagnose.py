@@ -31,11 +31,14 @@ class NoFit:
     unresolvable: bool
 
 
-def too_few_matching(claim: Claim, request: str, device_class: str, matching: int, needed: int) -> NoFit:
-    """Fewer devices match the class and request selectors than needed: unresolvable."""
+def too_few_matching(
+    claim: Claim, request: str, device_class: str, matching: int, needed: int, ignored: Sequence[str] = ()
+) -> NoFit:
+    """Fewer devices match the class and request selectors than needed: unresolvable. ``ignored``: why
+    slices for the node were left out (a gate is off), since their devices count for nothing."""
     return NoFit(
         f"claim {claim.key}, request {request}: node has {matching} device(s) of class {device_class} "
-        f"matching the selectors, {needed} needed",
+        f"matching the selectors, {needed} needed" + (f" ({'; '.join(ignored)})" if ignored else ""),
         True,
     )
 
@@ -62,7 +65,12 @@ def diagnose(inventory: Inventory, selectors: SelectorCache, node: Node, claims:
             first = funnels[0]  # the reason names the first alternative
             if all(f.count("request_selectors") < f.needed for f in funnels):
                 return too_few_matching(
-                    claim, first.request, first.device_class, first.count("request_selectors"), first.needed
+                    claim,
+                    first.request,
+                    first.device_class,
+                    first.count("request_selectors"),
+                    first.needed,
+                    inventory.ignored_slices(node),
                 )
             if all(f.count("not_in_use") < f.needed for f in funnels):
                 counts = (

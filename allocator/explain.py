@@ -326,7 +326,8 @@ class DeviceChecker:
         label = device_label(device)
         gates, inventory = self.gates, self.inventory
         if pool.incomplete:
-            return Rejection(label, "in_pools", "pool-incomplete", f"pool {pool.pool} is incomplete")
+            why = f"pool {pool.pool} is incomplete" + "".join(f": {reason}" for reason in pool.ignored[:1])
+            return Rejection(label, "in_pools", "pool-incomplete", why)
         if pool.invalid:
             return Rejection(
                 label, "in_pools", "pool-invalid", f"pool {pool.pool} is invalid: {pool.invalid}"
@@ -531,10 +532,21 @@ def claim_funnels(
 _Key = tuple[type, object]
 
 
-def _values(value: AttributeValue, lists: bool) -> tuple[_Key, ...]:
+class _Alone:
+    """Key type of a list-typed value while DRAListTypeAttributes is off: it matches no other device."""
+
+
+def _list_gate_off(name: str, value: AttributeValue, outcome: str) -> str:
+    return (
+        f"{name}={_show(value)} is list-typed: with the DRAListTypeAttributes feature disabled a list "
+        f"{outcome}"
+    )
+
+
+def _values(value: AttributeValue, lists: bool, device: Device) -> tuple[_Key, ...]:
     """Comparable keys of an attribute value (each element of a list with DRAListTypeAttributes)."""
-    if isinstance(value, tuple) and lists:
-        return tuple((type(v), v) for v in value)
+    if isinstance(value, tuple):
+        return tuple((type(v), v) for v in value) if lists else ((_Alone, id(device)),)
     return ((type(value), value),)
 
 
@@ -558,7 +570,7 @@ def _constraint_value(
     value, is_derived = lookup_attribute(name, device, derived)
     if value is None:
         return None, ()
-    return value, _values(value, lists or is_derived)
+    return value, _values(value, lists or is_derived, device)
 
 
 def _constraint_stage(
@@ -601,7 +613,7 @@ def _constraint_stage(
                 constraint, part, parts, with_value, needed, lists, rule, removed, selectors
             )
         else:
-            usable = _distinct(with_value, rule, removed)
+            usable = _distinct(name, with_value, rule, removed)
             largest = len(usable)
         together = min(together, largest)
     return min(together, len(usable)), removed
@@ -651,7 +663,9 @@ def _match_groups(
         if id(device) in kept:
             continue
         present = [k for k in keys if k in groups]
-        if not present:
+        if keys[0][0] is _Alone:
+            why = _list_gate_off(name, value, "matches no other device")
+        elif not present:
             why = f"{name}={_show(value)} is not available to every request the constraint covers"
         else:
             size = max(len(groups[k]) for k in present)
@@ -663,11 +677,18 @@ def _match_groups(
 
 
 def _distinct(
-    with_value: list[tuple[Device, AttributeValue, tuple[_Key, ...]]], rule: str, removed: list[Rejection]
+    name: str,
+    with_value: list[tuple[Device, AttributeValue, tuple[_Key, ...]]],
+    rule: str,
+    removed: list[Rejection],
 ) -> list[Device]:
     seen: dict[_Key, Device] = {}
     kept = []
     for device, value, keys in with_value:
+        if keys[0][0] is _Alone and kept:
+            why = _list_gate_off(name, value, "is distinct only as the first device")
+            removed.append(Rejection(device_label(device), "constraints", rule, why))
+            continue
         taken = next((seen[k] for k in keys if k in seen), None)
         if taken is not None:
             removed.append(

@@ -41,7 +41,7 @@ from allocator.model import (
     Taint,
 )
 from allocator.nodeselector import Node
-from allocator.pools import PoolID, PoolView, gather_pools
+from allocator.pools import PoolID, PoolView, gather_pools, ignored_slices
 from allocator.quantity import QuantityError, parse_quantity
 from allocator.selectors import SelectorCache
 
@@ -473,11 +473,17 @@ class Inventory:
         cached = self._pools_by_node.get(node.name)
         if cached is not None and self._nodes.get(node.name, node) == node:
             return cached
-        candidates = [*self._node_slices.get(node.name, {}).values(), *self._global_slices.values()]
-        pools = gather_pools(node, candidates, self._pool_slices, self.gates)
+        pools = gather_pools(node, self._candidate_slices(node), self._pool_slices, self.gates)
         if node.name in self._nodes:
             self._pools_by_node[node.name] = pools
         return pools
+
+    def ignored_slices(self, node: Node) -> list[str]:
+        """Why slices that would target ``node`` are left out while a gate is off (for reasons)."""
+        return ignored_slices(node, self._candidate_slices(node), self.gates)
+
+    def _candidate_slices(self, node: Node) -> list[ResourceSlice]:
+        return [*self._node_slices.get(node.name, {}).values(), *self._global_slices.values()]
 
     def taints(self, device: Device) -> tuple[Taint, ...]:
         """The device's own taints plus those of matching DeviceTaintRules (gate DRADeviceTaintRules)."""

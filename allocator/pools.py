@@ -11,14 +11,14 @@ counter references) and an invalid pool is never allocated from.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from allocator.features import FeatureGates
 from allocator.model import Device, ResourceSlice
 from allocator.nodeselector import Node
 from allocator.quantity import Quantity
 
-__all__ = ["PoolView", "device_on_node", "gather_pools", "slice_on_node"]
+__all__ = ["PoolView", "device_on_node", "gather_pools", "ignored_slices", "slice_on_node"]
 
 PoolID = tuple[str, str]
 
@@ -32,6 +32,7 @@ class PoolView:
     ``devices_by_name``: every device of the pool at that generation (also slices not targeting the node),
     for counter accounting of devices allocated elsewhere.
     ``incomplete`` / ``invalid``: such pools are never allocated from; ``invalid`` holds the reason.
+    ``ignored``: why slices of the pool at that generation were left out (a gate is off), for reasons.
     """
 
     driver: str
@@ -43,6 +44,7 @@ class PoolView:
     incomplete: bool
     invalid: str
     has_binding_conditions: bool
+    ignored: tuple[str, ...] = ()
 
     @property
     def id(self) -> PoolID:
@@ -65,6 +67,28 @@ def device_on_node(device: Device, node: Node) -> bool:
 def _partitionable(slice_: ResourceSlice) -> bool:
     """Whether the slice uses DRAPartitionableDevices fields (ignored while the gate is off)."""
     return slice_.per_device_node_selection or bool(slice_.shared_counters)
+
+
+def _ignored_reason(slice_: ResourceSlice) -> str:
+    fields = [name for name, used in _PARTITIONABLE_FIELDS if used(slice_)]
+    return (
+        f"ResourceSlice {slice_.name} uses {' and '.join(fields)}, which is ignored while the "
+        "DRAPartitionableDevices feature is disabled"
+    )
+
+
+_PARTITIONABLE_FIELDS = (
+    ("sharedCounters", lambda s: bool(s.shared_counters)),
+    ("perDeviceNodeSelection", lambda s: s.per_device_node_selection),
+)
+
+
+def ignored_slices(node: Node, candidates: Iterable[ResourceSlice], gates: FeatureGates) -> list[str]:
+    """Why slices that would target ``node`` with DRAPartitionableDevices on are left out (gate off)."""
+    if gates.DRAPartitionableDevices:
+        return []
+    on = replace(gates, DRAPartitionableDevices=True)
+    return [_ignored_reason(s) for s in candidates if _partitionable(s) and slice_on_node(s, node, on)]
 
 
 def slice_on_node(slice_: ResourceSlice, node: Node, gates: FeatureGates) -> bool:
@@ -120,7 +144,9 @@ def _pool_view(
     generation = relevant[0].generation
     expected = relevant[0].slice_count
     same_generation = [s for s in everything.values() if s.generation == generation]
+    ignored: tuple[str, ...] = ()
     if not gates.DRAPartitionableDevices:
+        ignored = tuple(_ignored_reason(s) for s in same_generation if _partitionable(s))
         same_generation = [s for s in same_generation if not _partitionable(s)]
     incomplete = False
     if len(relevant) != expected:
@@ -156,6 +182,7 @@ def _pool_view(
         incomplete=incomplete,
         invalid=invalid,
         has_binding_conditions=any(d.binding_conditions for s in device_slices for d in s.devices),
+        ignored=ignored,
     )
 
 

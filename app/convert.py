@@ -83,7 +83,7 @@ FLAT_REQUEST_FIELDS = (
 )
 """Request fields that v1beta1/v1alpha3 keep directly in the request and v1 keeps under ``exactly``."""
 _SUBREQUEST_FIELDS = frozenset({"name", "derivedAttributes", *FLAT_REQUEST_FIELDS} - {"adminAccess"})
-# derivedAttributes: KEP-6080, checked by the allocator's parser (allocator.model).
+# derivedAttributes: KEP-6080; names are checked here, the rest by the allocator's parser (allocator.model).
 
 _ATTRIBUTE_TYPES = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
 _ALLOCATION_MODES = ("ExactCount", "All")
@@ -495,6 +495,10 @@ def _check_exact_request(request: Obj, path: str) -> None:
     for name, amount in (_opt_mapping(capacity, "requests", f"{path}.capacity.requests") or {}).items():
         _check_qualified_name(name, f"{path}.capacity.requests[{name}]")
         _check_quantity(amount, f"{path}.capacity.requests[{name}]")
+    for i, derived in enumerate(_opt_list(request, "derivedAttributes", f"{path}.derivedAttributes")):
+        entry_path = f"{path}.derivedAttributes[{i}]"
+        name = _req_string(_as_mapping(derived, entry_path), "name", f"{entry_path}.name")
+        _check_fully_qualified_name(name, f"{entry_path}.name")
 
 
 def _check_toleration(toleration: Obj, path: str) -> None:
@@ -514,10 +518,19 @@ def _check_constraint(constraint: Obj, path: str) -> None:
     if len(chosen) != 1:
         raise ConversionError(path, "exactly one of `matchAttribute`, `distinctAttribute` is required")
     attribute_path = f"{path}.{chosen[0]}"
-    attribute = _as_string(constraint[chosen[0]], attribute_path)
-    if "/" not in attribute:
-        raise ConversionError(attribute_path, f"{attribute!r} must include the domain (<domain>/<name>)")
-    _check_qualified_name(attribute, attribute_path)
+    _check_fully_qualified_name(_as_string(constraint[chosen[0]], attribute_path), attribute_path)
+
+
+def _check_fully_qualified_name(name: str, path: str) -> None:
+    # FullyQualifiedName upstream (1.37): constraint attributes and derivedAttributes names; the hint is
+    # upstream's advice for a derived attribute that shadows no driver's attribute.
+    if "/" not in name:
+        raise ConversionError(
+            path,
+            f"{name!r} must include the domain (<domain>/<name>); a name local to the claim takes a domain "
+            f"no driver uses, e.g. 'derived/{name}'",
+        )
+    _check_qualified_name(name, path)
 
 
 def _check_taint_rule(obj: Obj) -> None:

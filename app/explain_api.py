@@ -179,7 +179,9 @@ class ScoreModel(_Model):
 class NodeVerdict(_Model):
     node: str
     verdict: Verdict
-    reason: str = Field(description="why not (the filter reason), or ''")
+    reason: str = Field(
+        description="why not (the filter reason); on a fitting node its failed last bind; or ''"
+    )
     placement: str | None = Field(description="which device-selection attempt found the allocation")
     allocations: list[ClaimAllocation] = Field(description="for fitting nodes: the claims' new allocations")
     score: ScoreModel | None
@@ -193,11 +195,20 @@ class PodClaimSummary(_Model):
     extendedResources: bool = False
 
 
+class LastBind(_Model):
+    """The pod's last bind through this extender (kept for the most recently bound pods only)."""
+
+    at: str = Field(description="RFC 3339 UTC")
+    node: str
+    error: str = Field(description="why it failed, or '' when it succeeded")
+
+
 class PodExplanation(_Model):
     namespace: str
     name: str
     uid: str
     nodeName: str | None = Field(description="spec.nodeName when the pod is bound already")
+    lastBind: LastBind | None = Field(description="the pod's last bind outcome, if one is kept")
     deviceSelection: str
     scoringPolicy: str
     claims: list[PodClaimSummary]
@@ -410,9 +421,14 @@ def _allocations(
 
 
 def _node_verdict(
-    service: SchedulingService, node: Node, pending: Sequence[Claim], blocked: str
+    service: SchedulingService,
+    node: Node,
+    pending: Sequence[Claim],
+    blocked: str,
+    kind: Verdict = "unresolvable",
 ) -> NodeVerdict:
-    """Decide ``node`` as filter would, without keeping anything, and explain it."""
+    """Decide ``node`` as filter would, without keeping anything, and explain it. ``blocked``: why the
+    node fails before any search, with verdict ``kind``."""
     inventory, selectors = service.state.inventory, service.selectors
     funnels = [
         _funnel_model(f) for claim in pending for f in claim_funnels(inventory, selectors, node, claim)
@@ -430,7 +446,7 @@ def _node_verdict(
         )
 
     if blocked:
-        return verdict("unresolvable", blocked)
+        return verdict(kind, blocked)
     if not pending:
         return verdict("fits", "")  # no funnels either
     try:
@@ -521,19 +537,34 @@ def explain_pod(
             summaries.extend(
                 _claim_summaries(pod, service, effective.allocated, effective.pending, effective.extended)
             )
+        elsewhere, written = service.claims_written_for_others(pod, target.name)
+        if elsewhere:
+            return _node_verdict(service, target, [], elsewhere, kind="does-not-fit")
+        pending = [claim for claim in effective.pending if claim.key not in written]
         blocked = service._allocated_claims_reason(effective.allocated, target, pod)
-        return _node_verdict(service, target, effective.pending, blocked)
+        return _node_verdict(service, target, pending, blocked)
 
     try:
         verdicts, error = _each_node(service, nodes, explain), ""
     except _PodError as e:
         verdicts, error = [], str(e)
     error = next((v.reason for v in verdicts if v.verdict == "error"), error)
+    uid = str(meta.get("uid") or "")
+    with service.lock:
+        last = service.bind_log.last(f"{namespace}/{name}", uid)
+    if last is not None and last.error:
+        # The node fits now, yet kube-scheduler's bind there failed: say so where the verdict is read.
+        failed = f"the last bind here failed at {last.at}: {last.error}"
+        verdicts = [
+            v.model_copy(update={"reason": failed}) if v.node == last.node and v.verdict == "fits" else v
+            for v in verdicts
+        ]
     return PodExplanation(
         namespace=namespace,
         name=name,
-        uid=str(meta.get("uid") or ""),
+        uid=uid,
         nodeName=(pod.get("spec") or {}).get("nodeName") or None,
+        lastBind=None if last is None else LastBind(at=last.at, node=last.node, error=last.error),
         deviceSelection=service.device_selection,
         scoringPolicy=service.scoring.policy,
         claims=summaries,
@@ -638,9 +669,13 @@ def explain_object(
         error, verdicts = "", []
         try:
             claim = _what_if_claim(obj)
+            # Also the state loader's checks the allocator's parser leaves out (fully qualified names).
+            to_v1({"apiVersion": "resource.k8s.io/v1", **obj})
             service._check_admin_access(claim)
         except AllocatorError as e:
             error = str(e)
+        except ConversionError as e:
+            error = f"{obj['kind']} {namespace}/{name}: {e}"
     if not error:
         verdicts = _each_node(service, nodes, lambda target: _node_verdict(service, target, [claim], ""))
         error = next((v.reason for v in verdicts if v.verdict == "error"), "")

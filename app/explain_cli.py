@@ -175,6 +175,12 @@ def render_explanation(explanation: PodExplanation | WhatIfExplanation, out: Tex
             o.line(f"  {label}: ResourceClaim {c.claim} ({state})")
         if not explanation.claims:
             o.line("  no ResourceClaims: every node passes")
+        last = explanation.lastBind
+        if last is not None:
+            o.line(
+                f"  last bind: {last.node} at {last.at} "
+                + (f"failed: {last.error}" if last.error else "succeeded")
+            )
     else:
         o.line(f"What-if {explanation.kind} {explanation.namespace}/{explanation.name} (nothing is created)")
     o.line(f"device selection {explanation.deviceSelection}, scoring {explanation.scoringPolicy}")

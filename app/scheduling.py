@@ -57,6 +57,7 @@ from allocator.scoring import ScoringConfig, score_allocation
 from allocator.selectors import SelectorCache
 from app.binder import Binder, BindError, BindPlan, ClaimDeleter, ClaimReleaser, ExtendedBind, StateBinder
 from app.bindingconditions import unusable_reason
+from app.bindlog import BindLog
 from app.cluster import ClusterState, node_from_api, object_key
 from app.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
 from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
@@ -85,6 +86,13 @@ FILTER_TIME_BUDGET = 3.0
 """Seconds one filter call may spend searching. kube-scheduler waits 5 s (default ``httpTimeout``) and
 the whole scheduling queue waits with it, so a claim whose search explodes (constraints that can never
 be met on big nodes) must not hold the service: nodes not decided in time fail with a reason."""
+
+MAX_UNSEEN = 10_000
+"""Claim writes of finished binds kept until the ResourceClaim watch shows them (``SchedulingService``)."""
+
+BIND_WAIT = 20.0
+"""Seconds a bind waits for another pod's bind writing a claim they share (about what a bind's claim writes
+take, README); then it fails and kube-scheduler retries it."""
 
 MAX_SHAPES = 256
 """Distinct claim specs whose per-node decisions are kept (oldest dropped first): one per template or
@@ -261,6 +269,15 @@ class SchedulingService:
         """Pod key -> node of the bind writing that pod right now. kube-scheduler retries a bind whose
         answer exceeded its ``httpTimeout`` and filters the pod again meanwhile: both must leave the
         first attempt's reservation and the claims it is creating alone."""
+        self.bind_log = BindLog()
+        """The last bind outcome per pod, for explain."""
+        self._unseen: dict[str, tuple[str, str]] = {}
+        """Claim key -> (pod key, node) of a finished bind whose claim write the state does not show yet (the
+        ResourceClaim watch is behind; oldest dropped beyond MAX_UNSEEN): pods sharing the claim wait for
+        it as for a bind in flight, else they would allocate the claim again from the stale copy."""
+        self._bind_done = threading.Condition(self.lock)
+        """Notified when a bind ends: binds of pods sharing a claim it wrote wait for it."""
+        self.bind_wait = BIND_WAIT
         self._attempts = itertools.count(1)
         """Numbers bind attempts, so each reservation token belongs to the attempt that made it."""
         self.filter_time_budget = FILTER_TIME_BUDGET
@@ -448,10 +465,12 @@ class SchedulingService:
         *,
         quick: bool = False,
         select: bool = False,
+        beside: frozenset[str] = frozenset(),
     ) -> FilterOutcome:
         """Filter under the lock. ``quick``: raise _NotQuick (before changing anything of the pod's)
         rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow. ``select``: choose the
-        devices on every passing node (for prioritize and bind) where filter alone may decide by counts."""
+        devices on every passing node (for prioritize and bind) where filter alone may decide by counts.
+        ``beside``: claims other pods' binds are writing on the nodes asked (``_filter_beside``)."""
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
         bound = self._bound_node(pod)
@@ -471,10 +490,15 @@ class SchedulingService:
             outcome.failed = dict.fromkeys(node_names, reason)
             return outcome
         try:
-            claims = pod_claims(pod, self.state.objects["ResourceClaim"])
+            claims = [
+                pc for pc in pod_claims(pod, self.state.objects["ResourceClaim"]) if pc.key not in beside
+            ]
         except ClaimNotReady as e:
             outcome.unresolvable = {name: str(e) for name in node_names}
             return outcome
+        in_flight = self._in_flight(pod, claims)
+        if in_flight:
+            return self._filter_beside(pod, node_names, nodes, in_flight, quick=quick, select=select)
         try:
             extended = self._extended(pod)
         except AllocatorError as e:
@@ -482,10 +506,6 @@ class SchedulingService:
             return outcome
         if not claims and extended is None:
             outcome.passed = list(node_names)
-            return outcome
-        busy = self._claim_in_flight(pod, claims)
-        if busy:
-            outcome.failed = {name: busy for name in node_names}
             return outcome
         if extended is not None and extended.stale is not None:
             meta = extended.stale.get("metadata") or {}
@@ -746,15 +766,76 @@ class SchedulingService:
         known = self._state_pod(pod)
         return str(((known or {}).get("spec") or {}).get("nodeName") or "")
 
-    def _claim_in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> str:
-        """Why the pod must wait: one of its unallocated claims is being allocated by another pod's bind
-        (upstream PreFilter rejects the same way). Empty when none is."""
+    def _in_flight(self, pod: Mapping[str, Any], claims: list[PodClaim]) -> dict[str, tuple[str, str]]:
+        """The pod's claims another pod's bind is allocating right now: claim key -> (that pod, its node)."""
         me = pod_key(pod)
+        found = {}
         for pc in claims:
             holder = self._inflight.get(pc.key)
-            if holder is not None and holder != me:
-                return f"claim {pc.key} is being allocated for pod {holder}; retry once that bind is done"
-        return ""
+            if holder is not None:
+                found[pc.key] = (holder, self._binding[holder])
+            elif pc.key in self._unseen and not _is_allocated(pc):
+                found[pc.key] = self._unseen[pc.key]
+        return {claim: (holder, node) for claim, (holder, node) in found.items() if holder != me}
+
+    def observe(self, kind: str, key: str, obj: Mapping[str, Any] | None) -> None:
+        """Informer observer (lock held): the watch shows a claim a finished bind wrote, or its deletion."""
+        if kind == "ResourceClaim" and key in self._unseen and (obj is None or _has_allocation(obj)):
+            del self._unseen[key]
+            self._bind_done.notify_all()
+
+    def _filter_beside(
+        self,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+        nodes: Mapping[str, Mapping[str, Any]] | None,
+        in_flight: dict[str, tuple[str, str]],
+        *,
+        quick: bool,
+        select: bool,
+    ) -> FilterOutcome:
+        """Filter while other binds write claims this pod shares. Each such claim will be allocated on its
+        bind's node, so only that node can pass; there the pod's other claims are decided as usual (the
+        written claim's devices are reserved for that bind) and this pod's bind waits for the write.
+        Upstream's PreFilter rejects every node instead, unless both pods are in one pod group."""
+        failed = {name: reason for name in node_names if (reason := _elsewhere(in_flight, name))}
+        here = [name for name in node_names if name not in failed]
+        outcome = FilterOutcome()
+        if here:
+            outcome = self._filter(pod, here, nodes, quick=quick, select=select, beside=frozenset(in_flight))
+        outcome.failed.update(failed)
+        return outcome
+
+    def claims_written_for_others(self, pod: Mapping[str, Any], node_name: str) -> tuple[str, frozenset[str]]:
+        """For explain, as filter decides (``_filter_beside``): why ``node_name`` fails while other binds
+        write claims the pod shares ('' when it does not), and those claims (left out on their node)."""
+        in_flight = self._pod_in_flight(pod)
+        return _elsewhere(in_flight, node_name), frozenset(in_flight)
+
+    def _await_claim_writes(self, key: str) -> None:
+        """Wait, at most ``bind_wait`` seconds, while other pods' binds write claims this pod shares: once
+        written, this bind only adds the pod to them. Raises BindError when the wait runs out (kube-scheduler
+        retries the bind)."""
+        deadline = time.monotonic() + self.bind_wait
+        while in_flight := self._pod_in_flight(self.state.get("Pod", key)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                claim, (holder, node) = next(iter(in_flight.items()))
+                raise BindError(
+                    f"claim {claim} is being allocated for pod {holder} on node {node}; "
+                    "retry once that bind is done"
+                )
+            self._bind_done.wait(left)
+
+    def _pod_in_flight(self, pod: Mapping[str, Any] | None) -> dict[str, tuple[str, str]]:
+        """``_in_flight`` for all of the pod's claims; {} for a missing pod or claim (filter and the bind
+        plan report those)."""
+        if pod is None:
+            return {}
+        try:
+            return self._in_flight(pod, pod_claims(pod, self.state.objects["ResourceClaim"]))
+        except ClaimNotReady:
+            return {}
 
     def _kept(self, uid: str, node: str) -> tuple[_Decision, ExtendedClaim | None] | None:
         """The pod's current decision for ``node`` from its last filter, or None if it is outdated."""
@@ -910,20 +991,37 @@ class SchedulingService:
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         """Allocate on ``node_name`` and write it through the binder. Raises BindError; then nothing
-        is written and the devices are free again."""
+        is written and the devices are free again. Either way the outcome goes to ``bind_log``."""
         key = f"{namespace}/{name}"
+        try:
+            self._bind(key, uid, node_name)
+        except Exception as e:
+            with self.lock:
+                self.bind_log.record(key, uid, node_name, str(e))
+            raise
+        with self.lock:
+            self.bind_log.record(key, uid, node_name, "")
+
+    def _bind(self, key: str, uid: str, node_name: str) -> None:
         started = self._start_bind_once_indexed(key, uid, node_name)
         if started is None:
             return
         plan, token, allocating = started
+        written = False
         try:
             self.binder.bind(plan)
+            written = True
         finally:
             with self.lock:
                 self.state.inventory.release(token)
                 self._binding.pop(key, None)
                 for claim in allocating:
                     self._inflight.pop(claim, None)
+                    if written and not _has_allocation(self.state.get("ResourceClaim", claim)):
+                        self._unseen[claim] = (key, node_name)
+                while len(self._unseen) > MAX_UNSEEN:
+                    del self._unseen[next(iter(self._unseen))]
+                self._bind_done.notify_all()
 
     def _start_bind_once_indexed(
         self, key: str, uid: str, node_name: str
@@ -937,22 +1035,25 @@ class SchedulingService:
                     return self._start_bind(key, uid, node_name)
             except ClaimNotReady as e:
                 if time.monotonic() >= deadline:
-                    raise BindError(f"pod {key}: {e}; kube-scheduler retries the pod") from e
+                    # Usually the resourceclaim controller has not created the claim yet: a bind error
+                    # makes kube-scheduler put the pod back in its queue, so nothing is lost.
+                    raise BindError(
+                        f"pod {key} is not ready to bind: {e}; kube-scheduler will retry the pod"
+                    ) from None
             time.sleep(INDEX_POLL_SECONDS)
 
     def _start_bind(self, key: str, uid: str, node_name: str) -> tuple[BindPlan, str, list[str]] | None:
-        """Under the lock: the bind's plan, with its devices reserved under a token of this attempt and
-        its claims marked in flight; None when the pod is already on that node."""
+        """Under the lock: the bind's plan (after other binds writing claims it shares are done), with its
+        devices reserved under a token of this attempt and its claims marked in flight; None when the pod
+        is already on that node. Raises ClaimNotReady while the index lacks a claim the pod names."""
         if key in self._binding:
             raise BindError(f"pod {key}: another bind of this pod is in progress (to {self._binding[key]})")
+        self._await_claim_writes(key)
         plan = self._bind_plan(key, uid, node_name)
         if plan is None:
             return None
         token = f"bind:{next(self._attempts)}:{key}"
         allocating = [pc.key for pc, allocation in plan.claims if allocation is not None]
-        busy = [claim for claim in allocating if claim in self._inflight]
-        if busy:
-            raise BindError(f"claim {busy[0]} is being allocated for pod {self._inflight[busy[0]]}")
         self._inflight.update(dict.fromkeys(allocating, key))
         self._binding[key] = node_name
         self.state.inventory.reserve(token, self._plan_devices(plan))
@@ -1106,4 +1207,18 @@ def _spec_key(pod: Mapping[str, Any]) -> bytes:
 
 
 def _is_allocated(pc: PodClaim) -> bool:
-    return bool((pc.claim.get("status") or {}).get("allocation"))
+    return _has_allocation(pc.claim)
+
+
+def _elsewhere(in_flight: Mapping[str, tuple[str, str]], node_name: str) -> str:
+    """Why ``node_name`` cannot use a claim another pod's bind is writing for its own node, or ''."""
+    for claim, (holder, node) in in_flight.items():
+        if node != node_name:
+            return (
+                f"claim {claim} is being allocated for pod {holder} on node {node}; only that node can use it"
+            )
+    return ""
+
+
+def _has_allocation(claim: Mapping[str, Any] | None) -> bool:
+    return bool(((claim or {}).get("status") or {}).get("allocation"))

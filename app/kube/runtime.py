@@ -68,7 +68,12 @@ class ClusterRuntime:
         self.service.binder = self.binder
         self.service.binding_timeout_seconds = settings.binding_timeout_seconds
         self.informers = Informers(
-            client, self.state, lock, settings, clock=self.clock, observers=[self.reservations.observe]
+            client,
+            self.state,
+            lock,
+            settings,
+            clock=self.clock,
+            observers=[self.reservations.observe, self.service.observe],
         )
         self.releaser = OrphanReleaser(
             client,

@@ -10,6 +10,7 @@ from allocator.alignment import NUMA_ATTRIBUTE, Topology, select
 from allocator.model import parse_resource_slice
 from allocator.search import Allocator
 from tests.allocator.builders import (
+    CLASS_A,
     CLASS_B,
     DRIVER_A,
     DRIVER_B,
@@ -143,8 +144,31 @@ def test_all_mode_keeps_first_fit():
     world = topology_world().allocated("default/o", result("x", "gpu-0"))
     c = claim("c", request("gpu", count=1), request("nics", class_name=CLASS_B, mode="All"))
     selection = choose(world, c)
-    assert selection.placement == "first-fit (request for all devices)"
+    assert selection.placement == "first-fit (request nics for all devices)"
     assert picked(selection.results) == ["gpu-1", "nic-0", "nic-1", "nic-2", "nic-3"]
+
+
+EVERY_OR_ONE = {
+    "name": "gpu",
+    "firstAvailable": [
+        {"name": "every", "deviceClassName": CLASS_A, "allocationMode": "All"},
+        {"name": "one", "deviceClassName": CLASS_A, "count": 1},
+    ],
+}
+
+
+def test_a_chosen_subrequest_for_all_devices_is_named():
+    selection = choose(topology_world(), claim("c", EVERY_OR_ONE))
+    assert selection.placement == "first-fit (subrequest gpu/every for all devices)"
+    assert len(picked(selection.results)) == 8
+
+
+def test_a_fallback_subrequest_is_named_beside_the_one_for_all_devices():
+    # gpu-0 is taken: "every" cannot have all GPUs, firstAvailable falls back to "one".
+    world = topology_world().allocated("default/o", result("x", "gpu-0"))
+    selection = choose(world, claim("c", EVERY_OR_ONE))
+    assert selection.placement == "first-fit (firstAvailable chose gpu/one; gpu/every asks for all devices)"
+    assert picked(selection.results) == ["gpu-1"]
 
 
 def test_no_fit_is_decided_by_first_fit_alone():

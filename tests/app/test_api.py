@@ -242,6 +242,20 @@ async def test_bind_failures_are_200_with_error_and_change_nothing(client, servi
     assert service.state.objects == before
 
 
+async def test_bind_of_a_pod_whose_claim_does_not_exist_yet_says_so():
+    state = ClusterState.from_objects([*_objects(), ("Pod", pod(NS, "p-ghost", ["ghost"]))])
+    service = SchedulingService(state, SelectorCache(ExprEngine()))
+    async with _client(create_app(service, Settings(Path("unused")))) as client:
+        response = await _post(client, "bind", _bind("p-ghost", "n1"))
+    assert (response.status_code, response.json()) == (
+        200,
+        {
+            "Error": 'pod ml/p-ghost is not ready to bind: pod claim ghost: resourceclaim "ghost" not found; '
+            "kube-scheduler will retry the pod"
+        },
+    )
+
+
 async def test_bind_to_another_node_after_bind_is_refused(client, service):
     assert (await _post(client, "bind", _bind("p-one", "n1"))).json() == {"Error": ""}
     assert "already assigned" in (await _post(client, "bind", _bind("p-one", "n2"))).json()["Error"]

@@ -16,8 +16,10 @@ from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 from app.binder import BindError
 from app.cluster import ClusterState
+from app.explain_api import explain_pod
 from app.scheduling import QUICK_DEVICE_CHECKS, QUICK_NODES, SchedulingService
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+from tests.signalling import SignallingCondition
 
 DRIVER = "gpu.example.com"
 ADMIN_LABEL = {"resource.kubernetes.io/admin-access": "true"}
@@ -136,11 +138,7 @@ def test_allocated_claim_skipping_node_operations_needs_a_node_declaring_the_fea
 
 
 def test_allocated_claim_pins_pod_to_its_node_and_shared_claim_only_grows_reserved_for():
-    svc = service(
-        ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
-        ("Pod", pod("ml", "a", ["shared"])),
-        ("Pod", pod("ml", "b", ["shared"])),
-    )
+    svc = _sharing_pods()
     svc.bind("ml", "a", "uid-pod-ml-a", "n2")
     allocation = copy.deepcopy(svc.state.get("ResourceClaim", "ml/shared")["status"]["allocation"])
     outcome = svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"])
@@ -184,27 +182,110 @@ class _SlowBinder:
         self.inner.bind(plan)
 
 
-def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight():
-    svc = service(
+def _sharing_pods() -> SchedulingService:
+    """Pods ml/a and ml/b share the unallocated claim ml/shared."""
+    return service(
         ("ResourceClaim", claim("ml", "shared", [request("gpu", "gpu")])),
         ("Pod", pod("ml", "a", ["shared"])),
         ("Pod", pod("ml", "b", ["shared"])),
     )
+
+
+def _a_writes_the_claim_b_shares() -> tuple[Any, ...]:
+    """Pods a and b share claim ml/shared; a's bind to n1 is started and held while it writes."""
+    svc = _sharing_pods()
     slow = _SlowBinder(svc.binder)
     svc.binder = slow
     first = threading.Thread(target=svc.bind, args=("ml", "a", "uid-pod-ml-a", "n1"))
     first.start()
     assert slow.entered.wait(5)
-    busy = "claim ml/shared is being allocated for pod ml/a; retry once that bind is done"
-    assert svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"]).failed == {"n1": busy, "n2": busy}
-    with pytest.raises(BindError, match="claim ml/shared is being allocated for pod ml/a"):
+    return svc, slow, first
+
+
+def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight():
+    svc, slow, first = _a_writes_the_claim_b_shares()
+    outcome = svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"])
+    assert (outcome.passed, outcome.failed) == (
+        ["n1"],
+        {"n2": "claim ml/shared is being allocated for pod ml/a on node n1; only that node can use it"},
+    )
+    svc.bind_wait = 0.0  # the write is still going on when the wait is over
+    with pytest.raises(BindError) as refused:
         svc.bind("ml", "b", "uid-pod-ml-b", "n2")
+    assert str(refused.value) == (
+        "claim ml/shared is being allocated for pod ml/a on node n1; retry once that bind is done"
+    )
     slow.release.set()
     first.join(5)
     svc.bind("ml", "b", "uid-pod-ml-b", "n1")
     status = svc.state.get("ResourceClaim", "ml/shared")["status"]
     assert [r["device"] for r in status["allocation"]["devices"]["results"]] == ["gpu-0"]
     assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
+
+
+def test_a_bind_of_a_shared_claim_waits_for_the_bind_writing_it():
+    svc, slow, first = _a_writes_the_claim_b_shares()
+    svc._bind_done = condition = SignallingCondition(svc.lock)
+    second = threading.Thread(target=svc.bind, args=("ml", "b", "uid-pod-ml-b", "n1"))
+    second.start()
+    assert condition.waiting.wait(5)
+    slow.release.set()
+    first.join(5)
+    second.join(5)
+    status = svc.state.get("ResourceClaim", "ml/shared")["status"]
+    assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
+    assert svc.state.get("Pod", "ml/b")["spec"]["nodeName"] == "n1"
+
+
+class _WatchBehindBinder:
+    """Writes as the API server does: the state shows the writes only once ``deliver`` is called."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.plans: list[Any] = []
+
+    def bind(self, plan: Any) -> None:
+        self.plans.append(plan)
+
+    def deliver(self) -> None:
+        for plan in self.plans:
+            self.inner.bind(plan)
+
+
+def test_a_shared_claim_written_but_not_yet_seen_is_waited_for_like_a_bind_in_flight():
+    svc = _sharing_pods()
+    behind = _WatchBehindBinder(svc.binder)
+    svc.binder = behind
+    svc.bind("ml", "a", "uid-pod-ml-a", "n1")
+    outcome = svc.filter(svc.state.get("Pod", "ml/b"), ["n1", "n2"])
+    assert (outcome.passed, outcome.failed) == (
+        ["n1"],
+        {"n2": "claim ml/shared is being allocated for pod ml/a on node n1; only that node can use it"},
+    )
+    svc.bind_wait = 0.0
+    with pytest.raises(BindError, match="retry once that bind is done"):
+        svc.bind("ml", "b", "uid-pod-ml-b", "n1")
+    behind.deliver()
+    with svc.lock:  # the ResourceClaim watch delivers a's write
+        svc.observe("ResourceClaim", "ml/shared", svc.state.get("ResourceClaim", "ml/shared"))
+    svc.binder = behind.inner
+    svc.bind("ml", "b", "uid-pod-ml-b", "n1")
+    status = svc.state.get("ResourceClaim", "ml/shared")["status"]
+    assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
+
+
+def test_explain_agrees_with_filter_while_a_shared_claim_is_written():
+    svc = _sharing_pods()
+    svc.binder = _WatchBehindBinder(svc.binder)
+    svc.bind("ml", "a", "uid-pod-ml-a", "n1")
+    verdicts = {v.node: (v.verdict, v.reason) for v in explain_pod(svc, "ml", "b").nodes}
+    assert verdicts == {
+        "n1": ("fits", ""),
+        "n2": (
+            "does-not-fit",
+            "claim ml/shared is being allocated for pod ml/a on node n1; only that node can use it",
+        ),
+    }
 
 
 def test_bind_does_not_reuse_a_result_filtered_for_other_claims_of_the_same_uid():
@@ -562,6 +643,7 @@ def test_a_bind_for_a_claim_that_never_shows_up_fails_with_the_reason():
     with pytest.raises(BindError) as failed:
         svc.bind("ml", "p", "uid-pod-ml-p", "n1")
     assert str(failed.value) == (
-        'pod ml/p: pod claim missing: resourceclaim "missing" not found; kube-scheduler retries the pod'
+        'pod ml/p is not ready to bind: pod claim missing: resourceclaim "missing" not found; '
+        "kube-scheduler will retry the pod"
     )
     assert svc.state.objects == before

@@ -19,6 +19,7 @@ from app.settings import Settings
 from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, device, node, pod, request, resource_slice
+from tests.signalling import SignallingCondition
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims"
 PODS = "/api/v1/namespaces/ml/pods"
@@ -399,15 +400,20 @@ async def test_extended_resource_bind_failure_removes_the_created_claim(api, sta
     assert not runtime.reservations.keys()
 
 
+def _sharing_pods(api: FakeKubeAPI) -> None:
+    """The seeded cluster plus pods a and b sharing the unallocated claim sh."""
+    seed_cluster(api)
+    api.add("ResourceClaim", claim(NS, "sh", [request("gpu", "gpu")]))
+    for name in ("a", "b"):
+        api.add("Pod", pod(NS, name, ["sh"]))
+
+
 async def test_a_shared_claim_reallocated_for_another_node_behind_a_stale_index_is_not_joined(
     api, start_runtime
 ):
     # The index saw claim sh allocated on n1 for pod a; meanwhile the server re-allocated it on n2 for x.
     # The bind of b to n1 re-reads the claim after the 409 and must not add b to a claim pinned to n2.
-    seed_cluster(api)
-    api.add("ResourceClaim", claim(NS, "sh", [request("gpu", "gpu")]))
-    for name in ("a", "b"):
-        api.add("Pod", pod(NS, name, ["sh"]))
+    _sharing_pods(api)
     runtime = await start_runtime()
     assert await bind(runtime, "a", "n1") is None
     await eventually(lambda: runtime.state.get("Pod", f"{NS}/a")["spec"].get("nodeName"))
@@ -429,3 +435,22 @@ async def test_a_shared_claim_reallocated_for_another_node_behind_a_stale_index_
     after = api.get("ResourceClaim", NS, "sh")
     assert [r["name"] for r in after["status"]["reservedFor"]] == ["x"]
     assert not api.get("Pod", NS, "b")["spec"].get("nodeName")
+
+
+async def test_a_shared_claim_written_behind_a_silent_watch_is_joined_once_the_watch_shows_it(
+    api, start_runtime
+):
+    _sharing_pods(api)
+    runtime = await start_runtime()
+    await silence_watches(api)
+    assert await bind(runtime, "a", "n1") is None
+    # The index still shows sh unallocated: b fits on n1 only, and its bind waits for the watch.
+    outcome = runtime.service.filter(runtime.state.get("Pod", f"{NS}/b"), ["n1", "n2"])
+    assert (outcome.passed, list(outcome.failed)) == (["n1"], ["n2"])
+    runtime.service._bind_done = condition = SignallingCondition(runtime.service.lock)
+    second = asyncio.create_task(bind(runtime, "b", "n1"))
+    await eventually(condition.waiting.is_set)
+    api.silent_watches = False
+    api.drop_watches()  # the informer watches again and receives a's write
+    assert await second is None
+    assert [r["name"] for r in api.get("ResourceClaim", NS, "sh")["status"]["reservedFor"]] == ["a", "b"]
