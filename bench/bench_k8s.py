@@ -118,6 +118,7 @@ def _one_run(
     watch.stop()
     latencies = [watch.bound[n] - created[n] for n in created if n in watch.bound]
     run = Run(mode, pods, seconds, latencies, {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after})
+    print(f"{label}: {run.pods} pods in {run.seconds:.1f} s ({run.rate:.1f}/s)", flush=True)
     _clean(sc)
     return run
 

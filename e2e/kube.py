@@ -162,7 +162,8 @@ class Kube:
 
     def delete_all(self, kind: str, namespace: str | None = None) -> None:
         """Delete every object of ``kind`` (in ``namespace``) at once, without waiting."""
-        self._call("DELETE", self.path(kind, namespace), params={"gracePeriodSeconds": "0"})
+        # A collection delete answers when every object is gone: thousands take minutes on a busy server.
+        self._call("DELETE", self.path(kind, namespace), params={"gracePeriodSeconds": "0"}, timeout=600.0)
 
 
 def poll(
