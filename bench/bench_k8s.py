@@ -202,12 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds):
             order = ("in-tree", "extender") if round_ % 2 == 0 else ("extender", "in-tree")
             for mode in order:
-                run = _one_run(plane, mode, f"r{round_}-{mode}", args.nodes, args.devices, pods, args.timeout)
-                print(
-                    f"round {round_} {mode}: {run.pods} pods in {run.seconds:.1f} s ({run.rate:.1f}/s)",
-                    flush=True,
-                )
-                runs.append(run)
+                label = f"r{round_}-{mode}"
+                runs.append(_one_run(plane, mode, label, args.nodes, args.devices, pods, args.timeout))
     finally:
         plane.stop()
     target = ">= 1.0x" if args.nodes <= 500 else ">= 1.5x"
