@@ -479,6 +479,14 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
         help="Lease of the kube-scheduler this extender is a sidecar of: only the replica next to the leader "
         "releases orphaned allocations",
     )
+    names = ",".join(ClusterSettings().scheduler_names)
+    group.add_argument(
+        "--scheduler-name",
+        metavar="NAME[,NAME]",
+        default=names,
+        help=f"kube-scheduler profiles configured with this extender (default {names}); only their pods' "
+        "claims are released as orphans",
+    )
     grace = ClusterSettings().orphan_grace_period_seconds
     group.add_argument(
         "--orphan-grace-period",
@@ -535,6 +543,7 @@ def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
             context=args.context,
             in_cluster=args.in_cluster,
             scheduler_lease=args.scheduler_lease,
+            scheduler_names=tuple(n.strip() for n in args.scheduler_name.split(",") if n.strip()),
             orphan_grace_period_seconds=args.orphan_grace_period,
             binding_timeout_seconds=args.binding_timeout,
         )

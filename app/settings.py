@@ -213,6 +213,13 @@ class ClusterSettings:
     show after this long is taken as not done: its reservation is dropped, with a warning. A write the
     server answered is never dropped this way."""
 
+    scheduler_names: tuple[str, ...] = ("dra-scheduler",)
+    """The kube-scheduler profiles (``schedulerName``) configured with this extender. Only claims of pods
+    of these schedulers are released as orphans: a pod of another scheduler between that scheduler's claim
+    write and its binding looks the same, and its allocation is not ours to undo. ``dra-scheduler`` is the
+    profile ``manifests/`` ships; a pod without ``schedulerName`` counts as ``default-scheduler``, as the
+    API server defaults it."""
+
     scheduler_lease: str | None = None
     """``namespace/name`` of the leader-election Lease of the kube-scheduler this extender is a sidecar of.
     When set, only the replica next to the leader releases orphaned allocations (standbys keep their index
@@ -241,6 +248,8 @@ class ClusterSettings:
             raise ValueError(f"backoff_jitter: must be in 0..1, got {self.backoff_jitter}")
         if self.backoff_max_seconds < self.backoff_initial_seconds:
             raise ValueError("backoff_max_seconds: must not be below backoff_initial_seconds")
+        if not self.scheduler_names or not all(self.scheduler_names):
+            raise ValueError(f"scheduler_names: expected one or more names, got {self.scheduler_names!r}")
         if self.scheduler_lease is not None and len(self.scheduler_lease.split("/")) != 2:
             raise ValueError(f"scheduler_lease: expected namespace/name, got {self.scheduler_lease!r}")
         if self.in_cluster and self.kubeconfig is not None:

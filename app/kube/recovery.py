@@ -104,6 +104,9 @@ class OrphanReleaser:
                     continue
                 if not is_pending(pod) or _meta(pod).get("deletionTimestamp"):
                     continue
+                scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+                if scheduler not in self.settings.scheduler_names:
+                    continue
                 found.append((key, str(entry.get("uid")), pod_key))
         return found
 

@@ -27,6 +27,7 @@ TEST_SETTINGS = ClusterSettings(
     bind_timeout_seconds=1000.0,
     orphan_grace_period_seconds=300.0,
     orphan_check_interval_seconds=1e6,  # tests call OrphanReleaser.sweep() themselves
+    scheduler_names=("default-scheduler",),  # test pods carry no schedulerName: the API server's default
 )
 
 

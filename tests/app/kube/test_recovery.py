@@ -16,6 +16,14 @@ GPU0_N1 = {
 }
 
 
+GPU0_N2 = {
+    "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n2", "device": "gpu-0"}]},
+    "nodeSelector": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]
+    },
+}
+
+
 def crash_after_status_write(api: FakeKubeAPI, name: str) -> None:
     """What a bind leaves when the extender dies between the claim writes and the binding."""
     c = api.get("ResourceClaim", NS, f"{name}-gpu")
@@ -167,3 +175,23 @@ async def test_a_reservation_of_a_write_with_unknown_outcome_expires(api, start_
     clock.advance(2)
     await runtime.releaser.sweep()
     assert runtime.reservations.keys() == []
+
+
+async def test_claims_of_pods_of_other_schedulers_are_never_released(api, start_runtime, clock):
+    # Found on the e2e control plane: another allocator (the default scheduler's DRA plugin) between its
+    # claim write and its binding looked like our orphan, and its allocation was wiped after 300 s.
+    seed_cluster(api)
+    other = add_pod(api, "theirs")
+    other["spec"]["schedulerName"] = "other-scheduler"
+    api.put("Pod", other)
+    crash_after_status_write(api, "theirs")
+    theirs = api.get("ResourceClaim", NS, "theirs-gpu")
+    theirs["status"]["allocation"] = GPU0_N2
+    api.put("ResourceClaim", theirs)
+    add_pod(api, "ours")
+    crash_after_status_write(api, "ours")
+    runtime = await start_runtime()
+    assert await runtime.releaser.sweep() == []
+    clock.advance(301)
+    assert await runtime.releaser.sweep() == [f"{NS}/ours-gpu"]
+    assert api.get("ResourceClaim", NS, "theirs-gpu")["status"]["allocation"] == GPU0_N2

@@ -98,11 +98,14 @@ def test_serve_flags_choose_cluster_mode(monkeypatch, tmp_path):
             "60",
             "--binding-timeout",
             "120",
+            "--scheduler-name",
+            "dra-scheduler, gpu-scheduler",
         )
     )
     assert settings == ClusterSettings(
         kubeconfig=kubeconfig,
         scheduler_lease="ns/lease",
+        scheduler_names=("dra-scheduler", "gpu-scheduler"),
         orphan_grace_period_seconds=60.0,
         binding_timeout_seconds=120.0,
     )
