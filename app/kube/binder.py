@@ -49,8 +49,8 @@ import copy
 import logging
 import re
 import threading
-from collections.abc import Container, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator, Container, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,6 +218,8 @@ class KubeBinder:
         self.loop = loop
         self._inflight: dict[str, str] = {}
         self._inflight_lock = threading.Lock()
+        self._claim_writers: dict[str, tuple[asyncio.Lock, int]] = {}
+        """Per claim being written: its lock and how many binds hold or await it (dropped at 0)."""
 
     # --- synchronous entry points (worker threads) --------------------------------------------------------
 
@@ -335,6 +337,24 @@ class KubeBinder:
             raise BindError(f"ResourceClaim {key} was deleted") from e
         return claim
 
+    @asynccontextmanager
+    async def _writing(self, key: str) -> AsyncIterator[None]:
+        """One bind at a time writes claim ``key``. Pods sharing a claim are bound in parallel, and each
+        write carries the claim's resourceVersion: unordered, every bind but one conflicts, re-reads and
+        conflicts again (hundreds of pods sharing a claim ran out of attempts on a real API server). In
+        turn, a bind re-reads at most once."""
+        lock, users = self._claim_writers.get(key) or (asyncio.Lock(), 0)
+        self._claim_writers[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._claim_writers[key]
+            if users == 1:
+                del self._claim_writers[key]
+            else:
+                self._claim_writers[key] = (lock, users - 1)
+
     async def _bind_claim(
         self,
         key: str,
@@ -345,6 +365,20 @@ class KubeBinder:
         *,
         created: bool = False,
     ) -> None:
+        async with self._writing(key):
+            await self._write_claim(key, known, allocation, plan, journal, created=created)
+
+    async def _write_claim(
+        self,
+        key: str,
+        known: Mapping[str, Any],
+        allocation: dict[str, Any] | None,
+        plan: BindPlan,
+        journal: _Journal,
+        *,
+        created: bool,
+    ) -> None:
+        """``_bind_claim``'s writes: finalizer, then allocation and reservedFor, retried on conflicts."""
         assert self.claims is not None
         pod_uid = _uid(plan.pod)
         devices = allocated_devices(allocation, f"ResourceClaim {key}") if allocation else ()
