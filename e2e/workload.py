@@ -34,12 +34,14 @@ class Scenario:
     started: float = field(default_factory=time.monotonic)
     summary: tuple[int, int, int, float] | None = None  # pods, bound, unschedulable, seconds
     notes: list[str] = field(default_factory=list)  # measurements printed under the summary table
+    log_offset: int = 0  # where the extender's log stood when the scenario began
 
     @classmethod
     def create(cls, plane: ControlPlane, name: str) -> Scenario:
         kube = plane.client()
         sc = cls(plane, name, kube, f"e2e-{name}", f"{name}.gpu.example.com", f"{name}-gpu")
         CREATED.append(sc)
+        sc.log_offset = plane.components["dra-extender"].log.stat().st_size
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": sc.namespace}})
         # The ServiceAccount admission plugin refuses pods until the namespace's default account exists.
         poll(
@@ -225,6 +227,12 @@ class Scenario:
         return poll(
             settled, timeout=timeout, interval=0.5, what=f"{self.name}: every pod bound or unschedulable"
         )
+
+    def extender_log(self) -> list[str]:
+        """The extender's log lines written since the scenario began."""
+        with self.plane.components["dra-extender"].log.open(errors="replace") as log:
+            log.seek(self.log_offset)
+            return log.readlines()
 
     def finish(self) -> None:
         """Remember the outcome counts for the session's summary (once, at the end of the scenario)."""

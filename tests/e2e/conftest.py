@@ -38,18 +38,15 @@ def control_plane() -> Iterator[ControlPlane]:
 @pytest.fixture
 def scenario(request: pytest.FixtureRequest, control_plane: ControlPlane) -> Iterator[Scenario]:
     name = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
-    extender_log = control_plane.components["dra-extender"].log
-    seen = extender_log.stat().st_size
-    yield Scenario.create(control_plane, name)
+    scenario = Scenario.create(control_plane, name)
+    yield scenario
     for sc in CREATED:
         sc.finish()
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         print(control_plane.report_logs())
     # Whatever kube-scheduler does, the extender answers every verb: a bug shows as an internal error.
-    with extender_log.open(errors="replace") as log:
-        log.seek(seen)
-        internal = [line for line in log if "internal error" in line]
+    internal = [line for line in scenario.extender_log() if "internal error" in line]
     assert not internal, f"the extender hit internal errors: {internal[:3]}"
 
 
