@@ -1,0 +1,368 @@
+"""Hypothesis strategies for API-valid allocation states, as the oracle program reads them.
+
+A state is what kube-scheduler's DRA plugin hands the allocator for one node: feature gates, the node,
+DeviceClasses, ResourceSlices, DeviceTaintRules, the claims of one pod and the allocation results of
+claims already allocated. Objects are written as the API server stores them (defaults filled in: an
+``exactly`` request has allocationMode and count, a toleration has an operator), because upstream's
+allocator reads stored objects. Names come from small fixed sets so that selectors, constraints, taint
+rules and allocated results often refer to something that exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+__all__ = ["GATES", "NODE", "states"]
+
+DRIVERS = ("a.example.com", "b.example.com")
+NODE = {"metadata": {"name": "node-1", "labels": {"kubernetes.io/hostname": "node-1", "zone": "z1"}}}
+
+GATES = (
+    "DRAPrioritizedList",
+    "DRAAdminAccess",
+    "DRADeviceTaints",
+    "DRADeviceTaintRules",
+    "DRAPartitionableDevices",
+    "DRAConsumableCapacity",
+    "DRADeviceBindingConditions",
+    "DRAResourceClaimDeviceStatus",
+    "DRAListTypeAttributes",
+    "DRADeviceCompatibilityGroups",
+)
+"""Gates drawn on or off (mostly on). The product models DRAFractionalCapacityRange as always on (the 1.37
+default) and has no DRAOptionalNodeOperations (off by default), so states fix those two."""
+_FIXED_GATES = {"DRAFractionalCapacityRange": True, "DRAOptionalNodeOperations": False}
+
+Obj = dict[str, Any]
+
+_VERSIONS = ("1.0.0", "1.2.0", "2.0.0-rc.1", "2.0.0")
+_SCALARS: dict[str, st.SearchStrategy[Obj]] = {
+    "model": st.sampled_from(("x", "y", "xy")).map(lambda v: {"string": v}),
+    "mem": st.integers(0, 3).map(lambda v: {"int": v}),
+    "fast": st.booleans().map(lambda v: {"bool": v}),
+    "ver": st.sampled_from(_VERSIONS).map(lambda v: {"version": v}),
+    "common.example.com/rack": st.sampled_from(("r1", "r2")).map(lambda v: {"string": v}),
+}
+_LISTS: dict[str, st.SearchStrategy[Obj]] = {
+    "ids": st.lists(st.integers(0, 3), min_size=1, max_size=3).map(lambda v: {"ints": v}),
+    "tags": st.lists(st.sampled_from(("p", "q")), min_size=1, max_size=2).map(lambda v: {"strings": v}),
+}
+ATTRIBUTES = (*_SCALARS, *_LISTS)
+_QUANTITIES = ("1Gi", "2Gi", "4Gi", "8Gi")
+
+
+def _qualified(name: str, driver: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+# --- CEL selectors --------------------------------------------------------------------------------
+
+
+def _attr(driver: str, name: str) -> str:
+    domain, _, ident = _qualified(name, driver).rpartition("/")
+    return f'device.attributes["{domain}"].{ident}'
+
+
+@st.composite
+def _selector_atom(draw: st.DrawFn) -> str:
+    driver = draw(st.sampled_from(DRIVERS))
+    attr = _attr(driver, draw(st.sampled_from(ATTRIBUTES)))
+    kind = draw(st.integers(0, 11))
+    quantity = draw(st.sampled_from(_QUANTITIES))
+    version = draw(st.sampled_from(_VERSIONS))
+    return [
+        f'device.driver == "{driver}"',
+        f'{_attr(driver, "model")} == "x"',
+        f'"model" in device.attributes["{driver}"] && {_attr(driver, "model")}.startsWith("x")',
+        f"{_attr(driver, 'mem')} >= 1",
+        f'device.capacity["{driver}"].memory.compareTo(quantity("{quantity}")) >= 0',
+        f'"ver" in device.attributes["{driver}"] && '
+        f'{_attr(driver, "ver")}.isGreaterThan(semver("{version}"))',
+        f'{_attr(driver, "model")}.lowerAscii().contains("y")',
+        f"{_attr(driver, 'fast')}",
+        f"{_attr(driver, 'ids')}.exists(i, i == 1)",
+        f'"tags" in device.attributes["{driver}"] && {_attr(driver, "tags")}.all(t, t == "p")',
+        f'"{driver.split(".")[0]}" in device.attributes["{driver}"]',
+        f"{attr} == {attr}",
+    ][kind]
+
+
+@st.composite
+def _selector(draw: st.DrawFn) -> str:
+    atoms = draw(st.lists(_selector_atom(), min_size=1, max_size=2))
+    joined = draw(st.sampled_from((" && ", " || "))).join(atoms)
+    return f"!({joined})" if draw(st.integers(0, 9)) == 0 else joined
+
+
+def _selectors(max_size: int) -> st.SearchStrategy[list[Obj]]:
+    return st.lists(_selector().map(lambda e: {"cel": {"expression": e}}), max_size=max_size)
+
+
+# --- devices and slices ---------------------------------------------------------------------------
+
+
+_TAINT = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from(("k1", "k2")),
+        "effect": st.sampled_from(("NoSchedule", "NoExecute", "None")),
+    },
+    optional={"value": st.sampled_from(("v", "w"))},
+)
+
+
+def _counters(draw: st.DrawFn, values: tuple[str, ...]) -> Obj:
+    """The one counter every counter set and consumption names: ``c``."""
+    return {"c": {"value": draw(st.sampled_from(values))}}
+
+
+@st.composite
+def _capacity(draw: st.DrawFn, multi: bool) -> Obj:
+    capacity: Obj = {"value": draw(st.sampled_from(_QUANTITIES))}
+    if multi and draw(st.booleans()):
+        policy: Obj = {"default": "1Gi"}
+        if draw(st.booleans()):
+            policy["validValues"] = ["1Gi", "2Gi", "4Gi"]
+        else:
+            policy["validRange"] = {"min": "1Gi", **draw(st.sampled_from(({}, {"step": "1Gi"})))}
+        capacity["requestPolicy"] = policy
+    return capacity
+
+
+@st.composite
+def _device(draw: st.DrawFn, name: str, counter_sets: tuple[str, ...], node_field: Obj | None) -> Obj:
+    device: Obj = {"name": name}
+    names = draw(st.lists(st.sampled_from(ATTRIBUTES), unique=True, max_size=4))
+    attributes = {n: draw(_SCALARS[n] if n in _SCALARS else _LISTS[n]) for n in names}
+    if attributes:
+        device["attributes"] = attributes
+    multi = draw(st.integers(0, 3)) == 0
+    if multi:
+        device["allowMultipleAllocations"] = True
+    if draw(st.booleans()):
+        device["capacity"] = {"memory": draw(_capacity(multi))}
+    if draw(st.integers(0, 4)) == 0:
+        device["taints"] = draw(st.lists(_TAINT, min_size=1, max_size=2))
+    if counter_sets and draw(st.integers(0, 2)) > 0:
+        used = draw(st.lists(st.sampled_from(counter_sets), min_size=1, max_size=2, unique=True))
+        device["consumesCounters"] = [
+            {"counterSet": s, "counters": {"c": {"value": draw(st.sampled_from(("1", "2", "3")))}}}
+            for s in used
+        ]
+    if draw(st.integers(0, 5)) == 0:
+        device["bindingConditions"] = ["ready"]
+        device["bindingFailureConditions"] = ["failed"]
+        if draw(st.booleans()):
+            device["bindsToNode"] = True
+    if node_field is not None:
+        device.update(node_field)
+    return device
+
+
+_NODE_FIELDS = (
+    {"nodeName": "node-1"},
+    {"nodeName": "node-2"},
+    {"allNodes": True},
+    {
+        "nodeSelector": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}]
+        }
+    },
+    {
+        "nodeSelector": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z2"]}]}]
+        }
+    },
+)
+
+
+@st.composite
+def _pool(draw: st.DrawFn, index: int) -> list[Obj]:
+    """The slices of one pool: devices in one or two slices, maybe a counter slice, maybe incomplete, maybe
+    a stale slice of an older generation."""
+    driver = draw(st.sampled_from(DRIVERS))
+    pool = f"pool-{index}"
+    per_device = draw(st.integers(0, 5)) == 0
+    node_field = {"perDeviceNodeSelection": True} if per_device else draw(st.sampled_from(_NODE_FIELDS))
+    counter_sets = tuple(f"set-{i}" for i in range(draw(st.integers(0, 2))))
+    device_slices = draw(st.integers(1, 2))
+    generation = draw(st.integers(1, 2))
+    count = device_slices + (1 if counter_sets else 0) + (1 if draw(st.integers(0, 9)) == 0 else 0)
+    slices: list[Obj] = []
+
+    def spec(body: Obj, gen: int = generation) -> Obj:
+        return {
+            "driver": driver,
+            "pool": {"name": pool, "generation": gen, "resourceSliceCount": count},
+            **node_field,
+            **body,
+        }
+
+    if counter_sets:
+        counters = [
+            {"name": s, "counters": {"c": {"value": draw(st.sampled_from(("2", "3", "4")))}}}
+            for s in counter_sets
+        ]
+        slices.append({"metadata": {"name": f"{pool}-counters"}, "spec": spec({"sharedCounters": counters})})
+    serial = 0
+    for s in range(device_slices):
+        devices = []
+        for _ in range(draw(st.integers(0 if s else 1, 5))):
+            per = draw(st.sampled_from(_NODE_FIELDS)) if per_device else None
+            devices.append(draw(_device(f"dev-{index}-{serial}", counter_sets, per)))
+            serial += 1
+        slices.append({"metadata": {"name": f"{pool}-s{s}"}, "spec": spec({"devices": devices})})
+    if generation > 1 and draw(st.integers(0, 3)) == 0:
+        stale = [draw(_device(f"dev-{index}-old", (), None if not per_device else {"allNodes": True}))]
+        slices.append({"metadata": {"name": f"{pool}-old"}, "spec": spec({"devices": stale}, generation - 1)})
+    return slices
+
+
+# --- classes, claims, rules, allocated ------------------------------------------------------------
+
+
+@st.composite
+def _class(draw: st.DrawFn, name: str) -> Obj:
+    selectors = draw(_selectors(2))
+    if not selectors and draw(st.booleans()):
+        selectors = [{"cel": {"expression": f'device.driver == "{draw(st.sampled_from(DRIVERS))}"'}}]
+    return {"metadata": {"name": name}, "spec": {"selectors": selectors} if selectors else {}}
+
+
+_TOLERATION = st.fixed_dictionaries(
+    {"operator": st.sampled_from(("Exists", "Equal"))},
+    optional={"key": st.sampled_from(("k1", "k2")), "effect": st.sampled_from(("NoSchedule", "NoExecute"))},
+).map(lambda t: {**t, "value": "v"} if t["operator"] == "Equal" else t)
+
+
+@st.composite
+def _exactly(draw: st.DrawFn, classes: list[str], sub: bool) -> Obj:
+    body: Obj = {
+        "deviceClassName": draw(
+            st.sampled_from([*classes, "missing-class"] if draw(st.integers(0, 30)) == 0 else classes)
+        )
+    }
+    if draw(st.integers(0, 6)) == 0:
+        body["allocationMode"] = "All"
+    else:
+        body["allocationMode"] = "ExactCount"
+        body["count"] = draw(
+            st.one_of(st.integers(1, 3), st.integers(4, 33))
+            if draw(st.integers(0, 10)) == 0
+            else st.integers(1, 3)
+        )
+    selectors = draw(_selectors(1))
+    if selectors:
+        body["selectors"] = selectors
+    if not sub and draw(st.integers(0, 6)) == 0:
+        body["adminAccess"] = True
+    if draw(st.integers(0, 4)) == 0:
+        body["tolerations"] = draw(st.lists(_TOLERATION, min_size=1, max_size=2))
+    if draw(st.integers(0, 4)) == 0:
+        body["capacity"] = {"requests": {"memory": draw(st.sampled_from(("1Gi", "2Gi", "3Gi", "1500Mi")))}}
+    return body
+
+
+@st.composite
+def _request(draw: st.DrawFn, name: str, classes: list[str]) -> Obj:
+    if draw(st.integers(0, 3)) == 0:
+        subs = [
+            {"name": f"s{i}", **draw(_exactly(classes, sub=True))} for i in range(draw(st.integers(1, 3)))
+        ]
+        return {"name": name, "firstAvailable": subs}
+    return {"name": name, "exactly": draw(_exactly(classes, sub=False))}
+
+
+@st.composite
+def _constraint(draw: st.DrawFn, names: list[str]) -> Obj:
+    attribute = _qualified(draw(st.sampled_from(ATTRIBUTES)), draw(st.sampled_from(DRIVERS)))
+    constraint: Obj = {draw(st.sampled_from(("matchAttribute", "distinctAttribute"))): attribute}
+    chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
+    if chosen:
+        constraint["requests"] = chosen
+    return constraint
+
+
+@st.composite
+def _claim(draw: st.DrawFn, index: int, classes: list[str]) -> Obj:
+    requests = [draw(_request(f"r{i}", classes)) for i in range(draw(st.integers(1, 3)))]
+    names = [r["name"] for r in requests] + [
+        f"{r['name']}/{s['name']}" for r in requests for s in r.get("firstAvailable", ())
+    ]
+    devices: Obj = {"requests": requests}
+    constraints = draw(st.lists(_constraint(names), max_size=2))
+    if constraints:
+        devices["constraints"] = constraints
+    return {
+        "metadata": {"name": f"claim-{index}", "namespace": "default", "uid": f"uid-{index}"},
+        "spec": {"devices": devices},
+    }
+
+
+_RULE_SELECTORS = st.sampled_from(("omitted", "empty", "driver", "pool", "device"))
+
+
+@st.composite
+def _taint_rule(draw: st.DrawFn, index: int, devices: list[tuple[str, str, Obj]]) -> Obj:
+    spec: Obj = {"taint": draw(_TAINT)}
+    kind = draw(_RULE_SELECTORS)
+    if kind != "omitted":
+        selector: Obj = {}
+        if kind != "empty" and devices:
+            driver, pool, device = draw(st.sampled_from(devices))
+            selector["driver"] = driver
+            if kind in ("pool", "device"):
+                selector["pool"] = pool
+            if kind == "device":
+                selector["device"] = device["name"]
+        spec["deviceSelector"] = selector
+    return {"metadata": {"name": f"rule-{index}"}, "spec": spec}
+
+
+@st.composite
+def _allocated_result(draw: st.DrawFn, devices: list[tuple[str, str, Obj]]) -> Obj:
+    driver, pool, device = draw(st.sampled_from(devices))
+    result: Obj = {"request": "other", "driver": driver, "pool": pool, "device": device["name"]}
+    if device.get("allowMultipleAllocations") and draw(st.integers(0, 3)) > 0:
+        result["shareID"] = draw(
+            st.sampled_from(("11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"))
+        )
+        if "capacity" in device:
+            result["consumedCapacity"] = {"memory": draw(st.sampled_from(("1Gi", "2Gi")))}
+    elif draw(st.integers(0, 5)) == 0:
+        result["adminAccess"] = True
+    return result
+
+
+def _devices(slice_: Obj) -> list[Obj]:
+    return slice_["spec"].get("devices", [])
+
+
+@st.composite
+def states(draw: st.DrawFn) -> Obj:
+    """One state for the oracle program (tests/oracle/main.go)."""
+    gates = {g: draw(st.integers(0, 4)) > 0 for g in GATES} | _FIXED_GATES
+    slices = [s for i in range(draw(st.integers(1, 3))) for s in draw(_pool(i))]
+    devices = [
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d)
+        for s in slices
+        for d in s["spec"].get("devices", ())
+    ]
+    classes = [draw(_class(f"class-{i}")) for i in range(draw(st.integers(1, 2)))]
+    class_names = [c["metadata"]["name"] for c in classes]
+    claims = [draw(_claim(i, class_names)) for i in range(draw(st.integers(1, 2)))]
+    rules = [draw(_taint_rule(i, devices)) for i in range(draw(st.integers(0, 2)))]
+    allocated = []
+    if devices and draw(st.booleans()):
+        results = draw(st.lists(_allocated_result(devices), min_size=1, max_size=3))
+        allocated.append({"devices": {"results": results}})
+    return {
+        "gates": gates,
+        "node": NODE,
+        "classes": classes,
+        "slices": slices,
+        "taintRules": rules,
+        "claims": claims,
+        "allocated": allocated,
+    }
