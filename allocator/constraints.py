@@ -4,8 +4,10 @@
   the first device fixes it; a device without it fails. Values compare type-aware (a version compares as
   its text). With DRAListTypeAttributes lists must share at least one element (a scalar is a one-element
   list).
-* ``distinctAttribute`` (DRAConsumableCapacity): the attribute must exist and differ from the value of the
-  latest device of every covered request, as upstream records one value per request.
+* ``distinctAttribute``: the attribute must exist and differ from the value of the latest device of every
+  covered request, as upstream records one value per request. Understood whatever DRAConsumableCapacity
+  says: upstream's incubating and experimental allocators do not check that gate, and only the stable one
+  (picked when DRAFractionalCapacityRange, on by default in 1.37 and always on here, is off) lacks it.
 Both undo on backtrack (``remove``). Source: allocator-semantics §8.
 
 Derived attributes (KEP-6080, ``allocator.derived``): ``add`` receives the request's derived values for
@@ -131,6 +133,6 @@ def new_constraint_state(constraint: Constraint, gates: FeatureGates) -> Constra
     lists = gates.DRAListTypeAttributes
     if constraint.match_attribute:
         return _MatchAttribute(constraint, lists)
-    if constraint.distinct_attribute and gates.DRAConsumableCapacity:
+    if constraint.distinct_attribute:
         return _DistinctAttribute(constraint, lists)
     return None

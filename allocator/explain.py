@@ -568,7 +568,7 @@ def _constraint_stage(
         if not constraint.applies_to(part.alt):
             continue
         name = constraint.match_attribute or constraint.distinct_attribute
-        if not name or (constraint.distinct_attribute and not inventory.gates.DRAConsumableCapacity):
+        if not name:
             continue
         kind = "matchAttribute" if constraint.match_attribute else "distinctAttribute"
         rule = f"constraint #{index} {kind}"
