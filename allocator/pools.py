@@ -119,9 +119,9 @@ def _pool_view(
 ) -> PoolView | None:
     generation = relevant[0].generation
     expected = relevant[0].slice_count
+    # Completeness counts every published slice of the generation, including those the node ignores while
+    # DRAPartitionableDevices is off (upstream checkSlicesInPool filters only compatibility groups).
     same_generation = [s for s in everything.values() if s.generation == generation]
-    if not gates.DRAPartitionableDevices:
-        same_generation = [s for s in same_generation if not _partitionable(s)]
     incomplete = False
     if len(relevant) != expected:
         if any(s.generation > generation for s in everything.values()):
