@@ -77,7 +77,8 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	if c, ok := l[name]; ok {
 		return c, nil
 	}
-	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+	// The scheduler's informer lister names the resource in the singular.
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclass"), name)
 }
 
 // allocatedState is what the scheduler's claim tracker gathers from allocated claims
