@@ -127,13 +127,9 @@ class Allocator:
         """
         self._node = node
         pools = self.inventory.pools_for(node)
-        self._candidates = [
-            Candidate(pool, s, d)
-            for pool in pools
-            for s in pool.slices
-            for d in s.devices
-            if not s.per_device_node_selection or device_on_node(d, node)
-        ]
+        # Devices of perDeviceNodeSelection slices that are not on the node stay candidates: upstream checks
+        # their node after the selectors, so a selector's runtime error on them is still fatal.
+        self._candidates = [Candidate(pool, s, d) for pool in pools for s in pool.slices for d in s.devices]
         self._plans = [self._plan(claim, pools) for claim in claims]
         if candidate_order is not None:
             self._candidates = candidate_order(self._candidates)
@@ -327,9 +323,15 @@ class Allocator:
         picked_by = self._allocating.get(device.id)
         if alt.admin_access:
             return bool(picked_by) and claim_index in picked_by
-        if self._multi(device):
-            return False  # shares are limited by capacity, checked separately
-        return bool(picked_by) or self.inventory.is_exclusively_allocated(device.id)
+        # Upstream's deviceInUse, checked before any selector: a multi-allocatable device taken by a result
+        # without shareID is in use too (its shares are limited by capacity, checked later). With
+        # DRAConsumableCapacity off the scheduler counts every share as a dedicated allocation.
+        inventory = self.inventory
+        return (
+            bool(picked_by)
+            or inventory.is_exclusively_allocated(device.id)
+            or (not self.gates.DRAConsumableCapacity and inventory.is_allocated(device.id))
+        )
 
     def _is_selectable(self, claim: Claim, alt: DeviceRequest, candidate: Candidate) -> bool:
         device = candidate.device
@@ -337,11 +339,12 @@ class Allocator:
         cached = self._selectable.get(key)
         if cached is not None:
             return cached
-        result = self._evaluate_selectors(claim, alt, device)
+        result = self._evaluate_selectors(claim, alt, candidate)
         self._selectable[key] = result
         return result
 
-    def _evaluate_selectors(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
+    def _evaluate_selectors(self, claim: Claim, alt: DeviceRequest, candidate: Candidate) -> bool:
+        device = candidate.device
         # kube-scheduler enables them only with both gates (its DeviceBindingAndStatus feature).
         if device.binding_conditions and not (
             self.gates.DRADeviceBindingConditions and self.gates.DRAResourceClaimDeviceStatus
@@ -358,6 +361,8 @@ class Allocator:
         for i, expression in enumerate(alt.selectors):
             if not self.selectors.matches(expression, device, owner, i):
                 return False
+        if candidate.slice.per_device_node_selection and not device_on_node(device, self._node):
+            return False
         if alt.derived_attributes:  # KEP-6080: after the selectors admitted the device
             self._derived[(id(alt), id(device))] = request_derived_values(self.selectors, claim, alt, device)
         return True
