@@ -49,11 +49,11 @@ def state(slices: list[dict[str, Any]], claims: list[dict[str, Any]], **extra: A
     return {
         "gates": ON | extra.pop("gates", {}),
         "node": NODE,
-        "classes": [{"metadata": {"name": "c"}, "spec": {}}],
+        "classes": [{"metadata": {"name": "c"}, "spec": {"selectors": extra.pop("selectors", [])}}],
         "slices": slices,
         "taintRules": extra.pop("taintRules", []),
         "claims": claims,
-        "allocated": [],
+        "allocated": extra.pop("allocated", []),
     }
 
 
@@ -94,6 +94,40 @@ CASES = {
             taintRules=[{"metadata": {"name": "r"}, "spec": {"taint": {"key": "k", "effect": "NoSchedule"}}}],
         ),
         picks(("a", "d0")),
+    ),
+}
+
+
+MODEL_IS_X = [{"cel": {"expression": f'device.attributes["{DRIVER}"].m == "x"'}}]
+"""A class selector with a runtime error on a device without attribute ``m``."""
+
+CASES |= {
+    # allocateOne checks deviceInUse (AllocatedDevices) before isSelectable for every device.
+    "a multi-allocatable device allocated without shareID is in use before its selectors run": (
+        state(
+            [slice_("s", [{"name": "d0", "allowMultipleAllocations": True}, device("d1", m="x")])],
+            [claim(("a", 1))],
+            selectors=MODEL_IS_X,
+            allocated=[
+                {"devices": {"results": [{"request": "o", "driver": DRIVER, "pool": "p", "device": "d0"}]}}
+            ],
+        ),
+        picks(("a", "d1")),
+    ),
+    # isSelectable runs class and request selectors before the per-device node check.
+    "a selector error on a perDeviceNodeSelection device of another node is fatal": (
+        state(
+            [
+                slice_(
+                    "s",
+                    [{"name": "d0", "nodeName": "node-2"}, device("d1", m="x") | {"nodeName": "node-1"}],
+                    perDeviceNodeSelection=True,
+                )
+            ],
+            [claim(("a", 1))],
+            selectors=MODEL_IS_X,
+        ),
+        ("error", []),
     ),
 }
 
