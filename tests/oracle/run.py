@@ -1,0 +1,80 @@
+"""``make oracle N=... SEED=...``: a long differential run; prints feature coverage, outcome kinds and
+disagreements (each written to .cache/oracle/disagreements.jsonl with both answers)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from tests.oracle.client import MISSING, Oracle, oracle_path
+from tests.oracle.compare import outcome
+from tests.oracle.coverage import features
+from tests.oracle.product import allocate
+from tests.oracle.states import states
+
+REPORT = Path(__file__).resolve().parents[2] / ".cache" / "oracle" / "disagreements.jsonl"
+
+
+def run(oracle: Oracle, count: int, start: int) -> tuple[Counter[str], Counter[str], list[dict[str, Any]]]:
+    covered: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    disagreements: list[dict[str, Any]] = []
+
+    @seed(start)
+    @settings(
+        max_examples=count,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(state=states())
+    def one(state: dict[str, Any]) -> None:
+        expected = oracle.ask(state)
+        actual = allocate(state)
+        covered.update(features(state))
+        kinds[f"upstream {expected['kind']}"] += 1
+        if outcome(actual) != outcome(expected):
+            disagreements.append({"state": state, "upstream": expected, "product": actual})
+
+    one()
+    return covered, kinds, disagreements
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--states", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    path = oracle_path()
+    if path is None:
+        print(MISSING, file=sys.stderr)
+        return 2
+    began = time.monotonic()
+    with Oracle(path) as oracle:
+        covered, kinds, disagreements = run(oracle, args.states, args.seed)
+    seconds = time.monotonic() - began
+    total = sum(kinds.values())
+    print(f"{total} states (seed {args.seed}) in {seconds:.0f} s, {total / seconds:.0f} states/s\n")
+    width = max(map(len, [*covered, *kinds]))
+    print(f"{'feature'.ljust(width)}  states")
+    for name, n in sorted(covered.items()):
+        print(f"{name.ljust(width)}  {n}")
+    print(f"\n{'outcome'.ljust(width)}  states")
+    for name, n in sorted(kinds.items()):
+        print(f"{name.ljust(width)}  {n}")
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text("".join(json.dumps(d) + "\n" for d in disagreements))
+    print(f"\ndisagreements: {len(disagreements)}" + (f" (see {REPORT})" if disagreements else ""))
+    return 1 if disagreements else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
