@@ -6,7 +6,7 @@ from dataclasses import fields
 from typing import Any
 
 from allocator.cel.expr_engine import ExprEngine
-from allocator.errors import AllocatorError, NodeLocalError
+from allocator.errors import AllocatorError, NodeLocalError, SearchLimitError
 from allocator.features import FeatureGates
 from allocator.inventory import Inventory, allocated_devices
 from allocator.model import (
@@ -26,8 +26,9 @@ _GATES = {f.name for f in fields(FeatureGates)}
 
 
 def allocate(state: dict[str, Any]) -> dict[str, Any]:
-    """``{"kind": "results" | "nofit" | "nodelocal" | "error", ...}`` like the oracle's answer; an error
-    answer carries the exception class name as ``class``."""
+    """``{"kind": "results" | "nofit" | "nodelocal" | "error" | "limit", ...}`` like the oracle's answer
+    ("limit": the search ran out of steps, which the oracle never does); an error answer carries the
+    exception class name as ``class``."""
     gates = FeatureGates(**{k: v for k, v in state["gates"].items() if k in _GATES})
     selectors = SelectorCache(_ENGINE)
     inventory = Inventory(gates, selectors)
@@ -44,6 +45,8 @@ def allocate(state: dict[str, Any]) -> dict[str, Any]:
         meta = state["node"]["metadata"]
         node = Node(meta["name"], meta.get("labels") or {})
         results = Allocator(inventory, selectors).allocate(node, claims)
+    except SearchLimitError as e:
+        return {"kind": "limit", "error": str(e)}
     except NodeLocalError as e:
         return {"kind": "nodelocal", "error": str(e)}
     except AllocatorError as e:

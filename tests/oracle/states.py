@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-__all__ = ["GATES", "NODE", "states"]
+__all__ = ["GATES", "NODE", "large_states", "states"]
 
 DRIVERS = ("a.example.com", "b.example.com")
 NODE = {"metadata": {"name": "node-1", "labels": {"kubernetes.io/hostname": "node-1", "zone": "z1"}}}
@@ -392,4 +392,67 @@ def states(draw: st.DrawFn) -> Obj:
         "taintRules": rules,
         "claims": claims,
         "allocated": allocated,
+    }
+
+
+@st.composite
+def large_states(draw: st.DrawFn) -> Obj:
+    """States at the search's size limits (up to 64 devices on the node, 32 requests) that have a solution
+    a first fit finds: ExactCount requests, some for devices with ``m == "x"``, within what the node has;
+    and firstAvailable requests whose first subrequest can never fit (it would exceed the claim's 32
+    results, or wants more "x" devices than exist) before a second one that does. All gates on."""
+    models = [draw(st.sampled_from(("x", "y"))) for _ in range(draw(st.integers(16, 64)))]
+    devices = [{"name": f"dev-{i}", "attributes": {"m": {"string": m}}} for i, m in enumerate(models)]
+    parts = draw(st.integers(1, 4))
+    slices = [
+        {
+            "metadata": {"name": f"pool-s{p}"},
+            "spec": {
+                "driver": DRIVERS[0],
+                "pool": {"name": "pool", "generation": 1, "resourceSliceCount": parts},
+                "nodeName": "node-1",
+                "devices": devices[p::parts],
+            },
+        }
+        for p in range(parts)
+    ]
+    x_only = [{"cel": {"expression": f'{_attr(DRIVERS[0], "m")} == "x"'}}]
+    left, x_left = min(32, len(models)), models.count("x")
+    requests: list[Obj] = []
+    for i in range(draw(st.integers(1, 32))):
+        count = draw(st.integers(1, 2))
+        exact: Obj = {"deviceClassName": "class-0", "allocationMode": "ExactCount", "count": count}
+        # An "x" request is fine as long as the other requests can do with "y" devices: give it the x's first.
+        wants_x = draw(st.booleans()) and x_left >= count
+        if count > left:
+            break
+        left -= count
+        if wants_x:
+            exact["selectors"] = x_only
+            x_left -= count
+        if _one_in(draw, 3):
+            # Upstream tries every subset of the x devices before giving up on "big": keep that small.
+            over_limit = draw(st.booleans()) or models.count("x") > 12
+            big = {"name": "big", **exact, "count": 33 if over_limit else models.count("x") + 1}
+            big.pop("selectors", None)
+            if not over_limit:
+                big["selectors"] = x_only
+            requests.append({"name": f"r{i}", "firstAvailable": [big, {"name": "fits", **exact}]})
+        else:
+            requests.append({"name": f"r{i}", "exactly": exact})
+    # x requests first: a y-or-x request placed earlier could take an x device an x request needs.
+    requests.sort(key=lambda r: "selectors" not in (r.get("exactly") or r["firstAvailable"][1]))
+    return {
+        "gates": dict.fromkeys(GATES, True) | _FIXED_GATES,
+        "node": NODE,
+        "classes": [{"metadata": {"name": "class-0"}, "spec": {}}],
+        "slices": slices,
+        "taintRules": [],
+        "claims": [
+            {
+                "metadata": {"name": "claim-0", "namespace": "default", "uid": "uid-0"},
+                "spec": {"devices": {"requests": requests}},
+            }
+        ],
+        "allocated": [],
     }
