@@ -1,5 +1,6 @@
 """``make oracle N=... SEED=...``: a long differential run; prints feature coverage, outcome kinds and
-disagreements (each written to .cache/oracle/disagreements.jsonl with both answers)."""
+disagreements (each written to .cache/oracle/disagreements.jsonl with both answers). Progress goes to
+stderr every 10,000 states; an interrupted run (Ctrl-C) still prints the table of the states done."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.oracle.coverage import features
 from tests.oracle.product import allocate
 from tests.oracle.states import states
 
+PROGRESS_EVERY = 10_000
 REPORT = Path(__file__).resolve().parents[2] / ".cache" / "oracle" / "disagreements.jsonl"
 
 
@@ -41,10 +43,15 @@ def run(oracle: Oracle, count: int, start: int) -> tuple[Counter[str], Counter[s
         actual = allocate(state)
         covered.update(features(state))
         kinds[f"upstream {expected['kind']}"] += 1
+        if kinds.total() % PROGRESS_EVERY == 0:
+            print(f"{kinds.total()} states, {len(disagreements)} disagreements", file=sys.stderr, flush=True)
         if outcome(actual) != outcome(expected):
             disagreements.append({"state": state, "upstream": expected, "product": actual})
 
-    one()
+    try:
+        one()
+    except KeyboardInterrupt:
+        print("interrupted: the states done so far", file=sys.stderr)
     return covered, kinds, disagreements
 
 
