@@ -6,6 +6,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from tests.oracle.states import GATES
+
 __all__ = ["features"]
 
 _SELECTOR_PARTS = {
@@ -18,6 +20,23 @@ _SELECTOR_PARTS = {
     "selector: negation": "!(",
 }
 _NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+_DEVICE_FIELDS = {
+    "taints": "device taints",
+    "consumesCounters": "consumes counters",
+    "allowMultipleAllocations": "allowMultipleAllocations",
+    "bindingConditions": "binding conditions",
+    "bindsToNode": "bindsToNode",
+}
+_REQUEST_FIELDS = {
+    "adminAccess": "adminAccess",
+    "tolerations": "tolerations",
+    "capacity": "capacity requests",
+}
+
+
+def _present(obj: dict[str, Any], fields: dict[str, str]) -> Iterator[str]:
+    """The feature names of the fields ``obj`` sets."""
+    return (name for key, name in fields.items() if obj.get(key))
 
 
 def _slice_features(slices: list[dict[str, Any]]) -> Iterator[str]:
@@ -47,15 +66,7 @@ def _device_features(device: dict[str, Any]) -> Iterator[str]:
         for kind in ("validValues", "validRange"):
             if kind in capacity.get("requestPolicy", {}):
                 yield f"requestPolicy {kind}"
-    for key, name in (
-        ("taints", "device taints"),
-        ("consumesCounters", "consumes counters"),
-        ("allowMultipleAllocations", "allowMultipleAllocations"),
-        ("bindingConditions", "binding conditions"),
-        ("bindsToNode", "bindsToNode"),
-    ):
-        if device.get(key):
-            yield name
+    yield from _present(device, _DEVICE_FIELDS)
 
 
 def _request_features(body: dict[str, Any]) -> Iterator[str]:
@@ -63,13 +74,7 @@ def _request_features(body: dict[str, Any]) -> Iterator[str]:
     yield mode
     if mode == "ExactCount" and body["count"] > 3:
         yield "count > 3" if body["count"] <= 32 else "count > 32"
-    for key, name in (
-        ("adminAccess", "adminAccess"),
-        ("tolerations", "tolerations"),
-        ("capacity", "capacity requests"),
-    ):
-        if body.get(key):
-            yield name
+    yield from _present(body, _REQUEST_FIELDS)
 
 
 def _claim_features(claim: dict[str, Any]) -> Iterator[str]:
@@ -87,8 +92,8 @@ def _claim_features(claim: dict[str, Any]) -> Iterator[str]:
 
 
 def features(state: dict[str, Any]) -> set[str]:
-    """Names of the features ``state`` uses, gates turned off included."""
-    found = {f"gate {g} off" for g, on in state["gates"].items() if not on}
+    """Names of the features ``state`` uses, gates turned off included (of those the generator draws)."""
+    found = {f"gate {g} off" for g in GATES if not state["gates"][g]}
     found |= set(_slice_features(state["slices"]))
     for claim in state["claims"]:
         found |= set(_claim_features(claim))
