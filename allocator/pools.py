@@ -130,22 +130,26 @@ def _pool_view(
     device_slices = tuple(sorted((s for s in relevant if s.devices), key=lambda s: s.name))
     counter_sets: dict[str, Mapping[str, Quantity]] = {}
     devices_by_name: dict[str, Device] = {}
-    invalid = ""
+    duplicates: list[str] = []
     for s in sorted(same_generation, key=lambda s: s.name):
         for name, counters in s.shared_counters.items():
-            if name in counter_sets and not invalid:
-                invalid = f"duplicate counter set name {name}"
+            if name in counter_sets:
+                duplicates.append(f"duplicate counter set name {name}")
             counter_sets[name] = counters
         for d in s.devices:
             devices_by_name.setdefault(d.name, d)
     seen: set[str] = set()
     for s in device_slices:
         for d in s.devices:
-            if d.name in seen and not invalid:
-                invalid = f"duplicate device name {d.name}"
+            if d.name in seen:
+                duplicates.append(f"duplicate device name {d.name}")
             seen.add(d.name)
-    if gates.DRAPartitionableDevices and not invalid:
-        invalid = _counter_reference_problem(devices_by_name.values(), counter_sets)
+    invalid = ""
+    # Upstream does not build an incomplete pool, so it never finds one invalid.
+    if not incomplete:
+        invalid = next(iter(duplicates), "")
+        if gates.DRAPartitionableDevices and not invalid:
+            invalid = _counter_reference_problem(devices_by_name.values(), counter_sets)
     return PoolView(
         driver=pool_id[0],
         pool=pool_id[1],
