@@ -166,8 +166,7 @@ def _device(draw: st.DrawFn, name: str, counter_sets: tuple[str, ...], node_fiel
     if counter_sets and not _one_in(draw, 3):
         used = draw(st.lists(st.sampled_from(counter_sets), min_size=1, max_size=2, unique=True))
         device["consumesCounters"] = [
-            {"counterSet": s, "counters": {"c": {"value": draw(st.sampled_from(("1", "2", "3")))}}}
-            for s in used
+            {"counterSet": s, "counters": _counters(draw, ("1", "2", "3"))} for s in used
         ]
     if _one_in(draw, 6):
         device["bindingConditions"] = ["ready"]
@@ -200,7 +199,8 @@ _NODE_FIELDS = (
 @st.composite
 def _pool(draw: st.DrawFn, index: int) -> list[Obj]:
     """The slices of one pool: devices in one or two slices, maybe a counter slice, maybe incomplete, maybe
-    a stale slice of an older generation."""
+    a stale slice of an older generation, rarely invalid (a device name used in two slices: API validation
+    sees one slice at a time)."""
     driver = draw(st.sampled_from(DRIVERS))
     pool = f"pool-{index}"
     per_device = _one_in(draw, 6)
@@ -220,17 +220,15 @@ def _pool(draw: st.DrawFn, index: int) -> list[Obj]:
         }
 
     if counter_sets:
-        counters = [
-            {"name": s, "counters": {"c": {"value": draw(st.sampled_from(("2", "3", "4")))}}}
-            for s in counter_sets
-        ]
+        counters = [{"name": s, "counters": _counters(draw, ("2", "3", "4"))} for s in counter_sets]
         slices.append({"metadata": {"name": f"{pool}-counters"}, "spec": spec({"sharedCounters": counters})})
     serial = 0
     for s in range(device_slices):
         devices = []
         for _ in range(draw(st.integers(0 if s else 1, 5))):
             per = draw(st.sampled_from(_NODE_FIELDS)) if per_device else None
-            devices.append(draw(_device(f"dev-{index}-{serial}", counter_sets, per)))
+            reused = serial > 0 and s > 0 and _one_in(draw, 15)
+            devices.append(draw(_device(f"dev-{index}-{0 if reused else serial}", counter_sets, per)))
             serial += 1
         slices.append({"metadata": {"name": f"{pool}-s{s}"}, "spec": spec({"devices": devices})})
     if generation > 1 and _one_in(draw, 4):

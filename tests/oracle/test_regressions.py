@@ -129,6 +129,14 @@ CASES |= {
         ),
         ("error", []),
     ),
+    # GatherPools returns an incomplete pool without building it (buildPool finds duplicates), so an
+    # incomplete pool is never invalid: no fit, not ErrFailedAllocationOnNode.
+    "an incomplete pool with a duplicate device name is not an invalid pool": (
+        state(
+            [slice_("s0", [device("d0")], count=3), slice_("s1", [device("d0")], count=3)], [claim(("a", 1))]
+        ),
+        ("nofit", []),
+    ),
 }
 
 
