@@ -206,12 +206,14 @@ class Allocator:
                     minimums.append(len(all_devices[alt.name]))
                 else:
                     minimums.append(alt.count)
-            minimum_total += min(minimums)
-        if minimum_total > MAX_DEVICES_PER_CLAIM:
-            raise InvalidInputError(
-                f"claim {key}: number of requested devices {minimum_total} exceeds the claim limit of "
-                f"{MAX_DEVICES_PER_CLAIM}"
-            )
+            # Checked request by request, as upstream does: a later request's errors come after this one.
+            minimum = min(minimums)
+            if minimum > MAX_DEVICES_PER_CLAIM - minimum_total:
+                raise InvalidInputError(
+                    f"claim {key}, request {request.name}: adding {minimum} devices exceeds the claim limit "
+                    f"of {MAX_DEVICES_PER_CLAIM}, with {minimum_total} already accounted for"
+                )
+            minimum_total += minimum
         states = []
         for i, constraint in enumerate(claim.constraints):
             state = new_constraint_state(constraint, self.gates)
@@ -250,6 +252,11 @@ class Allocator:
             raise InvalidInputError(f"{where}: unsupported count mode {alt.mode}")
 
     def _all_mode_devices(self, claim: Claim, alt: DeviceRequest, pools: list[PoolView]) -> list[Candidate]:
+        """Pool by pool as upstream: a selector error in one pool comes before a later incomplete pool."""
+        by_pool: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+        for candidate in self._candidates:
+            by_pool[candidate.pool.id].append(candidate)
+        devices: list[Candidate] = []
         for pool in pools:
             if pool.incomplete:
                 raise InvalidInputError(
@@ -261,11 +268,13 @@ class Allocator:
                     f"claim {claim.key}, request {alt.label}: asks for all devices, but "
                     f"resource pool {pool.driver}/{pool.pool} is currently invalid"
                 )
-        return [
-            c
-            for c in self._candidates
-            if self._is_selectable(claim, alt, c) and self._capacity_consumption(c.device, alt) is not None
-        ]
+            devices += [
+                c
+                for c in by_pool[pool.id]
+                if self._is_selectable(claim, alt, c)
+                and self._capacity_consumption(c.device, alt) is not None
+            ]
+        return devices
 
     # --- recursion (§5) ---------------------------------------------------------------------------
 

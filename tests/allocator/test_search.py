@@ -359,7 +359,8 @@ def test_empty_constraint_is_fatal():
 def test_claim_limit_of_32_devices():
     world = World(slices=[four_gpus()])
     with pytest.raises(
-        InvalidInputError, match="number of requested devices 33 exceeds the claim limit of 32"
+        InvalidInputError,
+        match="request gpu: adding 33 devices exceeds the claim limit of 32, with 0 already",
     ):
         world.allocate(claim("c", request("gpu", count=33)))
 
