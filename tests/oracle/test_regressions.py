@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.oracle.client import Oracle
-from tests.oracle.compare import outcome
+from tests.oracle.compare import error_class, outcome
 from tests.oracle.product import allocate
 from tests.oracle.states import GATES, NODE
 
@@ -25,21 +25,22 @@ def device(name: str, **attributes: str) -> dict[str, Any]:
 
 
 def slice_(
-    name: str, devices: list[dict[str, Any]] | None = None, count: int = 1, **spec: Any
+    name: str, devices: list[dict[str, Any]] | None = None, count: int = 1, pool: str = "p", **spec: Any
 ) -> dict[str, Any]:
-    body = {"driver": DRIVER, "pool": {"name": "p", "generation": 1, "resourceSliceCount": count}}
+    body = {"driver": DRIVER, "pool": {"name": pool, "generation": 1, "resourceSliceCount": count}}
     body |= {"nodeName": "node-1"} if "perDeviceNodeSelection" not in spec else {}
     body |= {"devices": devices} if devices is not None else {}
     return {"metadata": {"name": name}, "spec": body | spec}
 
 
+def exactly(name: str, count: int) -> dict[str, Any]:
+    """An ExactCount request, or an All request for ``count`` 0."""
+    mode = {"allocationMode": "ExactCount", "count": count} if count else {"allocationMode": "All"}
+    return {"name": name, "exactly": {"deviceClassName": "c", **mode}}
+
+
 def claim(*requests: tuple[str, int], constraints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    devices: dict[str, Any] = {
-        "requests": [
-            {"name": n, "exactly": {"deviceClassName": "c", "allocationMode": "ExactCount", "count": k}}
-            for n, k in requests
-        ]
-    }
+    devices: dict[str, Any] = {"requests": [exactly(n, k) for n, k in requests]}
     if constraints:
         devices["constraints"] = constraints
     return {"metadata": {"name": "claim", "namespace": "default", "uid": "u"}, "spec": {"devices": devices}}
@@ -127,7 +128,23 @@ CASES |= {
             [claim(("a", 1))],
             selectors=MODEL_IS_X,
         ),
-        ("error", []),
+        ("error", "cel"),
+    ),
+    # Allocate checks the 32-results limit after each request's validation, before the next request's:
+    # the All request's selector error on d0 comes later.
+    "the results limit is checked request by request": (
+        state([slice_("s", [device("d0")])], [claim(("a", 33), ("b", 0))], selectors=MODEL_IS_X),
+        ("error", "input"),
+    ),
+    # validateDeviceRequest walks the pools in order for an All request: pool "a"'s selector error comes
+    # before pool "b" being incomplete.
+    "an All request meets a selector error before a later incomplete pool": (
+        state(
+            [slice_("s0", [device("d0")], pool="a"), slice_("s1", [device("d1", m="x")], count=2, pool="b")],
+            [claim(("a", 0))],
+            selectors=MODEL_IS_X,
+        ),
+        ("error", "cel"),
     ),
     # GatherPools returns an incomplete pool without building it (buildPool finds duplicates), so an
     # incomplete pool is never invalid: no fit, not ErrFailedAllocationOnNode.
@@ -140,7 +157,10 @@ CASES |= {
 }
 
 
-def _summary(answer: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+def _summary(answer: dict[str, Any]) -> tuple[str, Any]:
+    """The kind, and the (request, device) pairs of results or the class of an error."""
+    if answer["kind"] == "error":
+        return ("error", error_class(answer))
     if answer["kind"] != "results":
         return (answer["kind"], [])
     return (
