@@ -136,6 +136,22 @@ def _counters(draw: st.DrawFn, values: tuple[str, ...]) -> Obj:
     return {"c": {"value": draw(st.sampled_from(values))}}
 
 
+_FRACTIONAL_CORES = st.fixed_dictionaries(
+    {"value": st.sampled_from(("4", "2500m"))},
+    optional={
+        "requestPolicy": st.fixed_dictionaries(
+            {
+                "validRange": st.sampled_from(
+                    ({"min": "0.5", "step": "0.5"}, {"min": "250m", "step": "0.25", "max": "2"})
+                )
+            },
+            optional={"default": st.just("1")},
+        )
+    },
+)
+"""A capacity whose valid range is fractional (DRAFractionalCapacityRange rounds it in milli-units)."""
+
+
 @st.composite
 def _capacity(draw: st.DrawFn, multi: bool) -> Obj:
     capacity: Obj = {"value": draw(st.sampled_from(_QUANTITIES))}
@@ -161,6 +177,8 @@ def _device(draw: st.DrawFn, name: str, counter_sets: tuple[str, ...], node_fiel
         device["allowMultipleAllocations"] = True
     if draw(st.booleans()):
         device["capacity"] = {"memory": draw(_capacity(multi))}
+        if multi and _one_in(draw, 3):
+            device["capacity"]["cores"] = draw(_FRACTIONAL_CORES)
     if _one_in(draw, 5):
         device["taints"] = draw(st.lists(_TAINT, min_size=1, max_size=2))
     if counter_sets and not _one_in(draw, 3):
@@ -282,7 +300,10 @@ def _exactly(draw: st.DrawFn, classes: list[str], gates: dict[str, bool], sub: b
     if _one_in(draw, 5):
         body["tolerations"] = draw(st.lists(_TOLERATION, min_size=1, max_size=2))
     if _uses(draw, gates, "DRAConsumableCapacity", 5):
-        body["capacity"] = {"requests": {"memory": draw(st.sampled_from(("1Gi", "2Gi", "3Gi", "1500Mi")))}}
+        requests = {"memory": draw(st.sampled_from(("1Gi", "2Gi", "3Gi", "1500Mi")))}
+        if _one_in(draw, 2):
+            requests["cores"] = draw(st.sampled_from(("0.7", "1.2", "2", "300m")))
+        body["capacity"] = {"requests": requests}
     return body
 
 

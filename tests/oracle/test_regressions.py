@@ -99,6 +99,7 @@ CASES = {
 }
 
 
+BOUND = device("d0", m="x") | {"bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]}
 MODEL_IS_X = [{"cel": {"expression": f'device.attributes["{DRIVER}"].m == "x"'}}]
 """A class selector with a runtime error on a device without attribute ``m``."""
 
@@ -145,6 +146,20 @@ CASES |= {
             selectors=MODEL_IS_X,
         ),
         ("error", "cel"),
+    ),
+    # buildPool returns an invalid pool without devices, so poolHasBindingConditions is false and the pool
+    # keeps its place by name: the All request meets invalid pool "a" before pool "b"'s selector error.
+    "an invalid pool with binding conditions is not sorted last": (
+        state(
+            [
+                slice_("s0", [BOUND], count=2, pool="a"),
+                slice_("s1", [BOUND], count=2, pool="a"),
+                slice_("s2", [device("d1")], pool="b"),
+            ],
+            [claim(("a", 0))],
+            selectors=MODEL_IS_X,
+        ),
+        ("error", "input"),
     ),
     # GatherPools returns an incomplete pool without building it (buildPool finds duplicates), so an
     # incomplete pool is never invalid: no fit, not ErrFailedAllocationOnNode.
