@@ -16,6 +16,7 @@ ORACLE := .cache/oracle/oracle
 ORACLE_SRC := $(wildcard tests/oracle/*.go) tests/oracle/go.mod tests/oracle/go.sum
 N ?= 100000
 SEED ?= 0
+JOBS ?= 2
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,7 +50,7 @@ endif
 # A long differential run against the upstream allocator: prints feature coverage, outcome kinds and
 # disagreements.
 oracle: $(STAMP) oracle-bin
-	$(BIN)/python -m tests.oracle.run --states $(N) --seed $(SEED)
+	$(BIN)/python -m tests.oracle.run --states $(N) --seed $(SEED) --jobs $(JOBS)
 
 test: lint unit
 

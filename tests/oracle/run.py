@@ -1,6 +1,7 @@
 """``make oracle N=... SEED=...``: a long differential run; prints feature coverage, outcome kinds and
-disagreements (each written to .cache/oracle/disagreements.jsonl with both answers). Progress goes to
-stderr every 10,000 states; an interrupted run (Ctrl-C) still prints the table of the states done."""
+disagreements (each written to .cache/oracle/disagreements.jsonl with both answers). ``JOBS`` processes
+share the states, each with its own oracle and seed. Progress goes to stderr every 10,000 states of a
+job; an interrupted run (Ctrl-C) still prints the table of the states done."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,17 @@ PROGRESS_EVERY = 10_000
 REPORT = Path(__file__).resolve().parents[2] / ".cache" / "oracle" / "disagreements.jsonl"
 
 
-def run(oracle: Oracle, count: int, start: int) -> tuple[Counter[str], Counter[str], list[dict[str, Any]]]:
+Tally = tuple[Counter[str], Counter[str], list[dict[str, Any]]]
+"""Feature coverage, upstream outcome kinds, disagreements."""
+
+
+def run(path: Path, count: int, start: int, job: int) -> Tally:
+    """``count`` states from seed ``start`` against one oracle process of its own."""
+    with Oracle(path) as oracle:
+        return _compare(oracle, count, start, job)
+
+
+def _compare(oracle: Oracle, count: int, start: int, job: int) -> Tally:
     covered: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     disagreements: list[dict[str, Any]] = []
@@ -44,14 +56,18 @@ def run(oracle: Oracle, count: int, start: int) -> tuple[Counter[str], Counter[s
         covered.update(features(state))
         kinds[f"upstream {expected['kind']}"] += 1
         if kinds.total() % PROGRESS_EVERY == 0:
-            print(f"{kinds.total()} states, {len(disagreements)} disagreements", file=sys.stderr, flush=True)
+            print(
+                f"job {job}: {kinds.total()} states, {len(disagreements)} disagreements",
+                file=sys.stderr,
+                flush=True,
+            )
         if outcome(actual) != outcome(expected):
             disagreements.append({"state": state, "upstream": expected, "product": actual})
 
     try:
         one()
     except KeyboardInterrupt:
-        print("interrupted: the states done so far", file=sys.stderr)
+        print(f"job {job} interrupted: the states done so far", file=sys.stderr)
     return covered, kinds, disagreements
 
 
@@ -59,17 +75,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--states", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1, help="processes, each with its own oracle and seed")
     args = parser.parse_args()
     path = oracle_path()
     if path is None:
         print(MISSING, file=sys.stderr)
         return 2
     began = time.monotonic()
-    with Oracle(path) as oracle:
-        covered, kinds, disagreements = run(oracle, args.states, args.seed)
+    shares = [args.states // args.jobs + (i < args.states % args.jobs) for i in range(args.jobs)]
+    seeds = [args.seed * 1000 + i for i in range(args.jobs)]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        tallies = list(pool.map(run, [path] * args.jobs, shares, seeds, range(args.jobs)))
+    covered = sum((t[0] for t in tallies), Counter())
+    kinds = sum((t[1] for t in tallies), Counter())
+    disagreements = [d for t in tallies for d in t[2]]
     seconds = time.monotonic() - began
     total = sum(kinds.values())
-    print(f"{total} states (seed {args.seed}) in {seconds:.0f} s, {total / seconds:.0f} states/s\n")
+    rate = total / seconds
+    print(f"{total} states (seed {args.seed}, {args.jobs} jobs) in {seconds:.0f} s, {rate:.0f} states/s\n")
     width = max(map(len, [*covered, *kinds]))
     print(f"{'feature'.ljust(width)}  states")
     for name, n in sorted(covered.items()):
