@@ -240,7 +240,9 @@ def _capacity_rejection(inventory: Inventory, device: Device, alt: DeviceRequest
             "capacity",
             "device has shares allocated but no longer allows multiple allocations",
         )
-    consumption = capacity_consumption(device, alt.capacity_requests)
+    consumption = capacity_consumption(
+        device, alt.capacity_requests, inventory.gates.DRAFractionalCapacityRange
+    )
     if consumption is None:
         missing = [
             name

@@ -24,6 +24,7 @@ class FeatureGates:
     DRADeviceBindingConditions: bool = True
     DRAResourceClaimDeviceStatus: bool = True
     DRAExtendedResource: bool = True
+    DRAFractionalCapacityRange: bool = True
     DRAListTypeAttributes: bool = False
     DRADerivedAttributes: bool = True
     DRADeviceCompatibilityGroups: bool = False

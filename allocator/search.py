@@ -467,7 +467,9 @@ class Allocator:
             and not inventory.is_exclusively_allocated(device.id)
         ):
             return None  # has shares but is no longer multi-allocatable
-        consumption = capacity_consumption(device, alt.capacity_requests)
+        consumption = capacity_consumption(
+            device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange
+        )
         if consumption is None:
             return None
         if device.allow_multiple_allocations:
