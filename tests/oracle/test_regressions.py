@@ -7,10 +7,12 @@ that stops being upstream's behaviour fails too.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import pytest
 
+from allocator.quantity import parse_quantity
 from tests.oracle.client import Oracle
 from tests.oracle.compare import error_class, outcome
 from tests.oracle.product import allocate
@@ -196,3 +198,30 @@ def test_recorded_answer_is_upstreams(oracle: Oracle, name: str) -> None:
     answer = oracle.ask(given)
     assert _summary(answer) == expected
     assert outcome(answer) == outcome(allocate(given))
+
+
+def fractional_cores_state() -> dict[str, Any]:
+    """A share of 1.2 cores from a device whose valid range is min 0.5, step 0.5."""
+    policy = {"validRange": {"min": "0.5", "step": "0.5"}}
+    shared = {
+        "name": "d0",
+        "allowMultipleAllocations": True,
+        "capacity": {"cores": {"value": "4", "requestPolicy": policy}},
+    }
+    wanted = claim(("a", 1))
+    wanted["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"cores": "1.2"}}
+    return state([slice_("s", [shared])], [wanted])
+
+
+def _cores(answer: dict[str, Any]) -> Fraction:
+    return parse_quantity(answer["results"][0]["devices"]["results"][0]["consumedCapacity"]["cores"]).value
+
+
+# roundUpRange with DRAFractionalCapacityRange (on by default in 1.37) counts in milli-units: 1.2 rounds up
+# to 1.5 (the whole-unit path, gate off, gives 2).
+def test_product_rounds_a_fractional_valid_range_in_milli_units() -> None:
+    assert _cores(allocate(fractional_cores_state())) == Fraction(3, 2)
+
+
+def test_upstream_rounds_a_fractional_valid_range_in_milli_units(oracle: Oracle) -> None:
+    assert _cores(oracle.ask(fractional_cores_state())) == Fraction(3, 2)
