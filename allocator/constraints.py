@@ -6,8 +6,8 @@
   list).
 * ``distinctAttribute``: the attribute must exist and differ from the value of the latest device of every
   covered request, as upstream records one value per request. Understood whatever DRAConsumableCapacity
-  says: upstream's incubating and experimental allocators do not check that gate, and only the stable one
-  (picked when DRAFractionalCapacityRange, on by default in 1.37 and always on here, is off) lacks it.
+  says: upstream's incubating and experimental allocators do not check that gate; only the stable one
+  (``FeatureGates.stable_allocator``) lacks it.
 Both undo on backtrack (``remove``). Source: allocator-semantics §8.
 
 Derived attributes (KEP-6080, ``allocator.derived``): ``add`` receives the request's derived values for
@@ -133,6 +133,6 @@ def new_constraint_state(constraint: Constraint, gates: FeatureGates) -> Constra
     lists = gates.DRAListTypeAttributes
     if constraint.match_attribute:
         return _MatchAttribute(constraint, lists)
-    if constraint.distinct_attribute:
+    if constraint.distinct_attribute and not gates.stable_allocator:
         return _DistinctAttribute(constraint, lists)
     return None

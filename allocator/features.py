@@ -29,6 +29,21 @@ class FeatureGates:
     DRADerivedAttributes: bool = True
     DRADeviceCompatibilityGroups: bool = False
 
+    @property
+    def stable_allocator(self) -> bool:
+        """Whether kube-scheduler's allocator is upstream's "stable" implementation, picked when no gate
+        beyond the four it supports (admin access, prioritized list, partitionable devices, taints) is on.
+        It differs where it lacks a feature: distinctAttribute is an empty constraint, capacity requests
+        are ignored instead of refused."""
+        return not (
+            self.DRAConsumableCapacity
+            or (self.DRADeviceBindingConditions and self.DRAResourceClaimDeviceStatus)
+            or self.DRAFractionalCapacityRange
+            or self.DRAListTypeAttributes
+            or self.DRADerivedAttributes
+            or self.DRADeviceCompatibilityGroups
+        )
+
     def describe(self) -> str:
         """``Name=true,Other=false`` for every gate, in declaration order."""
         return ",".join(f"{f.name}={str(getattr(self, f.name)).lower()}" for f in fields(self))

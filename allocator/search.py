@@ -190,7 +190,8 @@ class Allocator:
                     f"claim {key}, request {request.name}: has subrequests, but the DRAPrioritizedList "
                     "feature is disabled"
                 )
-            if not self.gates.DRAConsumableCapacity:
+            # Upstream's stable allocator does not know capacity requests, so it ignores them.
+            if not self.gates.DRAConsumableCapacity and not self.gates.stable_allocator:
                 for alt in request.alternatives:
                     if alt.capacity_requests:
                         kind = "subrequest" if alt.is_subrequest else "request"
