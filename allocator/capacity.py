@@ -2,9 +2,10 @@
 
 Rules (allocator-semantics §12, upstream ``consumable_capacity.go``): a requested capacity the device
 does not define skips the device; an unrequested capacity consumes the policy default or the whole
-value; a request is rounded up to the policy (validRange: at least min, then min + n*step; validValues:
-the smallest listed value >= request); a value equal to the default is always allowed; otherwise a value
-off the policy does not fit.
+value, which must satisfy the policy too; a request is rounded up to the policy (validRange: at least
+min, then min + n*step; validValues: the smallest listed value >= request); a value equal to the default
+is always allowed; otherwise a value off the policy (validRange: above max or off the steps; validValues:
+not listed) does not fit.
 
 validRange arithmetic (upstream ``roundUpRange`` / ``useMilli``): in milli-units when
 DRAFractionalCapacityRange is on and min, max and step are whole milli-units (so "1.2" with min 0.5 and
@@ -75,6 +76,8 @@ def _rounded(requested: Fraction, policy: RequestPolicy, fractional: bool) -> Fr
 
 
 def _allowed(value: Fraction, policy: RequestPolicy, fractional: bool) -> bool:
+    """Upstream ``violatesPolicy``, negated: a validRange checks max and step only (rounding has already
+    raised a request to min; an unrequested whole value below min is not refused)."""
     if policy.default is not None and value == policy.default.value:
         return True
     if policy.min is not None:
@@ -84,7 +87,7 @@ def _allowed(value: Fraction, policy: RequestPolicy, fractional: bool) -> bool:
             scale = _scale(policy, fractional)  # the units of the rounding
             offset = _ceil(value * scale) - _ceil(policy.min.value * scale)
             return offset % _ceil(policy.step.value * scale) == 0
-        return value >= policy.min.value
+        return True
     if policy.valid_values:
         return any(v.value == value for v in policy.valid_values)
     return True
@@ -93,15 +96,19 @@ def _allowed(value: Fraction, policy: RequestPolicy, fractional: bool) -> bool:
 def _consume(capacity: DeviceCapacity, requested: Quantity | None, fractional: bool) -> Fraction | None:
     policy = capacity.policy
     if requested is None:
-        if policy is not None and policy.default is not None:
-            return policy.default.value
-        return capacity.value.value
-    if policy is None:
+        # The default, else the whole capacity; checked against the policy like a request (upstream
+        # fillEmptyRequest then violatesPolicy), so a whole value above validRange.max does not fit.
+        value = (
+            policy.default.value
+            if policy is not None and policy.default is not None
+            else capacity.value.value
+        )
+    elif policy is None:
         value = requested.value
     else:
         value = _rounded(requested.value, policy, fractional)
-        if not _allowed(value, policy, fractional):
-            return None
+    if policy is not None and not _allowed(value, policy, fractional):
+        return None
     return value if value <= capacity.value.value else None
 
 
