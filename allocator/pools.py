@@ -159,8 +159,9 @@ def _pool_view(
         devices_by_name=devices_by_name,
         incomplete=incomplete,
         invalid=invalid,
-        # An invalid pool keeps no devices upstream, so it is never sorted among the binding-condition pools.
-        has_binding_conditions=not invalid
+        # An incomplete or invalid pool keeps no devices upstream, so it is never sorted among the
+        # binding-condition pools.
+        has_binding_conditions=not (incomplete or invalid)
         and any(d.binding_conditions for s in device_slices for d in s.devices),
     )
 
