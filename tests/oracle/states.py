@@ -30,10 +30,12 @@ GATES = (
     "DRAResourceClaimDeviceStatus",
     "DRAListTypeAttributes",
     "DRADeviceCompatibilityGroups",
+    "DRAFractionalCapacityRange",
+    "DRADerivedAttributes",
 )
-"""Gates drawn on or off (mostly on). The product models DRAFractionalCapacityRange as always on (the 1.37
-default) and has no DRAOptionalNodeOperations (off by default), so states fix those two."""
-_FIXED_GATES = {"DRAFractionalCapacityRange": True, "DRAOptionalNodeOperations": False}
+"""Gates drawn on or off (mostly on): with them upstream also picks its stable, incubating or experimental
+allocator. The product has no DRAOptionalNodeOperations (off by default), so states fix it off."""
+_FIXED_GATES = {"DRAOptionalNodeOperations": False}
 
 Obj = dict[str, Any]
 

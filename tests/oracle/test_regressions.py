@@ -19,7 +19,7 @@ from tests.oracle.product import allocate
 from tests.oracle.states import GATES, NODE
 
 DRIVER = "a.example.com"
-ON = dict.fromkeys(GATES, True) | {"DRAFractionalCapacityRange": True, "DRAOptionalNodeOperations": False}
+ON = dict.fromkeys(GATES, True) | {"DRAOptionalNodeOperations": False}
 
 
 def device(name: str, **attributes: str) -> dict[str, Any]:
@@ -41,8 +41,15 @@ def exactly(name: str, count: int) -> dict[str, Any]:
     return {"name": name, "exactly": {"deviceClassName": "c", **mode}}
 
 
-def claim(*requests: tuple[str, int], constraints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def claim(
+    *requests: tuple[str, int],
+    constraints: list[dict[str, Any]] | None = None,
+    capacity: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Requests of class ``c``; ``capacity``: capacity requests of the first one."""
     devices: dict[str, Any] = {"requests": [exactly(n, k) for n, k in requests]}
+    if capacity:
+        devices["requests"][0]["exactly"]["capacity"] = {"requests": capacity}
     if constraints:
         devices["constraints"] = constraints
     return {"metadata": {"name": "claim", "namespace": "default", "uid": "u"}, "spec": {"devices": devices}}
@@ -101,6 +108,7 @@ CASES = {
 }
 
 
+OVER_MAX = {"value": "2500m", "requestPolicy": {"validRange": {"min": "250m", "step": "0.25", "max": "2"}}}
 BOUND = device("d0", m="x") | {"bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]}
 MODEL_IS_X = [{"cel": {"expression": f'device.attributes["{DRIVER}"].m == "x"'}}]
 """A class selector with a runtime error on a device without attribute ``m``."""
@@ -149,8 +157,17 @@ CASES |= {
         ),
         ("error", "cel"),
     ),
-    # buildPool returns an invalid pool without devices, so poolHasBindingConditions is false and the pool
-    # keeps its place by name: the All request meets invalid pool "a" before pool "b"'s selector error.
+    # GatherPools returns an incomplete pool, and buildPool an invalid one, without devices, so
+    # poolHasBindingConditions is false and the pool keeps its place by name: the All request meets pool
+    # "a" (incomplete or invalid) before pool "b"'s selector error.
+    "an incomplete pool with binding conditions is not sorted last": (
+        state(
+            [slice_("s0", [BOUND], count=2, pool="a"), slice_("s2", [device("d1")], pool="b")],
+            [claim(("a", 0))],
+            selectors=MODEL_IS_X,
+        ),
+        ("error", "input"),
+    ),
     "an invalid pool with binding conditions is not sorted last": (
         state(
             [
@@ -168,6 +185,41 @@ CASES |= {
     "an incomplete pool with a duplicate device name is not an invalid pool": (
         state(
             [slice_("s0", [device("d0")], count=3), slice_("s1", [device("d0")], count=3)], [claim(("a", 1))]
+        ),
+        ("nofit", []),
+    ),
+}
+
+
+STABLE = dict.fromkeys(GATES, False) | dict.fromkeys(
+    ("DRAAdminAccess", "DRAPrioritizedList", "DRAPartitionableDevices", "DRADeviceTaints"), True
+)
+"""Gates with which NewAllocator picks upstream's "stable" allocator (every gate beyond its four off)."""
+
+CASES |= {
+    # The stable allocator has no distinctAttribute: Allocate's constraint switch reports it as empty.
+    "the stable allocator refuses distinctAttribute": (
+        state(
+            [slice_("s", [device("d0", m="x"), device("d1", m="y")])],
+            [claim(("a", 1), ("b", 1), constraints=[{"distinctAttribute": f"{DRIVER}/m"}])],
+            gates=STABLE,
+        ),
+        ("error", "input"),
+    ),
+    # ... and no capacity requests: it neither refuses nor applies them.
+    "the stable allocator ignores capacity requests": (
+        state([slice_("s", [device("d0")])], [claim(("a", 1), capacity={"memory": "1Gi"})], gates=STABLE),
+        picks(("a", "d0")),
+    ),
+    # fillEmptyRequest gives an unrequested capacity its whole value, which violatesPolicy checks too.
+    "an unrequested capacity above validRange.max does not fit": (
+        state(
+            [
+                slice_(
+                    "s", [{"name": "d0", "allowMultipleAllocations": True, "capacity": {"cores": OVER_MAX}}]
+                )
+            ],
+            [claim(("a", 1))],
         ),
         ("nofit", []),
     ),
@@ -208,9 +260,7 @@ def fractional_cores_state() -> dict[str, Any]:
         "allowMultipleAllocations": True,
         "capacity": {"cores": {"value": "4", "requestPolicy": policy}},
     }
-    wanted = claim(("a", 1))
-    wanted["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"cores": "1.2"}}
-    return state([slice_("s", [shared])], [wanted])
+    return state([slice_("s", [shared])], [claim(("a", 1), capacity={"cores": "1.2"})])
 
 
 def _cores(answer: dict[str, Any]) -> Fraction:
