@@ -1,12 +1,14 @@
 """``make oracle N=... SEED=...``: a long differential run; prints feature coverage, outcome kinds and
 disagreements (each written to .cache/oracle/disagreements.jsonl with both answers). ``JOBS`` processes
 share the states, each with its own oracle and seed. Progress goes to stderr every 10,000 states of a
-job; an interrupted run (Ctrl-C) still prints the table of the states done."""
+job; an interrupted run (Ctrl-C, or SIGTERM to its job processes) still prints the table of the states
+done."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from collections import Counter
@@ -30,8 +32,14 @@ Tally = tuple[Counter[str], Counter[str], list[dict[str, Any]]]
 """Feature coverage, upstream outcome kinds, disagreements."""
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run(path: Path, count: int, start: int, job: int) -> Tally:
-    """``count`` states from seed ``start`` against one oracle process of its own."""
+    """``count`` states from seed ``start`` against one oracle process of its own. SIGTERM ends it early
+    like Ctrl-C (a run started in the background ignores SIGINT)."""
+    signal.signal(signal.SIGTERM, _interrupt)
     with Oracle(path) as oracle:
         return _compare(oracle, count, start, job)
 
