@@ -107,7 +107,9 @@ def gather_pools(
         view = _pool_view(pool_id, slices, pool_slices.get(pool_id, {}), gates)
         if view is not None:
             views.append(view)
-    views.sort(key=lambda v: (v.has_binding_conditions, v.driver, v.pool))
+    # Upstream's stable allocator (no binding conditions) keeps plain name order.
+    last = not gates.stable_allocator
+    views.sort(key=lambda v: (last and v.has_binding_conditions, v.driver, v.pool))
     return views
 
 
