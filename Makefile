@@ -7,7 +7,16 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag bench-k8s chaos lock clean
+.PHONY: run test lint unit e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag bench-k8s chaos lock clean oracle-bin oracle
+
+# The upstream allocator as a test oracle (tests/oracle, Go): built into .cache/ (git-ignored) when go is on
+# PATH and its sources changed; without go the differential tests skip.
+GO := $(shell command -v go 2>/dev/null)
+ORACLE := .cache/oracle/oracle
+ORACLE_SRC := $(wildcard tests/oracle/*.go) tests/oracle/go.mod tests/oracle/go.sum
+N ?= 100000
+SEED ?= 0
+JOBS ?= 2
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +34,23 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check app allocator tests bench loadtests e2e
 	$(BIN)/lint-imports --no-cache
 
-unit: $(STAMP)
+unit: $(STAMP) oracle-bin
 	$(BIN)/python -m pytest -q
+
+$(ORACLE): $(ORACLE_SRC)
+	cd tests/oracle && go build -o ../../$(ORACLE) .
+
+ifneq ($(GO),)
+oracle-bin: $(ORACLE)
+else
+oracle-bin:
+	@echo "go not on PATH: the differential tests against the upstream allocator will skip"
+endif
+
+# A long differential run against the upstream allocator: prints feature coverage, outcome kinds and
+# disagreements.
+oracle: $(STAMP) oracle-bin
+	$(BIN)/python -m tests.oracle.run --states $(N) --seed $(SEED) --jobs $(JOBS)
 
 test: lint unit
 
@@ -79,4 +103,4 @@ lock: $(STAMP)
 		-c requirements.lock -o requirements-runtime.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info  # .cache/ (built components) is kept
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info .cache/oracle  # the built e2e components are kept

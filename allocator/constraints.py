@@ -4,9 +4,11 @@
   the first device fixes it; a device without it fails. Values compare type-aware (a version compares as
   its text). With DRAListTypeAttributes lists must share at least one element (a scalar is a one-element
   list); without it a list-typed value matches no other device (upstream's scalar comparison).
-* ``distinctAttribute`` (DRAConsumableCapacity): the attribute must exist and differ from the value of the
-  latest device of every covered request, as upstream records one value per request; without
-  DRAListTypeAttributes a list-typed value is accepted only on the first device.
+* ``distinctAttribute``: the attribute must exist and differ from the value of the latest device of every
+  covered request, as upstream records one value per request; without DRAListTypeAttributes a list-typed
+  value is accepted only on the first device. Understood whatever DRAConsumableCapacity says: upstream's
+  incubating and experimental allocators do not check that gate; only the stable one
+  (``FeatureGates.stable_allocator``) lacks it.
 Both undo on backtrack (``remove``). Source: allocator-semantics §8.
 
 Derived attributes (KEP-6080, ``allocator.derived``): ``add`` receives the request's derived values for
@@ -135,6 +137,6 @@ def new_constraint_state(constraint: Constraint, gates: FeatureGates) -> Constra
     lists = gates.DRAListTypeAttributes
     if constraint.match_attribute:
         return _MatchAttribute(constraint, lists)
-    if constraint.distinct_attribute and gates.DRAConsumableCapacity:
+    if constraint.distinct_attribute and not gates.stable_allocator:
         return _DistinctAttribute(constraint, lists)
     return None

@@ -12,7 +12,9 @@ and a fatal error that aborts the pod on every node. Only the last one is an exc
     └── ClaimConstraintError        All-mode device breaks a claim constraint (upstream: fatal)
 
 ``NodeLocalError`` is separate: upstream's ``ErrFailedAllocationOnNode`` ("invalid resource pools were
-encountered") fails only the node, so it is not an ``AllocatorError``.
+encountered") fails only the node, so it is not an ``AllocatorError``. ``SearchLimitError``, a
+``NodeLocalError``, is the search giving up on one node (upstream's counterpart is the filter timeout):
+neither "fits" nor "cannot be satisfied".
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "FeatureDisabledError",
     "InvalidInputError",
     "NodeLocalError",
+    "SearchLimitError",
 ]
 
 
@@ -59,3 +62,7 @@ class ClaimConstraintError(AllocatorError):
 
 class NodeLocalError(Exception):
     """The node cannot be used because of a problem local to it (upstream ErrFailedAllocationOnNode)."""
+
+
+class SearchLimitError(NodeLocalError):
+    """The search tried its step budget of devices on this node without deciding."""

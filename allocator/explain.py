@@ -242,7 +242,9 @@ def _capacity_rejection(inventory: Inventory, device: Device, alt: DeviceRequest
             "capacity",
             "device has shares allocated but no longer allows multiple allocations",
         )
-    consumption = capacity_consumption(device, alt.capacity_requests)
+    consumption = capacity_consumption(
+        device, alt.capacity_requests, inventory.gates.DRAFractionalCapacityRange
+    )
     if consumption is None:
         missing = [
             name
@@ -591,7 +593,7 @@ def _constraint_stage(
         if not constraint.applies_to(part.alt):
             continue
         name = constraint.match_attribute or constraint.distinct_attribute
-        if not name or (constraint.distinct_attribute and not inventory.gates.DRAConsumableCapacity):
+        if not name:
             continue
         kind = "matchAttribute" if constraint.match_attribute else "distinctAttribute"
         rule = f"constraint #{index} {kind}"

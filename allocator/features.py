@@ -24,10 +24,26 @@ class FeatureGates:
     DRADeviceBindingConditions: bool = True
     DRAResourceClaimDeviceStatus: bool = True
     DRAExtendedResource: bool = True
+    DRAFractionalCapacityRange: bool = True
     DRAListTypeAttributes: bool = False
     DRADerivedAttributes: bool = True
     DRADeviceCompatibilityGroups: bool = False
     DRAOptionalNodeOperations: bool = False
+
+    @property
+    def stable_allocator(self) -> bool:
+        """Whether kube-scheduler's allocator is upstream's "stable" implementation, picked when no gate
+        beyond the four it supports (admin access, prioritized list, partitionable devices, taints) is on.
+        It differs where it lacks a feature: distinctAttribute is an empty constraint, capacity requests
+        are ignored instead of refused."""
+        return not (
+            self.DRAConsumableCapacity
+            or (self.DRADeviceBindingConditions and self.DRAResourceClaimDeviceStatus)
+            or self.DRAFractionalCapacityRange
+            or self.DRAListTypeAttributes
+            or self.DRADerivedAttributes
+            or self.DRADeviceCompatibilityGroups
+        )
 
     def describe(self) -> str:
         """``Name=true,Other=false`` for every gate, in declaration order."""

@@ -584,26 +584,30 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
 
 @dataclass(frozen=True, slots=True)
 class DeviceTaintRule:
-    """``DeviceTaintRule``: adds ``taint`` to every device matching the set selector fields."""
+    """``DeviceTaintRule``: adds ``taint`` to every device matching the set selector fields; a rule without
+    ``deviceSelector`` (``selects`` False) taints nothing."""
 
     name: str
     driver: str
     pool: str
     device: str
     taint: Taint
+    selects: bool = True
 
     def matches(self, device_id: DeviceID) -> bool:
         driver, pool, name = device_id
         return (
-            (not self.driver or self.driver == driver)
+            self.selects
+            and (not self.driver or self.driver == driver)
             and (not self.pool or self.pool == pool)
             and (not self.device or self.device == name)
         )
 
 
 def parse_device_taint_rule(obj: Mapping[str, Any]) -> DeviceTaintRule:
-    """Convert a v1 DeviceTaintRule. A missing ``deviceSelector`` matches every device, as the scheduler's
-    ResourceSlice tracker applies it (the type doc says none; see allocator-semantics §10)."""
+    """Convert a v1 DeviceTaintRule. A missing ``deviceSelector`` matches no device, as the scheduler's
+    ResourceSlice tracker applies rules (``applyPatches`` in dynamic-resource-allocation v0.37.2 skips such a
+    rule); an empty one matches every device."""
     _, name, at = _object_name("DeviceTaintRule", obj)
     spec = _mapping(obj.get("spec"), at / "spec", required=True)
     selector = _mapping(spec.get("deviceSelector"), at / "spec" / "deviceSelector")
@@ -616,6 +620,7 @@ def parse_device_taint_rule(obj: Mapping[str, Any]) -> DeviceTaintRule:
         pool=_str(selector.get("pool"), at / "spec" / "deviceSelector" / "pool"),
         device=_str(selector.get("device"), at / "spec" / "deviceSelector" / "device"),
         taint=_parse_taint(spec.get("taint"), at / "spec" / "taint", source=f"DeviceTaintRule {name}"),
+        selects=spec.get("deviceSelector") is not None,
     )
 
 

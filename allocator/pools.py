@@ -131,7 +131,9 @@ def gather_pools(
         view = _pool_view(pool_id, slices, pool_slices.get(pool_id, {}), gates)
         if view is not None:
             views.append(view)
-    views.sort(key=lambda v: (v.has_binding_conditions, v.driver, v.pool))
+    # Upstream's stable allocator (no binding conditions) keeps plain name order.
+    last = not gates.stable_allocator
+    views.sort(key=lambda v: (last and v.has_binding_conditions, v.driver, v.pool))
     return views
 
 
@@ -143,11 +145,12 @@ def _pool_view(
 ) -> PoolView | None:
     generation = relevant[0].generation
     expected = relevant[0].slice_count
+    # Completeness counts every published slice of the generation, including those the node ignores while
+    # DRAPartitionableDevices is off (upstream checkSlicesInPool filters only compatibility groups).
     same_generation = [s for s in everything.values() if s.generation == generation]
     ignored: tuple[str, ...] = ()
     if not gates.DRAPartitionableDevices:
         ignored = tuple(_ignored_reason(s) for s in same_generation if _partitionable(s))
-        same_generation = [s for s in same_generation if not _partitionable(s)]
     incomplete = False
     if len(relevant) != expected:
         if any(s.generation > generation for s in everything.values()):
@@ -156,22 +159,26 @@ def _pool_view(
     device_slices = tuple(sorted((s for s in relevant if s.devices), key=lambda s: s.name))
     counter_sets: dict[str, Mapping[str, Quantity]] = {}
     devices_by_name: dict[str, Device] = {}
-    invalid = ""
+    duplicates: list[str] = []
     for s in sorted(same_generation, key=lambda s: s.name):
         for name, counters in s.shared_counters.items():
-            if name in counter_sets and not invalid:
-                invalid = f"duplicate counter set name {name}"
+            if name in counter_sets:
+                duplicates.append(f"duplicate counter set name {name}")
             counter_sets[name] = counters
         for d in s.devices:
             devices_by_name.setdefault(d.name, d)
     seen: set[str] = set()
     for s in device_slices:
         for d in s.devices:
-            if d.name in seen and not invalid:
-                invalid = f"duplicate device name {d.name}"
+            if d.name in seen:
+                duplicates.append(f"duplicate device name {d.name}")
             seen.add(d.name)
-    if gates.DRAPartitionableDevices and not invalid:
-        invalid = _counter_reference_problem(devices_by_name.values(), counter_sets)
+    invalid = ""
+    # Upstream does not build an incomplete pool, so it never finds one invalid.
+    if not incomplete:
+        invalid = next(iter(duplicates), "")
+        if gates.DRAPartitionableDevices and not invalid:
+            invalid = _counter_reference_problem(devices_by_name.values(), counter_sets)
     return PoolView(
         driver=pool_id[0],
         pool=pool_id[1],
@@ -181,7 +188,10 @@ def _pool_view(
         devices_by_name=devices_by_name,
         incomplete=incomplete,
         invalid=invalid,
-        has_binding_conditions=any(d.binding_conditions for s in device_slices for d in s.devices),
+        # An incomplete or invalid pool keeps no devices upstream, so it is never sorted among the
+        # binding-condition pools.
+        has_binding_conditions=not (incomplete or invalid)
+        and any(d.binding_conditions for s in device_slices for d in s.devices),
         ignored=ignored,
     )
 

@@ -4,8 +4,14 @@ Reproduces upstream's depth-first search with backtracking (allocator-semantics 
 requests in spec order, ``firstAvailable`` subrequests in list order, device slots of an ExactCount
 request as combinations (slot k+1 resumes after slot k's device), candidates in pool order (pools sorted
 by driver/pool, binding-condition pools last; slices by name; devices in slice order). The first
-complete assignment wins. Per device the checks run in upstream's order: in use, selectable (class then
-request selectors, node selection, binding-condition gate), capacity, counters, taints, constraints.
+complete assignment wins. Per device the checks run in upstream's order: in use, selectable
+(binding-condition gate, class then request selectors, then per-device node selection), capacity,
+counters, taints, constraints.
+
+Pruning never changes the answer: devices still to place that would exceed a claim's 32 results end the
+branch before any is placed (as upstream does), and once the search backtracks, a slot with fewer usable
+devices left than it needs is abandoned. Running out of ``max_steps`` raises ``SearchLimitError``: the
+search gave up, which is neither a fit nor "cannot be satisfied".
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import partial
 from typing import Any, NamedTuple
 
 from allocator.capacity import capacity_consumption
@@ -22,10 +29,12 @@ from allocator.cel import AttributeValue
 from allocator.constraints import ConstraintState, new_constraint_state
 from allocator.derived import NO_DERIVED_VALUES, check_request_derived, request_derived_values
 from allocator.errors import (
+    CELError,
     ClaimConstraintError,
     FeatureDisabledError,
     InvalidInputError,
     NodeLocalError,
+    SearchLimitError,
 )
 from allocator.inventory import Inventory, counters_left
 from allocator.model import (
@@ -46,9 +55,9 @@ from allocator.selectors import SelectorCache
 __all__ = ["MAX_SEARCH_STEPS", "Allocator", "Candidate", "SearchStats"]
 
 MAX_SEARCH_STEPS = 50_000
-"""Devices tried per call before giving up on a node (~0.1-0.3 s here). Upstream bounds the search with
-a 10 s filter timeout; an extender answers kube-scheduler within its 5 s httpTimeout for every node at
-once, so one node's exponential search must stay far below that."""
+"""Devices tried per call before giving up on a node with ``SearchLimitError`` (~0.1-0.3 s here).
+Upstream bounds the search with a 10 s filter timeout; an extender answers kube-scheduler within its 5 s
+httpTimeout for every node at once, so one node's exponential search must stay far below that."""
 
 
 class Candidate(NamedTuple):
@@ -70,6 +79,17 @@ class SearchStats:
 
 class _SearchLimit(Exception):
     pass
+
+
+_UNLIMITED = 1 << 30
+"""Counts as more devices than any request asks for (a candidate count pruning must not skip)."""
+
+
+class _ResultsLimit(Exception):
+    """Upstream's ``errAllocationResultMaxSizeExceeded``: the devices still to place do not fit in the claim's
+    32 results. Device counts do not depend on which devices were chosen, so no other choice in this claim
+    helps; it unwinds to the nearest ``firstAvailable`` (whose next subrequest may need fewer) or the claim
+    boundary (where an earlier claim may choose differently)."""
 
 
 @dataclass(slots=True)
@@ -101,8 +121,9 @@ class Allocator:
         self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
         self._selectable: dict[tuple[int, int], bool] = {}
         self._derived: dict[tuple[int, int], Mapping[str, AttributeValue]] = {}
+        self._usable_after: dict[int, list[int]] = {}
+        """Per request alternative: how many candidates from each index on it might use (count pruning)."""
         """KEP-6080 derived values per (request alternative, device) admitted by the selectors."""
-        self._invalid_seen = False
         self.max_steps = MAX_SEARCH_STEPS
         """Device placements tried before giving up (a policy trying several searches lowers it)."""
 
@@ -118,7 +139,7 @@ class Allocator:
 
         Returns one API-shaped ``AllocationResult`` dict per claim (claim order), or None when the node
         cannot satisfy them. Raises AllocatorError (fatal for the pod) or NodeLocalError (only this node:
-        no solution and an invalid pool was seen).
+        no solution and the node has an invalid pool; SearchLimitError: ``max_steps`` devices tried).
 
         ``candidate_order`` (device-selection policies, ``allocator.alignment``): maps the candidates in
         upstream order to the ones ExactCount slots may use, in the order to try them (a subset and/or a
@@ -127,22 +148,22 @@ class Allocator:
         """
         self._node = node
         pools = self.inventory.pools_for(node)
-        self._candidates = [
-            Candidate(pool, s, d)
-            for pool in pools
-            for s in pool.slices
-            for d in s.devices
-            if not s.per_device_node_selection or device_on_node(d, node)
-        ]
+        # Devices of perDeviceNodeSelection slices that are not on the node stay candidates: upstream checks
+        # their node after the selectors, so a selector's runtime error on them is still fatal.
+        self._candidates = [Candidate(pool, s, d) for pool in pools for s in pool.slices for d in s.devices]
+        self._usable_after = {}
         self._plans = [self._plan(claim, pools) for claim in claims]
         if candidate_order is not None:
             self._candidates = candidate_order(self._candidates)
         try:
             found = self._request(0, 0)
-        except _SearchLimit:
+        except _ResultsLimit:
             found = False
+        except _SearchLimit:
+            raise SearchLimitError(f"search limit reached after {self.max_steps} steps") from None
         if not found:
-            if self._invalid_seen:
+            # Upstream fails the node when any of its pools is invalid, whether or not the search got there.
+            if any(pool.invalid for pool in pools):
                 raise NodeLocalError("invalid resource pools were encountered")
             return None
         return [
@@ -169,7 +190,8 @@ class Allocator:
                     f"claim {key}, request {request.name}: has subrequests, but the DRAPrioritizedList "
                     "feature is disabled"
                 )
-            if not self.gates.DRAConsumableCapacity:
+            # Upstream's stable allocator does not know capacity requests, so it ignores them.
+            if not self.gates.DRAConsumableCapacity and not self.gates.stable_allocator:
                 for alt in request.alternatives:
                     if alt.capacity_requests:
                         kind = "subrequest" if alt.is_subrequest else "request"
@@ -185,12 +207,14 @@ class Allocator:
                     minimums.append(len(all_devices[alt.name]))
                 else:
                     minimums.append(alt.count)
-            minimum_total += min(minimums)
-        if minimum_total > MAX_DEVICES_PER_CLAIM:
-            raise InvalidInputError(
-                f"claim {key}: number of requested devices {minimum_total} exceeds the claim limit of "
-                f"{MAX_DEVICES_PER_CLAIM}"
-            )
+            # Checked request by request, as upstream does: a later request's errors come after this one.
+            minimum = min(minimums)
+            if minimum > MAX_DEVICES_PER_CLAIM - minimum_total:
+                raise InvalidInputError(
+                    f"claim {key}, request {request.name}: adding {minimum} devices exceeds the claim limit "
+                    f"of {MAX_DEVICES_PER_CLAIM}, with {minimum_total} already accounted for"
+                )
+            minimum_total += minimum
         states = []
         for i, constraint in enumerate(claim.constraints):
             state = new_constraint_state(constraint, self.gates)
@@ -229,6 +253,11 @@ class Allocator:
             raise InvalidInputError(f"{where}: unsupported count mode {alt.mode}")
 
     def _all_mode_devices(self, claim: Claim, alt: DeviceRequest, pools: list[PoolView]) -> list[Candidate]:
+        """Pool by pool as upstream: a selector error in one pool comes before a later incomplete pool."""
+        by_pool: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+        for candidate in self._candidates:
+            by_pool[candidate.pool.id].append(candidate)
+        devices: list[Candidate] = []
         for pool in pools:
             if pool.incomplete:
                 raise InvalidInputError(
@@ -241,11 +270,13 @@ class Allocator:
                     f"claim {claim.key}, request {alt.label}: asks for all devices, but "
                     f"resource pool {pool.driver}/{pool.pool} is currently invalid"
                 )
-        return [
-            c
-            for c in self._candidates
-            if self._is_selectable(claim, alt, c) and self._capacity_consumption(c.device, alt) is not None
-        ]
+            devices += [
+                c
+                for c in by_pool[pool.id]
+                if self._is_selectable(claim, alt, c)
+                and self._capacity_consumption(c.device, alt) is not None
+            ]
+        return devices
 
     # --- recursion (§5) ---------------------------------------------------------------------------
 
@@ -254,52 +285,67 @@ class Allocator:
             return True
         plan = self._plans[claim_index]
         if request_index == len(plan.claim.requests):
-            return self._request(claim_index + 1, 0)
+            try:
+                return self._request(claim_index + 1, 0)
+            except _ResultsLimit:
+                return False
         request = plan.claim.requests[request_index]
+        over_limit = True
         for alt in request.alternatives:
             plan.chosen[request.name] = alt
-            if alt.mode == "All":
-                found = self._all(claim_index, request_index, alt)
-            else:
-                found = self._slot(claim_index, request_index, alt, 0, 0)
+            try:
+                if alt.mode == "All":
+                    found = self._all(claim_index, request_index, alt)
+                else:
+                    found = self._slot(claim_index, request_index, alt, 0, 0)
+            except _ResultsLimit:
+                continue
+            over_limit = False
             if found:
                 return True
         plan.chosen.pop(request.name, None)
+        if over_limit:
+            raise _ResultsLimit
         return False
 
     def _all(self, claim_index: int, request_index: int, alt: DeviceRequest) -> bool:
         plan = self._plans[claim_index]
         devices = plan.all_devices[alt.name]
-        if not devices or len(plan.picked) + len(devices) > MAX_DEVICES_PER_CLAIM:
+        if not devices:
             return False
+        if len(plan.picked) + len(devices) > MAX_DEVICES_PER_CLAIM:
+            raise _ResultsLimit
         undos: list[Callable[[], None]] = []
         for candidate in devices:
             undo = None
             if not self._in_use(claim_index, alt, candidate.device):
                 undo = self._allocate_device(claim_index, alt, candidate, must=True)
             if undo is None:
-                for u in reversed(undos):
-                    u()
+                _undo(undos)
                 return False
             undos.append(undo)
-        if self._request(claim_index, request_index + 1):
-            return True
-        for u in reversed(undos):
-            u()
-        return False
+        return self._continue(undos, partial(self._request, claim_index, request_index + 1))
 
     def _slot(self, claim_index: int, request_index: int, alt: DeviceRequest, slot: int, start: int) -> bool:
         if slot == alt.count:
             return self._request(claim_index, request_index + 1)
         plan = self._plans[claim_index]
-        if len(plan.picked) >= MAX_DEVICES_PER_CLAIM:
-            return False
+        if alt.count - slot > MAX_DEVICES_PER_CLAIM - len(plan.picked):
+            raise _ResultsLimit
         claim = plan.claim
+        # Count pruning (fewer usable devices left than slots to fill: no combination from here completes)
+        # starts once the search tried more devices than one scan of the node: most searches succeed
+        # before, and for them evaluating every device's selectors up front would be wasted work.
+        backtracking = self.stats.devices_tried > len(self._candidates)
+        usable_after = self._usable_counts(claim, alt) if backtracking else None
+        if usable_after is not None and usable_after[start] < alt.count - slot:
+            return False
         for index in range(start, len(self._candidates)):
             candidate = self._candidates[index]
             if not candidate.pool.usable:
-                self._invalid_seen = self._invalid_seen or bool(candidate.pool.invalid)
                 continue
+            if usable_after is not None and usable_after[index] < alt.count - slot:
+                return False
             self.stats.devices_tried += 1
             if self.stats.devices_tried > self.max_steps:
                 raise _SearchLimit
@@ -314,10 +360,49 @@ class Allocator:
             undo = self._allocate_device(claim_index, alt, candidate, must=False, consumption=consumption)
             if undo is None:
                 continue
-            if self._slot(claim_index, request_index, alt, slot + 1, index + 1):
+            rest = partial(self._slot, claim_index, request_index, alt, slot + 1, index + 1)
+            if self._continue([undo], rest):
                 return True
-            undo()
         return False
+
+    @staticmethod
+    def _continue(undos: list[Callable[[], None]], search: Callable[[], bool]) -> bool:
+        """Run the rest of the search on top of placed devices; undo them unless it succeeded (also when
+        the results limit unwinds through here)."""
+        try:
+            found = search()
+        except _ResultsLimit:
+            _undo(undos)
+            raise
+        if not found:
+            _undo(undos)
+        return found
+
+    def _usable_counts(self, claim: Claim, alt: DeviceRequest) -> list[int]:
+        """For each candidate index, how many candidates from there on ``alt`` might take: an upper bound
+        (devices placed during the search are not subtracted), so pruning on it never drops a solution.
+        A device whose selectors fail with an error counts as unlimited: the search must still reach it,
+        because upstream raises the error there."""
+        counts = self._usable_after.get(id(alt))
+        if counts is not None:
+            return counts
+        counts = [0] * (len(self._candidates) + 1)
+        for index in range(len(self._candidates) - 1, -1, -1):
+            candidate = self._candidates[index]
+            counts[index] = counts[index + 1] + self._might_use(claim, alt, candidate)
+        self._usable_after[id(alt)] = counts
+        return counts
+
+    def _might_use(self, claim: Claim, alt: DeviceRequest, candidate: Candidate) -> int:
+        """1 if ``alt`` might take the candidate, 0 if never, ``_UNLIMITED`` if its selectors fail."""
+        if not candidate.pool.usable:
+            return 0
+        if not alt.admin_access and self._allocated_elsewhere(candidate.device):
+            return 0
+        try:
+            return int(self._is_selectable(claim, alt, candidate))
+        except CELError:
+            return _UNLIMITED
 
     # --- per-device checks ------------------------------------------------------------------------
 
@@ -328,19 +413,29 @@ class Allocator:
         picked_by = self._allocating.get(device.id)
         if alt.admin_access:
             return bool(picked_by) and claim_index in picked_by
-        if self._multi(device):
-            return False  # shares are limited by capacity, checked separately
-        return bool(picked_by) or self.inventory.is_exclusively_allocated(device.id)
+        # Upstream's deviceInUse, checked before any selector: a multi-allocatable device taken by a result
+        # without shareID is in use too (its shares are limited by capacity, checked later). With
+        # DRAConsumableCapacity off the scheduler counts every share as a dedicated allocation.
+        return bool(picked_by) or self._allocated_elsewhere(device)
+
+    def _allocated_elsewhere(self, device: Device) -> bool:
+        """In use by claims already allocated (upstream ``AllocatedDevices``)."""
+        inventory = self.inventory
+        return inventory.is_exclusively_allocated(device.id) or (
+            not self.gates.DRAConsumableCapacity and inventory.is_allocated(device.id)
+        )
 
     def _is_selectable(self, claim: Claim, alt: DeviceRequest, candidate: Candidate) -> bool:
         device = candidate.device
         key = (id(alt), id(device))
-        cached = self._selectable.get(key)
-        if cached is not None:
-            return cached
-        result = self._evaluate_selectors(claim, alt, device)
-        self._selectable[key] = result
-        return result
+        result = self._selectable.get(key)
+        if result is None:
+            result = self._selectable[key] = self._evaluate_selectors(claim, alt, candidate.device)
+        return result and self._on_node(candidate)
+
+    def _on_node(self, candidate: Candidate) -> bool:
+        """Per-device node selection, checked after the selectors (upstream ``isSelectable``)."""
+        return not candidate.slice.per_device_node_selection or device_on_node(candidate.device, self._node)
 
     def _evaluate_selectors(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
         # kube-scheduler enables them only with both gates (its DeviceBindingAndStatus feature).
@@ -371,7 +466,9 @@ class Allocator:
             and not inventory.is_exclusively_allocated(device.id)
         ):
             return None  # has shares but is no longer multi-allocatable
-        consumption = capacity_consumption(device, alt.capacity_requests)
+        consumption = capacity_consumption(
+            device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange
+        )
         if consumption is None:
             return None
         if device.allow_multiple_allocations:
@@ -479,3 +576,8 @@ class Allocator:
             undo()
             return None
         return undo
+
+
+def _undo(undos: list[Callable[[], None]]) -> None:
+    for undo in reversed(undos):
+        undo()

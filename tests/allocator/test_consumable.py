@@ -188,9 +188,9 @@ def test_request_for_a_capacity_the_device_lacks_skips_the_device():
 # --- request policies -----------------------------------------------------------------------------
 
 
-def consumption(capacity: dict[str, Any], **amounts: str) -> dict[str, str] | None:
+def consumption(capacity: dict[str, Any], fractional: bool = True, **amounts: str) -> dict[str, str] | None:
     d = parse_resource_slice(slice_("s", DRIVER_A, "node-1", [shared("d", capacity)])).devices[0]
-    got = capacity_consumption(d, {k: parse_quantity(v) for k, v in amounts.items()})
+    got = capacity_consumption(d, {k: parse_quantity(v) for k, v in amounts.items()}, fractional)
     return None if got is None else {k: str(v) for k, v in got.items()}
 
 
@@ -240,13 +240,16 @@ def test_quantities_beyond_the_digit_and_exponent_bounds_are_refused():
             parse_quantity(text)
 
 
-def test_valid_range_uses_integer_arithmetic_like_quantity_value():
-    # min 500m, step 1: integer path (Value() rounds up): request 1.5 -> (2 - 1) = 1 step -> 1 + 1 = 2;
-    # the step check compares the rounded-up integers too, so 2 is valid.
+@pytest.mark.parametrize(("fractional", "rounded"), [(True, "3/2"), (False, "2")])
+def test_valid_range_arithmetic_follows_the_fractional_capacity_range_gate(fractional, rounded):
+    # min 500m, step 1, request 1.5 (values from upstream v0.37.2 roundUpRange, via the oracle).
+    # DRAFractionalCapacityRange on: milli-units, 1500 - 500 = one step of 1000 -> 1500m.
+    # Off: whole units as Quantity.Value() rounds up: (2 - 1) = one step -> 1 + 1 = 2, and the step check
+    # compares the rounded-up integers too, so 2 is valid.
     policy = {"validRange": {"min": "500m", "step": "1"}}
-    assert consumption({"cores": cap("8", **policy)}, cores="1500m") == {"cores": "2"}
+    assert consumption({"cores": cap("8", **policy)}, fractional, cores="1500m") == {"cores": rounded}
     # Below min: min itself (500m), also valid.
-    assert consumption({"cores": cap("8", **policy)}, cores="100m") == {"cores": "1/2"}
+    assert consumption({"cores": cap("8", **policy)}, fractional, cores="100m") == {"cores": "1/2"}
 
 
 def test_request_above_the_capacity_does_not_fit_even_without_policy():

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from allocator.diagnose import diagnose
-from allocator.errors import AllocatorError
 from allocator.explain import claim_funnels
 from allocator.features import FeatureGates
 from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, picked, request, slice_
@@ -27,27 +26,13 @@ def counter_slice() -> dict[str, Any]:
     return body
 
 
-def test_an_ignored_counter_slice_is_named_where_its_pool_is_incomplete():
+def test_an_ignored_counter_slice_still_completes_its_pool():
+    # Upstream (checked by the oracle): a slice the node ignores while DRAPartitionableDevices is off still
+    # counts towards resourceSliceCount, so the pool is complete and its other devices are allocated.
     devices = slice_("gpu-devices", DRIVER_A, "node-1", [device("gpu-0")], count=2)
     world = World(slices=[counter_slice(), devices], gates=PARTITIONABLE_OFF)
-    [f] = claim_funnels(world.inventory, world.selectors, NODE1, claim("c", request("gpu")))
-    [example] = f.stage("in_pools").examples
-    assert example.message == (
-        "pool node-1 is incomplete: ResourceSlice gpu-counters uses sharedCounters, which is ignored while "
-        "the DRAPartitionableDevices feature is disabled"
-    )
-
-
-def test_a_request_for_all_devices_names_the_ignored_slice_of_the_pool_being_updated():
-    devices = slice_("gpu-devices", DRIVER_A, "node-1", [device("gpu-0")], count=2)
-    world = World(slices=[counter_slice(), devices], gates=PARTITIONABLE_OFF)
-    with pytest.raises(AllocatorError) as error:
-        world.allocate(claim("c", request("gpu", mode="All")))
-    assert str(error.value) == (
-        "claim default/c, request gpu: asks for all devices, but resource pool driver-a.example.com/node-1 "
-        "is currently being updated (ResourceSlice gpu-counters uses sharedCounters, which is ignored while "
-        "the DRAPartitionableDevices feature is disabled)"
-    )
+    assert picked(world.allocate(claim("c", request("gpu")))) == [[("gpu", "gpu-0")]]
+    assert picked(world.allocate(claim("c", request("gpu", mode="All")))) == [[("gpu", "gpu-0")]]
 
 
 def test_a_node_whose_slice_is_ignored_names_it():

@@ -11,8 +11,10 @@ from allocator.errors import (
     FeatureDisabledError,
     InvalidInputError,
     NodeLocalError,
+    SearchLimitError,
 )
 from allocator.features import FeatureGates
+from allocator.search import Allocator
 from tests.allocator.builders import (
     CLASS_A,
     CLASS_B,
@@ -256,6 +258,67 @@ def test_first_available_disabled_gate_is_fatal():
         world.allocate(claim("c", r))
 
 
+# --- search effort: limits prune, running out is its own outcome --------------------------------
+
+
+def gpus(n, **attributes):
+    return slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}", **attributes) for i in range(n)])
+
+
+def test_subrequest_over_the_results_limit_is_skipped_without_trying_devices():
+    # 16 + 17 > 32 results: upstream's allocateOne returns errAllocationResultMaxSizeExceeded before
+    # placing any device of "big" and moves on to "one"; no device combination is tried for "big".
+    world = World(slices=[gpus(40)])
+    r = first_available(
+        "more",
+        {"name": "big", "deviceClassName": CLASS_A, "count": 17},
+        {"name": "one", "deviceClassName": CLASS_A, "count": 1},
+    )
+    allocator = Allocator(world.inventory, world.selectors)
+    result = allocator.allocate(NODE1, [claim("c", request("base", count=16), r)])
+    assert picked(result)[0][-1] == ("more/one", "gpu-16")
+    assert allocator.stats.devices_tried == 16 + 17  # base's 16; "one" passes those 16 and takes the next
+    # The limit found in a later request unwinds to the nearest firstAvailable: once "big" took 20 devices,
+    # "rest" (13) cannot fit, and no other choice of 20 devices changes that: "small" is next.
+    r = first_available(
+        "first",
+        {"name": "big", "deviceClassName": CLASS_A, "count": 20},
+        {"name": "small", "deviceClassName": CLASS_A, "count": 1},
+    )
+    allocator = Allocator(world.inventory, world.selectors)
+    result = allocator.allocate(NODE1, [claim("c", r, request("rest", count=13))])
+    assert picked(result)[0][:2] == [("first/small", "gpu-0"), ("rest", "gpu-1")]
+    assert allocator.stats.devices_tried == 20 + 1 + 14  # "rest" passes gpu-0, now taken by "small"
+
+
+def test_fewer_usable_devices_than_slots_prunes_the_search():
+    # 16 of 20 devices match "fast", "all-fast" wants 17: 2^16 partial combinations without count pruning.
+    devices = [device(f"gpu-{i}", fast=i < 16) for i in range(20)]
+    world = World(slices=[slice_("s1", DRIVER_A, "node-1", devices)])
+    fast = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].fast'}}]
+    r = first_available(
+        "gpu",
+        {"name": "all-fast", "deviceClassName": CLASS_A, "count": 17, "selectors": fast},
+        {"name": "any", "deviceClassName": CLASS_A, "count": 1},
+    )
+    allocator = Allocator(world.inventory, world.selectors)
+    assert picked(allocator.allocate(NODE1, [claim("c", r)])) == [[("gpu/any", "gpu-0")]]
+    assert allocator.stats.devices_tried < 1000  # without count pruning: over 65,000
+
+
+def test_running_out_of_search_steps_is_its_own_reason_not_no_fit():
+    # numa 0,1,0,1,0: the three devices on NUMA node 0 take five steps to find (two constraint misses).
+    world = World(
+        slices=[slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}", numa=i % 2) for i in range(5)])]
+    )
+    c = claim("c", request("gpu", count=3), constraints=[{"matchAttribute": f"{DRIVER_A}/numa"}])
+    assert picked(world.allocate(c)) == [[("gpu", "gpu-0"), ("gpu", "gpu-2"), ("gpu", "gpu-4")]]
+    allocator = Allocator(world.inventory, world.selectors)
+    allocator.max_steps = 3
+    with pytest.raises(SearchLimitError, match="search limit reached after 3 steps"):
+        allocator.allocate(NODE1, [c])
+
+
 # --- constraints ----------------------------------------------------------------------------------
 
 
@@ -296,7 +359,8 @@ def test_empty_constraint_is_fatal():
 def test_claim_limit_of_32_devices():
     world = World(slices=[four_gpus()])
     with pytest.raises(
-        InvalidInputError, match="number of requested devices 33 exceeds the claim limit of 32"
+        InvalidInputError,
+        match="request gpu: adding 33 devices exceeds the claim limit of 32, with 0 already",
     ):
         world.allocate(claim("c", request("gpu", count=33)))
 

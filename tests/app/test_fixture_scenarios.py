@@ -1558,7 +1558,10 @@ def test_nvidia_all_mode_claim_limit_and_prioritized_fallback(state, capsys):
     # Plain All over 200 devices: the claim-size pre-check (> 32) is fatal.
     out = pods["default/all-migs"]
     claim_name = out["claims"][0]["name"]
-    message = f"claim default/{claim_name}: number of requested devices 200 exceeds the claim limit of 32"
+    message = (
+        f"claim default/{claim_name}, request migs: adding 200 devices exceeds the claim limit of 32, "
+        "with 0 already accounted for"
+    )
     assert_fatal(out, message)
     assert out["error"] == message
     # firstAvailable: the pre-check counts the smallest alternative (1); the All subrequest then fails only

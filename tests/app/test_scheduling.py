@@ -480,7 +480,10 @@ def test_nodes_left_undecided_after_a_change_are_decided_again_next_time():
     )
     the_pod = svc.state.get("Pod", "ml/p")
     assert svc.filter(the_pod, ["n1", "n2"]).passed == ["n1", "n2"]
-    rule = {"metadata": {"name": "all"}, "spec": {"taint": {"key": "k", "effect": "NoSchedule"}}}
+    rule = {
+        "metadata": {"name": "all"},
+        "spec": {"deviceSelector": {}, "taint": {"key": "k", "effect": "NoSchedule"}},
+    }
     svc.state.apply("DeviceTaintRule", rule)
     svc.filter_time_budget = -1.0  # nothing gets decided after the change
     assert svc.filter(the_pod, ["n1", "n2"]).passed == []

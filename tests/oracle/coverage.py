@@ -1,0 +1,130 @@
+"""Which features a generated state exercises (the coverage table of ``make oracle``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from tests.oracle.states import GATES
+
+__all__ = ["features"]
+
+_SELECTOR_PARTS = {
+    "selector: driver": "device.driver",
+    "selector: quantity": "quantity(",
+    "selector: semver": "semver(",
+    "selector: string functions": ("startsWith(", "lowerAscii("),
+    "selector: exists/all": (".exists(", ".all("),
+    "selector: key test (in)": '" in device.',
+    "selector: negation": "!(",
+}
+_NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+_DEVICE_FIELDS = {
+    "taints": "device taints",
+    "consumesCounters": "consumes counters",
+    "allowMultipleAllocations": "allowMultipleAllocations",
+    "bindingConditions": "binding conditions",
+    "bindsToNode": "bindsToNode",
+}
+_REQUEST_FIELDS = {
+    "adminAccess": "adminAccess",
+    "tolerations": "tolerations",
+    "capacity": "capacity requests",
+}
+
+
+def _present(obj: dict[str, Any], fields: dict[str, str]) -> Iterator[str]:
+    """The feature names of the fields ``obj`` sets."""
+    return (name for key, name in fields.items() if obj.get(key))
+
+
+def _slice_features(slices: list[dict[str, Any]]) -> Iterator[str]:
+    pools = Counter((s["spec"]["driver"], s["spec"]["pool"]["name"]) for s in slices)
+    if any(n > 1 for n in pools.values()):
+        yield "multi-slice pool"
+    for s in slices:
+        spec = s["spec"]
+        yield from (f"slice {f}" for f in _NODE_FIELDS if spec.get(f))
+        if spec.get("sharedCounters"):
+            yield "shared counters"
+            if len(spec["sharedCounters"]) > 1:
+                yield "shared counters (several sets)"
+        if spec["pool"]["generation"] > 1:
+            yield "pool generation > 1"
+        if spec["pool"]["resourceSliceCount"] > pools[(spec["driver"], spec["pool"]["name"])]:
+            yield "incomplete pool"
+        for device in spec.get("devices", ()):
+            yield from _device_features(device)
+
+
+def _device_features(device: dict[str, Any]) -> Iterator[str]:
+    for value in device.get("attributes", {}).values():
+        yield f"attribute {next(iter(value))}"
+    for capacity in device.get("capacity", {}).values():
+        yield "capacity"
+        for kind in ("validValues", "validRange"):
+            if kind in capacity.get("requestPolicy", {}):
+                yield f"requestPolicy {kind}"
+    yield from _present(device, _DEVICE_FIELDS)
+
+
+def _request_features(body: dict[str, Any]) -> Iterator[str]:
+    mode = body["allocationMode"]
+    yield mode
+    if mode == "ExactCount" and body["count"] > 3:
+        yield "count > 3" if body["count"] <= 32 else "count > 32"
+    yield from _present(body, _REQUEST_FIELDS)
+
+
+def _claim_features(claim: dict[str, Any]) -> Iterator[str]:
+    devices = claim["spec"]["devices"]
+    for request in devices["requests"]:
+        if "firstAvailable" in request:
+            subs = request["firstAvailable"]
+            yield "firstAvailable" + (" (several subrequests)" if len(subs) > 1 else "")
+            for sub in subs:
+                yield from _request_features(sub)
+        else:
+            yield from _request_features(request["exactly"])
+    for constraint in devices.get("constraints", ()):
+        yield from (k for k in ("matchAttribute", "distinctAttribute") if k in constraint)
+
+
+def features(state: dict[str, Any]) -> set[str]:
+    """Names of the features ``state`` uses, gates turned off included (of those the generator draws)."""
+    found = {f"gate {g} off" for g in GATES if not state["gates"][g]}
+    found |= set(_slice_features(state["slices"]))
+    for claim in state["claims"]:
+        found |= set(_claim_features(claim))
+    if len(state["claims"]) > 1:
+        found.add("several claims")
+    expressions = [
+        s["cel"]["expression"]
+        for obj in (
+            *state["classes"],
+            *(r.get("exactly", {}) for c in state["claims"] for r in c["spec"]["devices"]["requests"]),
+        )
+        for s in (obj.get("spec", obj).get("selectors") or ())
+    ]
+    for name, parts in _SELECTOR_PARTS.items():
+        needles = (parts,) if isinstance(parts, str) else parts
+        if any(n in e for e in expressions for n in needles):
+            found.add(name)
+    for rule in state["taintRules"]:
+        selector = rule["spec"].get("deviceSelector")
+        found.add(
+            "taint rule: selector omitted"
+            if selector is None
+            else "taint rule: empty selector"
+            if not selector
+            else "taint rule: scoped selector"
+        )
+    for allocation in state["allocated"]:
+        found.add("devices allocated to others")
+        for result in allocation["devices"]["results"]:
+            if result.get("shareID"):
+                found.add("shares already consumed")
+            if result.get("adminAccess"):
+                found.add("allocated with adminAccess")
+    return found
