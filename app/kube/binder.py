@@ -298,7 +298,8 @@ class KubeBinder:
         try:
             async with self.clock.timeout(self.settings.bind_timeout_seconds):
                 for pod_claim, allocation in plan.claims:
-                    await self._bind_claim(pod_claim.key, pod_claim.claim, allocation, plan, journal)
+                    async with self._writing(pod_claim.key):
+                        await self._bind_claim(pod_claim.key, pod_claim.claim, allocation, plan, journal)
                 if plan.extended is not None:
                     await self._bind_extended(plan.extended, plan, journal)
                 if not journal.waits:
@@ -365,20 +366,8 @@ class KubeBinder:
         *,
         created: bool = False,
     ) -> None:
-        async with self._writing(key):
-            await self._write_claim(key, known, allocation, plan, journal, created=created)
-
-    async def _write_claim(
-        self,
-        key: str,
-        known: Mapping[str, Any],
-        allocation: dict[str, Any] | None,
-        plan: BindPlan,
-        journal: _Journal,
-        *,
-        created: bool,
-    ) -> None:
-        """``_bind_claim``'s writes: finalizer, then allocation and reservedFor, retried on conflicts."""
+        """The finalizer, then allocation and reservedFor, retried on conflicts; the caller holds
+        ``_writing(key)``."""
         assert self.claims is not None
         pod_uid = _uid(plan.pod)
         devices = allocated_devices(allocation, f"ResourceClaim {key}") if allocation else ()
@@ -476,7 +465,8 @@ class KubeBinder:
         created = await self.client.create(self.claims, namespace, body)
         key = f"{namespace}/{_meta(created).get('name')}"
         journal.entry(key, _uid(created)).created = True
-        await self._bind_claim(key, created, extended.allocation, plan, journal, created=True)
+        async with self._writing(key):
+            await self._bind_claim(key, created, extended.allocation, plan, journal, created=True)
         pod_namespace, pod_name = _split(pod_key(plan.pod))
         await self.client.patch(
             CORE_PODS,
