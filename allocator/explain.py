@@ -328,8 +328,7 @@ class DeviceChecker:
         label = device_label(device)
         gates, inventory = self.gates, self.inventory
         if pool.incomplete:
-            why = f"pool {pool.pool} is incomplete" + "".join(f": {reason}" for reason in pool.ignored[:1])
-            return Rejection(label, "in_pools", "pool-incomplete", why)
+            return Rejection(label, "in_pools", "pool-incomplete", f"pool {pool.pool} is incomplete")
         if pool.invalid:
             return Rejection(
                 label, "in_pools", "pool-invalid", f"pool {pool.pool} is invalid: {pool.invalid}"

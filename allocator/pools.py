@@ -32,7 +32,6 @@ class PoolView:
     ``devices_by_name``: every device of the pool at that generation (also slices not targeting the node),
     for counter accounting of devices allocated elsewhere.
     ``incomplete`` / ``invalid``: such pools are never allocated from; ``invalid`` holds the reason.
-    ``ignored``: why slices of the pool at that generation were left out (a gate is off), for reasons.
     """
 
     driver: str
@@ -44,7 +43,6 @@ class PoolView:
     incomplete: bool
     invalid: str
     has_binding_conditions: bool
-    ignored: tuple[str, ...] = ()
 
     @property
     def id(self) -> PoolID:
@@ -148,9 +146,6 @@ def _pool_view(
     # Completeness counts every published slice of the generation, including those the node ignores while
     # DRAPartitionableDevices is off (upstream checkSlicesInPool filters only compatibility groups).
     same_generation = [s for s in everything.values() if s.generation == generation]
-    ignored: tuple[str, ...] = ()
-    if not gates.DRAPartitionableDevices:
-        ignored = tuple(_ignored_reason(s) for s in same_generation if _partitionable(s))
     incomplete = False
     if len(relevant) != expected:
         if any(s.generation > generation for s in everything.values()):
@@ -192,7 +187,6 @@ def _pool_view(
         # binding-condition pools.
         has_binding_conditions=not (incomplete or invalid)
         and any(d.binding_conditions for s in device_slices for d in s.devices),
-        ignored=ignored,
     )
 
 

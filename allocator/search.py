@@ -263,7 +263,6 @@ class Allocator:
                 raise InvalidInputError(
                     f"claim {claim.key}, request {alt.label}: asks for all devices, but "
                     f"resource pool {pool.driver}/{pool.pool} is currently being updated"
-                    + "".join(f" ({reason})" for reason in pool.ignored[:1])  # a gate is off
                 )
             if pool.invalid:
                 raise InvalidInputError(
