@@ -152,7 +152,7 @@ def filter_costs(engine_name: str, nodes: int, devices: int, repeat: int) -> dic
 # --- output -------------------------------------------------------------------------------------------------
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(evaluation_costs(engine, samples))
     print("CEL evaluation, microseconds per evaluation (compile: per expression)")
     print(
-        _table(
+        table(
             ["engine", "expression", "compile", "cold", "uncached", "warm"],
             [[e, x, f"{c:.1f}", f"{cold:.2f}", f"{u:.2f}", f"{w:.2f}"] for e, x, c, cold, u, w in rows],
         )
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         details.append((engine, result))
     shape = f"{args.nodes} nodes x {args.devices} devices"
     print(f"filter: one pod, one claim of 1 device, {shape}, every node name")
-    print(_table(["engine", "request selector", "filter ms"], filter_rows))
+    print(table(["engine", "request selector", "filter ms"], filter_rows))
     print()
     for engine, result in details:
         selectors = result["selectors"]

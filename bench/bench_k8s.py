@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.bench_cel import _table
+from bench.bench_cel import table
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
 from e2e.kube import Kube, poll
 from e2e.workload import EXTENDER_SCHEDULER, IN_TREE_SCHEDULER, Scenario
@@ -171,7 +171,7 @@ def report(runs: list[Run], nodes: int, devices: int, target: str) -> str:
         if ours or theirs:
             rows.append([f"CPU s: {name}", f"{ours:.1f}", f"{theirs:.1f}", "", ""])
     headers = ["measure", "extender", "in-tree plugin", "ratio (>1: extender better)", "target"]
-    return _table(headers, rows)
+    return table(headers, rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,7 +176,6 @@ class ControlPlane:
 
     directory: Path
     binaries: Path
-    feature_gates: Sequence[str] = ()
     components: dict[str, Component] = field(default_factory=dict)
     server: str = ""
     extender_url: str = ""
@@ -227,7 +226,6 @@ class ControlPlane:
             lambda: _get_ok(f"{etcd_url}/health"),
         )
         self.server = f"https://127.0.0.1:{api_port}"
-        gates = [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []
         self._add(
             "kube-apiserver",
             [
@@ -255,7 +253,6 @@ class ControlPlane:
                 "--requestheader-group-headers=X-Remote-Group",
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--profiling=false",
-                *gates,
             ],
             lambda: _get_ok(
                 f"{self.server}/readyz", verify=tls_context(ca.cert, (self.admin.cert, self.admin.key))
@@ -293,7 +290,6 @@ class ControlPlane:
                 f"--root-ca-file={ca.cert}",
                 "--controllers=resourceclaim-controller,serviceaccount-controller,garbage-collector-controller,"
                 "namespace-controller,serviceaccount-token-controller",
-                *gates,
             ],
             lambda: _get_ok(f"https://127.0.0.1:{kcm_port}/healthz", verify=tls_context(None)),
         )
@@ -392,7 +388,6 @@ class ControlPlane:
             config["clientConnection"].update(qps=qps, burst=int(2 * qps))
         path = self.directory / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        gates = [f"--feature-gates={','.join(self.feature_gates)}"] if self.feature_gates else []
         return self._add(
             name,
             [
@@ -403,7 +398,6 @@ class ControlPlane:
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
                 *flags,
-                *gates,
             ],
             lambda: _get_ok(f"https://127.0.0.1:{port}/readyz", verify=tls_context(None)),
         )

@@ -92,11 +92,9 @@ class Kube:
             raise ApiError(response)
         return response.json()
 
-    def create(self, obj: dict[str, Any], sub: str | None = None) -> dict[str, Any]:
-        meta = obj.get("metadata", {})
-        ns = meta.get("namespace") if KINDS[obj["kind"]][2] else None
-        name = meta.get("name") if sub else None
-        return self._call("POST", self.path(obj["kind"], ns, name, sub), json=obj)
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        ns = obj.get("metadata", {}).get("namespace") if KINDS[obj["kind"]][2] else None
+        return self._call("POST", self.path(obj["kind"], ns), json=obj)
 
     def ensure(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create ``obj``, or leave the existing object of that name as it is (manifests applied twice)."""

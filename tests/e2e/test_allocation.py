@@ -4,6 +4,7 @@ the API server."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from e2e.kube import poll
@@ -85,6 +86,11 @@ def test_extended_resources(scenario: Scenario) -> None:
     assert pod["metadata"]["uid"] in {r["uid"] for r in claim["status"]["reservedFor"]}
 
 
+def _tainted_in_extender(sc: Scenario, node: str) -> list[str]:
+    answer = httpx.get(f"{sc.plane.extender_url}/api/v1/nodes/{node}/devices", timeout=5.0)
+    return [d["device"] for d in answer.json()["devices"] if d["taints"]] if answer.status_code == 200 else []
+
+
 def test_device_taint_rule(scenario: Scenario) -> None:
     (node,) = scenario.add_nodes(1, 2)
     scenario.kube.create(
@@ -98,8 +104,8 @@ def test_device_taint_rule(scenario: Scenario) -> None:
             },
         }
     )
-    # Give the informers a moment: the rule must be in the index before the pods are considered.
-    poll(lambda: scenario.kube.list("DeviceTaintRule"), timeout=10, what="rule listed")
+    # The extender must have indexed the rule before the pods are filtered: ask it, not the API server.
+    poll(lambda: _tainted_in_extender(scenario, node), timeout=30, what="taint rule in the extender's index")
     scenario.add_template("one-gpu")
     scenario.add_pod("plain-a", template="one-gpu")
     scenario.add_pod("plain-b", template="one-gpu")
