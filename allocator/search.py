@@ -10,8 +10,10 @@ counters, taints, constraints.
 
 Pruning never changes the answer: devices still to place that would exceed a claim's 32 results end the
 branch before any is placed (as upstream does), and once the search backtracks, a slot with fewer usable
-devices left than it needs is abandoned. Running out of ``max_steps`` raises ``SearchLimitError``: the
-search gave up, which is neither a fit nor "cannot be satisfied".
+devices left than it needs is abandoned, and a request that no alternative could satisfy even with every
+device of the node free ends the whole search as "no fit" (upstream would try every combination before it
+first). Running out of ``max_steps`` raises ``SearchLimitError``: the search gave up, which is neither a fit
+nor "cannot be satisfied".
 """
 
 from __future__ import annotations
@@ -92,6 +94,11 @@ class _ResultsLimit(Exception):
     boundary (where an earlier claim may choose differently)."""
 
 
+class _Unsatisfiable(Exception):
+    """Some request can never be satisfied on this node, and no error can come first: the answer is no fit
+    whatever the search tries before it (``Allocator._unsatisfiable``)."""
+
+
 @dataclass(slots=True)
 class _ClaimPlan:
     claim: Claim
@@ -122,6 +129,7 @@ class Allocator:
         self._selectable: dict[tuple[int, int], bool] = {}
         self._derived: dict[tuple[int, int], Mapping[str, AttributeValue]] = {}
         self._usable_after: dict[int, list[int]] = {}
+        self._looked_ahead = False
         """Per request alternative: how many candidates from each index on it might use (count pruning)."""
         """KEP-6080 derived values per (request alternative, device) admitted by the selectors."""
         self.max_steps = MAX_SEARCH_STEPS
@@ -152,12 +160,13 @@ class Allocator:
         # their node after the selectors, so a selector's runtime error on them is still fatal.
         self._candidates = [Candidate(pool, s, d) for pool in pools for s in pool.slices for d in s.devices]
         self._usable_after = {}
+        self._looked_ahead = False
         self._plans = [self._plan(claim, pools) for claim in claims]
         if candidate_order is not None:
             self._candidates = candidate_order(self._candidates)
         try:
             found = self._request(0, 0)
-        except _ResultsLimit:
+        except (_ResultsLimit, _Unsatisfiable):
             found = False
         except _SearchLimit:
             raise SearchLimitError(f"search limit reached after {self.max_steps} steps") from None
@@ -336,6 +345,10 @@ class Allocator:
         # starts once the search tried more devices than one scan of the node: most searches succeed
         # before, and for them evaluating every device's selectors up front would be wasted work.
         backtracking = self.stats.devices_tried > len(self._candidates)
+        if backtracking and not self._looked_ahead:
+            self._looked_ahead = True
+            if self._unsatisfiable():
+                raise _Unsatisfiable
         usable_after = self._usable_counts(claim, alt) if backtracking else None
         if usable_after is not None and usable_after[start] < alt.count - slot:
             return False
@@ -376,6 +389,31 @@ class Allocator:
         if not found:
             _undo(undos)
         return found
+
+    def _unsatisfiable(self) -> bool:
+        """Whether some request has no alternative with enough usable devices on the node, with nothing
+        before it in search order that could raise an error. Upstream explores every combination of the
+        earlier requests before giving up on that request, so the answer is no fit unless it meets an error
+        on the way: a selector failing on a device (counted as unlimited usable devices) or an ``All``
+        request breaking a claim constraint. Where one of those could come first, this says no and the
+        search goes on as upstream's would."""
+        for plan in self._plans:
+            for request in plan.claim.requests:
+                satisfiable = False
+                for alt in request.alternatives:
+                    if alt.mode == "All":
+                        devices = plan.all_devices[alt.name]
+                        if devices and plan.constraints:
+                            return False
+                        satisfiable |= bool(devices)
+                        continue
+                    usable = self._usable_counts(plan.claim, alt)[0]
+                    if usable >= _UNLIMITED:
+                        return False
+                    satisfiable |= usable >= alt.count
+                if not satisfiable:
+                    return True
+        return False
 
     def _usable_counts(self, claim: Claim, alt: DeviceRequest) -> list[int]:
         """For each candidate index, how many candidates from there on ``alt`` might take: an upper bound

@@ -319,6 +319,37 @@ def test_running_out_of_search_steps_is_its_own_reason_not_no_fit():
         allocator.allocate(NODE1, [c])
 
 
+def test_a_request_no_device_can_satisfy_ends_the_search_as_no_fit():
+    # No device has fast == true, so claim "b" can never be satisfied: no fit. Without looking ahead the
+    # search tries all C(24, 6) = 134,596 choices of "six" for claim "a" before saying so.
+    world = World(
+        slices=[slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}", fast=False) for i in range(24)])]
+    )
+    fast = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].fast'}}]
+    claims = [claim("a", request("six", count=6)), claim("b", request("fast", selectors=fast))]
+    allocator = Allocator(world.inventory, world.selectors)
+    assert allocator.allocate(NODE1, claims) is None
+    assert allocator.stats.devices_tried < 1000
+
+
+def test_an_earlier_selector_error_keeps_the_search_going_past_an_unsatisfiable_request():
+    # gpu-23 has no "numa": upstream's search reaches it for request "one" once every choice after gpu-0..22
+    # failed, and fails the pod with that CEL error. Ending early at the unsatisfiable claim "b" would answer
+    # no fit instead; the search keeps going and gives up at its step limit, which is never a wrong answer.
+    devices = [device(f"gpu-{i}", numa=0, fast=False) for i in range(23)] + [device("gpu-23", fast=False)]
+    world = World(slices=[slice_("s1", DRIVER_A, "node-1", devices)])
+    numa0 = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].numa == 0'}}]
+    fast = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].fast'}}]
+    claims = [
+        claim("a", request("one", selectors=numa0), request("six", count=6)),
+        claim("b", request("fast", selectors=fast)),
+    ]
+    allocator = Allocator(world.inventory, world.selectors)
+    allocator.max_steps = 5000
+    with pytest.raises(SearchLimitError):
+        allocator.allocate(NODE1, claims)
+
+
 # --- constraints ----------------------------------------------------------------------------------
 
 

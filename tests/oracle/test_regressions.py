@@ -71,6 +71,11 @@ def picks(*devices: tuple[str, str]) -> tuple[str, list[tuple[str, str]]]:
     return ("results", list(devices))
 
 
+FAST_CLAIM = claim(("fast", 1))
+FAST_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+    {"cel": {"expression": f'device.attributes["{DRIVER}"].fast == "yes"'}}
+]
+
 CASES = {
     # incubating/experimental allocators build a distinctAttribute constraint without checking
     # DRAConsumableCapacity (allocator_incubating.go, Allocate); only "stable" lacks it, and it is not
@@ -222,6 +227,15 @@ CASES |= {
         picks(("r", "d2")),
     ),
     # fillEmptyRequest gives an unrequested capacity its whole value, which violatesPolicy checks too.
+    # Upstream tries all C(24, 6) choices for claim "a" before it finds that no device is "fast" for claim
+    # "b" (allocator_incubating.go, allocateOne); the product used to give up at its step limit instead.
+    "a request no device can satisfy is no fit, however many choices come before it": (
+        state(
+            [slice_("s", [device(f"d{i}", fast="no") for i in range(24)])],
+            [claim(("six", 6)) | {"metadata": {"name": "a", "namespace": "default", "uid": "a"}}, FAST_CLAIM],
+        ),
+        ("nofit", []),
+    ),
     "an unrequested capacity above validRange.max does not fit": (
         state(
             [
