@@ -6,11 +6,12 @@ Two sources, both evaluated in the selector environment (one variable ``device``
   ``firstAvailable`` subrequests, gate ``DRADerivedAttributes``). Evaluated after the request's selectors
   admitted a device and never visible to selectors; ``constraints[].matchAttribute`` /
   ``distinctAttribute`` look up the request's derived attribute first, then the device's static attribute
-  (``allocator.constraints``). Names are qualified (``app.convert`` refuses bare ones, as Kubernetes
-  1.37): a domain no driver uses keeps one local to the claim, a driver's name shadows its attribute.
-  Results: string, int, bool, semver or a list of one of those (KEP-5491 set semantics in constraints).
-  A runtime error on any candidate device aborts the pod (``CELEvalError`` naming claim, request,
-  attribute, device and expression); a compile error is reported before the search (``CELCompileError``
+  (``allocator.constraints``), which evaluates it when it needs it. Names are qualified (``app.convert``
+  refuses bare ones, as Kubernetes 1.37): a domain no driver uses keeps one local to the claim, a
+  driver's name shadows its attribute. Results: string, int, bool, semver or a list of one of those
+  (KEP-5491 set semantics in constraints). A runtime error on a device that reaches the constraint check
+  aborts the pod (``CELEvalError`` naming claim, request, attribute, device and expression); a compile
+  error is reported before the search (``CELCompileError``
   naming claim, request, attribute and expression; the engine's message carries the position). Values
   are cached per (expression, device) by ``SelectorCache.value``.
 
@@ -35,7 +36,7 @@ Two sources, both evaluated in the selector environment (one variable ``device``
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -103,28 +104,50 @@ def check_request_derived(
         )
 
 
+class RequestDerivedValues(Mapping[str, AttributeValue]):
+    """The request's derived attributes on one device, each evaluated when a constraint first looks it up
+    (as upstream's allocator does, in the constraint check after the device passed in-use, selector,
+    capacity, counter and taint checks): a device rejected before that, or a derived attribute no
+    applicable constraint names, is never evaluated, so it cannot fail the pod.
+
+    Looking up a name raises CELEvalError (fatal for the pod): ``claim <key>, request <name>: derived
+    attribute <attr> on device <driver>/<pool>/<device>: CEL runtime error: <msg> (expression '<text>')``.
+    """
+
+    __slots__ = ("_alt", "_claim", "_device", "_selectors")
+
+    def __init__(self, selectors: SelectorCache, claim: Claim, alt: DeviceRequest, device: Device) -> None:
+        self._selectors, self._claim, self._alt, self._device = selectors, claim, alt, device
+
+    def __getitem__(self, name: str) -> AttributeValue:
+        attribute = next((a for a in self._alt.derived_attributes if a.name == name), None)
+        if attribute is None:
+            raise KeyError(name)
+        try:
+            return self._selectors.value(attribute.expression, self._device)
+        except CELEvalError as e:
+            driver, pool, device = self._device.id
+            kind = "subrequest" if self._alt.is_subrequest else "request"
+            expression = _quoted(attribute.expression)
+            raise CELEvalError(
+                f"claim {self._claim.key}, {kind} {self._alt.name}: derived attribute {name} on device "
+                f"{driver}/{pool}/{device}: CEL runtime error: {e} (expression {expression})"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return (a.name for a in self._alt.derived_attributes)
+
+    def __len__(self) -> int:
+        return len(self._alt.derived_attributes)
+
+
 def request_derived_values(
     selectors: SelectorCache, claim: Claim, alt: DeviceRequest, device: Device
 ) -> Mapping[str, AttributeValue]:
-    """The request's derived attributes on ``device`` (name -> value), in spec order.
-
-    Raises CELEvalError (fatal for the pod): ``claim <key>, request <name>: derived attribute <attr> on
-    device <driver>/<pool>/<device>: CEL runtime error: <msg> (expression '<text>')``.
-    """
+    """The request's derived attributes on ``device`` (name -> value, evaluated on lookup)."""
     if not alt.derived_attributes:
         return NO_DERIVED_VALUES
-    values: dict[str, AttributeValue] = {}
-    for attribute in alt.derived_attributes:
-        try:
-            values[attribute.name] = selectors.value(attribute.expression, device)
-        except CELEvalError as e:
-            driver, pool, name = device.id
-            kind = "subrequest" if alt.is_subrequest else "request"
-            raise CELEvalError(
-                f"claim {claim.key}, {kind} {alt.name}: derived attribute {attribute.name} on device "
-                f"{driver}/{pool}/{name}: CEL runtime error: {e} (expression {_quoted(attribute.expression)})"
-            ) from None
-    return values
+    return RequestDerivedValues(selectors, claim, alt, device)
 
 
 # --- cluster-wide derived attributes (extender config) --------------------------------------------------

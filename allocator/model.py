@@ -52,6 +52,9 @@ DeviceID = tuple[str, str, str]
 MAX_DEVICES_PER_CLAIM = 32
 """``AllocationResultsMaxSize``: results in one claim's allocation."""
 
+MAX_COMPATIBILITY_GROUPS = 2
+"""``DeviceCompatibilityGroupsMaxSize``: ``compatibilityGroups`` of one counter consumption."""
+
 MAX_REQUESTS_PER_CLAIM = 32
 """``DeviceRequestsMaxSize``: requests in one claim."""
 
@@ -256,6 +259,9 @@ class CounterConsumption:
 
     counter_set: str
     counters: Mapping[str, Quantity]
+    compatibility_groups: frozenset[str] = frozenset()
+    """``compatibilityGroups`` (gate DRADeviceCompatibilityGroups): devices drawing on one counter set may be
+    allocated together only while their groups intersect; none means "only with devices without groups"."""
 
 
 @dataclass(frozen=True, slots=True, weakref_slot=True, eq=False)
@@ -462,9 +468,17 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
 
 def _counter_consumption(raw: Any, at: _Path) -> CounterConsumption:
     data = _mapping(raw, at, required=True)
+    groups = _strings(data.get("compatibilityGroups"), at / "compatibilityGroups")
+    if len(groups) > MAX_COMPATIBILITY_GROUPS:
+        raise (at / "compatibilityGroups").error(
+            f"must have at most {MAX_COMPATIBILITY_GROUPS} items, got {len(groups)}"
+        )
+    if len(set(groups)) != len(groups):
+        raise (at / "compatibilityGroups").error("must not contain duplicates")
     return CounterConsumption(
         counter_set=_str(data.get("counterSet"), at / "counterSet", required=True),
         counters=_counters(data.get("counters"), at / "counters"),
+        compatibility_groups=frozenset(groups),
     )
 
 

@@ -82,16 +82,45 @@ _PARTITIONABLE_FIELDS = (
 
 
 def ignored_slices(node: Node, candidates: Iterable[ResourceSlice], gates: FeatureGates) -> list[str]:
-    """Why slices that would target ``node`` with DRAPartitionableDevices on are left out (gate off)."""
-    if gates.DRAPartitionableDevices:
-        return []
-    on = replace(gates, DRAPartitionableDevices=True)
-    return [_ignored_reason(s) for s in candidates if _partitionable(s) and slice_on_node(s, node, on)]
+    """Why slices that would target ``node`` with the gate of the fields they use on are left out."""
+    reasons = []
+    if not gates.DRAPartitionableDevices:
+        on = replace(gates, DRAPartitionableDevices=True)
+        reasons += [
+            _ignored_reason(s) for s in candidates if _partitionable(s) and slice_on_node(s, node, on)
+        ]
+    if not gates.DRADeviceCompatibilityGroups and not gates.stable_allocator:
+        on = replace(gates, DRADeviceCompatibilityGroups=True)
+        reasons += [
+            f"ResourceSlice {s.name} uses consumesCounters[].compatibilityGroups, which is ignored while the "
+            "DRADeviceCompatibilityGroups feature is disabled (its pool counts as incomplete)"
+            for s in candidates
+            if _uses_compatibility_groups(s) and slice_on_node(s, node, on)
+        ]
+    return reasons
+
+
+def _uses_compatibility_groups(slice_: ResourceSlice) -> bool:
+    """Whether a device of the slice declares ``compatibilityGroups`` on one of its counter consumptions."""
+    return any(c.compatibility_groups for d in slice_.devices for c in d.consumes_counters)
+
+
+def _ignored_for_compatibility_groups(slice_: ResourceSlice, gates: FeatureGates) -> bool:
+    """While DRADeviceCompatibilityGroups is off, upstream's incubating and experimental allocators cannot
+    check co-allocation, so they ignore such slices: unseen and not counted, their pool is incomplete and
+    none of its devices is allocated. The stable allocator does not know the field and uses the devices."""
+    return (
+        not gates.DRADeviceCompatibilityGroups
+        and not gates.stable_allocator
+        and _uses_compatibility_groups(slice_)
+    )
 
 
 def slice_on_node(slice_: ResourceSlice, node: Node, gates: FeatureGates) -> bool:
     """Whether a slice is relevant for ``node`` (§3 step 1)."""
     if not gates.DRAPartitionableDevices and _partitionable(slice_):
+        return False
+    if _ignored_for_compatibility_groups(slice_, gates):
         return False
     if slice_.node_name:
         return slice_.node_name == node.name
@@ -145,7 +174,11 @@ def _pool_view(
     expected = relevant[0].slice_count
     # Completeness counts every published slice of the generation, including those the node ignores while
     # DRAPartitionableDevices is off (upstream checkSlicesInPool filters only compatibility groups).
-    same_generation = [s for s in everything.values() if s.generation == generation]
+    same_generation = [
+        s
+        for s in everything.values()
+        if s.generation == generation and not _ignored_for_compatibility_groups(s, gates)
+    ]
     incomplete = False
     if len(relevant) != expected:
         if any(s.generation > generation for s in everything.values()):

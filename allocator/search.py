@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
 from typing import Any, NamedTuple
 
 from allocator.capacity import capacity_consumption
-from allocator.cel import AttributeValue
+from allocator.compatibility import GroupIntersection, groups_in_use
 from allocator.constraints import ConstraintState, new_constraint_state
-from allocator.derived import NO_DERIVED_VALUES, check_request_derived, request_derived_values
+from allocator.derived import check_request_derived, request_derived_values
 from allocator.errors import (
     CELError,
     ClaimConstraintError,
@@ -126,12 +126,11 @@ class Allocator:
         self._capacity: dict[DeviceID, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
         self._shares: dict[DeviceID, int] = defaultdict(int)
         self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
+        self._groups: dict[tuple[str, str], dict[str, GroupIntersection | None]] = {}
         self._selectable: dict[tuple[int, int], bool] = {}
-        self._derived: dict[tuple[int, int], Mapping[str, AttributeValue]] = {}
         self._usable_after: dict[int, list[int]] = {}
         self._looked_ahead = False
         """Per request alternative: how many candidates from each index on it might use (count pruning)."""
-        """KEP-6080 derived values per (request alternative, device) admitted by the selectors."""
         self.max_steps = MAX_SEARCH_STEPS
         """Device placements tried before giving up (a policy trying several searches lowers it)."""
 
@@ -437,9 +436,15 @@ class Allocator:
         if not alt.admin_access and self._allocated_elsewhere(candidate.device):
             return 0
         try:
-            return int(self._is_selectable(claim, alt, candidate))
+            if not self._is_selectable(claim, alt, candidate):
+                return 0
+            # A derived attribute failing here fails the pod if the search places the device: reach it.
+            values = request_derived_values(self.selectors, claim, alt, candidate.device)
+            for name in values:
+                values[name]
         except CELError:
             return _UNLIMITED
+        return 1
 
     # --- per-device checks ------------------------------------------------------------------------
 
@@ -488,8 +493,6 @@ class Allocator:
         for i, expression in enumerate(alt.selectors):
             if not self.selectors.matches(expression, device, owner, i):
                 return False
-        if alt.derived_attributes:  # KEP-6080: after the selectors admitted the device
-            self._derived[(id(alt), id(device))] = request_derived_values(self.selectors, claim, alt, device)
         return True
 
     def _capacity_consumption(self, device: Device, alt: DeviceRequest) -> dict[str, Fraction] | None:
@@ -552,7 +555,7 @@ class Allocator:
                 if taint.blocks_allocation and not any(t.tolerates(taint) for t in alt.tolerations):
                     undo_all()
                     return None
-        derived = self._derived.get((id(alt), id(device)), NO_DERIVED_VALUES)
+        derived = request_derived_values(self.selectors, plan.claim, alt, device)
         for state in plan.constraints:
             if not state.add(alt, device, derived):
                 undo_all()
@@ -596,6 +599,11 @@ class Allocator:
         device, pool = candidate.device, candidate.pool
         if self._multi(device) and (self.inventory.is_allocated(device.id) or self._shares[device.id]):
             return lambda: None  # counters are consumed once, by the device's first share
+        groups_undo = (
+            self._join_compatibility_groups(candidate) if self.gates.DRADeviceCompatibilityGroups else _noop
+        )
+        if groups_undo is None:
+            return None
         available = self._counters.get(pool.id)
         if available is None:
             available = self._counters[pool.id] = counters_left(self.inventory, pool)
@@ -608,11 +616,36 @@ class Allocator:
             for consumption in device.consumes_counters:
                 for name, amount in consumption.counters.items():
                     available[consumption.counter_set][name] += amount.value
+            groups_undo()
 
         if any(v < 0 for counters in available.values() for v in counters.values()):
             undo()
             return None
         return undo
+
+    def _join_compatibility_groups(self, candidate: Candidate) -> Callable[[], None] | None:
+        """Fold the device's compatibility groups into each counter set it draws on, if every set admits it
+        (``CompatibilityGroups``); returns the undo, or None when some set's devices are incompatible."""
+        pool = candidate.pool
+        joined = self._groups.get(pool.id)
+        if joined is None:
+            joined = self._groups[pool.id] = groups_in_use(self.inventory, pool)
+        before = {c.counter_set: joined.get(c.counter_set) for c in candidate.device.consumes_counters}
+        for consumption in candidate.device.consumes_counters:
+            current = joined.get(consumption.counter_set)
+            if current is not None and not current.admits(consumption.compatibility_groups):
+                joined.update(before)
+                return None
+            joined[consumption.counter_set] = GroupIntersection.of(current, consumption.compatibility_groups)
+
+        def undo() -> None:
+            joined.update(before)
+
+        return undo
+
+
+def _noop() -> None:
+    pass
 
 
 def _undo(undos: list[Callable[[], None]]) -> None:

@@ -268,9 +268,26 @@ def test_devices_the_selectors_reject_are_not_evaluated():
 
 def test_a_result_of_another_type_is_a_runtime_error():
     world = World(slices=[gpus(0)], classes=CLASSES)
-    c = claim("c", request("gpu", GPU_CLASS, derivedAttributes=[derived("x", f"dyn(double({NUMA}))")]))
+    c = claim(
+        "c",
+        request("gpu", GPU_CLASS, derivedAttributes=[derived("x", f"dyn(double({NUMA}))")]),
+        constraints=[{"matchAttribute": "x"}],
+    )
     with pytest.raises(CELEvalError, match="result of type double is not a valid attribute value"):
         world.allocate(c)
+
+
+def test_a_derived_attribute_is_evaluated_only_for_devices_that_reach_the_constraint_check():
+    # gpu-0 has no numa, so "numa" fails on it, but its taint is not tolerated: upstream rejects it at the
+    # taint check, before the constraint looks the attribute up. gpu-1 is chosen, and no error.
+    tainted = device("gpu-0") | {"taints": [{"key": "broken", "effect": "NoSchedule"}]}
+    world = World(slices=[slice_("gpus", GPU, "node-1", [tainted, device("gpu-1", numa=1)])], classes=CLASSES)
+    c = claim(
+        "c",
+        request("gpu", GPU_CLASS, derivedAttributes=[derived("numa", NUMA)]),
+        constraints=[{"matchAttribute": "numa"}],
+    )
+    assert picked(world.allocate(c)) == [[("gpu", "gpu-1")]]
 
 
 def test_compile_error_names_claim_request_attribute_and_position():

@@ -1,8 +1,9 @@
 """What must agree between the product and the oracle, as comparable values.
 
 Compared (issue 12): the outcome kind; per claim the results in order (request, device, adminAccess,
-tolerations, consumedCapacity, shareID present, binding conditions) and the nodeSelector; for fatal
-errors the error class. Not compared: share IDs themselves (random UUIDs), error wording.
+tolerations, consumedCapacity, shareID present, binding conditions, skipNodeOperations) and the
+nodeSelector; for fatal errors the error class. Not compared: share IDs themselves (random UUIDs), error
+wording.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = ["error_class", "outcome"]
 # Upstream error text -> class, first match wins; the product's exception classes map to the same names.
 _UPSTREAM_CLASSES = (
     ("CEL", "cel"),
+    ("evaluate derived attribute", "cel"),  # a CEL runtime error in a derivedAttributes expression
     ("feature is disabled", "feature"),
     ("constraint would not be satisfied", "constraint"),
 )
@@ -63,6 +65,7 @@ def _result(entry: dict[str, Any]) -> tuple[Any, ...]:
         bool(entry.get("shareID")),
         tuple(entry.get("bindingConditions") or ()),
         tuple(entry.get("bindingFailureConditions") or ()),
+        tuple(entry.get("skipNodeOperations") or ()),
     )
 
 

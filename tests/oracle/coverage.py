@@ -50,6 +50,8 @@ def _slice_features(slices: list[dict[str, Any]]) -> Iterator[str]:
             yield "shared counters"
             if len(spec["sharedCounters"]) > 1:
                 yield "shared counters (several sets)"
+        if spec.get("skipNodeOperations"):
+            yield "skipNodeOperations"
         if spec["pool"]["generation"] > 1:
             yield "pool generation > 1"
         if spec["pool"]["resourceSliceCount"] > pools[(spec["driver"], spec["pool"]["name"])]:
@@ -67,6 +69,8 @@ def _device_features(device: dict[str, Any]) -> Iterator[str]:
             if kind in capacity.get("requestPolicy", {}):
                 yield f"requestPolicy {kind}"
     yield from _present(device, _DEVICE_FIELDS)
+    if any(c.get("compatibilityGroups") for c in device.get("consumesCounters", ())):
+        yield "compatibility groups"
 
 
 def _request_features(body: dict[str, Any]) -> Iterator[str]:
@@ -75,6 +79,8 @@ def _request_features(body: dict[str, Any]) -> Iterator[str]:
     if mode == "ExactCount" and body["count"] > 3:
         yield "count > 3" if body["count"] <= 32 else "count > 32"
     yield from _present(body, _REQUEST_FIELDS)
+    if body.get("derivedAttributes"):
+        yield "derived attributes"
 
 
 def _claim_features(claim: dict[str, Any]) -> Iterator[str]:
@@ -97,6 +103,8 @@ def features(state: dict[str, Any]) -> set[str]:
     found |= set(_slice_features(state["slices"]))
     for claim in state["claims"]:
         found |= set(_claim_features(claim))
+    if (state["node"].get("status") or {}).get("declaredFeatures"):
+        found.add("node declares DRAOptionalNodeOperations")
     if len(state["claims"]) > 1:
         found.add("several claims")
     expressions = [

@@ -43,7 +43,8 @@ def allocate(state: dict[str, Any]) -> dict[str, Any]:
             inventory.set_allocation(f"default/allocated-{i}", allocated_devices(allocation, "allocated"))
         claims = [parse_claim(obj) for obj in state["claims"]]
         meta = state["node"]["metadata"]
-        node = Node(meta["name"], meta.get("labels") or {})
+        declared = (state["node"].get("status") or {}).get("declaredFeatures") or ()
+        node = Node(meta["name"], meta.get("labels") or {}, frozenset(declared))
         results = Allocator(inventory, selectors).allocate(node, claims)
     except SearchLimitError as e:
         return {"kind": "limit", "error": str(e)}

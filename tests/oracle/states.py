@@ -18,6 +18,8 @@ __all__ = ["GATES", "NODE", "large_states", "states"]
 
 DRIVERS = ("a.example.com", "b.example.com")
 NODE = {"metadata": {"name": "node-1", "labels": {"kubernetes.io/hostname": "node-1", "zone": "z1"}}}
+DECLARING_NODE = NODE | {"status": {"declaredFeatures": ["DRAOptionalNodeOperations"]}}
+"""A node whose kubelet declares DRAOptionalNodeOperations (may run devices that skip node operations)."""
 
 GATES = (
     "DRAPrioritizedList",
@@ -32,10 +34,10 @@ GATES = (
     "DRADeviceCompatibilityGroups",
     "DRAFractionalCapacityRange",
     "DRADerivedAttributes",
+    "DRAOptionalNodeOperations",
 )
 """Gates drawn on or off (mostly on): with them upstream also picks its stable, incubating or experimental
-allocator. The product has no DRAOptionalNodeOperations (off by default), so states fix it off."""
-_FIXED_GATES = {"DRAOptionalNodeOperations": False}
+allocator."""
 
 Obj = dict[str, Any]
 
@@ -138,6 +140,17 @@ def _counters(draw: st.DrawFn, values: tuple[str, ...]) -> Obj:
     return {"c": {"value": draw(st.sampled_from(values))}}
 
 
+_GROUPS = st.sampled_from(([], ["g1"], ["g2"], ["g1", "g2"]))
+
+
+def _consumption(draw: st.DrawFn, counter_set: str) -> Obj:
+    """Counters taken from ``counter_set``; one time in three with compatibility groups (none included)."""
+    consumption: Obj = {"counterSet": counter_set, "counters": _counters(draw, ("1", "2", "3"))}
+    if _one_in(draw, 3) and (groups := draw(_GROUPS)):
+        consumption["compatibilityGroups"] = groups
+    return consumption
+
+
 _FRACTIONAL_CORES = st.fixed_dictionaries(
     {"value": st.sampled_from(("4", "2500m"))},
     optional={
@@ -185,9 +198,7 @@ def _device(draw: st.DrawFn, name: str, counter_sets: tuple[str, ...], node_fiel
         device["taints"] = draw(st.lists(_TAINT, min_size=1, max_size=2))
     if counter_sets and not _one_in(draw, 3):
         used = draw(st.lists(st.sampled_from(counter_sets), min_size=1, max_size=2, unique=True))
-        device["consumesCounters"] = [
-            {"counterSet": s, "counters": _counters(draw, ("1", "2", "3"))} for s in used
-        ]
+        device["consumesCounters"] = [_consumption(draw, s) for s in used]
     if _one_in(draw, 6):
         device["bindingConditions"] = ["ready"]
         device["bindingFailureConditions"] = ["failed"]
@@ -216,6 +227,10 @@ _NODE_FIELDS = (
 )
 
 
+_SKIPPED = st.sampled_from((["NodeUnprepareResources"], ["NodePrepareResources", "NodeUnprepareResources"]))
+"""``skipNodeOperations`` values (NodePrepareResources only together with NodeUnprepareResources)."""
+
+
 @st.composite
 def _pool(draw: st.DrawFn, index: int) -> list[Obj]:
     """The slices of one pool: devices in one or two slices, maybe a counter slice, maybe incomplete, maybe
@@ -231,11 +246,14 @@ def _pool(draw: st.DrawFn, index: int) -> list[Obj]:
     count = device_slices + (1 if counter_sets else 0) + (1 if _one_in(draw, 10) else 0)
     slices: list[Obj] = []
 
+    skip = {"skipNodeOperations": draw(_SKIPPED)} if _one_in(draw, 6) else {}
+
     def spec(body: Obj, gen: int = generation) -> Obj:
         return {
             "driver": driver,
             "pool": {"name": pool, "generation": gen, "resourceSliceCount": count},
             **node_field,
+            **skip,
             **body,
         }
 
@@ -338,12 +356,42 @@ def _claim(draw: st.DrawFn, index: int, classes: list[str], gates: dict[str, boo
     ]
     devices: Obj = {"requests": requests}
     constraints = draw(st.lists(_constraint(names), max_size=2))
+    if _uses(draw, gates, "DRADerivedAttributes", 5):
+        constraints.append(draw(_derived(requests)))
     if constraints:
         devices["constraints"] = constraints
     return {
         "metadata": {"name": f"claim-{index}", "namespace": "default", "uid": f"uid-{index}"},
         "spec": {"devices": devices},
     }
+
+
+_DERIVED_EXPRESSIONS = (
+    f'device.attributes["{DRIVERS[0]}"].mem',
+    f'"mem" in device.attributes["{DRIVERS[0]}"] ? device.attributes["{DRIVERS[0]}"].mem : 0',
+    "device.driver",
+    f'"ids" in device.attributes["{DRIVERS[0]}"] ? device.attributes["{DRIVERS[0]}"].ids : [0]',
+    f'"memory" in device.capacity["{DRIVERS[0]}"]',
+)
+"""Derived-attribute expressions: the first fails on devices without ``mem``, the fourth gives a list."""
+
+
+@st.composite
+def _derived(draw: st.DrawFn, requests: list[Obj]) -> Obj:
+    """Adds ``derivedAttributes`` to one request (or subrequest) and returns the constraint that uses it (an
+    unused one is invalid): a ``derived/`` name or one shadowing a driver attribute."""
+    request = draw(st.sampled_from(requests))
+    body = (
+        draw(st.sampled_from(request["firstAvailable"]))
+        if "firstAvailable" in request
+        else request["exactly"]
+    )
+    name = draw(st.sampled_from(("derived/g", f"{DRIVERS[0]}/mem")))
+    body["derivedAttributes"] = [{"name": name, "expression": draw(st.sampled_from(_DERIVED_EXPRESSIONS))}]
+    constraint: Obj = {draw(st.sampled_from(("matchAttribute", "distinctAttribute"))): name}
+    if draw(st.booleans()):
+        constraint["requests"] = [request["name"]]
+    return constraint
 
 
 _RULE_SELECTORS = st.sampled_from(("omitted", "empty", "driver", "pool", "device"))
@@ -390,7 +438,7 @@ def states(draw: st.DrawFn) -> Obj:
     """One state for the oracle program (tests/oracle/main.go)."""
     # Half the states run the 1.37 defaults with everything on; the others turn gates off at random.
     all_on = draw(st.booleans())
-    gates = {g: all_on or not _one_in(draw, 3) for g in GATES} | _FIXED_GATES
+    gates = {g: all_on or not _one_in(draw, 3) for g in GATES}
     slices = [s for i in range(draw(st.integers(1, 3))) for s in draw(_pool(i))]
     devices = [
         (s["spec"]["driver"], s["spec"]["pool"]["name"], d)
@@ -407,7 +455,7 @@ def states(draw: st.DrawFn) -> Obj:
         allocated.append({"devices": {"results": results}})
     return {
         "gates": gates,
-        "node": NODE,
+        "node": DECLARING_NODE if draw(st.booleans()) else NODE,
         "classes": classes,
         "slices": slices,
         "taintRules": rules,
@@ -464,7 +512,7 @@ def large_states(draw: st.DrawFn) -> Obj:
     # x requests first: a y-or-x request placed earlier could take an x device an x request needs.
     requests.sort(key=lambda r: "selectors" not in (r.get("exactly") or r["firstAvailable"][1]))
     return {
-        "gates": dict.fromkeys(GATES, True) | _FIXED_GATES,
+        "gates": dict.fromkeys(GATES, True),
         "node": NODE,
         "classes": [{"metadata": {"name": "class-0"}, "spec": {}}],
         "slices": slices,

@@ -76,6 +76,11 @@ FAST_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
     {"cel": {"expression": f'device.attributes["{DRIVER}"].fast == "yes"'}}
 ]
 
+DERIVED_CLAIM = claim(("r", 1), constraints=[{"matchAttribute": "derived/mem"}])
+DERIVED_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["derivedAttributes"] = [
+    {"name": "derived/mem", "expression": f'device.attributes["{DRIVER}"].mem'}
+]
+
 CASES = {
     # incubating/experimental allocators build a distinctAttribute constraint without checking
     # DRAConsumableCapacity (allocator_incubating.go, Allocate); only "stable" lacks it, and it is not
@@ -235,6 +240,23 @@ CASES |= {
             [claim(("six", 6)) | {"metadata": {"name": "a", "namespace": "default", "uid": "a"}}, FAST_CLAIM],
         ),
         ("nofit", []),
+    ),
+    # Upstream evaluates a derived attribute when a constraint looks it up (allocator_experimental.go,
+    # lookupAttribute), after the taint check: the untolerated d0, where "mem" is missing, never gets there.
+    "a derived attribute is not evaluated on a device rejected by its taint": (
+        state(
+            [
+                slice_(
+                    "s",
+                    [
+                        device("d0") | {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+                        device("d1", mem="1"),
+                    ],
+                )
+            ],
+            [DERIVED_CLAIM],
+        ),
+        ("results", [("r", "d1")]),
     ),
     "an unrequested capacity above validRange.max does not fit": (
         state(
