@@ -89,7 +89,7 @@ def ignored_slices(node: Node, candidates: Iterable[ResourceSlice], gates: Featu
         reasons += [
             _ignored_reason(s) for s in candidates if _partitionable(s) and slice_on_node(s, node, on)
         ]
-    if not gates.DRADeviceCompatibilityGroups and not gates.stable_allocator:
+    if not gates.DRADeviceCompatibilityGroups:
         on = replace(gates, DRADeviceCompatibilityGroups=True)
         reasons += [
             f"ResourceSlice {s.name} uses consumesCounters[].compatibilityGroups, which is ignored while the "
@@ -106,14 +106,10 @@ def _uses_compatibility_groups(slice_: ResourceSlice) -> bool:
 
 
 def _ignored_for_compatibility_groups(slice_: ResourceSlice, gates: FeatureGates) -> bool:
-    """While DRADeviceCompatibilityGroups is off, upstream's incubating and experimental allocators cannot
-    check co-allocation, so they ignore such slices: unseen and not counted, their pool is incomplete and
-    none of its devices is allocated. The stable allocator does not know the field and uses the devices."""
-    return (
-        not gates.DRADeviceCompatibilityGroups
-        and not gates.stable_allocator
-        and _uses_compatibility_groups(slice_)
-    )
+    """While DRADeviceCompatibilityGroups is off, upstream's allocators cannot check co-allocation, so they
+    ignore such slices: unseen and not counted, their pool is incomplete and none of its devices is
+    allocated (the stable allocator too: it never has the feature)."""
+    return not gates.DRADeviceCompatibilityGroups and _uses_compatibility_groups(slice_)
 
 
 def slice_on_node(slice_: ResourceSlice, node: Node, gates: FeatureGates) -> bool:

@@ -25,11 +25,16 @@ _ENGINE = ExprEngine()
 _GATES = {f.name for f in fields(FeatureGates)}
 
 
+def state_gates(state: dict[str, Any]) -> FeatureGates:
+    """The state's feature gates, as the product's allocator takes them."""
+    return FeatureGates(**{k: v for k, v in state["gates"].items() if k in _GATES})
+
+
 def allocate(state: dict[str, Any]) -> dict[str, Any]:
     """``{"kind": "results" | "nofit" | "nodelocal" | "error" | "limit", ...}`` like the oracle's answer
     ("limit": the search ran out of steps, which the oracle never does); an error answer carries the
     exception class name as ``class``."""
-    gates = FeatureGates(**{k: v for k, v in state["gates"].items() if k in _GATES})
+    gates = state_gates(state)
     selectors = SelectorCache(_ENGINE)
     inventory = Inventory(gates, selectors)
     try:

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from tests.oracle.client import MISSING, Oracle, oracle_path
-from tests.oracle.compare import outcome
+from tests.oracle.compare import agrees
 from tests.oracle.coverage import features
 from tests.oracle.product import allocate
 from tests.oracle.states import states
@@ -69,7 +69,7 @@ def _compare(oracle: Oracle, count: int, start: int, job: int) -> Tally:
                 file=sys.stderr,
                 flush=True,
             )
-        if outcome(actual) != outcome(expected):
+        if not agrees(oracle, state, expected, actual):
             disagreements.append({"state": state, "upstream": expected, "product": actual})
 
     try:

@@ -14,8 +14,8 @@ import pytest
 
 from allocator.quantity import parse_quantity
 from tests.oracle.client import Oracle
-from tests.oracle.compare import error_class, outcome
-from tests.oracle.product import allocate
+from tests.oracle.compare import STABLE_RETRIES, error_class, outcome
+from tests.oracle.product import allocate, state_gates
 from tests.oracle.states import GATES, NODE
 
 DRIVER = "a.example.com"
@@ -294,6 +294,13 @@ def test_product_answers_like_upstream(name: str) -> None:
 def test_recorded_answer_is_upstreams(oracle: Oracle, name: str) -> None:
     given, expected = CASES[name]
     answer = oracle.ask(given)
+    # The stable allocator's pool order changes from call to call (compare.agrees): the recorded answer is
+    # one of those it gives.
+    tries = STABLE_RETRIES if state_gates(given).stable_allocator else 1
+    for _ in range(tries - 1):
+        if _summary(answer) == expected:
+            break
+        answer = oracle.ask(given)
     assert _summary(answer) == expected
     assert outcome(answer) == outcome(allocate(given))
 
