@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag bench-k8s chaos lock clean oracle-bin oracle
+.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag bench-k8s chaos lock clean oracle-bin oracle
 
 # The upstream allocator as a test oracle (tests/oracle, Go): built into .cache/ (git-ignored) when go is on
 # PATH and its sources changed; without go the differential tests skip.
@@ -93,6 +93,11 @@ chaos: $(STAMP)
 
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)
+
+# The field names of the Kubernetes kinds the state loader keeps (app/knownfields.json), reduced from
+# kubernetes-validate's OpenAPI schemas; rerun when that package moves to a new Kubernetes version.
+known-fields: $(STAMP)
+	$(BIN)/python -m app.knownfields
 
 # Re-resolve the pinned dependency sets after editing pyproject.toml (the runtime set, for the image, is the
 # full set without the dev tools).

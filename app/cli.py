@@ -9,7 +9,10 @@ has synced. ``--ssl-certfile``/``--ssl-keyfile`` serve HTTPS, ``--ssl-ca-certs``
 certificates.
 
 ``simulate --state DIR``: schedule every pending pod of the state offline, one at a time, and print one
-JSON document to stdout (see ``simulate``); ``--output human`` prints tables instead (``app.explain_cli``).
+JSON document to stdout (see ``simulate``); ``-o yaml`` the same in YAML, ``-o table`` tables instead
+(``app.explain_cli``).
+
+``--version`` prints the installed package's version.
 
 ``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
 (``app.explain_cli``).
@@ -31,8 +34,10 @@ import dataclasses
 import gc
 import logging
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +48,13 @@ from allocator.features import FeatureGates, parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from allocator.selectors import SelectorCache
 from app.binder import BindError
-from app.explain_cli import add_explain_parser, render_simulation, run_explain
+from app.explain_cli import (
+    add_explain_parser,
+    add_output_flag,
+    render_simulation,
+    run_explain,
+    write_document,
+)
 from app.extended import missing_extended_resources
 from app.podclaims import claim_names
 from app.runtime import (
@@ -235,6 +246,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-extender", description="kube-scheduler extender allocating DRA devices"
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('dra-extender')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(sub: argparse.ArgumentParser, state_required: bool = True) -> None:
@@ -264,6 +276,12 @@ def _parser() -> argparse.ArgumentParser:
             metavar="FILE",
             help="extender config file (cluster-wide derivedAttributes); serve reloads it when it changes",
         )
+        sub.add_argument(
+            "--strict",
+            action="store_true",
+            help="unknown fields in the state and DeviceClass selectors that do not compile are errors "
+            "(exit 2), not warnings",
+        )
 
     serve = commands.add_parser("serve", help="serve filter/prioritize/bind over HTTP")
     common(serve, state_required=False)
@@ -280,7 +298,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _cluster_flags(serve)
 
-    sim = commands.add_parser("simulate", help="schedule the pending pods offline, print JSON")
+    sim = commands.add_parser("simulate", help="schedule the pending pods offline")
     common(sim)
     sim.add_argument(
         "--nodes",
@@ -288,12 +306,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="n1,n2",
         help="candidate nodes in this order (default: every node, sorted by name)",
     )
-    sim.add_argument(
-        "--output",
-        choices=("json", "human"),
-        default="json",
-        help="json (default): one document; human: placement and utilisation tables",
-    )
+    add_output_flag(sim, "json")
     for sub in (serve, sim):
         _policy_flags(sub)
     add_explain_parser(commands, common, _policy_flags)
@@ -388,7 +401,17 @@ def _bind_example(service: SchedulingService) -> tuple[Mapping[str, Any] | None,
 
 
 MAX_PROBLEMS_SHOWN = 20
-"""Config problems (failed derived attributes) printed at startup; the rest are counted."""
+"""Warnings, and config problems (failed derived attributes), printed at startup; the rest are counted."""
+
+
+def _print_limited(level: str, lines: Sequence[str], what: str) -> None:
+    """The first ``MAX_PROBLEMS_SHOWN`` lines on stderr, then how many more there are."""
+    for line in lines[:MAX_PROBLEMS_SHOWN]:
+        print(f"dra-extender: {level}: {line}", file=sys.stderr)
+    if len(lines) > MAX_PROBLEMS_SHOWN:
+        print(
+            f"dra-extender: {level}: ... and {len(lines) - MAX_PROBLEMS_SHOWN} more {what}", file=sys.stderr
+        )
 
 
 def _apply_policies(service: SchedulingService, scheduling: SchedulingSettings) -> None:
@@ -397,19 +420,18 @@ def _apply_policies(service: SchedulingService, scheduling: SchedulingSettings) 
     service.scoring = scheduling.scoring
 
 
-def _runtime(settings: Settings) -> Runtime:
-    """Build the runtime from the settings and print the devices where a config attribute failed."""
+def _runtime(settings: Settings, strict_fields: bool = False) -> Runtime:
+    """Build the runtime from the settings; print its warnings and the devices where a config attribute
+    failed."""
     runtime = build_runtime(
         settings.state_dir,  # type: ignore[arg-type]
         settings.scheduling.feature_gates,
+        strict_fields=strict_fields,
         cel_engine=settings.scheduling.cel_engine,
         config=settings.config_file,
     )
-    for problem in runtime.problems[:MAX_PROBLEMS_SHOWN]:
-        print(f"dra-extender: error: {problem}", file=sys.stderr)
-    if len(runtime.problems) > MAX_PROBLEMS_SHOWN:
-        hidden = len(runtime.problems) - MAX_PROBLEMS_SHOWN
-        print(f"dra-extender: error: ... and {hidden} more derived attribute errors", file=sys.stderr)
+    _print_limited("warning", runtime.warnings, "warnings")
+    _print_limited("error", runtime.problems, "derived attribute errors")
     _apply_policies(runtime.service, settings.scheduling)
     # The loaded state is long-lived: keep the cyclic collector from rescanning it on every full collection
     # (with 10^6 objects each one costs tens of ms on the request path).
@@ -418,12 +440,17 @@ def _runtime(settings: Settings) -> Runtime:
     return runtime
 
 
+def _listen(server: ServerSettings) -> socket.socket:
+    """The bound listening socket of ``serve``. Raises StartupError naming the address."""
+    from app.httpserver import listen
+
+    try:
+        return listen(server.host, server.port)
+    except OSError as e:
+        raise StartupError(f"cannot listen on {server.host}:{server.port}: {e.strerror or e}") from e
+
+
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from app.api import create_app
-    from app.httpserver import server_config
-
     settings = _settings(args)
     _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
     logging.basicConfig(
@@ -434,7 +461,16 @@ def _serve(args: argparse.Namespace) -> int:
         raise StartupError("--delegated-auth needs cluster mode: it asks the API server about callers")
     if cluster is not None:
         return _serve_cluster(dataclasses.replace(settings, state_dir=None, cluster=cluster))
-    runtime = _runtime(settings)
+    with _listen(settings.server) as sock:
+        return _serve_state(settings, args.strict, sock)
+
+
+def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -> int:
+    """Load the state directory, print the banner and serve on ``sock``."""
+    from app.api import create_app
+    from app.httpserver import serve, server_config
+
+    runtime = _runtime(settings, strict_fields)
     for note in runtime.notes:
         log.debug("%s", note)
     example_pod, example_node = _bind_example(runtime.service)
@@ -452,8 +488,9 @@ def _serve(args: argparse.Namespace) -> int:
     if runtime.watcher is not None:
         runtime.watcher.start()
     # One worker: the cluster state and the in-flight allocations live in this process.
-    uvicorn.run(
+    serve(
         create_app(runtime.service, settings),
+        sock,
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
@@ -609,12 +646,7 @@ def _ssl_options(server: ServerSettings) -> dict[str, Any]:
 
 def _serve_cluster(settings: Settings) -> int:
     """Cluster mode: the informers and the bind writes on their own thread, uvicorn on the main one."""
-    import uvicorn
-
-    from app.api import create_app
-    from app.auth import DelegatedAuth
-    from app.httpserver import server_config
-    from app.kube.runtime import BackgroundRuntime, ClusterRuntime
+    from app.kube.runtime import ClusterRuntime
 
     assert settings.cluster is not None
     selectors = SelectorCache(new_engine(settings.scheduling.cel_engine))
@@ -622,6 +654,17 @@ def _serve_cluster(settings: Settings) -> int:
     if settings.config_file is not None:  # cluster-wide derived attributes, before the first slice arrives
         install_config(settings.config_file, runtime.state, selectors)
     _apply_policies(runtime.service, settings.scheduling)
+    with _listen(settings.server) as sock:
+        return _run_cluster(settings, runtime, sock)
+
+
+def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
+    """Start the informers (``runtime``: an ``app.kube.runtime.ClusterRuntime``) and serve on ``sock``."""
+    from app.api import create_app
+    from app.auth import DelegatedAuth
+    from app.httpserver import serve, server_config
+    from app.kube.runtime import BackgroundRuntime
+
     if settings.config_file is not None:
         watch_config(settings.config_file, runtime.service).start()  # re-derive on change, as offline
     background = BackgroundRuntime(runtime)
@@ -641,8 +684,9 @@ def _serve_cluster(settings: Settings) -> int:
     if server.delegated_auth:
         auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
     try:
-        uvicorn.run(
+        serve(
             create_app(runtime.service, settings, ready=runtime.ready, auth=auth),
+            sock,
             host=server.host,
             port=server.port,
             log_level=server.log_level,
@@ -668,14 +712,17 @@ def _reviewer(background: Any) -> Any:
 
 def _simulate(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    runtime = _runtime(settings)
+    runtime = _runtime(settings, args.strict)
     for note in runtime.notes:
         log.debug("%s", note)
+    unknown = [name for name in args.nodes or () if name not in runtime.state.objects["Node"]]
+    if unknown:
+        raise StartupError(f"--nodes: no such node in the state: {', '.join(unknown)}")
     document = simulate(runtime.service, args.nodes)
-    if args.output == "human":
+    if args.output == "table":
         render_simulation(document, runtime.service, sys.stdout)
     else:
-        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_document(document, args.output, sys.stdout)
     sys.stdout.flush()
     return EXIT_OK
 
@@ -690,7 +737,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             return run_validate(args)
         if args.command == "explain":
-            return run_explain(args, _runtime(_settings(args)).service)
+            return run_explain(args, _runtime(_settings(args), args.strict).service)
         return _serve(args) if args.command == "serve" else _simulate(args)
     except StartupError as e:
         print(f"dra-extender: {e}", file=sys.stderr)

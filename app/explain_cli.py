@@ -1,12 +1,12 @@
-"""The CLI's human output: ``dra-extender explain`` and ``dra-extender simulate --output human``.
+"""The CLI's output: ``dra-extender explain`` and ``dra-extender simulate`` as tables, JSON or YAML.
 
 ``explain --state DIR TARGET``: TARGET is ``namespace/pod`` (or ``pod`` in ``default``) of the state, or
 a file holding a ResourceClaim or ResourceClaimTemplate (what-if: nothing is created). It prints the
 per-node verdicts, then per node the allocation that would be chosen with its score broken down, the
-device funnel of every request and a few named rejected devices (``--output json``: the REST answer of
-``app.explain_api``, same content).
+device funnel of every request and a few named rejected devices (``-o json`` / ``-o yaml``: the REST answer
+of ``app.explain_api``, same content).
 
-``simulate --output human`` renders simulate's document: per pod the node and devices (or why not), then
+``simulate -o table`` renders simulate's document: per pod the node and devices (or why not), then
 per node and DeviceClass the utilisation and fragmentation (whole free NUMA / PCIe groups, the largest
 free aligned set) after every pod was placed, and per class the totals.
 
@@ -21,6 +21,9 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+
+import orjson
+import yaml
 
 from allocator.alignment import node_topology
 from allocator.explain import STAGE_TITLES, STAGES, class_usage
@@ -37,7 +40,15 @@ from app.explain_api import (
 )
 from app.scheduling import SchedulingService
 
-__all__ = ["add_explain_parser", "render_explanation", "render_simulation", "run_explain"]
+__all__ = [
+    "OUTPUT_FORMATS",
+    "add_explain_parser",
+    "add_output_flag",
+    "render_explanation",
+    "render_simulation",
+    "run_explain",
+    "write_document",
+]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -114,6 +125,31 @@ class _Output:
         self.out.write("\n")
 
 
+# --- output formats ---------------------------------------------------------------------------------------
+
+OUTPUT_FORMATS = ("table", "json", "yaml")
+
+
+def add_output_flag(sub: argparse.ArgumentParser, default: str) -> None:
+    """``-o/--output table|json|yaml``, the same on every command that prints a result (as kubectl);
+    ``default`` is the command's own (simulate keeps JSON for the scripts that read it)."""
+    sub.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        default=default,
+        help=f"table: readable tables; json or yaml: one document, the same content (default {default})",
+    )
+
+
+def write_document(document: Any, output: str, out: TextIO) -> None:
+    """``document`` (plain JSON data) as JSON (orjson, indent 2) or YAML (block style, keys in order)."""
+    if output == "yaml":
+        out.write(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+    else:
+        out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
 # --- explain ----------------------------------------------------------------------------------------------
 
 
@@ -133,7 +169,7 @@ def add_explain_parser(
     policy_flags(sub)
     sub.add_argument("target", metavar="NAMESPACE/POD | FILE", help="a pod of the state, or a claim file")
     sub.add_argument("--node", help="explain only this node")
-    sub.add_argument("--output", choices=("table", "json"), default="table", help="table (default) or json")
+    add_output_flag(sub, "table")
     sub.epilog = (
         "Exit status: 0 when it ran, 2 on unusable input or an unknown pod / node (message on stderr)."
     )
@@ -155,10 +191,10 @@ def run_explain(args: argparse.Namespace, service: SchedulingService, out: TextI
     except (NotFound, BadObject, OSError) as e:
         print(f"dra-extender: {e}", file=sys.stderr)
         return EXIT_USAGE
-    if args.output == "json":
-        out.write(explanation.model_dump_json(indent=2) + "\n")
-    else:
+    if args.output == "table":
         render_explanation(explanation, out)
+    else:
+        write_document(explanation.model_dump(mode="json"), args.output, out)
     out.flush()
     return EXIT_OK
 

@@ -1,4 +1,4 @@
-"""``dra-extender explain`` and ``simulate --output human`` on the demo cluster; policy flags."""
+"""``dra-extender explain`` and ``simulate -o table`` on the demo cluster; policy flags."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_explain_without_rich_prints_plain_tables(capsys, monkeypatch):
 
 
 def test_simulate_human_output(capsys):
-    code, out, err = run(capsys, "simulate", "--state", str(DEMO), "--output", "human")
+    code, out, err = run(capsys, "simulate", "--state", str(DEMO), "--output", "table")
     assert (code, err) == (0, "")
     assert "Placement: 7 of 9 pod(s) placed (device selection aligned, scoring binpack)" in out
     assert "demo/numa-quad" in out and "gpus: gpu-0, gpu-1, gpu-2, gpu-3" in out
@@ -117,7 +117,7 @@ def test_simulate_human_output(capsys):
 
 def test_simulate_human_plain_rows(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "rich.console", None)
-    code, out, _ = run(capsys, "simulate", "--state", str(DEMO), "--output", "human")
+    code, out, _ = run(capsys, "simulate", "--state", str(DEMO), "--output", "table")
     assert code == 0
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("demo/")}
     # two-gpus is left with only the tainted gpu-7: the reason shown is gpu-node-1's, not the empty nodes'.
