@@ -33,10 +33,11 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import math
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -51,12 +52,15 @@ from app.binder import BindError
 from app.explain_cli import (
     add_explain_parser,
     add_output_flag,
+    positive_int,
     render_simulation,
+    render_simulation_summary,
     run_explain,
     write_document,
 )
 from app.extended import missing_extended_resources
 from app.podclaims import claim_names
+from app.progress import progress_bar
 from app.runtime import (
     Runtime,
     StartupError,
@@ -168,7 +172,11 @@ def _schedule(service: SchedulingService, pod: Mapping[str, Any], candidates: li
     }
 
 
-def simulate(service: SchedulingService, candidates: Sequence[str] | None = None) -> dict[str, Any]:
+def simulate(
+    service: SchedulingService,
+    candidates: Sequence[str] | None = None,
+    advance: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
     """Schedule every pending pod, as kube-scheduler would call the extender, and bind it (in memory).
 
     Pods in ``ClusterState.pending_pods()`` order (creationTimestamp, then namespace/name); each goes
@@ -179,9 +187,15 @@ def simulate(service: SchedulingService, candidates: Sequence[str] | None = None
                    "claims": [{"name": <ResourceClaim>, "allocation": <status.allocation> | None}],
                    "reasons": {<node>: <why not>},    # FailedNodes + FailedAndUnresolvableNodes
                    "error": str | None}]}             # filter Error (fatal) or the bind error
+
+    ``advance`` is called after each pod (a progress bar).
     """
     names = list(candidates) if candidates is not None else sorted(service.state.objects["Node"])
-    return {"pods": [_schedule(service, pod, names) for pod in service.state.pending_pods()]}
+    placements = []
+    for pod in service.state.pending_pods():
+        placements.append(_schedule(service, pod, names))
+        advance()
+    return {"pods": placements}
 
 
 # --- argument parsing -------------------------------------------------------------------------------------
@@ -199,16 +213,6 @@ def _node_list(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError("expected node names separated by commas")
     return names
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
 
 
 def _score_weights(text: str) -> dict[str, float]:
@@ -291,7 +295,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", choices=LOG_LEVELS, default=defaults.log_level)
     serve.add_argument(
         "--max-body-bytes",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_MAX_BODY_BYTES,
         metavar="N",
         help=f"largest request body in bytes (default {DEFAULT_MAX_BODY_BYTES})",
@@ -710,19 +714,31 @@ def _reviewer(background: Any) -> Any:
     return review
 
 
+def _offline(runtime: Runtime) -> SchedulingService:
+    """The service for ``simulate`` and ``explain``: no kube-scheduler waits for their answers, so every
+    node is decided (filter's time budget is for the HTTP path)."""
+    runtime.service.filter_time_budget = math.inf
+    return runtime.service
+
+
 def _simulate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     runtime = _runtime(settings, args.strict)
+    _offline(runtime)
     for note in runtime.notes:
         log.debug("%s", note)
     unknown = [name for name in args.nodes or () if name not in runtime.state.objects["Node"]]
     if unknown:
         raise StartupError(f"--nodes: no such node in the state: {', '.join(unknown)}")
-    document = simulate(runtime.service, args.nodes)
+    pending = len(runtime.state.pending_pods())
+    with progress_bar(pending, f"scheduling {pending} pending pod(s)") as advance:
+        document = simulate(runtime.service, args.nodes, advance)
     if args.output == "table":
         render_simulation(document, runtime.service, sys.stdout)
     else:
         write_document(document, args.output, sys.stdout)
+        if sys.stderr.isatty():  # an operator watching: the summary beside the document
+            render_simulation_summary(document, runtime.service, sys.stderr)
     sys.stdout.flush()
     return EXIT_OK
 
@@ -737,7 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             return run_validate(args)
         if args.command == "explain":
-            return run_explain(args, _runtime(_settings(args), args.strict).service)
+            return run_explain(args, _offline(_runtime(_settings(args), args.strict)))
         return _serve(args) if args.command == "serve" else _simulate(args)
     except StartupError as e:
         print(f"dra-extender: {e}", file=sys.stderr)

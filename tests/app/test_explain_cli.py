@@ -22,8 +22,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_explain_pod_table(capsys):
-    code, out, err = run(capsys, "explain", "--state", str(DEMO), "demo/numa-quad")
+def test_explain_all_pod_table(capsys):
+    code, out, err = run(capsys, "explain", "--state", str(DEMO), "--all", "demo/numa-quad")
     assert (code, err) == (0, "")
     assert "Pod demo/numa-quad" in out
     assert "device selection aligned, scoring binpack" in out
@@ -64,7 +64,7 @@ def test_explain_policy_flags(capsys):
         "demo/gpu-nic",
     )
     assert code == 0
-    node = next(n for n in orjson.loads(out)["nodes"] if n["node"] == "gpu-node-1")
+    node = next(n for n in orjson.loads(out)["best"] if n["node"] == "gpu-node-1")
     assert [d["device"] for d in node["allocations"][0]["devices"]] == ["gpu-0", "pci-0000-18-00-0"]
     assert node["placement"] == "first-fit"
 
