@@ -67,6 +67,7 @@ from app.runtime import (
     build_runtime,
     install_config,
     new_engine,
+    runtime_from_objects,
     state_summary,
     watch_config,
 )
@@ -81,6 +82,7 @@ from app.settings import (
     ServerSettings,
     Settings,
 )
+from app.statedir import ClusterObjects
 from app.validate import add_validate_parser, run_validate
 
 __all__ = ["choose_node", "main", "simulate"]
@@ -117,11 +119,8 @@ def choose_node(service: SchedulingService, pod: Mapping[str, Any], passed: list
     (as kube-scheduler), highest score, ties to the first node in candidate order."""
     if len(passed) == 1:
         return passed[0]
-    best, best_score = passed[0], None
-    for node, score in zip(passed, service.prioritize(pod, passed), strict=True):
-        if best_score is None or score > best_score:
-            best, best_score = node, score
-    return best
+    scores = service.prioritize(pod, passed)
+    return passed[max(range(len(passed)), key=scores.__getitem__)]  # max keeps the first of equals
 
 
 def _missing_extended_resources(
@@ -131,6 +130,9 @@ def _missing_extended_resources(
     state = service.state
     classes = state.objects["DeviceClass"].values()
     try:
+        # What a node without any allocatable misses, every node lacking it may miss; nothing: no node.
+        if not missing_extended_resources(pod, None, classes, state.gates):
+            return {}
         missing = {
             n: missing_extended_resources(pod, state.get("Node", n), classes, state.gates) for n in candidates
         }
@@ -143,16 +145,19 @@ def _missing_extended_resources(
     }
 
 
-def _schedule(service: SchedulingService, pod: Mapping[str, Any], candidates: list[str]) -> dict[str, Any]:
+def _schedule(
+    service: SchedulingService, pod: Mapping[str, Any], candidates: list[str], order: Mapping[str, int]
+) -> dict[str, Any]:
+    """One pod through filter → prioritize → bind; ``order``: candidate → position (reasons in order)."""
     meta = pod.get("metadata") or {}
     namespace, name = meta.get("namespace") or "default", str(meta.get("name"))
     # kube-scheduler's NodeResourcesFit runs before the extender: nodes lacking an extended resource
     # that no DeviceClass backs never reach filter (and with no node left, filter is not called).
     misfit = _missing_extended_resources(service, pod, candidates)
-    fitting = [node for node in candidates if node not in misfit]
+    fitting = [node for node in candidates if node not in misfit] if misfit else candidates
     outcome = service.filter(pod, fitting) if fitting else FilterOutcome()
     failed = {**misfit, **outcome.failed, **outcome.unresolvable}  # unresolvable wins (kube-scheduler)
-    reasons = {node: failed[node] for node in dict.fromkeys(candidates) if node in failed}
+    reasons = dict(sorted(failed.items(), key=lambda item: order[item[0]]))
     node, error = None, outcome.error or None
     if error is None and outcome.passed:
         chosen = choose_node(service, pod, outcome.passed)
@@ -191,9 +196,10 @@ def simulate(
     ``advance`` is called after each pod (a progress bar).
     """
     names = list(candidates) if candidates is not None else sorted(service.state.objects["Node"])
+    order = {name: i for i, name in enumerate(dict.fromkeys(names))}
     placements = []
     for pod in service.state.pending_pods():
-        placements.append(_schedule(service, pod, names))
+        placements.append(_schedule(service, pod, names, order))
         advance()
     return {"pods": placements}
 
@@ -303,7 +309,8 @@ def _parser() -> argparse.ArgumentParser:
     _cluster_flags(serve)
 
     sim = commands.add_parser("simulate", help="schedule the pending pods offline")
-    common(sim)
+    common(sim, state_required=False)
+    _snapshot_flags(sim)
     sim.add_argument(
         "--nodes",
         type=_node_list,
@@ -313,7 +320,7 @@ def _parser() -> argparse.ArgumentParser:
     add_output_flag(sim, "json")
     for sub in (serve, sim):
         _policy_flags(sub)
-    add_explain_parser(commands, common, _policy_flags)
+    add_explain_parser(commands, lambda sub: (common(sub, False), _snapshot_flags(sub)), _policy_flags)
     add_validate_parser(commands, common)
     sim.epilog = (
         "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
@@ -424,16 +431,29 @@ def _apply_policies(service: SchedulingService, scheduling: SchedulingSettings) 
     service.scoring = scheduling.scoring
 
 
-def _runtime(settings: Settings, strict_fields: bool = False) -> Runtime:
-    """Build the runtime from the settings; print its warnings and the devices where a config attribute
-    failed."""
-    runtime = build_runtime(
-        settings.state_dir,  # type: ignore[arg-type]
-        settings.scheduling.feature_gates,
-        strict_fields=strict_fields,
-        cel_engine=settings.scheduling.cel_engine,
-        config=settings.config_file,
-    )
+def _runtime(
+    settings: Settings, strict_fields: bool = False, objects: ClusterObjects | None = None
+) -> Runtime:
+    """Build the runtime from the settings (the state directory, or ``objects`` of a cluster snapshot);
+    print its warnings and the devices where a config attribute failed."""
+    scheduling = settings.scheduling
+    if objects is None:
+        runtime = build_runtime(
+            settings.state_dir,  # type: ignore[arg-type]
+            scheduling.feature_gates,
+            strict_fields=strict_fields,
+            cel_engine=scheduling.cel_engine,
+            config=settings.config_file,
+        )
+    else:
+        runtime = runtime_from_objects(
+            objects,
+            Path("cluster"),
+            scheduling.feature_gates,
+            strict_fields=strict_fields,
+            cel_engine=scheduling.cel_engine,
+            config=settings.config_file,
+        )
     _print_limited("warning", runtime.warnings, "warnings")
     _print_limited("error", runtime.problems, "derived attribute errors")
     _apply_policies(runtime.service, settings.scheduling)
@@ -714,17 +734,45 @@ def _reviewer(background: Any) -> Any:
     return review
 
 
-def _offline(runtime: Runtime) -> SchedulingService:
-    """The service for ``simulate`` and ``explain``: no kube-scheduler waits for their answers, so every
-    node is decided (filter's time budget is for the HTTP path)."""
+def _snapshot_flags(sub: argparse.ArgumentParser) -> None:
+    """``simulate`` / ``explain`` on a live cluster instead of ``--state`` (``app.kube.snapshot``)."""
+    group = sub.add_argument_group("a live cluster instead of --state (read-only: lists, never writes)")
+    group.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="kubeconfig file (default $KUBECONFIG, ~/.kube/config)",
+    )
+    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current-context)")
+
+
+def _offline(args: argparse.Namespace) -> Runtime:
+    """The runtime of ``simulate`` and ``explain``: the state directory, or a snapshot of the live cluster
+    with ``--kubeconfig`` / ``--context``. No kube-scheduler waits for their answers, so every node is
+    decided (filter's time budget is for the HTTP path). Raises StartupError."""
+    settings = _settings(args)
+    live = args.kubeconfig is not None or args.context is not None
+    if live == (args.state is not None):
+        raise StartupError(
+            "--state and --kubeconfig/--context exclude each other"
+            if live
+            else f"{args.command} needs --state DIR, or a live cluster: --kubeconfig PATH, --context NAME"
+        )
+    objects = None
+    if live:
+        from app.kube.snapshot import SnapshotError, take_snapshot
+
+        try:
+            objects = take_snapshot(args.kubeconfig, args.context, strict_fields=args.strict)
+        except SnapshotError as e:
+            raise StartupError(str(e)) from e
+    runtime = _runtime(settings, args.strict, objects)
     runtime.service.filter_time_budget = math.inf
-    return runtime.service
+    return runtime
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    runtime = _runtime(settings, args.strict)
-    _offline(runtime)
+    runtime = _offline(args)
     for note in runtime.notes:
         log.debug("%s", note)
     unknown = [name for name in args.nodes or () if name not in runtime.state.objects["Node"]]
@@ -753,7 +801,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             return run_validate(args)
         if args.command == "explain":
-            return run_explain(args, _offline(_runtime(_settings(args), args.strict)))
+            return run_explain(args, _offline(args).service)
         return _serve(args) if args.command == "serve" else _simulate(args)
     except StartupError as e:
         print(f"dra-extender: {e}", file=sys.stderr)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ __all__ = [
     "NAMESPACED_KINDS",
     "ClusterObjects",
     "StateLoadError",
+    "load_documents",
     "load_state",
     "load_yaml_document",
     "stable_uid",
@@ -180,6 +181,18 @@ def load_state(path: Path, *, strict: bool = True, strict_fields: bool = False) 
     return loader.objects
 
 
+def load_documents(
+    sources: Iterable[tuple[Path, list[Any]]], *, strict_fields: bool = False
+) -> ClusterObjects:
+    """``load_state`` for documents already parsed (a cluster snapshot: ``app.snapshot``): per source, a
+    name that stands for the file in messages and its documents. The same checks, conversions and
+    defaults; strict (the first error raises StateLoadError)."""
+    loader = _Loader(strict=True, strict_fields=strict_fields)
+    for source, documents in sources:
+        loader.load_documents(source, documents)
+    return loader.objects
+
+
 def _state_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
@@ -209,6 +222,10 @@ class _Loader:
         except StateLoadError as err:
             self._fail(err)
             return
+        self.load_documents(file, documents)
+
+    def load_documents(self, file: Path, documents: list[Any]) -> None:
+        """Parsed documents of ``file`` (or of a source named like one)."""
         for index, document in enumerate(documents):
             if document is None:  # empty document (`---` at the end, comment-only file)
                 continue
