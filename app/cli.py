@@ -19,6 +19,8 @@ JSON document to stdout (see ``simulate``); ``-o yaml`` the same in YAML, ``-o t
 
 ``validate [--state DIR] [--config FILE]``: check them without serving (``app.validate``).
 
+``completion bash|zsh|tcsh|fish|powershell``: the shell completion script (shtab, from this parser).
+
 ``serve``, ``simulate`` and ``explain`` take ``--device-selection aligned|first-fit`` (default aligned),
 ``--scoring-policy binpack|spread`` and ``--score-weights`` (``app.settings.SchedulingSettings``).
 
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import shtab
 
 from allocator.errors import AllocatorError
 from allocator.features import FeatureGates, parse_feature_gates
@@ -325,7 +328,24 @@ def _parser() -> argparse.ArgumentParser:
     sim.epilog = (
         "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
     )
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print the completion script for SHELL, e.g. `source <(dra-extender completion bash)` "
+        "or, for zsh, save it as _dra-extender in a directory of $fpath.",
+    )
+    completion.add_argument("shell", choices=shtab.SUPPORTED_SHELLS, metavar="SHELL", help="bash, zsh, ...")
+    _complete_paths(parser)
     return parser
+
+
+def _complete_paths(parser: argparse.ArgumentParser) -> None:
+    """Flags taking a ``Path`` complete file names (shtab reads ``action.complete``)."""
+    for action in parser._actions:
+        if action.type is Path:
+            action.complete = shtab.FILE  # type: ignore[attr-defined]
+        for sub in (action.choices or {}).values() if isinstance(action.choices, dict) else ():
+            _complete_paths(sub)
 
 
 # --- commands ---------------------------------------------------------------------------------------------
@@ -798,6 +818,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
+        if args.command == "completion":
+            print(shtab.complete(_parser(), shell=args.shell))
+            return EXIT_OK
         if args.command == "validate":
             return run_validate(args)
         if args.command == "explain":

@@ -172,3 +172,29 @@ def test_invalid_device_class_cel_is_reported_when_it_loads(capsys, state_dir):
 def test_known_fields_file_matches_kubernetes_validate():
     pytest.importorskip("kubernetes_validate")
     assert SCHEMA_FILE.read_bytes() == render(generate()), "run `make known-fields`"
+
+
+def test_bash_completion_completes_commands_and_flags(capsys, tmp_path):
+    import shutil
+    import subprocess
+
+    code, script, _ = run(capsys, "completion", "bash")
+    assert code == 0
+    path = tmp_path / "completion.bash"
+    path.write_text(script)
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    probe = (
+        f"source {path}; "
+        'COMP_WORDS=(dra-extender si); COMP_CWORD=1; _shtab_dra_extender; echo "${COMPREPLY[@]}"; '
+        'COMP_WORDS=(dra-extender explain --kube); COMP_CWORD=2; _shtab_dra_extender; echo "${COMPREPLY[@]}"'
+    )
+    done = subprocess.run([bash, "-c", probe], capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.splitlines() == ["simulate", "--kubeconfig"]
+
+
+def test_zsh_completion_is_a_compdef_script(capsys):
+    code, script, _ = run(capsys, "completion", "zsh")
+    assert code == 0 and script.startswith("#compdef dra-extender")
+    assert "--kubeconfig" in script and "simulate" in script
