@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         one, _, _ = _timed(["explain", *flag, pod, "--node", node_name(args.nodes // 2)])
         end_to_end, out, _ = _timed(["simulate", *flag, "-o", "json"])
         placed_cli = sum(1 for p in orjson.loads(out)["pods"] if p["node"])
+        megabytes = len(out) / 1e6
+        tables, out, _ = _timed(["simulate", *flag, "-o", "table"])
+        table_lines = len(out.splitlines())
         explained, simulated, placed = _in_process(state, pod)
     rows = [
         ["load the state (validate, command line)", f"{load:.1f} s", "-"],
@@ -97,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         [f"explain {pod}: summary, command line", f"{explain:.1f} s, {lines} lines", "-"],
         [f"explain {pod} --node, command line", f"{one:.1f} s", "-"],
         [f"simulate {scale}, state loaded", f"{simulated:.1f} s, {placed} placed", "<= 60 s"],
-        [f"simulate {scale}, command line -o json", f"{end_to_end:.1f} s, {placed_cli} placed", "-"],
+        [
+            f"simulate {scale}, command line -o json",
+            f"{end_to_end:.1f} s, {placed_cli} placed, {megabytes:.0f} MB",
+            "-",
+        ],
+        [f"simulate {scale}, command line -o table", f"{tables:.1f} s, {table_lines} lines", "-"],
     ]
     print(f"dra-extender CLI at {args.nodes} nodes x 8 GPUs, {args.pods} pending pods (1 GPU each)")
     print(table(["measure", "result", "target"], rows))
