@@ -216,8 +216,11 @@ def run_explain(args: argparse.Namespace, service: SchedulingService, out: TextI
         path = Path(target)
         explanation: PodExplanation | WhatIfExplanation | ExplanationSummary
         if path.is_file():
-            what_if = explain_object(service, parse_object(path.read_bytes()), args.node)
-            explanation = what_if if full else summarize_what_if(what_if, args.best)
+            obj = parse_object(path.read_bytes())
+            if full:
+                explanation = explain_object(service, obj, args.node)
+            else:
+                explanation = summarize_what_if(service, obj, args.best)
         else:
             namespace, _, name = target.rpartition("/")
             namespace = namespace or "default"

@@ -9,10 +9,10 @@ this pod pending", answered by the summary:
 * ``best``: the full explanation of the ``best`` nodes: the fitting ones with the highest prioritize
   score (ties by name), or, when none fits, one node of each of the largest groups (its funnel shows why).
 
-For a pod of the state the verdicts are filter's own (``SchedulingService.filter`` on every node, then
-``prioritize`` on those that passed: what kube-scheduler would get from the extender), so they cost what
-filter costs, and only the ``best`` nodes are explained in full. A what-if claim has no pod to filter:
-its full explanation is grouped the same way.
+The verdicts are filter's own (``SchedulingService.filter`` on every node, then ``prioritize`` on those
+that passed: what kube-scheduler would get from the extender), so they cost what filter costs, and only
+the ``best`` nodes are explained in full. A what-if claim is summarized through a pod using it, added
+to the command line's copy of the state (``summarize_what_if``).
 
 Nothing is written: offline (a state directory or a cluster snapshot) there is no binder, so filter
 keeps only its decision cache.
@@ -21,19 +21,14 @@ keeps only its decision cache.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.explain_api import (
-    NodeVerdict,
-    NotFound,
-    PodClaimSummary,
-    Verdict,
-    WhatIfExplanation,
-    explain_pod,
-)
+from app.explain_api import BadObject, NodeVerdict, NotFound, PodClaimSummary, Verdict, explain_pod
 from app.scheduling import SchedulingService
+from app.statedir import stable_uid
 
 __all__ = ["NODES_PER_GROUP", "ExplanationSummary", "ReasonGroup", "summarize_pod", "summarize_what_if"]
 
@@ -120,25 +115,43 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
     )
 
 
-def summarize_what_if(explanation: WhatIfExplanation, best: int = 3) -> ExplanationSummary:
-    """The summary of a what-if explanation (every node already explained)."""
-    groups = _groups([(v.node, v.verdict, v.reason) for v in explanation.nodes])
-    fitting = sorted(
-        (v for v in explanation.nodes if v.verdict == "fits"),
-        key=lambda v: (-(v.score.score if v.score else 0), v.node),
-    )
-    by_node = {v.node: v for v in explanation.nodes}
-    chosen = fitting[:best] or [by_node[node] for node in _representatives(groups, best)]
-    return ExplanationSummary(
-        kind=explanation.kind,
-        namespace=explanation.namespace,
-        name=explanation.name,
-        deviceSelection=explanation.deviceSelection,
-        scoringPolicy=explanation.scoringPolicy,
-        claims=[],
-        error=explanation.error,
-        nodes=len(explanation.nodes),
-        verdicts=dict(Counter(v.verdict for v in explanation.nodes)),
-        groups=groups,
-        best=chosen,
-    )
+def summarize_what_if(
+    service: SchedulingService, obj: Mapping[str, Any], best: int = 3
+) -> ExplanationSummary:
+    """The summary for a what-if ResourceClaim or ResourceClaimTemplate (``app.explain_api.parse_object``):
+    the claim (or the template's claim) and a pending pod using it are added to ``service``'s state, as
+    ``<name>.what-if``, and summarized as a pod would be. For the command line only: its state is a copy
+    that ends with the process (the REST what-if never changes the state). Raises BadObject when the
+    names are taken."""
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "default", meta.get("name") or "what-if"
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "ResourceClaimTemplate":
+        spec = spec.get("spec") or {}
+    scratch = f"{name}.what-if"
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": scratch,
+            "namespace": namespace,
+            "uid": stable_uid("ResourceClaim", namespace, scratch),
+        },
+        "spec": spec,
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": scratch, "namespace": namespace, "uid": stable_uid("Pod", namespace, scratch)},
+        "spec": {
+            "containers": [{"name": "what-if", "resources": {"claims": [{"name": "claim"}]}}],
+            "resourceClaims": [{"name": "claim", "resourceClaimName": scratch}],
+        },
+    }
+    with service.lock:
+        for kind, scratch_obj in (("ResourceClaim", claim), ("Pod", pod)):
+            if service.state.get(kind, f"{namespace}/{scratch}") is not None:
+                raise BadObject(f"{kind} {namespace}/{scratch} exists: rename the what-if object")
+            service.state.apply(kind, scratch_obj)
+    summary = summarize_pod(service, namespace, scratch, best)
+    return summary.model_copy(update={"kind": str(obj.get("kind")), "name": name})

@@ -94,8 +94,9 @@ def test_simulate_table_ends_with_a_summary_of_pending_pods_by_reason(capsys, st
     assert main(["simulate", "--state", str(state_dir), "-o", "table"]) == 0
     out = capsys.readouterr().out
     summary = out[out.index("Summary: ") :]
-    # two-gpus takes n1 (both 2-GPU nodes score alike: the first); three-gpus fits nowhere. Its telling
-    # reason is the one most nodes give (n3, n4, n5), the pod's own claim name left out.
+    # Same creation time, so by name: three-gpus fits nowhere, then two-gpus takes n1 (both 2-GPU nodes
+    # score alike: the first). three-gpus' telling reason is the one most nodes give (n3, n4, n5), the
+    # pod's own claim name left out.
     assert summary.startswith("Summary: 2 pod(s): 1 placed on 1 node(s), 1 pending")
     reason = "request gpus: node has 1 device(s) of class gpu matching the selectors, 3 needed"
     [row] = [line for line in summary.splitlines() if reason in line]
@@ -106,3 +107,16 @@ def test_simulate_json_keeps_stderr_quiet_off_a_terminal(capsys, state_dir):
     assert main(["simulate", "--state", str(state_dir)]) == 0
     out, err = capsys.readouterr()
     assert list(orjson.loads(out)) == ["pods"] and err == ""
+
+
+def test_what_if_claim_is_summarized_like_a_pod_using_it(capsys, state_dir, tmp_path):
+    what_if = claim(NS, "plan", [request("gpus", "gpu", 2)])
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(what_if))
+    summary = _summary(capsys, state_dir, str(path))
+    assert (summary["kind"], summary["name"]) == ("ResourceClaim", "plan")
+    assert summary["verdicts"] == {"fits": 2, "unresolvable": 4}
+    assert [v["node"] for v in summary["best"]] == ["n1", "n2"]
+    # Only this process's copy of the state had the what-if pod: the next run sees the state as it is.
+    assert main(["simulate", "--state", str(state_dir)]) == 0
+    assert [p["name"] for p in orjson.loads(capsys.readouterr().out)["pods"]] == ["three-gpus", "two-gpus"]
