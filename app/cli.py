@@ -15,7 +15,10 @@ JSON document to stdout (see ``simulate``); ``-o yaml`` the same in YAML, ``-o t
 ``--version`` prints the installed package's version.
 
 ``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
-(``app.explain_cli``).
+(``app.explain_cli``): a summary by default, ``--node`` / ``--all`` in full.
+
+``simulate`` and ``explain`` read a live cluster instead of ``--state`` with ``--kubeconfig`` /
+``--context`` (``app.kube.snapshot``: a read-only list of every kind they need).
 
 ``validate [--state DIR] [--config FILE]``: check them without serving (``app.validate``).
 
@@ -25,7 +28,9 @@ JSON document to stdout (see ``simulate``); ``-o yaml`` the same in YAML, ``-o t
 ``--scoring-policy binpack|spread`` and ``--score-weights`` (``app.settings.SchedulingSettings``).
 
 Exit codes: 0 when the command ran (pods may stay pending), 2 on unusable input (missing directory,
-invalid manifests or DRA objects, bad flags) with the message on stderr.
+invalid manifests or DRA objects, bad flags, an unknown ``--nodes`` name, a port in use, a cluster that
+cannot be read; with ``--strict`` also unknown fields and DeviceClass CEL that does not compile) with the
+message on stderr. Warnings (unknown fields, such CEL, a state without objects) go to stderr too.
 """
 
 from __future__ import annotations
@@ -323,7 +328,12 @@ def _parser() -> argparse.ArgumentParser:
     add_output_flag(sim, "json")
     for sub in (serve, sim):
         _policy_flags(sub)
-    add_explain_parser(commands, lambda sub: (common(sub, False), _snapshot_flags(sub)), _policy_flags)
+
+    def explain_common(sub: argparse.ArgumentParser) -> None:
+        common(sub, state_required=False)
+        _snapshot_flags(sub)
+
+    add_explain_parser(commands, explain_common, _policy_flags)
     add_validate_parser(commands, common)
     sim.epilog = (
         "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
