@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-frag bench-k8s chaos lock clean oracle-bin oracle
+.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos lock clean oracle-bin oracle
 
 # The upstream allocator as a test oracle (tests/oracle, Go): built into .cache/ (git-ignored) when go is on
 # PATH and its sources changed; without go the differential tests skip.
@@ -77,6 +77,11 @@ bench: $(STAMP)
 bench-cel: $(STAMP)
 	$(BIN)/python -m bench.bench_cel $(BENCH_CEL_ARGS)
 
+# The operator tools at scale: explain of one pod and simulate of every pending pod on a synthetic state
+# (default 5000 nodes x 8 GPUs, 10,000 pods; BENCH_CLI_ARGS="--nodes 1000 --pods 1000" for a quick run).
+bench-cli: $(STAMP)
+	$(BIN)/python -m bench.bench_cli $(BENCH_CLI_ARGS)
+
 # Device selection aligned vs first-fit: do later NUMA- / PCIe-aligned pods still fit? Prints one table.
 bench-frag: $(STAMP)
 	$(BIN)/python -m bench.fragmentation $(BENCH_FRAG_ARGS)
@@ -93,6 +98,11 @@ chaos: $(STAMP)
 
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)
+
+# The field names of the Kubernetes kinds the state loader keeps (app/knownfields.json), reduced from
+# kubernetes-validate's OpenAPI schemas; rerun when that package moves to a new Kubernetes version.
+known-fields: $(STAMP)
+	$(BIN)/python -m app.knownfields
 
 # Re-resolve the pinned dependency sets after editing pyproject.toml (the runtime set, for the image, is the
 # full set without the dev tools).

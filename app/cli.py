@@ -9,18 +9,28 @@ has synced. ``--ssl-certfile``/``--ssl-keyfile`` serve HTTPS, ``--ssl-ca-certs``
 certificates.
 
 ``simulate --state DIR``: schedule every pending pod of the state offline, one at a time, and print one
-JSON document to stdout (see ``simulate``); ``--output human`` prints tables instead (``app.explain_cli``).
-
-``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
+JSON document to stdout (see ``simulate``); ``-o yaml`` the same in YAML, ``-o table`` tables instead
 (``app.explain_cli``).
 
+``--version`` prints the installed package's version.
+
+``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
+(``app.explain_cli``): a summary by default, ``--node`` / ``--all`` in full.
+
+``simulate`` and ``explain`` read a live cluster instead of ``--state`` with ``--kubeconfig`` /
+``--context`` (``app.kube.snapshot``: a read-only list of every kind they need).
+
 ``validate [--state DIR] [--config FILE]``: check them without serving (``app.validate``).
+
+``completion bash|zsh|tcsh|fish|powershell``: the shell completion script (shtab, from this parser).
 
 ``serve``, ``simulate`` and ``explain`` take ``--device-selection aligned|first-fit`` (default aligned),
 ``--scoring-policy binpack|spread`` and ``--score-weights`` (``app.settings.SchedulingSettings``).
 
 Exit codes: 0 when the command ran (pods may stay pending), 2 on unusable input (missing directory,
-invalid manifests or DRA objects, bad flags) with the message on stderr.
+invalid manifests or DRA objects, bad flags, an unknown ``--nodes`` name, a port in use, a cluster that
+cannot be read; with ``--strict`` also unknown fields and DeviceClass CEL that does not compile) with the
+message on stderr. Warnings (unknown fields, such CEL, a state without objects) go to stderr too.
 """
 
 from __future__ import annotations
@@ -30,28 +40,42 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import math
 import os
+import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import orjson
+import shtab
 
 from allocator.errors import AllocatorError
 from allocator.features import FeatureGates, parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from allocator.selectors import SelectorCache
 from app.binder import BindError
-from app.explain_cli import add_explain_parser, render_simulation, run_explain
+from app.explain_cli import (
+    add_explain_parser,
+    add_output_flag,
+    positive_int,
+    render_simulation,
+    render_simulation_summary,
+    run_explain,
+    write_document,
+)
 from app.extended import missing_extended_resources
 from app.podclaims import claim_names
+from app.progress import progress_bar
 from app.runtime import (
     Runtime,
     StartupError,
     build_runtime,
     install_config,
     new_engine,
+    runtime_from_objects,
     state_summary,
     watch_config,
 )
@@ -66,6 +90,7 @@ from app.settings import (
     ServerSettings,
     Settings,
 )
+from app.statedir import ClusterObjects
 from app.validate import add_validate_parser, run_validate
 
 __all__ = ["choose_node", "main", "simulate"]
@@ -102,11 +127,8 @@ def choose_node(service: SchedulingService, pod: Mapping[str, Any], passed: list
     (as kube-scheduler), highest score, ties to the first node in candidate order."""
     if len(passed) == 1:
         return passed[0]
-    best, best_score = passed[0], None
-    for node, score in zip(passed, service.prioritize(pod, passed), strict=True):
-        if best_score is None or score > best_score:
-            best, best_score = node, score
-    return best
+    scores = service.prioritize(pod, passed)
+    return passed[max(range(len(passed)), key=scores.__getitem__)]  # max keeps the first of equals
 
 
 def _missing_extended_resources(
@@ -116,6 +138,9 @@ def _missing_extended_resources(
     state = service.state
     classes = state.objects["DeviceClass"].values()
     try:
+        # What a node without any allocatable misses, every node lacking it may miss; nothing: no node.
+        if not missing_extended_resources(pod, None, classes, state.gates):
+            return {}
         missing = {
             n: missing_extended_resources(pod, state.get("Node", n), classes, state.gates) for n in candidates
         }
@@ -128,16 +153,19 @@ def _missing_extended_resources(
     }
 
 
-def _schedule(service: SchedulingService, pod: Mapping[str, Any], candidates: list[str]) -> dict[str, Any]:
+def _schedule(
+    service: SchedulingService, pod: Mapping[str, Any], candidates: list[str], order: Mapping[str, int]
+) -> dict[str, Any]:
+    """One pod through filter → prioritize → bind; ``order``: candidate → position (reasons in order)."""
     meta = pod.get("metadata") or {}
     namespace, name = meta.get("namespace") or "default", str(meta.get("name"))
     # kube-scheduler's NodeResourcesFit runs before the extender: nodes lacking an extended resource
     # that no DeviceClass backs never reach filter (and with no node left, filter is not called).
     misfit = _missing_extended_resources(service, pod, candidates)
-    fitting = [node for node in candidates if node not in misfit]
+    fitting = [node for node in candidates if node not in misfit] if misfit else candidates
     outcome = service.filter(pod, fitting) if fitting else FilterOutcome()
     failed = {**misfit, **outcome.failed, **outcome.unresolvable}  # unresolvable wins (kube-scheduler)
-    reasons = {node: failed[node] for node in dict.fromkeys(candidates) if node in failed}
+    reasons = dict(sorted(failed.items(), key=lambda item: order[item[0]]))
     node, error = None, outcome.error or None
     if error is None and outcome.passed:
         chosen = choose_node(service, pod, outcome.passed)
@@ -157,7 +185,11 @@ def _schedule(service: SchedulingService, pod: Mapping[str, Any], candidates: li
     }
 
 
-def simulate(service: SchedulingService, candidates: Sequence[str] | None = None) -> dict[str, Any]:
+def simulate(
+    service: SchedulingService,
+    candidates: Sequence[str] | None = None,
+    advance: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
     """Schedule every pending pod, as kube-scheduler would call the extender, and bind it (in memory).
 
     Pods in ``ClusterState.pending_pods()`` order (creationTimestamp, then namespace/name); each goes
@@ -168,9 +200,16 @@ def simulate(service: SchedulingService, candidates: Sequence[str] | None = None
                    "claims": [{"name": <ResourceClaim>, "allocation": <status.allocation> | None}],
                    "reasons": {<node>: <why not>},    # FailedNodes + FailedAndUnresolvableNodes
                    "error": str | None}]}             # filter Error (fatal) or the bind error
+
+    ``advance`` is called after each pod (a progress bar).
     """
     names = list(candidates) if candidates is not None else sorted(service.state.objects["Node"])
-    return {"pods": [_schedule(service, pod, names) for pod in service.state.pending_pods()]}
+    order = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    placements = []
+    for pod in service.state.pending_pods():
+        placements.append(_schedule(service, pod, names, order))
+        advance()
+    return {"pods": placements}
 
 
 # --- argument parsing -------------------------------------------------------------------------------------
@@ -188,16 +227,6 @@ def _node_list(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError("expected node names separated by commas")
     return names
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
 
 
 def _score_weights(text: str) -> dict[str, float]:
@@ -235,6 +264,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-extender", description="kube-scheduler extender allocating DRA devices"
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('dra-extender')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(sub: argparse.ArgumentParser, state_required: bool = True) -> None:
@@ -264,6 +294,12 @@ def _parser() -> argparse.ArgumentParser:
             metavar="FILE",
             help="extender config file (cluster-wide derivedAttributes); serve reloads it when it changes",
         )
+        sub.add_argument(
+            "--strict",
+            action="store_true",
+            help="unknown fields in the state and DeviceClass selectors that do not compile are errors "
+            "(exit 2), not warnings",
+        )
 
     serve = commands.add_parser("serve", help="serve filter/prioritize/bind over HTTP")
     common(serve, state_required=False)
@@ -273,35 +309,53 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", choices=LOG_LEVELS, default=defaults.log_level)
     serve.add_argument(
         "--max-body-bytes",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_MAX_BODY_BYTES,
         metavar="N",
         help=f"largest request body in bytes (default {DEFAULT_MAX_BODY_BYTES})",
     )
     _cluster_flags(serve)
 
-    sim = commands.add_parser("simulate", help="schedule the pending pods offline, print JSON")
-    common(sim)
+    sim = commands.add_parser("simulate", help="schedule the pending pods offline")
+    common(sim, state_required=False)
+    _snapshot_flags(sim)
     sim.add_argument(
         "--nodes",
         type=_node_list,
         metavar="n1,n2",
         help="candidate nodes in this order (default: every node, sorted by name)",
     )
-    sim.add_argument(
-        "--output",
-        choices=("json", "human"),
-        default="json",
-        help="json (default): one document; human: placement and utilisation tables",
-    )
+    add_output_flag(sim, "json")
     for sub in (serve, sim):
         _policy_flags(sub)
-    add_explain_parser(commands, common, _policy_flags)
+
+    def explain_common(sub: argparse.ArgumentParser) -> None:
+        common(sub, state_required=False)
+        _snapshot_flags(sub)
+
+    add_explain_parser(commands, explain_common, _policy_flags)
     add_validate_parser(commands, common)
     sim.epilog = (
         "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
     )
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print the completion script for SHELL, e.g. `source <(dra-extender completion bash)` "
+        "or, for zsh, save it as _dra-extender in a directory of $fpath.",
+    )
+    completion.add_argument("shell", choices=shtab.SUPPORTED_SHELLS, metavar="SHELL", help="bash, zsh, ...")
+    _complete_paths(parser)
     return parser
+
+
+def _complete_paths(parser: argparse.ArgumentParser) -> None:
+    """Flags taking a ``Path`` complete file names (shtab reads ``action.complete``)."""
+    for action in parser._actions:
+        if action.type is Path:
+            action.complete = shtab.FILE  # type: ignore[attr-defined]
+        for sub in (action.choices or {}).values() if isinstance(action.choices, dict) else ():
+            _complete_paths(sub)
 
 
 # --- commands ---------------------------------------------------------------------------------------------
@@ -388,7 +442,17 @@ def _bind_example(service: SchedulingService) -> tuple[Mapping[str, Any] | None,
 
 
 MAX_PROBLEMS_SHOWN = 20
-"""Config problems (failed derived attributes) printed at startup; the rest are counted."""
+"""Warnings, and config problems (failed derived attributes), printed at startup; the rest are counted."""
+
+
+def _print_limited(level: str, lines: Sequence[str], what: str) -> None:
+    """The first ``MAX_PROBLEMS_SHOWN`` lines on stderr, then how many more there are."""
+    for line in lines[:MAX_PROBLEMS_SHOWN]:
+        print(f"dra-extender: {level}: {line}", file=sys.stderr)
+    if len(lines) > MAX_PROBLEMS_SHOWN:
+        print(
+            f"dra-extender: {level}: ... and {len(lines) - MAX_PROBLEMS_SHOWN} more {what}", file=sys.stderr
+        )
 
 
 def _apply_policies(service: SchedulingService, scheduling: SchedulingSettings) -> None:
@@ -397,19 +461,31 @@ def _apply_policies(service: SchedulingService, scheduling: SchedulingSettings) 
     service.scoring = scheduling.scoring
 
 
-def _runtime(settings: Settings) -> Runtime:
-    """Build the runtime from the settings and print the devices where a config attribute failed."""
-    runtime = build_runtime(
-        settings.state_dir,  # type: ignore[arg-type]
-        settings.scheduling.feature_gates,
-        cel_engine=settings.scheduling.cel_engine,
-        config=settings.config_file,
-    )
-    for problem in runtime.problems[:MAX_PROBLEMS_SHOWN]:
-        print(f"dra-extender: error: {problem}", file=sys.stderr)
-    if len(runtime.problems) > MAX_PROBLEMS_SHOWN:
-        hidden = len(runtime.problems) - MAX_PROBLEMS_SHOWN
-        print(f"dra-extender: error: ... and {hidden} more derived attribute errors", file=sys.stderr)
+def _runtime(
+    settings: Settings, strict_fields: bool = False, objects: ClusterObjects | None = None
+) -> Runtime:
+    """Build the runtime from the settings (the state directory, or ``objects`` of a cluster snapshot);
+    print its warnings and the devices where a config attribute failed."""
+    scheduling = settings.scheduling
+    if objects is None:
+        runtime = build_runtime(
+            settings.state_dir,  # type: ignore[arg-type]
+            scheduling.feature_gates,
+            strict_fields=strict_fields,
+            cel_engine=scheduling.cel_engine,
+            config=settings.config_file,
+        )
+    else:
+        runtime = runtime_from_objects(
+            objects,
+            Path("cluster"),
+            scheduling.feature_gates,
+            strict_fields=strict_fields,
+            cel_engine=scheduling.cel_engine,
+            config=settings.config_file,
+        )
+    _print_limited("warning", runtime.warnings, "warnings")
+    _print_limited("error", runtime.problems, "derived attribute errors")
     _apply_policies(runtime.service, settings.scheduling)
     # The loaded state is long-lived: keep the cyclic collector from rescanning it on every full collection
     # (with 10^6 objects each one costs tens of ms on the request path).
@@ -418,12 +494,17 @@ def _runtime(settings: Settings) -> Runtime:
     return runtime
 
 
+def _listen(server: ServerSettings) -> socket.socket:
+    """The bound listening socket of ``serve``. Raises StartupError naming the address."""
+    from app.httpserver import listen
+
+    try:
+        return listen(server.host, server.port)
+    except OSError as e:
+        raise StartupError(f"cannot listen on {server.host}:{server.port}: {e.strerror or e}") from e
+
+
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from app.api import create_app
-    from app.httpserver import server_config
-
     settings = _settings(args)
     _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
     logging.basicConfig(
@@ -434,7 +515,16 @@ def _serve(args: argparse.Namespace) -> int:
         raise StartupError("--delegated-auth needs cluster mode: it asks the API server about callers")
     if cluster is not None:
         return _serve_cluster(dataclasses.replace(settings, state_dir=None, cluster=cluster))
-    runtime = _runtime(settings)
+    with _listen(settings.server) as sock:
+        return _serve_state(settings, args.strict, sock)
+
+
+def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -> int:
+    """Load the state directory, print the banner and serve on ``sock``."""
+    from app.api import create_app
+    from app.httpserver import serve, server_config
+
+    runtime = _runtime(settings, strict_fields)
     for note in runtime.notes:
         log.debug("%s", note)
     example_pod, example_node = _bind_example(runtime.service)
@@ -452,8 +542,9 @@ def _serve(args: argparse.Namespace) -> int:
     if runtime.watcher is not None:
         runtime.watcher.start()
     # One worker: the cluster state and the in-flight allocations live in this process.
-    uvicorn.run(
+    serve(
         create_app(runtime.service, settings),
+        sock,
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
@@ -609,12 +700,7 @@ def _ssl_options(server: ServerSettings) -> dict[str, Any]:
 
 def _serve_cluster(settings: Settings) -> int:
     """Cluster mode: the informers and the bind writes on their own thread, uvicorn on the main one."""
-    import uvicorn
-
-    from app.api import create_app
-    from app.auth import DelegatedAuth
-    from app.httpserver import server_config
-    from app.kube.runtime import BackgroundRuntime, ClusterRuntime
+    from app.kube.runtime import ClusterRuntime
 
     assert settings.cluster is not None
     selectors = SelectorCache(new_engine(settings.scheduling.cel_engine))
@@ -622,6 +708,17 @@ def _serve_cluster(settings: Settings) -> int:
     if settings.config_file is not None:  # cluster-wide derived attributes, before the first slice arrives
         install_config(settings.config_file, runtime.state, selectors)
     _apply_policies(runtime.service, settings.scheduling)
+    with _listen(settings.server) as sock:
+        return _run_cluster(settings, runtime, sock)
+
+
+def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
+    """Start the informers (``runtime``: an ``app.kube.runtime.ClusterRuntime``) and serve on ``sock``."""
+    from app.api import create_app
+    from app.auth import DelegatedAuth
+    from app.httpserver import serve, server_config
+    from app.kube.runtime import BackgroundRuntime
+
     if settings.config_file is not None:
         watch_config(settings.config_file, runtime.service).start()  # re-derive on change, as offline
     background = BackgroundRuntime(runtime)
@@ -641,8 +738,9 @@ def _serve_cluster(settings: Settings) -> int:
     if server.delegated_auth:
         auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
     try:
-        uvicorn.run(
+        serve(
             create_app(runtime.service, settings, ready=runtime.ready, auth=auth),
+            sock,
             host=server.host,
             port=server.port,
             log_level=server.log_level,
@@ -666,16 +764,59 @@ def _reviewer(background: Any) -> Any:
     return review
 
 
-def _simulate(args: argparse.Namespace) -> int:
+def _snapshot_flags(sub: argparse.ArgumentParser) -> None:
+    """``simulate`` / ``explain`` on a live cluster instead of ``--state`` (``app.kube.snapshot``)."""
+    group = sub.add_argument_group("a live cluster instead of --state (read-only: lists, never writes)")
+    group.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="kubeconfig file (default $KUBECONFIG, ~/.kube/config)",
+    )
+    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current-context)")
+
+
+def _offline(args: argparse.Namespace) -> Runtime:
+    """The runtime of ``simulate`` and ``explain``: the state directory, or a snapshot of the live cluster
+    with ``--kubeconfig`` / ``--context``. No kube-scheduler waits for their answers, so every node is
+    decided (filter's time budget is for the HTTP path). Raises StartupError."""
     settings = _settings(args)
-    runtime = _runtime(settings)
+    live = args.kubeconfig is not None or args.context is not None
+    if live == (args.state is not None):
+        raise StartupError(
+            "--state and --kubeconfig/--context exclude each other"
+            if live
+            else f"{args.command} needs --state DIR, or a live cluster: --kubeconfig PATH, --context NAME"
+        )
+    objects = None
+    if live:
+        from app.kube.snapshot import SnapshotError, take_snapshot
+
+        try:
+            objects = take_snapshot(args.kubeconfig, args.context, strict_fields=args.strict)
+        except SnapshotError as e:
+            raise StartupError(str(e)) from e
+    runtime = _runtime(settings, args.strict, objects)
+    runtime.service.filter_time_budget = math.inf
+    return runtime
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    runtime = _offline(args)
     for note in runtime.notes:
         log.debug("%s", note)
-    document = simulate(runtime.service, args.nodes)
-    if args.output == "human":
+    unknown = [name for name in args.nodes or () if name not in runtime.state.objects["Node"]]
+    if unknown:
+        raise StartupError(f"--nodes: no such node in the state: {', '.join(unknown)}")
+    pending = len(runtime.state.pending_pods())
+    with progress_bar(pending, f"scheduling {pending} pending pod(s)") as advance:
+        document = simulate(runtime.service, args.nodes, advance)
+    if args.output == "table":
         render_simulation(document, runtime.service, sys.stdout)
     else:
-        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+        write_document(document, args.output, sys.stdout)
+        if sys.stderr.isatty():  # an operator watching: the summary beside the document
+            render_simulation_summary(document, runtime.service, sys.stderr)
     sys.stdout.flush()
     return EXIT_OK
 
@@ -687,10 +828,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
+        if args.command == "completion":
+            print(shtab.complete(_parser(), shell=args.shell))
+            return EXIT_OK
         if args.command == "validate":
             return run_validate(args)
         if args.command == "explain":
-            return run_explain(args, _runtime(_settings(args)).service)
+            return run_explain(args, _offline(args).service)
         return _serve(args) if args.command == "serve" else _simulate(args)
     except StartupError as e:
         print(f"dra-extender: {e}", file=sys.stderr)

@@ -5,17 +5,22 @@ or sends its headers a byte at a time, stays open for good, and a thousand of th
 (file descriptors, the event loop's bookkeeping). ``IdleClosingH11Protocol`` also closes a connection
 that has not sent complete request headers ``idle_seconds`` after it opened or after the last response.
 Bodies have their own read time (``app.bodies``). With client certificates (``--ssl-ca-certs``) the
-verified certificate goes into the request's scope (``extensions.tls.client_cert``) for ``app.auth``."""
+verified certificate goes into the request's scope (``extensions.tls.client_cert``) for ``app.auth``.
+
+``listen`` binds the listening socket before anything is printed or loaded into the server (a port in use
+fails at once, naming the address), and ``serve`` runs uvicorn on it."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import h11
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["IDLE_SECONDS", "IdleClosingH11Protocol", "server_config"]
+__all__ = ["IDLE_SECONDS", "IdleClosingH11Protocol", "listen", "serve", "server_config"]
 
 IDLE_SECONDS = 5
 """uvicorn's keep-alive default, also the time a connection gets to send complete request headers."""
@@ -59,3 +64,24 @@ class IdleClosingH11Protocol(H11Protocol):
 def server_config(idle_seconds: int = IDLE_SECONDS) -> dict[str, Any]:
     """uvicorn arguments for the extender's connections."""
     return {"http": IdleClosingH11Protocol, "timeout_keep_alive": idle_seconds}
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening. Raises OSError (address in use, no such
+    interface, permission denied)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # As uvicorn does: a restart need not wait for the previous process's TIME_WAIT connections.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(app: Any, sock: socket.socket, **options: Any) -> None:
+    """Run uvicorn with ``options`` (``uvicorn.Config`` arguments) on the bound socket ``sock``."""
+    uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[sock])

@@ -11,6 +11,10 @@ The inventory evaluates DeviceClass selectors as objects arrive (its class-match
 installed before the first slice arrives, so every device is derived once; ``Runtime.problems`` lists the
 devices where one failed, and ``Runtime.watcher`` reloads the file when it changes (``serve`` starts it).
 
+``Runtime.warnings`` lists what to show at startup without stopping: unknown fields (``app.knownfields``),
+DeviceClass CEL selectors that do not compile (file, class, field path, compile error; both errors with
+``strict_fields``), and a state with no object the extender uses (a wrong or empty directory).
+
 Errors: ``StartupError`` with one line naming the problem: ``<file>: <Kind> <ns/name>: <field>:
 <problem>``, from the loader or from the DRA object parsers (``allocator.errors.InvalidInputError``), or
 ``<config file>: <field>: <problem>`` for the config file.
@@ -26,7 +30,7 @@ from typing import Any
 
 from allocator.cel import CELEngine
 from allocator.cel.expr_engine import ExprEngine
-from allocator.errors import InvalidInputError
+from allocator.errors import CELCompileError, InvalidInputError
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
 from app.claimgen import generate_template_claims
@@ -42,6 +46,7 @@ __all__ = [
     "build_runtime",
     "install_config",
     "new_engine",
+    "runtime_from_objects",
     "state_summary",
     "watch_config",
 ]
@@ -79,6 +84,9 @@ class Runtime:
     attribute is absent on those devices until the config or the device changes."""
     watcher: ConfigWatcher | None = None
     """Reloads the config file when it changes (None without ``config``); ``serve`` starts it."""
+    warnings: list[str] = field(default_factory=list)
+    """To print at startup: unknown fields in the objects, DeviceClass selectors that do not compile, a
+    state without any object the extender uses."""
 
 
 def _ordered(objects: ClusterObjects) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -130,20 +138,45 @@ def build_runtime(
     gates: FeatureGates | None = None,
     *,
     strict: bool = True,
+    strict_fields: bool = False,
     cel_engine: str = "cel-expr",
     config: Path | None = None,
 ) -> Runtime:
     """Load ``path`` (a directory or one manifest file) and build the service with the ``cel_engine``
-    engine and the config file ``config`` (if any). Raises StartupError."""
+    engine and the config file ``config`` (if any). ``strict_fields``: unknown fields and DeviceClass
+    selectors that do not compile are errors, not warnings. Raises StartupError (also for a ``path`` that
+    does not exist)."""
+    try:
+        objects = load_state(Path(path), strict=strict, strict_fields=strict_fields)
+    except StateLoadError as e:
+        raise StartupError(str(e)) from e
+    runtime = runtime_from_objects(
+        objects, Path(path), gates, strict_fields=strict_fields, cel_engine=cel_engine, config=config
+    )
+    if objects.count() == 0:
+        found = f"{objects.files} manifest file(s), none with" if objects.files else "no manifest files, no"
+        runtime.warnings.append(
+            f"{path}: {found} a Node, Pod or DRA object (resource.k8s.io): is this the state directory?"
+        )
+    return runtime
+
+
+def runtime_from_objects(
+    objects: ClusterObjects,
+    source: Path,
+    gates: FeatureGates | None = None,
+    *,
+    strict_fields: bool = False,
+    cel_engine: str = "cel-expr",
+    config: Path | None = None,
+) -> Runtime:
+    """The runtime of loaded objects (a state directory, or a cluster snapshot: ``app.snapshot``);
+    ``source`` names where they came from. Raises StartupError."""
     selectors = SelectorCache(new_engine(cel_engine))
     state = ClusterState(gates)
     state.inventory.attach_selectors(selectors)
     if config is not None:
         install_config(config, state, selectors)
-    try:
-        objects = load_state(Path(path), strict=strict)
-    except StateLoadError as e:
-        raise StartupError(str(e)) from e
     notes = list(objects.warnings)
     notes.extend(generate_template_claims(objects))
     for kind, obj in _ordered(objects):
@@ -151,12 +184,34 @@ def build_runtime(
             state.apply(kind, obj)
         except InvalidInputError as e:
             raise StartupError(f"{_source(objects, kind, obj)}: {e}") from e
+    cel_problems = _class_selector_problems(objects, selectors)
+    if strict_fields and cel_problems:
+        raise StartupError(cel_problems[0])
     service = SchedulingService(state, selectors)
-    runtime = Runtime(Path(path), state, service, notes)
+    runtime = Runtime(source, state, service, notes, warnings=[*objects.unknown_fields, *cel_problems])
     if config is not None:
         runtime.problems = [f"{config}: {problem}" for problem in state.inventory.derivation_summary()]
         runtime.watcher = watch_config(Path(config), service)
     return runtime
+
+
+def _class_selector_problems(objects: ClusterObjects, selectors: SelectorCache) -> list[str]:
+    """``<file>: DeviceClass <name>: spec.selectors[i].cel.expression: <compile error>`` per selector that
+    does not compile (the API server compiles them on create; a class that does not compile matches no
+    device, and every pod asking for it fails)."""
+    problems = []
+    for obj in objects.device_classes:
+        name = (obj.get("metadata") or {}).get("name")
+        for i, selector in enumerate((obj.get("spec") or {}).get("selectors") or ()):
+            expression = ((selector or {}).get("cel") or {}).get("expression")
+            if not isinstance(expression, str):
+                continue  # the converter checked the shape
+            try:
+                selectors.program(expression)
+            except CELCompileError as e:
+                where = f"spec.selectors[{i}].cel.expression"
+                problems.append(f"{_source(objects, 'DeviceClass', obj)}: DeviceClass {name}: {where}: {e}")
+    return problems
 
 
 def state_summary(state: ClusterState) -> dict[str, int]:

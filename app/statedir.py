@@ -28,7 +28,11 @@ parts that are unknown):
   (app.convert), a Pod claim in the pre-1.31 ``source:`` form;
 * a second object with the same kind, namespace and name.
 
-With ``strict=False`` each of those becomes a warning and the object (or the whole file, for file-level
+Unknown fields (``app.knownfields``: not in the Kubernetes 1.37 schema of the object's apiVersion, e.g. a
+typo'd ``cuont: 3``) are warnings in ``ClusterObjects.unknown_fields`` (``<file>: <Kind> <ref>: <field path>:
+unknown field``), as kubectl's strict decoding reports them; with ``strict_fields=True`` they are errors.
+
+With ``strict=False`` each of those errors becomes a warning and the object (or the whole file, for file-level
 errors) is skipped; with ``strict=True`` the first one raises.
 """
 
@@ -37,7 +41,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,12 +51,14 @@ import yaml
 
 from app.cluster import NAMESPACED_KINDS
 from app.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
+from app.knownfields import unknown_fields
 
 __all__ = [
     "KIND_FIELDS",
     "NAMESPACED_KINDS",
     "ClusterObjects",
     "StateLoadError",
+    "load_documents",
     "load_state",
     "load_yaml_document",
     "stable_uid",
@@ -128,6 +134,11 @@ class ClusterObjects:
     resource_claim_templates: list[Obj] = field(default_factory=list)
     device_taint_rules: list[Obj] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unknown_fields: list[str] = field(default_factory=list)
+    """``<file>: <Kind> <ref>: <field path>: unknown field``, one per field ``app.knownfields`` does not know
+    (the object is kept: the API server would drop the field)."""
+    files: int = 0
+    """Manifest files read."""
     sources: dict[tuple[str, str, str], Path] = field(default_factory=dict)
     """(kind, namespace, name) → the file the object came from, for error messages."""
 
@@ -157,14 +168,28 @@ def stable_uid(kind: str, namespace: str | None, name: str) -> str:
     return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{namespace or ''}/{name}"))
 
 
-def load_state(path: Path, *, strict: bool = True) -> ClusterObjects:
+def load_state(path: Path, *, strict: bool = True, strict_fields: bool = False) -> ClusterObjects:
     """Load every manifest below ``path`` (a directory, or one file) into ``ClusterObjects``.
 
     Raises StateLoadError (see the module docstring); with ``strict=False`` problems become warnings.
+    Unknown fields are listed in ``ClusterObjects.unknown_fields``, or with ``strict_fields`` are errors.
     """
-    loader = _Loader(strict=strict)
+    loader = _Loader(strict=strict, strict_fields=strict_fields)
     for file in _state_files(Path(path)):
         loader.load_file(file)
+        loader.objects.files += 1
+    return loader.objects
+
+
+def load_documents(
+    sources: Iterable[tuple[Path, list[Any]]], *, strict_fields: bool = False
+) -> ClusterObjects:
+    """``load_state`` for documents already parsed (a cluster snapshot: ``app.snapshot``): per source, a
+    name that stands for the file in messages and its documents. The same checks, conversions and
+    defaults; strict (the first error raises StateLoadError)."""
+    loader = _Loader(strict=True, strict_fields=strict_fields)
+    for source, documents in sources:
+        loader.load_documents(source, documents)
     return loader.objects
 
 
@@ -185,8 +210,9 @@ def _state_files(path: Path) -> list[Path]:
 class _Loader:
     """Accumulates objects across files; knows where each object was first seen (duplicate detection)."""
 
-    def __init__(self, *, strict: bool) -> None:
+    def __init__(self, *, strict: bool, strict_fields: bool = False) -> None:
         self.strict = strict
+        self.strict_fields = strict_fields
         self.objects = ClusterObjects()
         self._first: dict[tuple[str, str, str], Obj] = {}
 
@@ -196,6 +222,10 @@ class _Loader:
         except StateLoadError as err:
             self._fail(err)
             return
+        self.load_documents(file, documents)
+
+    def load_documents(self, file: Path, documents: list[Any]) -> None:
+        """Parsed documents of ``file`` (or of a source named like one)."""
         for index, document in enumerate(documents):
             if document is None:  # empty document (`---` at the end, comment-only file)
                 continue
@@ -244,6 +274,7 @@ class _Loader:
         if template_at is not None:
             raise StateLoadError(_TEMPLATE_PROBLEM, file=file, kind=kind, ref=ref, field_path=template_at)
         self._check_name(obj, kind, ref, file)
+        self._check_fields(obj, kind, ref, file)
         converted = self._convert(obj, kind, api_version, ref, file)
         if self._remember(converted, kind, file):
             self.objects.of_kind(kind).append(converted)
@@ -254,6 +285,13 @@ class _Loader:
         if api_version == CLASSIC_DRA_VERSION:
             raise StateLoadError(CLASSIC_DRA_PROBLEM, file=file, kind=kind, ref=ref, field_path="apiVersion")
         self._warn(f"{file}: {kind} {ref}: skipped ({api_version} {kind} is not used by the extender)")
+
+    def _check_fields(self, obj: Obj, kind: str, ref: str, file: Path) -> None:
+        """Fields the object's apiVersion does not have (before conversion: the paths are the file's)."""
+        for path in unknown_fields(obj):
+            if self.strict_fields:
+                raise StateLoadError("unknown field", file=file, kind=kind, ref=ref, field_path=path)
+            self.objects.unknown_fields.append(f"{file}: {kind} {ref}: {path}: unknown field")
 
     @staticmethod
     def _check_name(obj: Obj, kind: str, ref: str, file: Path) -> None:

@@ -47,11 +47,17 @@ def run_validate(args: argparse.Namespace) -> int:
             print(f"{args.config}: valid ({len(config.attributes)} derived attributes)")
             return EXIT_VALID
         runtime = build_runtime(
-            args.state, args.feature_gates, cel_engine=args.cel_engine, config=args.config
+            args.state,
+            args.feature_gates,
+            strict_fields=args.strict,
+            cel_engine=args.cel_engine,
+            config=args.config,
         )
     except (StartupError, ConfigError) as e:
         print(f"dra-extender: {e}", file=sys.stderr)
         return EXIT_INVALID
+    for warning in runtime.warnings:
+        print(f"dra-extender: warning: {warning}", file=sys.stderr)
     counts = state_summary(runtime.state)
     print(
         f"{args.state}: valid ({counts['nodes']} nodes, {counts['resource_slices']} ResourceSlices, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import orjson
 import pytest
 import yaml
 
+from app import httpserver
 from app.cli import main
 from app.httpserver import IdleClosingH11Protocol
 from tests.builders import claim, claim_template, device, device_class, node, pod, request, resource_slice
@@ -51,7 +53,7 @@ def state_dir(tmp_path: Path) -> Path:
 
 
 def _simulate(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:
-    code = main(["simulate", *argv])
+    code = main(["simulate", "-o", "json", *argv])
     out, err = capsys.readouterr()
     return code, (orjson.loads(out) if code == 0 else {}), err
 
@@ -117,21 +119,20 @@ def test_simulate_output_shape_and_placements(capsys, state_dir):
 
 
 def test_simulate_is_deterministic(capsys, state_dir):
-    main(["simulate", "--state", str(state_dir)])
+    main(["simulate", "-o", "json", "--state", str(state_dir)])
     first = capsys.readouterr().out
-    main(["simulate", "--state", str(state_dir)])
+    main(["simulate", "-o", "json", "--state", str(state_dir)])
     assert capsys.readouterr().out == first
     assert first.startswith('{\n  "pods": [\n')  # orjson, indent 2
 
 
 def test_simulate_nodes_restricts_and_orders_candidates(capsys, state_dir):
-    code, document, _ = _simulate(capsys, "--state", str(state_dir), "--nodes", "n3,ghost,n1")
+    code, document, _ = _simulate(capsys, "--state", str(state_dir), "--nodes", "n3,n1")
     assert code == 0
     pods = _by_name(document)
     assert pods["a-template"]["node"] == "n1"
     assert _devices(pods["a-template"]) == [("gpu", "n1", "gpu-0")]
-    assert list(pods["a-template"]["reasons"]) == ["n3", "ghost"]
-    assert "ghost" in pods["a-template"]["reasons"]["ghost"]
+    assert list(pods["a-template"]["reasons"]) == ["n3"]
     assert pods["b-pair"]["node"] is None  # one GPU left on n1; n2 is not a candidate
     assert pods["d-free"]["node"] == "n3"  # tie → first candidate
 
@@ -207,7 +208,7 @@ def test_help_exits_0(capsys):
 def test_python_dash_m_app_runs_simulate(state_dir):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "app", "simulate", "--state", str(state_dir)],
+        [sys.executable, "-m", "app", "simulate", "-o", "json", "--state", str(state_dir)],
         capture_output=True,
         cwd=REPO,
         env=env,
@@ -218,40 +219,48 @@ def test_python_dash_m_app_runs_simulate(state_dir):
     assert len(orjson.loads(done.stdout)["pods"]) == 5
 
 
-def test_serve_prints_a_banner_and_runs_one_uvicorn_worker(capsys, monkeypatch, state_dir):
-    import uvicorn
+@pytest.fixture
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def served(monkeypatch) -> list[tuple[Any, socket.socket, dict[str, Any]]]:
+    """What ``serve`` would run uvicorn with: (app, the bound socket, uvicorn options); nothing is served."""
+    calls: list[tuple[Any, socket.socket, dict[str, Any]]] = []
+
+    def record(app: Any, sock: socket.socket, **options: Any) -> None:
+        calls.append((app, sock, options))
+        sock.close()
+
+    monkeypatch.setattr(httpserver, "serve", record)
+    return calls
+
+
+def test_serve_prints_a_banner_and_runs_one_uvicorn_worker(capsys, served, state_dir, free_port):
     from fastapi import FastAPI
 
-    calls: list[tuple[Any, dict[str, Any]]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append((app, kwargs)))
-    code = main(
-        [
-            "serve",
-            "--state",
-            str(state_dir),
-            "--port",
-            "9999",
-            "--log-level",
-            "warning",
-            "--max-body-bytes",
-            "1234",
-        ]
-    )
+    port = str(free_port)
+    flags = ["--port", port, "--log-level", "warning", "--max-body-bytes", "1234"]
+    code = main(["serve", "--state", str(state_dir), *flags])
     err = capsys.readouterr().err
     assert code == 0
-    [(app, kwargs)] = calls
+    [(app, sock, kwargs)] = served
     assert isinstance(app, FastAPI)
+    assert sock.family == socket.AF_INET
     assert kwargs == {
         "host": "127.0.0.1",
-        "port": 9999,
+        "port": free_port,
         "log_level": "warning",
         "workers": 1,
         "http": IdleClosingH11Protocol,
         "timeout_keep_alive": 5,
     }
     assert "3 nodes, 2 ResourceSlices (3 devices), 4 ResourceClaims, 5 pending pods" in err
-    assert "http://127.0.0.1:9999/scheduler" in err
-    assert "curl -s http://127.0.0.1:9999/healthz" in err
+    assert f"http://127.0.0.1:{port}/scheduler" in err
+    assert f"curl -s http://127.0.0.1:{port}/healthz" in err
     # The bind example names the first pending pod and a node it fits on.
     assert '"PodName":"a-template"' in err and '"Node":"n1"' in err
 
@@ -270,21 +279,17 @@ def tls_files(directory: Path) -> tuple[Path, Path, Path, Path]:
     return paths[0], paths[1], paths[2], paths[3]
 
 
-def test_serve_passes_the_tls_flags_to_uvicorn(capsys, monkeypatch, state_dir, tmp_path):
+def test_serve_passes_the_tls_flags_to_uvicorn(capsys, served, state_dir, tmp_path, free_port):
     import ssl
 
-    import uvicorn
-
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
     cert, key, ca, _ = tls_files(tmp_path)
     argv = ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--ssl-ca-certs", str(ca)]
-    assert main(["serve", "--state", str(state_dir), "--port", "9999", *argv]) == 0
-    [kwargs] = calls
+    assert main(["serve", "--state", str(state_dir), "--port", str(free_port), *argv]) == 0
+    [(_, _, kwargs)] = served
     assert kwargs["ssl_certfile"] == str(cert) and kwargs["ssl_keyfile"] == str(key)
     assert kwargs["ssl_ca_certs"] == str(ca) and kwargs["ssl_cert_reqs"] == ssl.CERT_REQUIRED
     err = capsys.readouterr().err
-    assert "https://127.0.0.1:9999/scheduler" in err
+    assert f"https://127.0.0.1:{free_port}/scheduler" in err
     assert main(["serve", "--state", str(state_dir), "--ssl-certfile", str(cert)]) == 2
     assert "both or neither" in capsys.readouterr().err
 
@@ -303,11 +308,9 @@ def test_serve_passes_the_tls_flags_to_uvicorn(capsys, monkeypatch, state_dir, t
 def test_serve_with_an_unusable_tls_file_exits_2_naming_the_flag_before_loading_the_state(
     capsys, monkeypatch, state_dir, tmp_path, flag, problem
 ):
-    import uvicorn
-
     from app import cli
 
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
+    monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("must not serve"))
     monkeypatch.setattr(cli, "_runtime", lambda settings: pytest.fail("must not load the state first"))
     cert, key, ca, other_key = tls_files(tmp_path)
     files = {"--ssl-certfile": cert, "--ssl-keyfile": key, "--ssl-ca-certs": ca}
@@ -322,9 +325,7 @@ def test_serve_with_an_unusable_tls_file_exits_2_naming_the_flag_before_loading_
 
 @pytest.mark.parametrize("argv", [["--port", "0"], ["--max-body-bytes", "0"], ["--log-level", "loud"]])
 def test_serve_bad_flags_exit_2(capsys, monkeypatch, state_dir, argv):
-    import uvicorn
-
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
+    monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("must not serve"))
     assert main(["serve", "--state", str(state_dir), *argv]) == 2
     assert capsys.readouterr().err
 
@@ -334,12 +335,10 @@ def test_delegated_auth_needs_cluster_mode_and_makes_client_certificates_optiona
 ):
     import ssl
 
-    import uvicorn
-
     from app.cli import _ssl_options
     from app.settings import ServerSettings
 
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("must not serve"))
+    monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("must not serve"))
     assert main(["serve", "--state", str(state_dir), "--delegated-auth"]) == 2
     assert "--delegated-auth needs cluster mode" in capsys.readouterr().err
     cert, key, ca, _ = tls_files(tmp_path)

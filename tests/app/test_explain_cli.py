@@ -1,4 +1,4 @@
-"""``dra-extender explain`` and ``simulate --output human`` on the demo cluster; policy flags."""
+"""``dra-extender explain`` and ``simulate -o table`` on the demo cluster; policy flags."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_explain_pod_table(capsys):
-    code, out, err = run(capsys, "explain", "--state", str(DEMO), "demo/numa-quad")
+def test_explain_all_pod_table(capsys):
+    code, out, err = run(capsys, "explain", "--state", str(DEMO), "--all", "demo/numa-quad")
     assert (code, err) == (0, "")
     assert "Pod demo/numa-quad" in out
     assert "device selection aligned, scoring binpack" in out
@@ -64,7 +64,7 @@ def test_explain_policy_flags(capsys):
         "demo/gpu-nic",
     )
     assert code == 0
-    node = next(n for n in orjson.loads(out)["nodes"] if n["node"] == "gpu-node-1")
+    node = next(n for n in orjson.loads(out)["best"] if n["node"] == "gpu-node-1")
     assert [d["device"] for d in node["allocations"][0]["devices"]] == ["gpu-0", "pci-0000-18-00-0"]
     assert node["placement"] == "first-fit"
 
@@ -107,7 +107,7 @@ def test_explain_without_rich_prints_plain_tables(capsys, monkeypatch):
 
 
 def test_simulate_human_output(capsys):
-    code, out, err = run(capsys, "simulate", "--state", str(DEMO), "--output", "human")
+    code, out, err = run(capsys, "simulate", "--state", str(DEMO), "--output", "table")
     assert (code, err) == (0, "")
     assert "Placement: 7 of 9 pod(s) placed (device selection aligned, scoring binpack)" in out
     assert "demo/numa-quad" in out and "gpus: gpu-0, gpu-1, gpu-2, gpu-3" in out
@@ -117,7 +117,7 @@ def test_simulate_human_output(capsys):
 
 def test_simulate_human_plain_rows(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "rich.console", None)
-    code, out, _ = run(capsys, "simulate", "--state", str(DEMO), "--output", "human")
+    code, out, _ = run(capsys, "simulate", "--state", str(DEMO), "--output", "table")
     assert code == 0
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("demo/")}
     # two-gpus is left with only the tainted gpu-7: the reason shown is gpu-node-1's, not the empty nodes'.
