@@ -24,6 +24,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -532,6 +533,14 @@ class Inventory:
         if devices:
             table[key] = devices
         self._touch_pools({(d.id[0], d.id[1]) for d in (*previous, *devices)})
+
+    def allocations(self) -> Mapping[str, tuple[AllocatedDevice, ...]]:
+        """Claim key -> the devices its allocation holds (read-only; for usage reports)."""
+        return MappingProxyType(self._claims)
+
+    def reservations(self) -> Mapping[str, tuple[AllocatedDevice, ...]]:
+        """Reservation token -> the devices it holds for a bind in flight (read-only)."""
+        return MappingProxyType(self._reservations)
 
     def is_exclusively_allocated(self, device_id: DeviceID) -> bool:
         entry = self._holders.get(device_id)

@@ -45,6 +45,8 @@ from allocator.selectors import SelectorCache
 from app.binder import BindError
 from app.explain_cli import add_explain_parser, render_simulation, run_explain
 from app.extended import missing_extended_resources
+from app.logs import LOG_FORMATS
+from app.logs import configure as configure_logging
 from app.podclaims import claim_names
 from app.runtime import (
     Runtime,
@@ -272,6 +274,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=defaults.port, help=f"TCP port (default {defaults.port})")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default=defaults.log_level)
     serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=defaults.log_format,
+        help=f"text or json (klog-style keys), for the extender and uvicorn (default {defaults.log_format})",
+    )
+    serve.add_argument(
         "--max-body-bytes",
         type=_positive,
         default=DEFAULT_MAX_BODY_BYTES,
@@ -366,6 +374,7 @@ def _settings(args: argparse.Namespace) -> Settings:
                 args.port,
                 args.max_body_bytes,
                 args.log_level,
+                log_format=args.log_format,
                 ssl_certfile=args.ssl_certfile,
                 ssl_keyfile=args.ssl_keyfile,
                 ssl_ca_certs=args.ssl_ca_certs,
@@ -426,9 +435,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
-    logging.basicConfig(
-        level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.server.log_level, settings.server.log_format)
     cluster = _cluster_settings(args)
     if cluster is None and settings.server.delegated_auth:
         raise StartupError("--delegated-auth needs cluster mode: it asks the API server about callers")
@@ -457,6 +464,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
+        log_config=None,  # uvicorn's records go through the handler configure_logging installed
         workers=1,
         **server_config(),
         **_ssl_options(settings.server),
@@ -615,6 +623,7 @@ def _serve_cluster(settings: Settings) -> int:
     from app.auth import DelegatedAuth
     from app.httpserver import server_config
     from app.kube.runtime import BackgroundRuntime, ClusterRuntime
+    from app.metrics import Metrics
 
     assert settings.cluster is not None
     selectors = SelectorCache(new_engine(settings.scheduling.cel_engine))
@@ -642,10 +651,17 @@ def _serve_cluster(settings: Settings) -> int:
         auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
     try:
         uvicorn.run(
-            create_app(runtime.service, settings, ready=runtime.ready, auth=auth),
+            create_app(
+                runtime.service,
+                settings,
+                ready=runtime.ready,
+                auth=auth,
+                metrics=Metrics(runtime.service, runtime.informers),
+            ),
             host=server.host,
             port=server.port,
             log_level=server.log_level,
+            log_config=None,
             workers=1,
             **server_config(),
             **_ssl_options(server),

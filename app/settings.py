@@ -61,6 +61,10 @@ class ServerSettings:
     log_level: str = "info"
     """Python ``logging`` / uvicorn level name. ``info`` logs startup and one line per request."""
 
+    log_format: str = "text"
+    """``text`` or ``json`` (``app.logs``): one format for the extender's and uvicorn's records; ``json``
+    has klog-style keys (``ts``, ``level``, ``msg``, ``pod``, ``node``, ``claim``) for log collectors."""
+
     ssl_certfile: Path | None = None
     """PEM server certificate: serve HTTPS (kube-scheduler ``enableHTTPS: true`` with a ``tlsConfig.caFile``;
     without a CA kube-scheduler does not verify). None: plain HTTP, fine on loopback in the sidecar model."""
@@ -91,6 +95,8 @@ class ServerSettings:
             raise ValueError(f"port: must be in 1..65535, got {self.port}")
         if self.max_body_bytes < 1:
             raise ValueError(f"max_body_bytes: must be positive, got {self.max_body_bytes}")
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log_format: must be text or json, got {self.log_format!r}")
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level: must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
 

@@ -1,0 +1,16 @@
+"""Reading a ``/metrics`` exposition in tests, through prometheus-client's own parser."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["samples"]
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """(sample name, its labels) -> value, for every sample of the exposition."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
