@@ -47,6 +47,7 @@ from app.explain_cli import add_explain_parser, render_simulation, run_explain
 from app.extended import missing_extended_resources
 from app.logs import LOG_FORMATS
 from app.logs import configure as configure_logging
+from app.metrics import Metrics
 from app.podclaims import claim_names
 from app.runtime import (
     Runtime,
@@ -280,6 +281,11 @@ def _parser() -> argparse.ArgumentParser:
         help=f"text or json (klog-style keys), for the extender and uvicorn (default {defaults.log_format})",
     )
     serve.add_argument(
+        "--metrics-bind-address",
+        metavar="HOST:PORT",
+        help="also serve /metrics alone on this address (e.g. 0.0.0.0:9090 for Prometheus; default: none)",
+    )
+    serve.add_argument(
         "--max-body-bytes",
         type=_positive,
         default=DEFAULT_MAX_BODY_BYTES,
@@ -375,6 +381,7 @@ def _settings(args: argparse.Namespace) -> Settings:
                 args.max_body_bytes,
                 args.log_level,
                 log_format=args.log_format,
+                metrics_bind_address=args.metrics_bind_address,
                 ssl_certfile=args.ssl_certfile,
                 ssl_keyfile=args.ssl_keyfile,
                 ssl_ca_certs=args.ssl_ca_certs,
@@ -458,9 +465,10 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if runtime.watcher is not None:
         runtime.watcher.start()
+    metrics = _serve_metrics(settings.server, Metrics(runtime.service))
     # One worker: the cluster state and the in-flight allocations live in this process.
     uvicorn.run(
-        create_app(runtime.service, settings),
+        create_app(runtime.service, settings, metrics=metrics),
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
@@ -559,6 +567,21 @@ def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
         raise StartupError(str(e)) from e
 
 
+def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Metrics:
+    """Start the ``--metrics-bind-address`` listener (a daemon thread) when asked for; returns ``metrics``.
+    Raises StartupError when the address cannot be bound."""
+    if server.metrics_bind_address is not None:
+        from prometheus_client import start_http_server
+
+        host, _, port = server.metrics_bind_address.rpartition(":")
+        try:
+            start_http_server(int(port), host.strip("[]"), registry=metrics.registry)
+        except OSError as e:
+            address = server.metrics_bind_address
+            raise StartupError(f"--metrics-bind-address {address}: {e.strerror or e}") from e
+    return metrics
+
+
 def _url(server: ServerSettings) -> str:
     return f"{'https' if server.ssl_certfile else 'http'}://{server.host}:{server.port}"
 
@@ -623,7 +646,6 @@ def _serve_cluster(settings: Settings) -> int:
     from app.auth import DelegatedAuth
     from app.httpserver import server_config
     from app.kube.runtime import BackgroundRuntime, ClusterRuntime
-    from app.metrics import Metrics
 
     assert settings.cluster is not None
     selectors = SelectorCache(new_engine(settings.scheduling.cel_engine))
@@ -656,7 +678,7 @@ def _serve_cluster(settings: Settings) -> int:
                 settings,
                 ready=runtime.ready,
                 auth=auth,
-                metrics=Metrics(runtime.service, runtime.informers),
+                metrics=_serve_metrics(server, Metrics(runtime.service, runtime.informers)),
             ),
             host=server.host,
             port=server.port,

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from app.logs import configure
+from tests.app.metrics_support import samples
 
 REPO = Path(__file__).resolve().parents[2]
 ACCESS = ("127.0.0.1:50000", "GET", "/readyz", "1.1", 200)
@@ -99,14 +100,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_serve_logs_json_for_the_app_and_uvicorn():
-    port = _free_port()
+def test_serve_logs_json_for_the_app_and_uvicorn_and_serves_metrics_apart():
+    port, metrics_port = _free_port(), _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-m", "app", "serve", "--state", "examples/cluster", "--port", str(port)]
-    server = subprocess.Popen(
-        [*argv, "--log-format", "json"], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True
-    )
+    argv += ["--log-format", "json", "--metrics-bind-address", f"127.0.0.1:{metrics_port}"]
+    server = subprocess.Popen(argv, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -120,6 +120,9 @@ def test_serve_logs_json_for_the_app_and_uvicorn():
         bind = (REPO / "examples/requests/bind-two-gpus.json").read_bytes()
         assert httpx.post(f"{url}/scheduler/bind", content=bind).json() == {"Error": ""}
         httpx.get(f"{url}/metrics")
+        # The metrics listener shows the same registry as the extender's port.
+        apart = samples(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text)
+        assert apart[("dra_extender_binds_total", frozenset({("result", "success")}))] == 1
     finally:
         server.terminate()
         _, err = server.communicate(timeout=30)
