@@ -3,6 +3,8 @@ counted by hand from the small state below."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,10 @@ from app.cluster import ClusterState
 from app.metrics import REQUEST_BUCKETS, Metrics
 from app.scheduling import SchedulingService
 from app.settings import Settings
-from tests.app.metrics_support import samples
+from tests.app.metrics_support import names, samples
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
+ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "gpu.example.com"
 NS = "ml"
 
@@ -160,29 +163,47 @@ def test_request_buckets_are_kube_schedulers():
     assert REQUEST_BUCKETS[12:] == pytest.approx((0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384))
 
 
+class _Clock:
+    def now(self) -> float:
+        return 100.0
+
+
+class _Stats:
+    def __init__(self, events: int, lists: int, last: float | None) -> None:
+        self.events, self.lists, self.last_event_at = events, lists, last
+
+
+class _Informer:
+    """What the collector reads of ``app.kube.informers.Informer``."""
+
+    def __init__(self, synced: bool, stats: _Stats) -> None:
+        self.synced, self.stats, self.clock = synced, stats, _Clock()
+
+
+class _Informers:
+    informers = {
+        "Pod": _Informer(True, _Stats(7, 2, 90.0)),
+        "ResourceSlice": _Informer(False, _Stats(0, 1, None)),
+    }
+
+
 def test_informer_state_in_cluster_mode(service: SchedulingService):
-    class Clock:
-        def now(self) -> float:
-            return 100.0
-
-    class Stats:
-        def __init__(self, events: int, lists: int, last: float | None) -> None:
-            self.events, self.lists, self.last_event_at = events, lists, last
-
-    class Informer:
-        def __init__(self, synced: bool, stats: Stats) -> None:
-            self.synced, self.stats, self.clock = synced, stats, Clock()
-
-    class Informers:
-        informers = {
-            "Pod": Informer(True, Stats(7, 2, 90.0)),
-            "ResourceSlice": Informer(False, Stats(0, 1, None)),
-        }
-
-    values = samples(Metrics(service, Informers()).render().decode())
+    values = samples(Metrics(service, _Informers()).render().decode())
     assert values[("dra_extender_informer_synced", _labels(resource="Pod"))] == 1
     assert values[("dra_extender_informer_synced", _labels(resource="ResourceSlice"))] == 0
     assert values[("dra_extender_informer_events_total", _labels(resource="Pod"))] == 7
     assert values[("dra_extender_informer_relists_total", _labels(resource="Pod"))] == 2
     assert values[("dra_extender_informer_seconds_since_last_event", _labels(resource="Pod"))] == 10
     assert ("dra_extender_informer_seconds_since_last_event", _labels(resource="ResourceSlice")) not in values
+
+
+def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: SchedulingService):
+    dashboard = json.loads((ROOT / "manifests/components/monitoring/dra-extender-dashboard.json").read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\bdra_extender_[a-z_]+", target["expr"])
+    }
+    exposed = names(Metrics(service, _Informers()).render().decode())
+    assert len(queried) >= 15 and queried - exposed == set()
