@@ -43,8 +43,10 @@ from allocator.features import FeatureGates, parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from allocator.selectors import SelectorCache
 from app.binder import BindError
+from app.derivedconfig import ConfigError, load_config
 from app.explain_cli import add_explain_parser, render_simulation, run_explain
 from app.extended import missing_extended_resources
+from app.extenderconfig import COMMAND_SECTIONS, FIELDS
 from app.logs import LOG_FORMATS
 from app.logs import configure as configure_logging
 from app.metrics import Metrics
@@ -71,7 +73,7 @@ from app.settings import (
 )
 from app.validate import add_validate_parser, run_validate
 
-__all__ = ["choose_node", "main", "simulate"]
+__all__ = ["choose_node", "main", "parse_args", "simulate"]
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +236,9 @@ def _policy_flags(sub: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> argparse.ArgumentParser:
+    """The command line; ``config_defaults``: per command, option defaults from the config file (flags
+    override them)."""
     parser = argparse.ArgumentParser(
         prog="dra-extender", description="kube-scheduler extender allocating DRA devices"
     )
@@ -265,7 +269,8 @@ def _parser() -> argparse.ArgumentParser:
             "--config",
             type=Path,
             metavar="FILE",
-            help="extender config file (cluster-wide derivedAttributes); serve reloads it when it changes",
+            help="ExtenderConfiguration file: settings (flags override them; read at start) and cluster-wide "
+            "derivedAttributes (serve reloads those when the file changes)",
         )
 
     serve = commands.add_parser("serve", help="serve filter/prioritize/bind over HTTP")
@@ -315,6 +320,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.epilog = (
         "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
     )
+    for name, values in (config_defaults or {}).items():
+        commands.choices[name].set_defaults(**values)
     return parser
 
 
@@ -373,6 +380,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             args.device_selection,
             scoring=scoring,
             cel_engine=args.cel_engine,
+            # set only by a config file (app.extenderconfig), like the cluster settings without a flag
+            filter_time_budget_seconds=getattr(args, "filter_time_budget_seconds", None),
         )
         if args.command == "serve":
             server = ServerSettings(
@@ -411,6 +420,8 @@ def _apply_policies(service: SchedulingService, scheduling: SchedulingSettings) 
     """Device selection and scoring of the settings, on the service."""
     service.device_selection = scheduling.device_selection
     service.scoring = scheduling.scoring
+    if scheduling.filter_time_budget_seconds is not None:
+        service.filter_time_budget = scheduling.filter_time_budget_seconds
 
 
 def _runtime(settings: Settings) -> Runtime:
@@ -541,6 +552,12 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
+_CONFIG_ONLY_CLUSTER = tuple(
+    spec.dest for spec in FIELDS if spec.path.startswith("cluster.") and not spec.flag
+)
+"""ClusterSettings fields only a config file sets (no flag): their option dest is the field name."""
+
+
 def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
     """``ClusterSettings`` when ``serve`` runs in cluster mode, else None (``--state``). Raises StartupError
     when neither or both are asked for, or for a value the settings reject."""
@@ -562,6 +579,7 @@ def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
             scheduler_names=tuple(n.strip() for n in args.scheduler_name.split(",") if n.strip()),
             orphan_grace_period_seconds=args.orphan_grace_period,
             binding_timeout_seconds=args.binding_timeout,
+            **{name: getattr(args, name) for name in _CONFIG_ONLY_CLUSTER if hasattr(args, name)},
         )
     except ValueError as e:
         raise StartupError(str(e)) from e
@@ -718,12 +736,28 @@ def _simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The options, with a ``--config`` file's settings as the defaults of the command's flags (a flag
+    given on the command line wins). Raises SystemExit (argparse) or StartupError (unusable config)."""
+    args = _parser().parse_args(argv)
+    if args.command not in COMMAND_SECTIONS or args.config is None:
+        return args
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        raise StartupError(str(e)) from e
+    return _parser({args.command: config.defaults_for(args.command)}).parse_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ran, 2 unusable input or bad flags)."""
     try:
-        args = _parser().parse_args(argv)
+        args = parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    except StartupError as e:
+        print(f"dra-extender: {e}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.command == "validate":
             return run_validate(args)

@@ -135,7 +135,15 @@ class SchedulingSettings:
     (default): Google's C++ runtime, ~5-10 us per uncached evaluation. ``cel-python``: the pure-Python
     cross-check engine, 20-100x slower; the same inputs give the same results (shared conformance corpus)."""
 
+    filter_time_budget_seconds: float | None = None
+    """Longest one filter call searches; nodes not decided by then fail with a reason saying so and are
+    decided on the next call. None: the service's 3 s (``app.scheduling.FILTER_TIME_BUDGET``), below
+    kube-scheduler's 5 s extender timeout for filter."""
+
     def __post_init__(self) -> None:
+        budget = self.filter_time_budget_seconds
+        if budget is not None and not budget > 0:
+            raise ValueError(f"filter_time_budget_seconds: must be positive, got {budget}")
         if self.cel_engine not in CEL_ENGINES:
             raise ValueError(f"cel_engine: must be one of {', '.join(CEL_ENGINES)}, got {self.cel_engine!r}")
         if self.device_selection not in DEVICE_SELECTION_POLICIES:
