@@ -58,6 +58,7 @@ class _KlogJsonFormatter(JsonFormatter):
 
     def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
         log_data["level"] = str(log_data.get("level", "")).lower()
+        log_data.pop("color_message", None)  # uvicorn's terminal-coloured copy of msg
         return log_data
 
 

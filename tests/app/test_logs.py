@@ -135,3 +135,4 @@ def test_serve_logs_json_for_the_app_and_uvicorn_and_serves_metrics_apart():
     access = [r["msg"] for r in records if r["logger"] == "uvicorn.access"]
     assert any("/scheduler/bind" in m for m in access)
     assert not any(p in m for m in access for p in ("/readyz", "/metrics"))
+    assert not [r for r in records if "color_message" in r]
