@@ -46,7 +46,14 @@ from allocator.pools import PoolID, PoolView, gather_pools, ignored_slices
 from allocator.quantity import QuantityError, parse_quantity
 from allocator.selectors import SelectorCache
 
-__all__ = ["AllocatedDevice", "Inventory", "NodeVersions", "allocated_devices", "counters_left"]
+__all__ = [
+    "AllocatedDevice",
+    "Inventory",
+    "NodeVersions",
+    "allocated_devices",
+    "counters_left",
+    "taints_with_rules",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +96,11 @@ def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple
             )
         )
     return tuple(parsed)
+
+
+def taints_with_rules(device: Device, rules: Iterable[DeviceTaintRule]) -> tuple[Taint, ...]:
+    """The device's own taints plus those of the rules that select it."""
+    return device.taints + tuple(r.taint for r in rules if r.matches(device.id))
 
 
 @dataclass(slots=True)
@@ -492,9 +504,12 @@ class Inventory:
             return device.taints
         cached = self._taints.get(device)
         if cached is None:
-            cached = device.taints + tuple(r.taint for r in self._rules.values() if r.matches(device.id))
-            self._taints[device] = cached
+            cached = self._taints[device] = taints_with_rules(device, self._rules.values())
         return cached
+
+    def taint_rules(self) -> tuple[DeviceTaintRule, ...]:
+        """The DeviceTaintRules in force (none while the gate DRADeviceTaintRules is off)."""
+        return tuple(self._rules.values()) if self.gates.DRADeviceTaintRules else ()
 
     # --- use --------------------------------------------------------------------------------------
 

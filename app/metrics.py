@@ -11,7 +11,8 @@ Counted on the request path (a counter increment or a histogram observation each
 * ``dra_extender_filter_nodes_total{result}``: nodes filter answered ``passed``, ``failed`` or
   ``unresolvable``.
 
-Read when scraped (``_StateCollector``, under the service lock), never maintained per request:
+Read when scraped (``_StateCollector``: copied under the service lock, counted after), never maintained
+per request:
 
 * decisions: ``dra_extender_decision_cache_hits_total`` / ``_misses_total`` (nodes answered from a kept
   decision / decided anew), ``dra_extender_filter_budget_exhausted_total`` (filter calls cut by the time
@@ -41,7 +42,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from allocator.usage import device_usage
+from allocator.usage import UsageSnapshot
 from app.scheduling import SchedulingService
 
 __all__ = ["CONTENT_TYPE", "NODE_RESULTS", "REQUEST_BUCKETS", "RESULTS", "VERBS", "Metrics"]
@@ -74,16 +75,20 @@ class _StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         service = self.service
+        # Under the lock only copies (references to immutable objects); the counting runs without it, so
+        # a scrape holds filters up only for the copy.
         with service.lock:
             inventory = service.state.inventory
-            usage = device_usage(inventory, service.selectors)
-            by_namespace = _namespace_devices(service.state.objects["ResourceClaim"])
+            snapshot = UsageSnapshot.take(inventory, service.selectors)
+            claims = list(service.state.objects["ResourceClaim"].items())  # replaced on change, never edited
             reservations = len(inventory.reservations())
             errors = inventory.derivation_counts()
             cache = service.selectors.report()
             kept = service.kept_decisions()
             stats = service.stats
             counters = (stats.hits, stats.misses, stats.budget_cuts, stats.budget_undecided_nodes)
+        usage = snapshot.count()
+        by_namespace = _namespace_devices(claims)
         yield from _decision_metrics(*counters)
         yield _gauge(
             "reservations_in_flight", "Device reservations of binds in flight or not seen back.", reservations
@@ -167,10 +172,10 @@ def _request_classes(spec: Mapping[str, Any]) -> dict[str, str]:
     return classes
 
 
-def _namespace_devices(claims: Mapping[str, Mapping[str, Any]]) -> Tally[tuple[str, str, str]]:
+def _namespace_devices(claims: Iterable[tuple[str, Mapping[str, Any]]]) -> Tally[tuple[str, str, str]]:
     """Devices of allocated claims per (namespace, requested DeviceClass, driver); admin access holds none."""
     counts: Tally[tuple[str, str, str]] = Tally()
-    for key, claim in claims.items():
+    for key, claim in claims:
         allocation = (claim.get("status") or {}).get("allocation") or {}
         results: Iterable[Mapping[str, Any]] = (allocation.get("devices") or {}).get("results") or ()
         if not results:

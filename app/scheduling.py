@@ -635,9 +635,9 @@ class SchedulingService:
         redo = [n for n in {*changed, *last.undecided} if last.covers(n)]
         if quick and (last.undecided or not _quick_enough(inventory, redo, pending)):
             raise _NotQuick
-        self.stats.hits += len(node_names) - len(redo)  # answered from the shape's last answer
         now = FilterOutcome()
         self._decide_nodes(now, redo, asked, select=False, quick=quick)
+        self._count(len(node_names) - len(redo), 0)  # the others: from the shape's last answer
         if now.error:
             return now
         last.record(redo, self._decisions.get(view.shape, {}), inventory.node_versions())
@@ -670,7 +670,8 @@ class SchedulingService:
         passed, failed, unresolvable = outcome.passed, outcome.failed, outcome.unresolvable
         budget = self.filter_time_budget
         deadline = time.monotonic() + budget
-        stats = self.stats
+        # Counted once the call is through: a quick attempt that gives up (_NotQuick) is decided again.
+        hits = misses = 0
         for index, name in enumerate(node_names):
             if index % 64 == 0 and time.monotonic() > deadline:
                 self._cut(failed, node_names[index:], budget)
@@ -682,7 +683,7 @@ class SchedulingService:
                 and decision.version == (versions.global_version, versions.get(name))
                 and not (select and decision.score is None)
             ):
-                stats.hits += 1
+                hits += 1
                 if decision.results is not None:
                     passed.append(name)
                     continue
@@ -694,12 +695,13 @@ class SchedulingService:
             if time.monotonic() > deadline:  # the slow path: checked before every search
                 self._cut(failed, node_names[index:], budget)
                 break
-            stats.misses += 1
+            misses += 1
             try:
                 decision = self._decide_node(name, asked, select=select, quick=quick)
             except AllocatorError as e:
                 outcome.error = str(e)
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
+                self._count(hits, misses)
                 return
             if decisions is None and view.shared:
                 decisions = self._decisions.get(view.shape)
@@ -709,6 +711,11 @@ class SchedulingService:
                 (unresolvable if decision.unresolvable else failed)[name] = decision.reason
             else:
                 passed.append(name)
+        self._count(hits, misses)
+
+    def _count(self, hits: int, misses: int) -> None:
+        self.stats.hits += hits
+        self.stats.misses += misses
 
     def _cut(self, failed: dict[str, str], undecided: Sequence[str], budget: float) -> None:
         """The time budget ran out: the nodes not decided yet fail with a reason saying so."""

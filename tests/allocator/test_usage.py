@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from allocator.inventory import AllocatedDevice
-from allocator.usage import device_usage
+from allocator.usage import UsageSnapshot
 from tests.allocator.builders import CLASS_A, DRIVER_A, DRIVER_B, World, device, device_class, slice_
 
 
@@ -33,7 +33,7 @@ def test_each_current_device_is_in_one_state_per_class_it_matches():
     inventory = world.inventory
     inventory.set_allocation("ns/c", (_held("d0"), _held("d2", admin=True)))
     inventory.reserve("bind:1", (_held("d0"), _held("d1")))  # d0 is allocated already: counts once
-    usage = device_usage(inventory, world.selectors)
+    usage = UsageSnapshot.take(inventory, world.selectors).count()
     # Pool p (generation 2 only): d0 allocated, d1 reserved, d3 tainted, d2 (admin access) and d4 free.
     expected_p = {"allocated": 1, "reserved": 1, "tainted": 1, "free": 2}
     for device_class_name in (CLASS_A, "wide"):
@@ -52,4 +52,4 @@ def test_a_device_no_class_matches_counts_under_the_empty_class():
     world = World(
         slices=[slice_("b", DRIVER_B, "q", [device("e0")])], classes=[device_class(CLASS_A, "false")]
     )
-    assert device_usage(world.inventory, world.selectors) == {("", DRIVER_B, "q", "free"): 1}
+    assert UsageSnapshot.take(world.inventory, world.selectors).count() == {("", DRIVER_B, "q", "free"): 1}
