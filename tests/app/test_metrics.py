@@ -207,3 +207,35 @@ def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: Scheduli
     }
     exposed = names(Metrics(service, _Informers()).render().decode())
     assert len(queried) >= 15 and queried - exposed == set()
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("9090", "metrics_bind_address: expected host:port, got '9090'"),
+        ("0.0.0.0:http", "metrics_bind_address: expected host:port, got '0.0.0.0:http'"),
+        ("127.0.0.1:70000", "metrics_bind_address: expected host:port, got '127.0.0.1:70000'"),
+    ],
+)
+def test_a_bad_metrics_address_exits_2_naming_it(capsys, address, message):
+    from app.cli import main
+
+    assert main(["serve", "--state", str(ROOT / "examples/cluster"), "--metrics-bind-address", address]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_metrics_address_in_use_exits_2_naming_the_flag(capsys, monkeypatch):
+    import socket
+
+    import uvicorn
+
+    from app.cli import main
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: pytest.fail("served despite the error"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        argv = ["serve", "--state", str(ROOT / "examples/cluster"), "--metrics-bind-address", address]
+        assert main(argv) == 2
+    assert f"--metrics-bind-address {address}: " in capsys.readouterr().err
