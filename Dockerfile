@@ -7,9 +7,13 @@
 # Build:  docker build -t dra-extender:0.1.0 .
 # Run:    docker run --rm -p 8888:8888 dra-extender:0.1.0
 #
-# The base image is pinned by full version tag (same image in both stages: the venv's interpreter symlinks and
-# console-script shebangs point at /usr/local/bin/python3.11 and /opt/venv).
-ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+# Reproducible: the base image is pinned by digest (same image in both stages: the venv's interpreter symlinks
+# and console-script shebangs point at /usr/local/bin/python3.11 and /opt/venv), and every Python package by
+# version and file hash (requirements-runtime.lock, `make lock`; pip refuses a file whose hash differs).
+# Tag: python:3.11.11-slim-bookworm. The digest is the one public Dockerfiles pin for that tag (the tag is no
+# longer updated); check it with `docker buildx imagetools inspect python:3.11.11-slim-bookworm` and change
+# both together.
+ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:081075da77b2b55c23c088251026fb69a7b2bf92471e491ff5fd75c192fd38e5
 
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
@@ -21,10 +25,10 @@ WORKDIR /src
 # Dependencies first (own layer, rebuilt only when the lock file changes). All pinned wheels are binary for
 # CPython 3.11 manylinux x86_64, so no compiler is needed.
 COPY requirements-runtime.lock ./
-RUN pip install -r requirements-runtime.lock
+RUN pip install --require-hashes --no-deps -r requirements-runtime.lock
 # Then the project itself, without touching the pinned dependency set. pyproject.toml names README.md as the
 # package readme, so it must be in the build context.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY app ./app
 COPY allocator ./allocator
 RUN pip install --no-deps . \
@@ -41,6 +45,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1
 COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
+COPY LICENSE /app/LICENSE
 COPY examples/ /app/examples/
 # Non-root, numeric (works with runAsNonRoot without a passwd entry); nothing in the image needs to be writable.
 USER 65532:65532

@@ -7,13 +7,17 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos lock clean oracle-bin oracle
+.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos lock clean oracle-bin oracle kustomize-bin loadtest
 
 # The upstream allocator as a test oracle (tests/oracle, Go): built into .cache/ (git-ignored) when go is on
 # PATH and its sources changed; without go the differential tests skip.
 GO := $(shell command -v go 2>/dev/null)
 ORACLE := .cache/oracle/oracle
 ORACLE_SRC := $(wildcard tests/oracle/*.go) tests/oracle/go.mod tests/oracle/go.sum
+# kustomize, to render manifests/ and its overlays in the tests: built from its Go module into .cache/ when
+# go is on PATH (about a minute, once); without go the tests use `kubectl kustomize`, or skip.
+KUSTOMIZE_VERSION := v5.7.1
+KUSTOMIZE := .cache/kustomize-$(KUSTOMIZE_VERSION)/kustomize
 N ?= 100000
 SEED ?= 0
 JOBS ?= 2
@@ -34,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check app allocator tests bench loadtests e2e
 	$(BIN)/lint-imports --no-cache
 
-unit: $(STAMP) oracle-bin
+unit: $(STAMP) oracle-bin kustomize-bin
 	$(BIN)/python -m pytest -q
 
 $(ORACLE): $(ORACLE_SRC)
@@ -46,6 +50,16 @@ else
 oracle-bin:
 	@echo "go not on PATH: the differential tests against the upstream allocator will skip"
 endif
+
+ifneq ($(GO),)
+kustomize-bin: $(KUSTOMIZE)
+else
+kustomize-bin:
+	@echo "go not on PATH: the manifest tests render with kubectl kustomize, or skip"
+endif
+
+$(KUSTOMIZE):
+	GOBIN=$(CURDIR)/$(dir $(KUSTOMIZE)) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 
 # A long differential run against the upstream allocator: prints feature coverage, outcome kinds and
 # disagreements.
@@ -96,6 +110,20 @@ bench-k8s: $(STAMP) e2e-bin
 chaos: $(STAMP)
 	$(BIN)/python -m loadtests.chaos $(CHAOS_ARGS)
 
+# Load test: locust in its own environment (.cache/loadtest-venv, from loadtests/requirements.lock: it patches
+# the standard library on import), against the synthetic-cluster extender it starts on a free loopback port.
+LOADTEST_VENV := .cache/loadtest-venv
+LOADTEST_STAMP := $(LOADTEST_VENV)/.installed
+LOADTEST_ARGS ?= --seconds 30 --users 1 --nodes 500 --gpus 10
+
+$(LOADTEST_STAMP): loadtests/requirements.lock
+	test -x $(LOADTEST_VENV)/bin/python || $(PYTHON) -m venv $(LOADTEST_VENV)
+	$(LOADTEST_VENV)/bin/python -m pip install --quiet -r loadtests/requirements.lock
+	touch $@
+
+loadtest: $(STAMP) $(LOADTEST_STAMP)
+	$(BIN)/python -m loadtests.run --locust $(LOADTEST_VENV)/bin/locust $(LOADTEST_ARGS)
+
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)
 
@@ -105,11 +133,11 @@ known-fields: $(STAMP)
 	$(BIN)/python -m app.knownfields
 
 # Re-resolve the pinned dependency sets after editing pyproject.toml (the runtime set, for the image, is the
-# full set without the dev tools).
+# full set without the dev tools, with the hash of every file, which the image build requires).
 lock: $(STAMP)
 	$(BIN)/pip-compile --quiet --extra dev --strip-extras --no-emit-index-url --no-emit-find-links \
 		-o requirements.lock pyproject.toml
-	$(BIN)/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-find-links \
+	$(BIN)/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-find-links --generate-hashes \
 		-c requirements.lock -o requirements-runtime.lock pyproject.toml
 
 clean:

@@ -24,6 +24,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -45,7 +46,14 @@ from allocator.pools import PoolID, PoolView, gather_pools, ignored_slices
 from allocator.quantity import QuantityError, parse_quantity
 from allocator.selectors import SelectorCache
 
-__all__ = ["AllocatedDevice", "Inventory", "NodeVersions", "allocated_devices", "counters_left"]
+__all__ = [
+    "AllocatedDevice",
+    "Inventory",
+    "NodeVersions",
+    "allocated_devices",
+    "counters_left",
+    "taints_with_rules",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +96,11 @@ def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple
             )
         )
     return tuple(parsed)
+
+
+def taints_with_rules(device: Device, rules: Iterable[DeviceTaintRule]) -> tuple[Taint, ...]:
+    """The device's own taints plus those of the rules that select it."""
+    return device.taints + tuple(r.taint for r in rules if r.matches(device.id))
 
 
 @dataclass(slots=True)
@@ -491,9 +504,12 @@ class Inventory:
             return device.taints
         cached = self._taints.get(device)
         if cached is None:
-            cached = device.taints + tuple(r.taint for r in self._rules.values() if r.matches(device.id))
-            self._taints[device] = cached
+            cached = self._taints[device] = taints_with_rules(device, self._rules.values())
         return cached
+
+    def taint_rules(self) -> tuple[DeviceTaintRule, ...]:
+        """The DeviceTaintRules in force (none while the gate DRADeviceTaintRules is off)."""
+        return tuple(self._rules.values()) if self.gates.DRADeviceTaintRules else ()
 
     # --- use --------------------------------------------------------------------------------------
 
@@ -532,6 +548,14 @@ class Inventory:
         if devices:
             table[key] = devices
         self._touch_pools({(d.id[0], d.id[1]) for d in (*previous, *devices)})
+
+    def allocations(self) -> Mapping[str, tuple[AllocatedDevice, ...]]:
+        """Claim key -> the devices its allocation holds (read-only; for usage reports)."""
+        return MappingProxyType(self._claims)
+
+    def reservations(self) -> Mapping[str, tuple[AllocatedDevice, ...]]:
+        """Reservation token -> the devices it holds for a bind in flight (read-only)."""
+        return MappingProxyType(self._reservations)
 
     def is_exclusively_allocated(self, device_id: DeviceID) -> bool:
         entry = self._holders.get(device_id)

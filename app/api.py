@@ -32,6 +32,7 @@ other decision runs in the thread pool so probes stay responsive while a filter 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -39,6 +40,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 from starlette.concurrency import run_in_threadpool
@@ -50,7 +52,8 @@ from app.auth import DelegatedAuth, DelegatedAuthMiddleware
 from app.binder import BindError
 from app.bodies import BodyBudget, BodyRejected, read_body
 from app.explain_api import explain_router
-from app.metrics import render as render_metrics
+from app.metrics import CONTENT_TYPE as METRICS_TYPE
+from app.metrics import Metrics
 from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import Settings
 
@@ -167,18 +170,23 @@ def _json(content: bytes, status: int = 200) -> Response:
     return Response(content=content, status_code=status, media_type=_JSON)
 
 
-def _decide(verb: str, handler: Callable[[Any], bytes | None], body: Any) -> Response | None:
-    """Run one verb on a body: 200 with the encoded result, 400 on WireError, 500 on a bug; None when
-    the handler declined (only the quick handlers do: their answer needs a worker thread)."""
+Answer = tuple[bytes, bool]
+"""A verb's encoded answer and whether it succeeded (no ``Error`` set), for the metrics' ``result``."""
+
+
+def _decide(verb: str, handler: Callable[[Any], Answer | None], body: Any) -> tuple[Response, bool] | None:
+    """Run one verb on a body: 200 with the encoded result, 400 on WireError, 500 on a bug, each with
+    whether it succeeded; None when the handler declined (only the quick handlers do: their answer needs
+    a worker thread)."""
     try:
         answer = handler(body)
-        return None if answer is None else _json(answer)
+        return None if answer is None else (_json(answer[0]), answer[1])
     except wire.WireError as e:
         log.info("%s: bad request: %s", verb, e)
-        return _json(wire.encode_error(str(e)), 400)
+        return _json(wire.encode_error(str(e)), 400), False
     except Exception as e:
         log.exception("%s: internal error", verb)
-        return _json(wire.encode_error(f"internal error: {type(e).__name__}: {e}"), 500)
+        return _json(wire.encode_error(f"internal error: {type(e).__name__}: {e}"), 500), False
 
 
 def create_app(
@@ -186,15 +194,19 @@ def create_app(
     settings: Settings,
     ready: Callable[[], bool] | None = None,
     auth: DelegatedAuth | None = None,
+    metrics: Metrics | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
     ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start).
     ``auth``: who may call the scheduler and explanation routes (``app.auth``; None: anyone who can
-    reach the port, the loopback default)."""
+    reach the port, the loopback default). ``metrics``: what ``/metrics`` exposes (None: the service's,
+    without informers)."""
     limit = settings.server.max_body_bytes
     # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
     budget = BodyBudget(4 * limit)
-    app = FastAPI(
+    metrics = metrics or Metrics(service)
+    # Swagger UI and ReDoc from the fastapi-offline package's files, not a CDN: /docs works air-gapped.
+    app = FastAPIOffline(
         title="dra-extender",
         version="0.1.0",
         description="kube-scheduler HTTP extender allocating DRA devices (resource.k8s.io/v1). Wire format: "
@@ -202,71 +214,82 @@ def create_app(
     )
     app.openapi = _openapi(app)  # type: ignore[method-assign]
 
-    def filter_(args: wire.ExtenderArgs) -> bytes:
+    def filter_(args: wire.ExtenderArgs) -> Answer:
         return _filter_answer(args, service.filter(args.pod, args.candidate_names, args.nodes_by_name))
 
-    def filter_quick(args: wire.ExtenderArgs) -> bytes | None:
+    def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
         outcome = service.filter_quick(args.pod, args.candidate_names, args.nodes_by_name)
         return None if outcome is None else _filter_answer(args, outcome)
 
-    def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome) -> bytes:
+    def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome) -> Answer:
         log.debug(
-            "filter pod=%s nodes=%d passed=%d error=%r",
-            _pod_ref(args.pod),
+            "filter: %d nodes, %d passed, error %r",
             len(args.candidate_names),
             len(outcome.passed),
             outcome.error,
+            extra={"pod": _pod_ref(args.pod)},
         )
-        return wire.encode_filter_result(args, outcome)
+        metrics.observe_filter(len(outcome.passed), len(outcome.failed), len(outcome.unresolvable))
+        return wire.encode_filter_result(args, outcome), not outcome.error
 
-    def prioritize(args: wire.ExtenderArgs) -> bytes:
+    def prioritize(args: wire.ExtenderArgs) -> Answer:
         names = args.candidate_names
-        return wire.encode_host_priorities(names, service.prioritize(args.pod, names, args.nodes_by_name))
+        scores = service.prioritize(args.pod, names, args.nodes_by_name)
+        return wire.encode_host_priorities(names, scores), True
 
-    def prioritize_quick(args: wire.ExtenderArgs) -> bytes | None:
+    def prioritize_quick(args: wire.ExtenderArgs) -> Answer | None:
         names = args.candidate_names
         scores = service.prioritize_quick(args.pod, names, args.nodes_by_name)
-        return None if scores is None else wire.encode_host_priorities(names, scores)
+        return None if scores is None else (wire.encode_host_priorities(names, scores), True)
 
     quick_handlers = {"filter": filter_quick, "prioritize": prioritize_quick}
 
-    def bind(body: bytes) -> bytes:
+    def bind(body: bytes) -> Answer:
         args = wire.decode_binding_args(body)
+        pod = {"pod": f"{args.pod_namespace}/{args.pod_name}", "node": args.node}
         try:
-            service.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+            devices = service.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except (BindError, AllocatorError) as e:
-            log.info("bind pod=%s/%s node=%s failed: %s", args.pod_namespace, args.pod_name, args.node, e)
-            return wire.encode_binding_result(str(e))
-        log.debug("bind pod=%s/%s node=%s", args.pod_namespace, args.pod_name, args.node)
-        return wire.encode_binding_result()
+            log.info("bind failed: %s", e, extra=pod)
+            metrics.binds.labels("error").inc()
+            return wire.encode_binding_result(str(e)), False
+        log.info("bound: %s", ", ".join(devices) or "no devices", extra={**pod, "devices": devices})
+        metrics.binds.labels("success").inc()
+        return wire.encode_binding_result(), True
 
-    async def run(verb: str, handler: Callable[[Any], bytes], request: Request) -> Response:
+    async def run(verb: str, handler: Callable[[Any], Answer], request: Request) -> Response:
+        start = time.perf_counter()
+        response, ok = await answer(verb, handler, request)
+        metrics.requests.labels(verb, "success" if ok else "error").observe(time.perf_counter() - start)
+        return response
+
+    async def answer(verb: str, handler: Callable[[Any], Answer], request: Request) -> tuple[Response, bool]:
         try:
             body = await read_body(request, limit, budget)
         except BodyRejected as e:
             log.info("%s: rejected: %s", verb, e.message)
-            return _json(wire.encode_error(e.message), e.status)
+            return _json(wire.encode_error(e.message), e.status), False
         except ClientDisconnect:
             # kube-scheduler gave up (httpTimeout); nobody reads this answer and nothing was decided.
             log.info("%s: client disconnected before sending the whole body", verb)
-            return _json(wire.encode_error("client disconnected"), 400)
+            return _json(wire.encode_error("client disconnected"), 400), False
         if ready is not None and not ready():
             log.info("%s: refused: still syncing with the API server", verb)
-            return _json(b"[]" if verb == "prioritize" else wire.encode_error(_SYNCING))
+            return _json(b"[]" if verb == "prioritize" else wire.encode_error(_SYNCING)), False
         quick = quick_handlers.get(verb)
         if quick is None:
-            return cast(Response, await run_in_threadpool(_decide, verb, handler, body))
+            return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, handler, body))
         try:
             args = wire.decode_extender_args(body)
         except wire.WireError as e:
             log.info("%s: bad request: %s", verb, e)
-            return _json(wire.encode_error(str(e)), 400)
+            return _json(wire.encode_error(str(e)), 400), False
         # A warm answer (no claims, or a few nodes to re-decide) costs less than the thread handoff, so
         # it is given right here; anything that could hold the event loop goes to a worker thread.
         answered = _decide(verb, quick, args)
         if answered is not None:
             return answered
-        return cast(Response, await run_in_threadpool(_decide, verb, handler, args))
+        return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, handler, args))
 
     @app.post(
         "/scheduler/filter",
@@ -309,10 +332,11 @@ def create_app(
 
     # Liveness: the process answers. Readiness: the state is complete (offline: loaded before the app exists;
     # cluster mode: every informer has listed once).
-    async def metrics() -> Response:
-        return Response(content=render_metrics(service), media_type="text/plain; version=0.0.4")
+    # Scraping computes the inventory gauges under the service lock: a worker thread, not the event loop.
+    def exposition() -> Response:
+        return Response(content=metrics.render(), media_type=METRICS_TYPE)
 
-    app.add_api_route("/metrics", metrics, methods=["GET"], summary="Gauges (Prometheus text format)")
+    app.add_api_route("/metrics", exposition, methods=["GET"], summary="Prometheus metrics (text format)")
     probes = {"/healthz": liveness, "/livez": liveness, "/readyz": readiness}
     for path, probe in probes.items():
         app.add_api_route(

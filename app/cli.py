@@ -57,6 +57,7 @@ from allocator.features import FeatureGates, parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from allocator.selectors import SelectorCache
 from app.binder import BindError
+from app.derivedconfig import ConfigError, load_config
 from app.explain_cli import (
     add_explain_parser,
     add_output_flag,
@@ -67,6 +68,10 @@ from app.explain_cli import (
     write_document,
 )
 from app.extended import missing_extended_resources
+from app.extenderconfig import COMMAND_SECTIONS, FIELDS
+from app.logs import LOG_FORMATS
+from app.logs import configure as configure_logging
+from app.metrics import Metrics
 from app.podclaims import claim_names
 from app.progress import progress_bar
 from app.runtime import (
@@ -93,7 +98,7 @@ from app.settings import (
 from app.statedir import ClusterObjects
 from app.validate import add_validate_parser, run_validate
 
-__all__ = ["choose_node", "main", "simulate"]
+__all__ = ["choose_node", "main", "parse_args", "simulate"]
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +265,9 @@ def _policy_flags(sub: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> argparse.ArgumentParser:
+    """The command line; ``config_defaults``: per command, option defaults from the config file (flags
+    override them)."""
     parser = argparse.ArgumentParser(
         prog="dra-extender", description="kube-scheduler extender allocating DRA devices"
     )
@@ -292,7 +299,8 @@ def _parser() -> argparse.ArgumentParser:
             "--config",
             type=Path,
             metavar="FILE",
-            help="extender config file (cluster-wide derivedAttributes); serve reloads it when it changes",
+            help="ExtenderConfiguration file: settings (flags override them; read at start) and cluster-wide "
+            "derivedAttributes (serve reloads those when the file changes)",
         )
         sub.add_argument(
             "--strict",
@@ -307,6 +315,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=defaults.host, help=f"interface (default {defaults.host})")
     serve.add_argument("--port", type=int, default=defaults.port, help=f"TCP port (default {defaults.port})")
     serve.add_argument("--log-level", choices=LOG_LEVELS, default=defaults.log_level)
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=defaults.log_format,
+        help=f"text or json (klog-style keys), for the extender and uvicorn (default {defaults.log_format})",
+    )
+    serve.add_argument(
+        "--metrics-bind-address",
+        metavar="HOST:PORT",
+        help="also serve /metrics alone on this address (e.g. 0.0.0.0:9090 for Prometheus; default: none)",
+    )
     serve.add_argument(
         "--max-body-bytes",
         type=positive_int,
@@ -338,6 +357,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.epilog = (
         "Exit status: 0 when it ran (pods may stay pending), 2 on unusable input (message on stderr)."
     )
+    for name, values in (config_defaults or {}).items():
+        commands.choices[name].set_defaults(**values)
     completion = commands.add_parser(
         "completion",
         help="print a shell completion script",
@@ -413,6 +434,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             args.device_selection,
             scoring=scoring,
             cel_engine=args.cel_engine,
+            # set only by a config file (app.extenderconfig), like the cluster settings without a flag
+            filter_time_budget_seconds=getattr(args, "filter_time_budget_seconds", None),
         )
         if args.command == "serve":
             server = ServerSettings(
@@ -420,6 +443,8 @@ def _settings(args: argparse.Namespace) -> Settings:
                 args.port,
                 args.max_body_bytes,
                 args.log_level,
+                log_format=args.log_format,
+                metrics_bind_address=args.metrics_bind_address,
                 ssl_certfile=args.ssl_certfile,
                 ssl_keyfile=args.ssl_keyfile,
                 ssl_ca_certs=args.ssl_ca_certs,
@@ -459,6 +484,8 @@ def _apply_policies(service: SchedulingService, scheduling: SchedulingSettings) 
     """Device selection and scoring of the settings, on the service."""
     service.device_selection = scheduling.device_selection
     service.scoring = scheduling.scoring
+    if scheduling.filter_time_budget_seconds is not None:
+        service.filter_time_budget = scheduling.filter_time_budget_seconds
 
 
 def _runtime(
@@ -507,9 +534,7 @@ def _listen(server: ServerSettings) -> socket.socket:
 def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
-    logging.basicConfig(
-        level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.server.log_level, settings.server.log_format)
     cluster = _cluster_settings(args)
     if cluster is None and settings.server.delegated_auth:
         raise StartupError("--delegated-auth needs cluster mode: it asks the API server about callers")
@@ -541,13 +566,15 @@ def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -
     )
     if runtime.watcher is not None:
         runtime.watcher.start()
+    metrics = _serve_metrics(settings.server, Metrics(runtime.service))
     # One worker: the cluster state and the in-flight allocations live in this process.
     serve(
-        create_app(runtime.service, settings),
+        create_app(runtime.service, settings, metrics=metrics),
         sock,
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
+        log_config=None,  # uvicorn's records go through the handler configure_logging installed
         workers=1,
         **server_config(),
         **_ssl_options(settings.server),
@@ -616,6 +643,12 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
+_CONFIG_ONLY_CLUSTER = tuple(
+    spec.dest for spec in FIELDS if spec.path.startswith("cluster.") and not spec.flag
+)
+"""ClusterSettings fields only a config file sets (no flag): their option dest is the field name."""
+
+
 def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
     """``ClusterSettings`` when ``serve`` runs in cluster mode, else None (``--state``). Raises StartupError
     when neither or both are asked for, or for a value the settings reject."""
@@ -637,9 +670,25 @@ def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
             scheduler_names=tuple(n.strip() for n in args.scheduler_name.split(",") if n.strip()),
             orphan_grace_period_seconds=args.orphan_grace_period,
             binding_timeout_seconds=args.binding_timeout,
+            **{name: getattr(args, name) for name in _CONFIG_ONLY_CLUSTER if hasattr(args, name)},
         )
     except ValueError as e:
         raise StartupError(str(e)) from e
+
+
+def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Metrics:
+    """Start the ``--metrics-bind-address`` listener (a daemon thread) when asked for; returns ``metrics``.
+    Raises StartupError when the address cannot be bound."""
+    if server.metrics_bind_address is not None:
+        from prometheus_client import start_http_server
+
+        host, _, port = server.metrics_bind_address.rpartition(":")
+        try:
+            start_http_server(int(port), host.strip("[]"), registry=metrics.registry)
+        except OSError as e:
+            address = server.metrics_bind_address
+            raise StartupError(f"--metrics-bind-address {address}: {e.strerror or e}") from e
+    return metrics
 
 
 def _url(server: ServerSettings) -> str:
@@ -739,11 +788,18 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
         auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
     try:
         serve(
-            create_app(runtime.service, settings, ready=runtime.ready, auth=auth),
+            create_app(
+                runtime.service,
+                settings,
+                ready=runtime.ready,
+                auth=auth,
+                metrics=_serve_metrics(server, Metrics(runtime.service, runtime.informers)),
+            ),
             sock,
             host=server.host,
             port=server.port,
             log_level=server.log_level,
+            log_config=None,
             workers=1,
             **server_config(),
             **_ssl_options(server),
@@ -821,12 +877,28 @@ def _simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The options, with a ``--config`` file's settings as the defaults of the command's flags (a flag
+    given on the command line wins). Raises SystemExit (argparse) or StartupError (unusable config)."""
+    args = _parser().parse_args(argv)
+    if args.command not in COMMAND_SECTIONS or args.config is None:
+        return args
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        raise StartupError(str(e)) from e
+    return _parser({args.command: config.defaults_for(args.command)}).parse_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ran, 2 unusable input or bad flags)."""
     try:
-        args = _parser().parse_args(argv)
+        args = parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    except StartupError as e:
+        print(f"dra-extender: {e}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.command == "completion":
             print(shtab.complete(_parser(), shell=args.shell))

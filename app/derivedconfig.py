@@ -1,7 +1,12 @@
-"""The extender's config file (``--config FILE``): cluster-wide derived attributes, reloaded on change.
+"""The extender's config file (``--config FILE``): cluster-wide derived attributes, reloaded on change, and
+with ``apiVersion: dra-extender.io/v1alpha1`` / ``kind: ExtenderConfiguration`` the settings sections
+``server``, ``scheduling`` and ``cluster`` (``app.extenderconfig``: read at start only).
 
-Format (YAML or JSON; every key optional except the two of an entry)::
+Format (YAML or JSON; every key optional except the two of an entry; a file without ``apiVersion`` may hold
+only ``derivedAttributes``)::
 
+    apiVersion: dra-extender.io/v1alpha1
+    kind: ExtenderConfiguration
     derivedAttributes:
     - name: example.com/numa                               # qualified attribute name: domain/id
       expression: device.attributes["gpu.nvidia.com"].numa # CEL, selector environment, <= 10 Ki
@@ -24,7 +29,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,7 @@ from allocator.errors import CELCompileError
 from allocator.inventory import Inventory
 from allocator.model import qualified_name_problem
 from allocator.selectors import SelectorCache
+from app.extenderconfig import API_VERSION, COMMAND_SECTIONS, KIND, SECTIONS, parse_sections
 from app.statedir import load_yaml_document
 
 __all__ = [
@@ -52,6 +58,7 @@ DEFAULT_POLL_SECONDS = 2.0
 call every 2 s costs nothing measurable."""
 
 _TOP_LEVEL = frozenset({"derivedAttributes"})
+_VERSIONED_TOP_LEVEL = frozenset({"apiVersion", "kind", "derivedAttributes", *SECTIONS})
 _ENTRY_FIELDS = frozenset({"name", "expression", "driver", "deviceClassName"})
 
 
@@ -65,6 +72,13 @@ class ExtenderConfig:
 
     path: Path
     attributes: tuple[ClusterAttribute, ...] = ()
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per section (``server``, ``scheduling``, ``cluster``), option dest -> value (app.extenderconfig)."""
+
+    def defaults_for(self, command: str) -> dict[str, Any]:
+        """The option defaults this file gives ``command`` (flags on the command line override them)."""
+        sections = COMMAND_SECTIONS.get(command, ())
+        return {dest: v for section in sections for dest, v in self.settings.get(section, {}).items()}
 
     def derivation(self, selectors: SelectorCache) -> ClusterDerivation | None:
         """The compiled derived attributes (None when there are none). Raises ConfigError for an
@@ -96,9 +110,21 @@ def parse_config(data: Any, path: Path) -> ExtenderConfig:
         raise ConfigError(
             f"{path}: must be a mapping with a derivedAttributes list, got {type(data).__name__}"
         )
-    unknown = sorted(set(map(str, data)) - _TOP_LEVEL)
+    versioned = "apiVersion" in data or "kind" in data
+    allowed = _VERSIONED_TOP_LEVEL if versioned else _TOP_LEVEL
+    unknown = sorted(set(map(str, data)) - allowed)
     if unknown:
-        raise ConfigError(f"{path}: {unknown[0]}: unknown field (known: {', '.join(sorted(_TOP_LEVEL))})")
+        hint = "" if versioned else f"; settings need apiVersion: {API_VERSION} and kind: {KIND}"
+        raise ConfigError(f"{path}: {unknown[0]}: unknown field (known: {', '.join(sorted(allowed))}){hint}")
+    settings: dict[str, dict[str, Any]] = {}
+    if versioned:
+        for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+            if data.get(key) != expected:
+                raise ConfigError(f"{path}: {key}: must be {expected}, got {data.get(key)!r}")
+        try:
+            settings = parse_sections(data)
+        except ValueError as e:
+            raise ConfigError(f"{path}: {e}") from e
     entries = data.get("derivedAttributes")
     entries = [] if entries is None else entries
     if not isinstance(entries, list):
@@ -130,7 +156,7 @@ def parse_config(data: Any, path: Path) -> ExtenderConfig:
                 source=f"{path.name}: derivedAttributes[{i}]",
             )
         )
-    return ExtenderConfig(path, tuple(attributes))
+    return ExtenderConfig(path, tuple(attributes), settings)
 
 
 def load_config(path: Path) -> ExtenderConfig:

@@ -1,39 +1,227 @@
-"""``GET /metrics``: a few gauges in the Prometheus text format (no client library: five lines of text).
+"""``GET /metrics``: the Prometheus exposition (prometheus-client), named after kube-scheduler's conventions:
+``_seconds`` histograms with its bucket shapes, ``_total`` counters, a ``result`` label.
 
-``dra_extender_derived_attribute_errors{attribute=...}``: devices on which a cluster-wide derived
-attribute failed (absent there); ``dra_extender_cel_program_bytes`` and ``dra_extender_cel_results``:
-the CEL caches' estimated size and entries; ``dra_extender_kept_pod_decisions``: per-pod views and
-private decisions kept between filter and bind. Read under the service lock."""
+Counted on the request path (a counter increment or a histogram observation each):
+
+* ``dra_extender_request_duration_seconds{verb, result}``: filter / prioritize / bind latency, buckets of
+  kube-scheduler's ``framework_extension_point_duration_seconds`` (0.1 ms doubling to 205 ms) plus
+  those of its ``scheduling_attempt_duration_seconds`` above them (to 16 s: a bind writing to the API
+  server); ``result`` ``success`` or ``error`` (a non-200 answer or one with ``Error`` set);
+* ``dra_extender_binds_total{result}``: bind outcomes (``success``, ``error``);
+* ``dra_extender_filter_nodes_total{result}``: nodes filter answered ``passed``, ``failed`` or
+  ``unresolvable``.
+
+Read when scraped (``_StateCollector``: copied under the service lock, counted after), never maintained
+per request:
+
+* decisions: ``dra_extender_decision_cache_hits_total`` / ``_misses_total`` (nodes answered from a kept
+  decision / decided anew), ``dra_extender_filter_budget_exhausted_total`` (filter calls cut by the time
+  budget) and ``dra_extender_filter_budget_undecided_nodes_total``;
+* ``dra_extender_reservations_in_flight``: device reservations held for binds in flight or written but not
+  seen back;
+* inventory (``allocator.usage``): ``dra_extender_devices{device_class, driver, pool, state}`` with
+  ``state`` one of ``allocated``, ``reserved``, ``tainted``, ``free`` (a pool's total is the sum), and
+  ``dra_extender_namespace_allocated_devices{namespace, device_class, driver}``: devices the allocated
+  claims of each namespace hold, by the DeviceClass their request asked for;
+* cluster mode, per informer (``resource`` = kind): ``dra_extender_informer_synced`` (0/1),
+  ``dra_extender_informer_events_total``, ``dra_extender_informer_relists_total``,
+  ``dra_extender_informer_seconds_since_last_event`` (absent before the first event);
+* unchanged since the first ``/metrics``: ``dra_extender_derived_attribute_errors{attribute}``,
+  ``dra_extender_cel_program_bytes``, ``dra_extender_cel_results``, ``dra_extender_kept_pod_decisions``.
+
+Each ``Metrics`` has its own registry: one per app, so tests and processes do not share counters.
+"""
 
 from __future__ import annotations
 
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from allocator.usage import UsageSnapshot
 from app.scheduling import SchedulingService
 
-__all__ = ["render"]
+__all__ = ["CONTENT_TYPE", "NODE_RESULTS", "REQUEST_BUCKETS", "RESULTS", "VERBS", "Metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _exponential(start: float, factor: float, count: int) -> list[float]:
+    return [start * factor**i for i in range(count)]
 
 
-def render(service: SchedulingService) -> bytes:
-    """The exposition text."""
-    with service.lock:
-        errors = service.state.inventory.derivation_counts()
-        cache = service.selectors.report()
-        kept = service.kept_decisions()
-    lines = [
-        "# HELP dra_extender_derived_attribute_errors Devices a cluster-wide derived attribute failed on.",
-        "# TYPE dra_extender_derived_attribute_errors gauge",
-        *(f'dra_extender_derived_attribute_errors{{attribute="{_label(a)}"}} {n}' for a, n in errors.items()),
-        "# HELP dra_extender_cel_program_bytes Estimated bytes of the compiled CEL programs kept.",
-        "# TYPE dra_extender_cel_program_bytes gauge",
-        f"dra_extender_cel_program_bytes {cache['program_bytes']}",
-        "# HELP dra_extender_cel_results CEL results kept per expression and device.",
-        "# TYPE dra_extender_cel_results gauge",
-        f"dra_extender_cel_results {cache['results']}",
-        "# HELP dra_extender_kept_pod_decisions Per-pod views and private decisions kept for bind.",
-        "# TYPE dra_extender_kept_pod_decisions gauge",
-        f"dra_extender_kept_pod_decisions {kept}",
-    ]
-    return ("\n".join(lines) + "\n").encode()
+REQUEST_BUCKETS = tuple(
+    sorted({*_exponential(0.0001, 2, 12), *(b for b in _exponential(0.001, 2, 15) if b > 0.2048)})
+)
+"""kube-scheduler's ExponentialBuckets(0.0001, 2, 12) (extension points), continued by its
+ExponentialBuckets(0.001, 2, 15) (scheduling attempts) above 205 ms: 0.1 ms .. 16.4 s."""
+
+_PREFIX = "dra_extender_"
+VERBS = ("filter", "prioritize", "bind")
+RESULTS = ("success", "error")
+NODE_RESULTS = ("passed", "failed", "unresolvable")
+
+
+class _StateCollector(Collector):
+    """Metrics read from the service (and the informers) at scrape time."""
+
+    def __init__(self, service: SchedulingService, informers: Any = None) -> None:
+        self.service = service
+        self.informers = informers
+
+    def collect(self) -> Iterator[Metric]:
+        service = self.service
+        # Under the lock only copies (references to immutable objects); the counting runs without it, so
+        # a scrape holds filters up only for the copy.
+        with service.lock:
+            inventory = service.state.inventory
+            snapshot = UsageSnapshot.take(inventory, service.selectors)
+            claims = list(service.state.objects["ResourceClaim"].items())  # replaced on change, never edited
+            reservations = len(inventory.reservations())
+            errors = inventory.derivation_counts()
+            cache = service.selectors.report()
+            kept = service.kept_decisions()
+            stats = service.stats
+            counters = (stats.hits, stats.misses, stats.budget_cuts, stats.budget_undecided_nodes)
+        usage = snapshot.count()
+        by_namespace = _namespace_devices(claims)
+        yield from _decision_metrics(*counters)
+        yield _gauge(
+            "reservations_in_flight", "Device reservations of binds in flight or not seen back.", reservations
+        )
+        devices = GaugeMetricFamily(
+            _PREFIX + "devices",
+            "Devices per DeviceClass, driver, pool and state (allocated, reserved, tainted, free).",
+            labels=["device_class", "driver", "pool", "state"],
+        )
+        for key, count in sorted(usage.items()):
+            devices.add_metric(list(key), count)
+        yield devices
+        held = GaugeMetricFamily(
+            _PREFIX + "namespace_allocated_devices",
+            "Devices held by the allocated ResourceClaims of a namespace, per requested DeviceClass.",
+            labels=["namespace", "device_class", "driver"],
+        )
+        for key, count in sorted(by_namespace.items()):
+            held.add_metric(list(key), count)
+        yield held
+        if self.informers is not None:
+            yield from _informer_metrics(self.informers)
+        derived = GaugeMetricFamily(
+            _PREFIX + "derived_attribute_errors",
+            "Devices a cluster-wide derived attribute failed on.",
+            labels=["attribute"],
+        )
+        for attribute, count in errors.items():
+            derived.add_metric([attribute], count)
+        yield derived
+        program_bytes = cache["program_bytes"]
+        yield _gauge("cel_program_bytes", "Estimated bytes of the compiled CEL programs kept.", program_bytes)
+        yield _gauge("cel_results", "CEL results kept per expression and device.", cache["results"])
+        yield _gauge("kept_pod_decisions", "Per-pod views and private decisions kept for bind.", kept)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(_PREFIX + name, documentation, value=value)
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(_PREFIX + name, documentation, value=value)
+
+
+def _decision_metrics(hits: int, misses: int, cuts: int, undecided: int) -> Iterator[Metric]:
+    yield _counter("decision_cache_hits", "Nodes filter answered from a kept, current decision.", hits)
+    yield _counter("decision_cache_misses", "Nodes filter decided anew (counts or a search).", misses)
+    yield _counter("filter_budget_exhausted", "Filter calls whose time budget ran out.", cuts)
+    yield _counter("filter_budget_undecided_nodes", "Nodes failed as the time budget ran out.", undecided)
+
+
+def _informer_metrics(informers: Any) -> Iterator[Metric]:
+    labels = ["resource"]
+    synced = GaugeMetricFamily(_PREFIX + "informer_synced", "1 once the informer has listed.", labels=labels)
+    events = CounterMetricFamily(_PREFIX + "informer_events", "Watch events applied.", labels=labels)
+    relists = CounterMetricFamily(_PREFIX + "informer_relists", "Lists of the whole kind.", labels=labels)
+    quiet = GaugeMetricFamily(
+        _PREFIX + "informer_seconds_since_last_event",
+        "Seconds since the informer's last watch event (bookmarks included).",
+        labels=labels,
+    )
+    for kind, informer in sorted(informers.informers.items()):
+        synced.add_metric([kind], 1 if informer.synced else 0)
+        events.add_metric([kind], informer.stats.events)
+        relists.add_metric([kind], informer.stats.lists)
+        if informer.stats.last_event_at is not None:
+            quiet.add_metric([kind], max(0.0, informer.clock.now() - informer.stats.last_event_at))
+    yield from (synced, events, relists, quiet)
+
+
+def _request_classes(spec: Mapping[str, Any]) -> dict[str, str]:
+    """Request (and ``request/subrequest``) name -> the DeviceClass it asks for."""
+    classes: dict[str, str] = {}
+    for request in (spec.get("devices") or {}).get("requests") or ():
+        name = str(request.get("name") or "")
+        exactly = request.get("exactly") or {}
+        if exactly.get("deviceClassName"):
+            classes[name] = str(exactly["deviceClassName"])
+        for sub in request.get("firstAvailable") or ():
+            classes[f"{name}/{sub.get('name')}"] = str(sub.get("deviceClassName") or "")
+    return classes
+
+
+def _namespace_devices(claims: Iterable[tuple[str, Mapping[str, Any]]]) -> Tally[tuple[str, str, str]]:
+    """Devices of allocated claims per (namespace, requested DeviceClass, driver); admin access holds none."""
+    counts: Tally[tuple[str, str, str]] = Tally()
+    for key, claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results: Iterable[Mapping[str, Any]] = (allocation.get("devices") or {}).get("results") or ()
+        if not results:
+            continue
+        classes = _request_classes(claim.get("spec") or {})
+        namespace = key.partition("/")[0]
+        for result in results:
+            if result.get("adminAccess") is True:
+                continue
+            device_class = classes.get(str(result.get("request") or ""), "")
+            counts[(namespace, device_class, str(result.get("driver") or ""))] += 1
+    return counts
+
+
+class Metrics:
+    """The extender's metrics. ``informers``: cluster mode's ``app.kube.informers.Informers``."""
+
+    def __init__(self, service: SchedulingService, informers: Any = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = Histogram(
+            _PREFIX + "request_duration_seconds",
+            "Latency of the extender verbs kube-scheduler calls.",
+            ["verb", "result"],
+            buckets=REQUEST_BUCKETS,
+            registry=self.registry,
+        )
+        self.binds = Counter(_PREFIX + "binds", "Bind outcomes.", ["result"], registry=self.registry)
+        self.filter_nodes = Counter(
+            _PREFIX + "filter_nodes",
+            "Nodes filter answered, by result (passed, failed, unresolvable).",
+            ["result"],
+            registry=self.registry,
+        )
+        for verb in VERBS:  # every series from the start: rates need the zero before the first event
+            for result in RESULTS:
+                self.requests.labels(verb, result)
+        for result in RESULTS:
+            self.binds.labels(result)
+        for result in NODE_RESULTS:
+            self.filter_nodes.labels(result)
+        self.registry.register(_StateCollector(service, informers))
+
+    def observe_filter(self, passed: int, failed: int, unresolvable: int) -> None:
+        for result, count in zip(NODE_RESULTS, (passed, failed, unresolvable), strict=True):
+            if count:
+                self.filter_nodes.labels(result).inc(count)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

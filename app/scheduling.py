@@ -62,7 +62,7 @@ from app.cluster import ClusterState, node_from_api, object_key
 from app.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
 from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
 
-__all__ = ["EffectiveClaims", "FilterOutcome", "SchedulingService", "needs_no_devices"]
+__all__ = ["DecisionStats", "EffectiveClaims", "FilterOutcome", "SchedulingService", "needs_no_devices"]
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +229,20 @@ class _NotQuick(Exception):
     """The quick variant would have to search, or decide more than ``QUICK_DEVICE_CHECKS`` allow."""
 
 
+@dataclass(slots=True)
+class DecisionStats:
+    """Counters of how filter decided nodes, for ``/metrics`` (plain integers: the hot path only adds)."""
+
+    hits: int = 0
+    """Nodes answered from a kept decision whose node version is unchanged."""
+    misses: int = 0
+    """Nodes decided anew (counts, or a search)."""
+    budget_cuts: int = 0
+    """Filter calls whose time budget ran out before every node was decided."""
+    budget_undecided_nodes: int = 0
+    """Nodes those calls failed with the budget reason."""
+
+
 class SchedulingService:
     """The extender's decisions over a ``ClusterState``."""
 
@@ -281,6 +295,7 @@ class SchedulingService:
         self._attempts = itertools.count(1)
         """Numbers bind attempts, so each reservation token belongs to the attempt that made it."""
         self.filter_time_budget = FILTER_TIME_BUDGET
+        self.stats = DecisionStats()
         self.binding_timeout_seconds = 600.0
         """kube-scheduler's ``bindingTimeout``: how long allocated devices may wait for their binding
         conditions (``ClusterSettings.binding_timeout_seconds``); set before serving."""
@@ -622,6 +637,7 @@ class SchedulingService:
             raise _NotQuick
         now = FilterOutcome()
         self._decide_nodes(now, redo, asked, select=False, quick=quick)
+        self._count(len(node_names) - len(redo), 0)  # the others: from the shape's last answer
         if now.error:
             return now
         last.record(redo, self._decisions.get(view.shape, {}), inventory.node_versions())
@@ -654,9 +670,11 @@ class SchedulingService:
         passed, failed, unresolvable = outcome.passed, outcome.failed, outcome.unresolvable
         budget = self.filter_time_budget
         deadline = time.monotonic() + budget
+        # Counted once the call is through: a quick attempt that gives up (_NotQuick) is decided again.
+        hits = misses = 0
         for index, name in enumerate(node_names):
             if index % 64 == 0 and time.monotonic() > deadline:
-                failed.update(dict.fromkeys(node_names[index:], _budget_reason(budget)))
+                self._cut(failed, node_names[index:], budget)
                 break
             # The hot path: one lookup per node while its version is unchanged.
             decision = decisions.get(name) if decisions is not None else None
@@ -665,6 +683,7 @@ class SchedulingService:
                 and decision.version == (versions.global_version, versions.get(name))
                 and not (select and decision.score is None)
             ):
+                hits += 1
                 if decision.results is not None:
                     passed.append(name)
                     continue
@@ -674,13 +693,15 @@ class SchedulingService:
                 (unresolvable if decision.unresolvable else failed)[name] = reason
                 continue
             if time.monotonic() > deadline:  # the slow path: checked before every search
-                failed.update(dict.fromkeys(node_names[index:], _budget_reason(budget)))
+                self._cut(failed, node_names[index:], budget)
                 break
+            misses += 1
             try:
                 decision = self._decide_node(name, asked, select=select, quick=quick)
             except AllocatorError as e:
                 outcome.error = str(e)
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
+                self._count(hits, misses)
                 return
             if decisions is None and view.shared:
                 decisions = self._decisions.get(view.shape)
@@ -690,6 +711,17 @@ class SchedulingService:
                 (unresolvable if decision.unresolvable else failed)[name] = decision.reason
             else:
                 passed.append(name)
+        self._count(hits, misses)
+
+    def _count(self, hits: int, misses: int) -> None:
+        self.stats.hits += hits
+        self.stats.misses += misses
+
+    def _cut(self, failed: dict[str, str], undecided: Sequence[str], budget: float) -> None:
+        """The time budget ran out: the nodes not decided yet fail with a reason saying so."""
+        failed.update(dict.fromkeys(undecided, _budget_reason(budget)))
+        self.stats.budget_cuts += 1
+        self.stats.budget_undecided_nodes += len(undecided)
 
     def _decide_node(
         self,
@@ -989,23 +1021,26 @@ class SchedulingService:
 
     # --- bind -------------------------------------------------------------------------------------
 
-    def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
-        """Allocate on ``node_name`` and write it through the binder. Raises BindError; then nothing
-        is written and the devices are free again. Either way the outcome goes to ``bind_log``."""
+    def bind(self, namespace: str, name: str, uid: str, node_name: str) -> list[str]:
+        """Allocate on ``node_name`` and write it through the binder; returns the devices this bind
+        allocated, ``<claim key>: <driver>/<pool>/<device>`` (none for a retried bind of a pod already
+        there, or one whose claims were all allocated). Raises BindError; then nothing is written and the
+        devices are free again. Either way the outcome goes to ``bind_log``."""
         key = f"{namespace}/{name}"
         try:
-            self._bind(key, uid, node_name)
+            devices = self._bind(key, uid, node_name)
         except Exception as e:
             with self.lock:
                 self.bind_log.record(key, uid, node_name, str(e))
             raise
         with self.lock:
             self.bind_log.record(key, uid, node_name, "")
+        return devices
 
-    def _bind(self, key: str, uid: str, node_name: str) -> None:
+    def _bind(self, key: str, uid: str, node_name: str) -> list[str]:
         started = self._start_bind_once_indexed(key, uid, node_name)
         if started is None:
-            return
+            return []
         plan, token, allocating = started
         written = False
         try:
@@ -1022,6 +1057,7 @@ class SchedulingService:
                 while len(self._unseen) > MAX_UNSEEN:
                     del self._unseen[next(iter(self._unseen))]
                 self._bind_done.notify_all()
+        return [f"{key}: {'/'.join(device.id)}" for key, device in _planned_devices(plan)]
 
     def _start_bind_once_indexed(
         self, key: str, uid: str, node_name: str
@@ -1109,14 +1145,19 @@ class SchedulingService:
 
     @staticmethod
     def _plan_devices(plan: BindPlan) -> tuple[AllocatedDevice, ...]:
-        allocations = [(pc.key, allocation) for pc, allocation in plan.claims if allocation is not None]
-        if plan.extended is not None:
-            allocations.append((plan.extended.key, plan.extended.allocation))
-        return tuple(
-            device
-            for key, allocation in allocations
-            for device in allocated_devices(allocation, f"ResourceClaim {key}")
-        )
+        return tuple(device for _, device in _planned_devices(plan))
+
+
+def _planned_devices(plan: BindPlan) -> list[tuple[str, AllocatedDevice]]:
+    """(claim key, device) of every allocation the plan writes, the extended-resource claim last."""
+    allocations = [(pc.key, allocation) for pc, allocation in plan.claims if allocation is not None]
+    if plan.extended is not None:
+        allocations.append((plan.extended.key, plan.extended.allocation))
+    return [
+        (key, device)
+        for key, allocation in allocations
+        for device in allocated_devices(allocation, f"ResourceClaim {key}")
+    ]
 
 
 def needs_no_devices(pod: Mapping[str, Any]) -> bool:

@@ -61,6 +61,15 @@ class ServerSettings:
     log_level: str = "info"
     """Python ``logging`` / uvicorn level name. ``info`` logs startup and one line per request."""
 
+    log_format: str = "text"
+    """``text`` or ``json`` (``app.logs``): one format for the extender's and uvicorn's records; ``json``
+    has klog-style keys (``ts``, ``level``, ``msg``, ``pod``, ``node``, ``claim``) for log collectors."""
+
+    metrics_bind_address: str | None = None
+    """``host:port`` of a second listener serving only ``/metrics`` (prometheus-client's own HTTP server),
+    for Prometheus to scrape the pod while the extender's port stays on loopback (``manifests/`` uses
+    ``0.0.0.0:9090``, with a NetworkPolicy). None: metrics only at ``/metrics`` on the extender's port."""
+
     ssl_certfile: Path | None = None
     """PEM server certificate: serve HTTPS (kube-scheduler ``enableHTTPS: true`` with a ``tlsConfig.caFile``;
     without a CA kube-scheduler does not verify). None: plain HTTP, fine on loopback in the sidecar model."""
@@ -91,6 +100,13 @@ class ServerSettings:
             raise ValueError(f"port: must be in 1..65535, got {self.port}")
         if self.max_body_bytes < 1:
             raise ValueError(f"max_body_bytes: must be positive, got {self.max_body_bytes}")
+        if self.metrics_bind_address is not None:
+            address = self.metrics_bind_address
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"metrics_bind_address: expected host:port, got {address!r}")
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log_format: must be text or json, got {self.log_format!r}")
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level: must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
 
@@ -119,7 +135,15 @@ class SchedulingSettings:
     (default): Google's C++ runtime, ~5-10 us per uncached evaluation. ``cel-python``: the pure-Python
     cross-check engine, 20-100x slower; the same inputs give the same results (shared conformance corpus)."""
 
+    filter_time_budget_seconds: float | None = None
+    """Longest one filter call searches; nodes not decided by then fail with a reason saying so and are
+    decided on the next call. None: the service's 3 s (``app.scheduling.FILTER_TIME_BUDGET``), below
+    kube-scheduler's 5 s extender timeout for filter."""
+
     def __post_init__(self) -> None:
+        budget = self.filter_time_budget_seconds
+        if budget is not None and not budget > 0:
+            raise ValueError(f"filter_time_budget_seconds: must be positive, got {budget}")
         if self.cel_engine not in CEL_ENGINES:
             raise ValueError(f"cel_engine: must be one of {', '.join(CEL_ENGINES)}, got {self.cel_engine!r}")
         if self.device_selection not in DEVICE_SELECTION_POLICIES:

@@ -5,10 +5,10 @@ log in the run directory.
 Identities are the ones a cluster gives them: the harness (a client certificate in ``system:masters``)
 applies the shipped ``manifests/`` namespace, ServiceAccount and RBAC, then asks the TokenRequest API for
 a token of that ServiceAccount; kube-scheduler and the extender run with it, so a permission missing from
-``manifests/rbac.yaml`` fails the tests as it would fail a deployment. kube-controller-manager, which is
+``manifests/base/rbac.yaml`` fails the tests as it would fail a deployment. kube-controller-manager, which is
 not under test, uses its own certificate. kube-scheduler reads the shipped
-``manifests/kube-scheduler-config.yaml`` with only its kubeconfig and the extender's address changed; the
-extender is started with the sidecar's arguments from ``manifests/deployment.yaml``.
+``manifests/base/kube-scheduler-config.yaml`` with only its kubeconfig and the extender's address changed; the
+extender is started with the sidecar's arguments from ``manifests/base/deployment.yaml``.
 
 Children get SIGTERM when the process that started them dies (``PR_SET_PDEATHSIG``), so nothing outlives
 a test run."""
@@ -36,12 +36,15 @@ from e2e import pki
 from e2e.kube import Kube, poll, tls_context
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFESTS = ROOT / "manifests"
+MANIFESTS = ROOT / "manifests" / "base"
 BUILD = Path(__file__).with_name("build.sh")
 EXTENDER_NAMESPACE = "dra-extender"
 EXTENDER_ACCOUNT = "dra-scheduler"
 EXTENDER_ONLY_ACCOUNT = "dra-extender-e2e"
-EXTENDER_ROLES = ("dra-extender", "dra-scheduler-leader-election")  # manifests/rbac.yaml: the extender's own
+EXTENDER_ROLES = (
+    "dra-extender",
+    "dra-scheduler-leader-election",
+)  # manifests/base/rbac.yaml: the extender's own
 SERVICE_RANGE = "10.0.0.0/24"  # only allocated from: no traffic ever goes there
 START_TIMEOUT = 120.0
 
@@ -338,7 +341,7 @@ class ControlPlane:
         return _kubeconfig(self.directory / f"{account}.kubeconfig", self.server, self.ca, {"token": token})
 
     def start_extender(self, *extra: str) -> Component:
-        """The extender as the sidecar runs it (``manifests/deployment.yaml``), with a kubeconfig holding
+        """The extender as the sidecar runs it (``manifests/base/deployment.yaml``), with a kubeconfig holding
         a token of the account bound only to the extender's roles instead of ``--in-cluster``, and a free
         port."""
         port = free_port()
@@ -349,6 +352,8 @@ class ControlPlane:
                 args.append(f"--kubeconfig={self.extender_kubeconfig}")
             elif arg.startswith("--port="):
                 args.append(f"--port={port}")
+            elif arg.startswith("--metrics-bind-address="):  # the pod IP there, loopback here
+                args.append(f"--metrics-bind-address=127.0.0.1:{free_port()}")
             else:
                 args.append(arg)
         env = dict(os.environ, PYTHONUNBUFFERED="1")

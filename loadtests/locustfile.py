@@ -2,11 +2,12 @@
 
 Run the extender on the demo cluster or a synthetic one (``python -m bench.server extender --port 8888
 --nodes 500 --gpus 10`` serves a synthetic cluster with the bench-only ``/bench/pods`` route that creates
-pending pods), then, with locust installed separately (``pip install locust``; it is not a test
-dependency because it patches the standard library on import):
+pending pods), then, with locust installed separately (``make loadtest`` installs it and orjson into
+``.cache/loadtest-venv`` and runs all of this; it is not a test dependency because it patches the standard
+library on import):
 
-    locust -f loadtests/locustfile.py --headless -u 1 -r 1 -t 60s --host http://127.0.0.1:8888 \\
-        --csv out/load --only-summary
+    .cache/loadtest-venv/bin/locust -f loadtests/locustfile.py --headless -u 1 -r 1 -t 30s \\
+        --host http://127.0.0.1:8888 --csv .cache/loadtest/load --only-summary
 
 One user reproduces kube-scheduler (one scheduling cycle at a time); more users stress the lock.
 Settings: ``DRA_LOAD_NODES`` (node count of the synthetic cluster, default 500).

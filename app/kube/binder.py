@@ -610,7 +610,13 @@ class KubeBinder:
                 await self._rollback_claim(written, pod_uid)
             except KubeAPIError as e:
                 # The write stays in the API; its devices stay reserved until the watch shows the claim.
-                log.error("rollback pod=%s: ResourceClaim %s: %s", pod_key(plan.pod), written.key, e)
+                log.error(
+                    "rollback pod=%s: ResourceClaim %s: %s",
+                    pod_key(plan.pod),
+                    written.key,
+                    e,
+                    extra={"pod": pod_key(plan.pod), "node": plan.node, "claim": written.key},
+                )
                 continue
             self.reservations.release(written.key)
 

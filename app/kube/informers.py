@@ -173,6 +173,8 @@ class InformerStats:
     stale: int = 0
     """Events not newer than the indexed object (ignored)."""
     last_error: str = ""
+    last_event_at: float | None = None
+    """``Clock.now()`` of the last watch event, bookmarks included (None: none yet)."""
     waits: list[float] = field(default_factory=list)
 
 
@@ -302,6 +304,7 @@ class Informer:
         kind = event.get("type")
         obj = event.get("object") or {}
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        self.stats.last_event_at = self.clock.now()
         if kind == "BOOKMARK":
             self.stats.bookmarks += 1
         elif kind in ("ADDED", "MODIFIED"):

@@ -135,7 +135,11 @@ class OrphanReleaser:
                     self._first_seen.pop(candidate, None)
             except KubeAPIError as e:
                 log.warning(
-                    "ResourceClaim %s: releasing for pod %s failed: %s", candidate[0], candidate[2], e
+                    "ResourceClaim %s: releasing for pod %s failed: %s",
+                    candidate[0],
+                    candidate[2],
+                    e,
+                    extra={"claim": candidate[0], "pod": candidate[2]},
                 )
         return released
 
@@ -167,6 +171,7 @@ class OrphanReleaser:
             claim_key,
             pod_key,
             self.settings.orphan_grace_period_seconds,
+            extra={"claim": claim_key, "pod": pod_key},
         )
         body = without_finalizer(claim) if deallocated else None
         if body is not None:

@@ -369,3 +369,19 @@ async def test_openapi_documents_the_three_verbs(client):
     ]
     assert prioritize["schema"]["type"] == "array"
     assert (await client.get("/docs")).status_code == 200
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+async def test_docs_load_every_asset_from_the_extender(client, page):
+    """Offline (air-gapped clusters): every script, stylesheet and icon the page names is served here."""
+    import re
+
+    html = (await client.get(page)).text
+    urls = re.findall(r"""(?:src|href)=["']([^"']+)["']|url: ?["']([^"']+)["']""", html)
+    urls = [u for pair in urls for u in pair if u]
+    assert urls and not [u for u in urls if "//" in u], urls  # no CDN, no absolute URL at all
+    for url in urls:
+        answer = await client.get(url)
+        assert answer.status_code == 200 and answer.content, url
+    scripts = [u for u in urls if u.endswith(".js")]
+    assert scripts, html

@@ -254,6 +254,7 @@ def test_serve_prints_a_banner_and_runs_one_uvicorn_worker(capsys, served, state
         "host": "127.0.0.1",
         "port": free_port,
         "log_level": "warning",
+        "log_config": None,
         "workers": 1,
         "http": IdleClosingH11Protocol,
         "timeout_keep_alive": 5,

@@ -303,6 +303,7 @@ async def test_metrics_count_the_devices_each_derived_attribute_failed_on(state_
 
     from app.api import create_app
     from app.settings import Settings
+    from tests.app.metrics_support import samples
 
     broken = {"name": "example.com/numa", "expression": f'device.attributes["{GPU}"].numa'}
     runtime = build_runtime(state_dir, config=write(tmp_path / "derived.yaml", [broken]))
@@ -310,5 +311,6 @@ async def test_metrics_count_the_devices_each_derived_attribute_failed_on(state_
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as http:
         text = (await http.get("/metrics")).text
     label = "derived attribute example.com/numa (derived.yaml: derivedAttributes[0])"
-    assert f'dra_extender_derived_attribute_errors{{attribute="{label}"}} 1\n' in text
-    assert "dra_extender_kept_pod_decisions 0\n" in text
+    values = samples(text)
+    assert values[("dra_extender_derived_attribute_errors", frozenset({("attribute", label)}))] == 1
+    assert values[("dra_extender_kept_pod_decisions", frozenset())] == 0

@@ -1,10 +1,13 @@
-"""manifests/ and the Dockerfile: the kustomization renders, every object validates against the Kubernetes
-schemas (kubernetes-validate, where installed), and the invariants that make the deployment work hold: the
+"""manifests/ and the Dockerfile: the kustomization and its overlays render (kustomize built by ``make`` into
+.cache/, else ``kubectl kustomize``), every object validates against the Kubernetes schemas
+(kubernetes-validate, where installed), and the invariants that make the deployment work hold: the
 KubeSchedulerConfiguration avoids the extender gotchas (extender-protocol.md §6), RBAC is least privilege,
-pods run restricted, the sidecar gates kube-scheduler on readiness."""
+pods run restricted, the sidecar gates kube-scheduler on readiness, metrics are reachable only on their
+port, and the README says what the manifests do."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -15,18 +18,30 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-MANIFESTS = ROOT / "manifests"
+MANIFESTS = ROOT / "manifests" / "base"
+OVERLAYS = ROOT / "manifests" / "overlays"
+
+
+def _kustomize() -> list[str]:
+    built = sorted((ROOT / ".cache").glob("kustomize-v*/kustomize"))
+    if built:
+        return [str(built[-1]), "build"]
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("no kustomize: `make test` builds it with go; else install kubectl")
+    return [kubectl, "kustomize"]
+
+
+def render(directory: Path) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [*_kustomize(), str(directory)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
 
 
 @pytest.fixture(scope="module")
 def rendered() -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl (kustomize) not installed")
-    out = subprocess.run(
-        [kubectl, "kustomize", str(MANIFESTS)], check=True, capture_output=True, text=True, timeout=60
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return render(ROOT / "manifests")
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +74,81 @@ def test_every_object_validates_against_the_kubernetes_schemas(rendered):
         "ConfigMap",
         "Deployment",
         "Namespace",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Role",
         "RoleBinding",
+        "Service",
         "ServiceAccount",
     ]
     for doc in rendered:
         validate.validate(doc, "1.37", strict=True)
+    assert render(ROOT / "manifests") == render(MANIFESTS)  # `kubectl apply -k manifests/` is the base
+
+
+@pytest.mark.parametrize("overlay", sorted(p.name for p in OVERLAYS.iterdir()))
+def test_every_overlay_renders_and_validates(overlay):
+    validate = pytest.importorskip("kubernetes_validate")
+    for doc in render(OVERLAYS / overlay):
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # a CRD: no schema in kubernetes-validate (its fields are checked below)
+        validate.validate(doc, "1.37", strict=True)
+
+
+def test_production_overlay_has_json_logs_monitoring_and_the_registry_image(rendered):
+    docs = render(OVERLAYS / "production")
+    extender = _extender(docs)
+    assert "--log-format=json" in extender["args"] and "--log-format=json" not in _extender(rendered)["args"]
+    assert extender["image"] == "registry.example.com/dra-extender:0.1.0"
+    monitor = _one(docs, "ServiceMonitor")
+    service = _one(docs, "Service", "dra-scheduler-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert (
+        endpoint["port"] in [p["name"] for p in service["spec"]["ports"]] and endpoint["path"] == "/metrics"
+    )
+    dashboard = _one(docs, "ConfigMap", "dra-extender-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["dra-extender-dashboard.json"])["uid"] == "dra-extender"
+
+
+def test_single_replica_overlay_drops_the_disruption_budget():
+    docs = render(OVERLAYS / "single-replica")
+    assert _one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_metrics_port_is_served_listed_and_the_only_way_in(rendered):
+    extender = _extender(rendered)
+    [address] = [a.split("=", 1)[1] for a in extender["args"] if a.startswith("--metrics-bind-address=")]
+    port = int(address.rpartition(":")[2])
+    [container_port] = extender["ports"]
+    assert (container_port["name"], container_port["containerPort"]) == ("metrics", port)
+    service = _one(rendered, "Service", "dra-scheduler-metrics")
+    assert service["spec"]["clusterIP"] == "None"  # every replica is scraped
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    labels = _one(rendered, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    policy = _one(rendered, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    assert {p["port"] for p in rule["ports"]} == {port, 10259}  # no rule reaches the loopback-only 8888
+    assert _pod_spec(rendered)["priorityClassName"] == "system-cluster-critical"
+
+
+def test_readme_says_what_the_manifests_ship(scheduler_config):
+    readme = (ROOT / "README.md").read_text()
+    (extender,) = scheduler_config["extenders"]
+    # The recommended weight is the shipped one, in the README's configuration and its prose.
+    assert re.search(rf"^  weight: {extender['weight']}\b", readme, re.MULTILINE)
+    assert f"**`weight: {extender['weight']}`** is recommended" in readme
+    timeout = extender["httpTimeout"].removesuffix("s")
+    assert f"`manifests/` ships {timeout} s" in readme
+    images = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["images"]
+    tag = next(i["newTag"] for i in images if i["name"] == "registry.k8s.io/kube-scheduler")
+    assert f"| kube-scheduler | {tag.removeprefix('v')} |" in readme  # the supported-versions table
 
 
 def test_scheduler_configuration_avoids_the_extender_gotchas(scheduler_config, rendered):
@@ -188,7 +271,27 @@ def test_dockerfile_is_multi_stage_non_root_and_pinned():
     stages = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
     assert len(stages) >= 2
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, re.MULTILINE).group(1)
-    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base), base
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+@sha256:[0-9a-f]{64}", base), base
+    tag = base.partition("@")[0]
+    assert f"# Tag: {tag}." in text  # the digest says nothing to a reader: the tag beside it does
+    assert "--require-hashes" in text
     user = re.findall(r"^USER\s+(\S+)", text, re.MULTILINE)
     assert user and user[-1].split(":")[0] not in ("0", "root")
     assert re.search(r'^ENTRYPOINT \["dra-extender"\]', text, re.MULTILINE)
+
+
+def test_runtime_lock_pins_every_package_with_hashes():
+    lock = (ROOT / "requirements-runtime.lock").read_text()
+    pins = re.findall(r"^([a-z0-9][a-z0-9._-]*)==\S+ \\$", lock, re.MULTILINE | re.IGNORECASE)
+    blocks = re.split(r"^(?=[a-z0-9][a-z0-9._-]*==)", lock, flags=re.MULTILINE | re.IGNORECASE)[1:]
+    assert len(pins) == len(blocks) > 20
+    assert all("--hash=sha256:" in block for block in blocks)
+    assert {"fastapi", "prometheus-client", "uvicorn"} <= {p.lower() for p in pins}
+
+
+def test_license_is_the_apache_2_0_text():
+    import hashlib
+
+    # sha256 of https://www.apache.org/licenses/LICENSE-2.0.txt, as pyproject's license = "Apache-2.0".
+    digest = hashlib.sha256((ROOT / "LICENSE").read_bytes()).hexdigest()
+    assert digest == "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"

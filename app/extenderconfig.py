@@ -1,0 +1,301 @@
+"""The settings sections of the config file (``--config FILE``): ``kind: ExtenderConfiguration``.
+
+A versioned file carries every setting of ``serve`` besides the cluster-wide ``derivedAttributes``
+(``app.derivedconfig`` reads those and calls ``parse_sections`` for the rest)::
+
+    apiVersion: dra-extender.io/v1alpha1
+    kind: ExtenderConfiguration
+    server: {port: 8888, logFormat: json, metricsBindAddress: "0.0.0.0:9090"}
+    scheduling: {deviceSelection: aligned, scoringPolicy: binpack, scoreWeights: {numa: 3}}
+    cluster: {bindingTimeoutSeconds: 600, schedulerNames: [dra-scheduler]}
+    derivedAttributes: [...]
+
+``FIELDS`` lists every field with its type and meaning (the README's table is checked against it). Each
+value becomes the default of the command-line option it stands for (``FieldSpec.dest``, an ``argparse``
+destination), so a flag given on the command line overrides the file. ``server`` and ``cluster`` apply to
+``serve``; ``scheduling`` to ``serve``, ``simulate`` and ``explain``. Values are checked for their type
+here (an error names the field's path) and for their range by ``app.settings`` (naming the setting).
+
+Reload: these sections are read once, at start; ``serve`` reloads only ``derivedAttributes`` when the file
+changes (a changed setting here needs a restart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from allocator.alignment import DEVICE_SELECTION_POLICIES
+from allocator.features import parse_feature_gates
+from allocator.scoring import SCORING_POLICIES, parse_weights
+from app.logs import LOG_FORMATS
+from app.settings import CEL_ENGINES, LOG_LEVELS
+
+__all__ = ["API_VERSION", "COMMAND_SECTIONS", "FIELDS", "KIND", "SECTIONS", "FieldSpec", "parse_sections"]
+
+API_VERSION = "dra-extender.io/v1alpha1"
+KIND = "ExtenderConfiguration"
+SECTIONS = ("server", "scheduling", "cluster")
+
+COMMAND_SECTIONS = {"serve": SECTIONS, "simulate": ("scheduling",), "explain": ("scheduling",)}
+"""Which sections give defaults to which command."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One field: ``path`` in the file, ``kind`` of value, the option ``dest`` it sets, what it means."""
+
+    path: str
+    kind: str
+    """``string``, ``integer``, ``number``, ``boolean``, ``path``, ``strings`` (a list), ``gates`` (name ->
+    bool), ``weights`` (name -> number), or ``one of a|b|c``."""
+    dest: str
+    doc: str
+    flag: str = ""
+    """The command-line option that overrides it ("" when there is none)."""
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    return "one of " + "|".join(values)
+
+
+FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("server.host", "string", "host", "interface to listen on (default 127.0.0.1)", "--host"),
+    FieldSpec("server.port", "integer", "port", "TCP port (default 8888)", "--port"),
+    FieldSpec(
+        "server.maxBodyBytes",
+        "integer",
+        "max_body_bytes",
+        "largest request body (default 8 MiB)",
+        "--max-body-bytes",
+    ),
+    FieldSpec("server.logLevel", _one_of(LOG_LEVELS), "log_level", "log level (default info)", "--log-level"),
+    FieldSpec(
+        "server.logFormat",
+        _one_of(LOG_FORMATS),
+        "log_format",
+        "text or json logs (default text)",
+        "--log-format",
+    ),
+    FieldSpec(
+        "server.metricsBindAddress",
+        "string",
+        "metrics_bind_address",
+        "host:port of a listener serving only /metrics (default none)",
+        "--metrics-bind-address",
+    ),
+    FieldSpec("server.sslCertFile", "path", "ssl_certfile", "PEM certificate: serve HTTPS", "--ssl-certfile"),
+    FieldSpec("server.sslKeyFile", "path", "ssl_keyfile", "PEM key of sslCertFile", "--ssl-keyfile"),
+    FieldSpec(
+        "server.sslCACerts", "path", "ssl_ca_certs", "PEM CA: require client certificates", "--ssl-ca-certs"
+    ),
+    FieldSpec(
+        "server.delegatedAuth",
+        "boolean",
+        "delegated_auth",
+        "check callers with the API server (TokenReview, SubjectAccessReview)",
+        "--delegated-auth",
+    ),
+    FieldSpec(
+        "server.schedulerUser",
+        "string",
+        "scheduler_user",
+        "the only user allowed on /scheduler/* with delegatedAuth (default system:kube-scheduler)",
+        "--scheduler-user",
+    ),
+    FieldSpec(
+        "scheduling.featureGates",
+        "gates",
+        "feature_gates",
+        "DRA feature gates by upstream name, e.g. {DRAListTypeAttributes: true} (default: Kubernetes 1.37's)",
+        "--feature-gates",
+    ),
+    FieldSpec(
+        "scheduling.deviceSelection",
+        _one_of(DEVICE_SELECTION_POLICIES),
+        "device_selection",
+        "devices chosen on a node (default aligned)",
+        "--device-selection",
+    ),
+    FieldSpec(
+        "scheduling.scoringPolicy",
+        _one_of(SCORING_POLICIES),
+        "scoring_policy",
+        "prioritize policy (default binpack)",
+        "--scoring-policy",
+    ),
+    FieldSpec(
+        "scheduling.scoreWeights",
+        "weights",
+        "score_weights",
+        "weights of numa, pcie, packing, intact, prioritized (defaults 3, 2, 2, 1, 8; a subset is fine)",
+        "--score-weights",
+    ),
+    FieldSpec(
+        "scheduling.celEngine",
+        _one_of(CEL_ENGINES),
+        "cel_engine",
+        "CEL engine (default cel-expr)",
+        "--cel-engine",
+    ),
+    FieldSpec(
+        "scheduling.filterTimeBudgetSeconds",
+        "number",
+        "filter_time_budget_seconds",
+        "longest one filter call searches; undecided nodes fail saying so (default 3; kube-scheduler: 5)",
+    ),
+    FieldSpec("cluster.kubeconfig", "path", "kubeconfig", "kubeconfig file (cluster mode)", "--kubeconfig"),
+    FieldSpec("cluster.context", "string", "context", "kubeconfig context", "--context"),
+    FieldSpec("cluster.inCluster", "boolean", "in_cluster", "use the pod's service account", "--in-cluster"),
+    FieldSpec(
+        "cluster.schedulerNames",
+        "strings",
+        "scheduler_name",
+        "kube-scheduler profiles served; only their pods' claims are released (default [dra-scheduler])",
+        "--scheduler-name",
+    ),
+    FieldSpec(
+        "cluster.schedulerLease",
+        "string",
+        "scheduler_lease",
+        "namespace/name of the kube-scheduler's Lease: only the replica next to the leader releases orphans",
+        "--scheduler-lease",
+    ),
+    FieldSpec(
+        "cluster.bindingTimeoutSeconds",
+        "number",
+        "binding_timeout",
+        "how long a bind waits for binding conditions (default 600); httpTimeout must exceed it + 20 s",
+        "--binding-timeout",
+    ),
+    FieldSpec(
+        "cluster.orphanGracePeriodSeconds",
+        "number",
+        "orphan_grace_period",
+        "release an allocation whose pod is still unbound after this long (default 300)",
+        "--orphan-grace-period",
+    ),
+    FieldSpec(
+        "cluster.bindTimeoutSeconds",
+        "number",
+        "bind_timeout_seconds",
+        "budget of one bind's writes (default 20)",
+    ),
+    FieldSpec(
+        "cluster.bindingPollSeconds",
+        "number",
+        "binding_poll_seconds",
+        "re-read interval while waiting (default 5)",
+    ),
+    FieldSpec(
+        "cluster.connectTimeoutSeconds",
+        "number",
+        "connect_timeout_seconds",
+        "API server connect timeout (default 5)",
+    ),
+    FieldSpec(
+        "cluster.requestTimeoutSeconds",
+        "number",
+        "request_timeout_seconds",
+        "one API request's timeout (default 10)",
+    ),
+    FieldSpec(
+        "cluster.watchTimeoutSeconds",
+        "integer",
+        "watch_timeout_seconds",
+        "server-side watch timeout (default 300)",
+    ),
+    FieldSpec(
+        "cluster.watchIdleSeconds",
+        "number",
+        "watch_idle_seconds",
+        "a watch silent this long is replaced (default 90)",
+    ),
+    FieldSpec("cluster.listPageSize", "integer", "list_page_size", "objects per list page (default 500)"),
+    FieldSpec(
+        "cluster.backoffInitialSeconds", "number", "backoff_initial_seconds", "first retry wait (default 0.5)"
+    ),
+    FieldSpec(
+        "cluster.backoffMaxSeconds", "number", "backoff_max_seconds", "longest retry wait (default 30)"
+    ),
+    FieldSpec("cluster.backoffJitter", "number", "backoff_jitter", "retry wait jitter, 0..1 (default 0.2)"),
+    FieldSpec(
+        "cluster.orphanCheckIntervalSeconds",
+        "number",
+        "orphan_check_interval_seconds",
+        "orphan scan interval (default 30)",
+    ),
+    FieldSpec(
+        "cluster.reservationTtlSeconds",
+        "number",
+        "reservation_ttl_seconds",
+        "an unconfirmed write's reservation is dropped after this long (default 600)",
+    ),
+)
+
+
+def _typed(spec: FieldSpec, value: Any) -> Any:
+    """The option value for ``value``. Raises ValueError (without the path; the caller adds it)."""
+    kind = spec.kind
+    if kind.startswith("one of "):
+        choices = kind.removeprefix("one of ").split("|")
+        if value not in choices:
+            raise ValueError(f"must be {kind.replace('|', ', ')}, got {value!r}")
+        return value
+    if kind in ("string", "path"):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"must be a non-empty string, got {value!r}")
+        return Path(value) if kind == "path" else value
+    if kind == "boolean":
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false, got {value!r}")
+        return value
+    if kind in ("integer", "number"):
+        numeric = isinstance(value, int) if kind == "integer" else isinstance(value, int | float)
+        if isinstance(value, bool) or not numeric:
+            raise ValueError(f"must be a{'n integer' if kind == 'integer' else ' number'}, got {value!r}")
+        return value
+    if kind == "strings":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            raise ValueError(f"must be a list of names, got {value!r}")
+        return ",".join(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must be a mapping, got {type(value).__name__}")
+    if kind == "gates":
+        if not all(isinstance(v, bool) for v in value.values()):
+            raise ValueError("every gate must be true or false")
+        return parse_feature_gates(",".join(f"{k}={str(v).lower()}" for k, v in value.items()))
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()):
+        raise ValueError("every weight must be a number")
+    return parse_weights(",".join(f"{k}={v}" for k, v in value.items()))
+
+
+_BY_SECTION: dict[str, dict[str, FieldSpec]] = {
+    section: {s.path.partition(".")[2]: s for s in FIELDS if s.path.startswith(section + ".")}
+    for section in SECTIONS
+}
+
+
+def parse_sections(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per section, option dest -> value of the fields set. Raises ValueError naming the field's path
+    (``cluster.bindingTimeoutSeconds: must be a number, got 'x'``; an unknown field lists the known ones)."""
+    values: dict[str, dict[str, Any]] = {}
+    for section in SECTIONS:
+        raw = document.get(section)
+        if raw is None:
+            continue
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"{section}: must be a mapping, got {type(raw).__name__}")
+        known = _BY_SECTION[section]
+        values[section] = {}
+        for name, value in raw.items():
+            spec = known.get(str(name))
+            if spec is None:
+                raise ValueError(f"{section}.{name}: unknown field (known: {', '.join(sorted(known))})")
+            try:
+                values[section][spec.dest] = _typed(spec, value)
+            except ValueError as e:
+                raise ValueError(f"{spec.path}: {e}") from None
+    return values

@@ -1,0 +1,96 @@
+"""One log format for the extender and uvicorn: ``serve --log-format text|json``.
+
+Both formats go to stderr through the root logger; uvicorn is started with ``log_config=None`` so its
+loggers (``uvicorn.error``, ``uvicorn.access``) propagate there instead of installing their own handlers.
+
+* ``text``: ``<time> <LEVEL> <logger>: <message>`` followed by the structured keys as ``key=value``
+  (klog's text format puts them there too).
+* ``json``: one object per line with klog-style keys: ``ts`` (Unix seconds), ``level`` (lower case),
+  ``logger``, ``msg``, then the structured keys a record carries (``pod``, ``node``, ``claim``,
+  ``devices``) and ``exc_info`` for a traceback (python-json-logger).
+
+Structured keys are passed as ``extra={"pod": "ns/name", "node": ...}``. Probe and scrape requests
+(``/livez``, ``/readyz``, ``/healthz``, ``/metrics``) are access-logged at debug, not info: a kubelet
+probing every few seconds would otherwise drown the bind decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from pythonjsonlogger.json import JsonFormatter
+
+__all__ = ["LOG_FORMATS", "PROBE_PATHS", "configure"]
+
+LOG_FORMATS = ("text", "json")
+
+PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/metrics"})
+
+STRUCTURED_KEYS = ("pod", "node", "claim", "devices")
+"""Keys a record may carry through ``extra``, in output order."""
+
+_TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        pairs = [f"{k}={_text_value(getattr(record, k))}" for k in STRUCTURED_KEYS if hasattr(record, k)]
+        if not pairs:
+            return line
+        head, newline, traceback = line.partition("\n")  # keys stay on the message's line
+        return f"{head} {' '.join(pairs)}{newline}{traceback}"
+
+
+def _text_value(value: Any) -> str:
+    text = ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+    return f'"{text}"' if " " in text else text
+
+
+class _KlogJsonFormatter(JsonFormatter):
+    def __init__(self) -> None:
+        super().__init__(
+            ["created", "levelname", "name", "message"],
+            rename_fields={"created": "ts", "levelname": "level", "name": "logger", "message": "msg"},
+        )
+
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        log_data["level"] = str(log_data.get("level", "")).lower()
+        log_data.pop("color_message", None)  # uvicorn's terminal-coloured copy of msg
+        return log_data
+
+
+class _ProbesAtDebug(logging.Filter):
+    """On ``uvicorn.access``: a probe's access line becomes a debug record, kept only at debug level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        path = args[2] if isinstance(args, tuple) and len(args) > 2 else None
+        if not isinstance(path, str) or path.partition("?")[0] not in PROBE_PATHS:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+def configure(level: str, log_format: str, stream: Any = None) -> None:
+    """Send every log record (the extender's and uvicorn's) to ``stream`` (stderr) in ``log_format`` at
+    ``level`` (a ``logging`` level name, any case). Replaces handlers set before: call once at startup."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log_format: must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(_KlogJsonFormatter() if log_format == "json" else _TextFormatter(_TEXT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        uvicorn_logger = logging.getLogger(name)
+        uvicorn_logger.handlers.clear()
+        uvicorn_logger.propagate = True
+        uvicorn_logger.setLevel(logging.NOTSET)
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, _ProbesAtDebug) for f in access.filters):
+        access.addFilter(_ProbesAtDebug())

@@ -1,0 +1,138 @@
+"""One log format for the extender and uvicorn (``app.logs``): records captured and parsed."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.logs import configure
+from tests.app.metrics_support import samples
+
+REPO = Path(__file__).resolve().parents[2]
+ACCESS = ("127.0.0.1:50000", "GET", "/readyz", "1.1", 200)
+"""The arguments uvicorn's access logger formats: client, method, path, HTTP version, status."""
+
+
+@pytest.fixture
+def stream() -> Iterator[io.StringIO]:
+    """A stream ``configure`` may take over; the root and uvicorn loggers are put back afterwards."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    names = ("uvicorn", "uvicorn.error", "uvicorn.access")
+    loggers = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).propagate) for n in names}
+    yield io.StringIO()
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    for name, (handlers, propagate) in loggers.items():
+        logging.getLogger(name).handlers[:] = handlers
+        logging.getLogger(name).propagate = propagate
+        logging.getLogger(name).filters.clear()
+
+
+def test_json_records_have_klog_keys(stream: io.StringIO):
+    configure("info", "json", stream)
+    extra = {"pod": "ml/p", "node": "n1", "devices": ["ml/c: gpu.example.com/n1/gpu-0"]}
+    logging.getLogger("app.api").info("bound: %s", "ml/c: gpu.example.com/n1/gpu-0", extra=extra)
+    logging.getLogger("app.api").debug("not shown at info")
+    [line] = stream.getvalue().splitlines()
+    record = json.loads(line)
+    assert record["level"] == "info" and record["logger"] == "app.api"
+    assert record["msg"] == "bound: ml/c: gpu.example.com/n1/gpu-0"
+    assert record["pod"] == "ml/p" and record["node"] == "n1"
+    assert record["devices"] == ["ml/c: gpu.example.com/n1/gpu-0"]
+    assert abs(record["ts"] - time.time()) < 60
+
+
+def test_json_carries_the_traceback(stream: io.StringIO):
+    configure("info", "json", stream)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("app.api").exception("filter: internal error")
+    record = json.loads(stream.getvalue())
+    assert record["level"] == "error" and "ValueError: boom" in record["exc_info"]
+
+
+def test_text_puts_the_keys_after_the_message(stream: io.StringIO):
+    configure("info", "text", stream)
+    logging.getLogger("app.api").info("bind failed: no", extra={"pod": "ml/p", "node": "n 1"})
+    line = stream.getvalue().rstrip("\n")
+    assert line.endswith(' INFO app.api: bind failed: no pod=ml/p node="n 1"')
+
+
+def test_uvicorn_records_share_the_format_and_probes_are_debug(stream: io.StringIO):
+    configure("info", "json", stream)
+    access = logging.getLogger("uvicorn.access")
+    access.info('%s - "%s %s HTTP/%s" %d', *ACCESS)
+    for path in ("/livez", "/healthz", "/metrics", "/readyz?verbose"):
+        access.info('%s - "%s %s HTTP/%s" %d', ACCESS[0], "GET", path, "1.1", 200)
+    assert stream.getvalue() == ""
+    access.info('%s - "%s %s HTTP/%s" %d', ACCESS[0], "POST", "/scheduler/bind", "1.1", 200)
+    logging.getLogger("uvicorn.error").info("Uvicorn running")
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["logger"] == "uvicorn.access" and "POST /scheduler/bind" in first["msg"]
+    assert second == {**second, "logger": "uvicorn.error", "level": "info", "msg": "Uvicorn running"}
+    configure("debug", "json", stream)
+    access.info('%s - "%s %s HTTP/%s" %d', *ACCESS)
+    probe = json.loads(stream.getvalue().splitlines()[-1])
+    assert probe["level"] == "debug" and "GET /readyz" in probe["msg"]
+
+
+def test_unknown_format_is_refused(stream: io.StringIO):
+    with pytest.raises(ValueError, match="log_format: must be one of text, json"):
+        configure("info", "yaml", stream)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_serve_logs_json_for_the_app_and_uvicorn_and_serves_metrics_apart():
+    port, metrics_port = _free_port(), _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "app", "serve", "--state", "examples/cluster", "--port", str(port)]
+    argv += ["--log-format", "json", "--metrics-bind-address", f"127.0.0.1:{metrics_port}"]
+    server = subprocess.Popen(argv, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "serve did not start"
+            time.sleep(0.2)
+        bind = (REPO / "examples/requests/bind-two-gpus.json").read_bytes()
+        assert httpx.post(f"{url}/scheduler/bind", content=bind).json() == {"Error": ""}
+        httpx.get(f"{url}/metrics")
+        # The metrics listener shows the same registry as the extender's port.
+        apart = samples(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text)
+        assert apart[("dra_extender_binds_total", frozenset({("result", "success")}))] == 1
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    loggers = {r["logger"] for r in records}
+    assert {"uvicorn.error", "uvicorn.access", "app.api"} <= loggers, err
+    [bound] = [r for r in records if r["msg"].startswith("bound:")]
+    assert bound["pod"] == "demo/two-gpus" and bound["node"] == "gpu-node-1"
+    assert len(bound["devices"]) == 2 and all("gpu.nvidia.com" in d for d in bound["devices"])
+    access = [r["msg"] for r in records if r["logger"] == "uvicorn.access"]
+    assert any("/scheduler/bind" in m for m in access)
+    assert not any(p in m for m in access for p in ("/readyz", "/metrics"))
+    assert not [r for r in records if "color_message" in r]
