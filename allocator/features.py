@@ -40,9 +40,19 @@ class FeatureGates:
             self.DRAConsumableCapacity
             or (self.DRADeviceBindingConditions and self.DRAResourceClaimDeviceStatus)
             or self.DRAFractionalCapacityRange
-            or self.DRAListTypeAttributes
+            or self.experimental_allocator
+        )
+
+    @property
+    def experimental_allocator(self) -> bool:
+        """Whether it is upstream's "experimental" implementation, the only one knowing derived attributes,
+        list-typed attributes, compatibility groups and optional node operations (the others never look
+        at ``skipNodeOperations``)."""
+        return (
+            self.DRAListTypeAttributes
             or self.DRADerivedAttributes
             or self.DRADeviceCompatibilityGroups
+            or self.DRAOptionalNodeOperations
         )
 
     def describe(self) -> str:

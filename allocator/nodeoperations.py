@@ -2,9 +2,11 @@
 ``spec.skipNodeOperations`` tells the kubelet to skip NodePrepareResources / NodeUnprepareResources for its
 devices, so only a kubelet that declares the feature may run pods with them.
 
-Upstream's allocator refuses such a device while the gate is off and, with it on, on a node whose
-``status.declaredFeatures`` lacks ``DRAOptionalNodeOperations``; its Filter applies the node check (with or
-without the gate) to claims already allocated with such devices.
+Upstream's experimental allocator refuses such a device while the gate is off and, with it on, on a node
+whose ``status.declaredFeatures`` lacks ``DRAOptionalNodeOperations``; the stable and incubating ones
+(chosen when no gate of the experimental one is on) ignore the field, and their results do not carry it.
+kube-scheduler's Filter applies the node check (with or without the gate) to claims already allocated
+with such devices.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ DECLARED_FEATURE = "DRAOptionalNodeOperations"
 
 def allocatable_on(slice_: ResourceSlice, node: Node, gates: FeatureGates) -> bool:
     """Whether devices of ``slice_`` may be allocated for a pod on ``node``."""
-    if not slice_.skip_node_operations:
+    if not slice_.skip_node_operations or not gates.experimental_allocator:
         return True
     return gates.DRAOptionalNodeOperations and DECLARED_FEATURE in node.declared_features
 

@@ -51,7 +51,8 @@ def _result_entry(picked: PickedDevice, gates: FeatureGates) -> dict[str, Any]:
             entry["bindingConditions"] = list(device.binding_conditions)
         if device.binding_failure_conditions:
             entry["bindingFailureConditions"] = list(device.binding_failure_conditions)
-    if picked.slice.skip_node_operations:  # only allocatable with DRAOptionalNodeOperations on
+    # Only the experimental allocator copies it (and allocates such devices only with the gate on).
+    if picked.slice.skip_node_operations and gates.experimental_allocator:
         entry["skipNodeOperations"] = list(picked.slice.skip_node_operations)
     if picked.share_id:
         entry["shareID"] = picked.share_id

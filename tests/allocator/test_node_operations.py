@@ -54,6 +54,18 @@ def test_gate_off_refuses_the_device(node):
     assert picked(world(gates).allocate(claim("c", request("d")), node=node)) == [[("d", "plain-0")]]
 
 
+def test_the_incubating_allocator_ignores_the_field():
+    # No gate of upstream's experimental allocator on: the incubating one runs, which never reads
+    # skipNodeOperations: the device is allocated and its result does not carry the list.
+    incubating = FeatureGates(DRADerivedAttributes=False)
+    assert not incubating.experimental_allocator and not incubating.stable_allocator
+    results = world(incubating).allocate(claim("c", request("d")), node=NODE1)
+    assert results is not None
+    assert results[0]["devices"]["results"] == [
+        {"request": "d", "driver": DRIVER_A, "pool": "a-skip", "device": "skip-0"}
+    ]
+
+
 def test_all_mode_fails_when_a_matching_device_is_refused():
     # allocationMode All needs every matching device; a refused one fails the request, as upstream.
     assert world(FeatureGates()).allocate(claim("c", request("d", mode="All")), node=NODE1) is None

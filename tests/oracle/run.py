@@ -1,8 +1,8 @@
 """``make oracle N=... SEED=...``: a long differential run; prints feature coverage, outcome kinds and
-disagreements (each written to .cache/oracle/disagreements.jsonl with both answers). ``JOBS`` processes
-share the states, each with its own oracle and seed. Progress goes to stderr every 10,000 states of a
-job; an interrupted run (Ctrl-C, or SIGTERM to its job processes) still prints the table of the states
-done."""
+disagreements (each appended to .cache/oracle/disagreements.jsonl with both answers as it is found).
+``JOBS`` processes share the states, each with its own oracle and seed. Progress goes to stderr every
+10,000 states of a job; an interrupted run (Ctrl-C, or SIGTERM to its job processes) still prints the
+table of the states done."""
 
 from __future__ import annotations
 
@@ -70,7 +70,10 @@ def _compare(oracle: Oracle, count: int, start: int, job: int) -> Tally:
                 flush=True,
             )
         if not agrees(oracle, state, expected, actual):
-            disagreements.append({"state": state, "upstream": expected, "product": actual})
+            found = {"state": state, "upstream": expected, "product": actual}
+            disagreements.append(found)
+            with REPORT.open("ab") as report:  # one write per line: the jobs append side by side
+                report.write((json.dumps(found) + "\n").encode())
 
     try:
         one()
@@ -90,6 +93,8 @@ def main() -> int:
         print(MISSING, file=sys.stderr)
         return 2
     began = time.monotonic()
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text("")
     shares = [args.states // args.jobs + (i < args.states % args.jobs) for i in range(args.jobs)]
     seeds = [args.seed * 1000 + i for i in range(args.jobs)]
     with ProcessPoolExecutor(args.jobs) as pool:
@@ -108,8 +113,6 @@ def main() -> int:
     print(f"\n{'outcome'.ljust(width)}  states")
     for name, n in sorted(kinds.items()):
         print(f"{name.ljust(width)}  {n}")
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text("".join(json.dumps(d) + "\n" for d in disagreements))
     print(f"\ndisagreements: {len(disagreements)}" + (f" (see {REPORT})" if disagreements else ""))
     return 1 if disagreements else 0
 
