@@ -45,7 +45,7 @@ from allocator.pools import PoolID, PoolView, gather_pools, ignored_slices
 from allocator.quantity import QuantityError, parse_quantity
 from allocator.selectors import SelectorCache
 
-__all__ = ["AllocatedDevice", "Inventory", "NodeVersions", "allocated_devices", "counters_left"]
+__all__ = ["AllocatedDevice", "Hold", "Inventory", "NodeVersions", "allocated_devices", "counters_left"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +88,15 @@ def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple
             )
         )
     return tuple(parsed)
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One use of a device (``Inventory.holds``): by a claim (its key) or by a bind in flight (``claim``
+    ""), exclusive (``consumed`` None) or a share consuming ``consumed``."""
+
+    claim: str
+    consumed: Mapping[str, Fraction] | None
 
 
 @dataclass(slots=True)
@@ -550,6 +559,17 @@ class Inventory:
                 for name, amount in consumed.items():
                     total[name] += amount
         return total
+
+    def holds(self, device_id: DeviceID) -> list[Hold]:
+        """Every use of the device, for what-if views that take some claims' uses away
+        (``allocator.eviction``)."""
+        entry = self._holders.get(device_id)
+        if entry is None:
+            return []
+        claims = f"{id(self._claims)}:"
+        uses = [(h, None) for h in entry.exclusive]
+        uses.extend((h, consumed) for (h, _), consumed in entry.shares.items())
+        return [Hold(h.removeprefix(claims) if h.startswith(claims) else "", c) for h, c in uses]
 
     def holders(self, device_id: DeviceID) -> list[str]:
         """Claim keys holding the device (exclusive or shared), for explanations."""

@@ -79,11 +79,8 @@ def test_scheduler_configuration_avoids_the_extender_gotchas(scheduler_config, r
         assert "deviceclass.resource.kubernetes.io" in fit["ignoredResourceGroups"]
         assert fit["ignoredResources"]
     (extender,) = config["extenders"]
-    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
-        "filter",
-        "prioritize",
-        "bind",
-    )
+    verbs = ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb")
+    assert tuple(extender[v] for v in verbs) == ("filter", "prioritize", "bind", "preempt")
     assert extender["weight"] > 0
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
