@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 from allocator.features import FeatureGates
 from app.cluster import ClusterState, object_key
 from app.podclaims import PodClaim
+from app.podgroups import reserves
 
 __all__ = [
     "FINALIZER",
@@ -97,9 +98,14 @@ class ClaimReleaser(Protocol):
 
 
 def claim_after_bind(
-    claim: Mapping[str, Any], allocation: dict[str, Any] | None, pod: Mapping[str, Any], gates: FeatureGates
+    claim: Mapping[str, Any],
+    allocation: dict[str, Any] | None,
+    pod: Mapping[str, Any],
+    gates: FeatureGates,
+    consumer: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A copy of ``claim`` with the finalizer, the allocation (if new) and the pod in ``reservedFor``."""
+    """A copy of ``claim`` with the finalizer, the allocation (if new) and the pod in ``reservedFor``, or
+    ``consumer`` (the pod's PodGroup, ``PodClaim.consumer``) instead once for all its pods."""
     meta = pod.get("metadata") or {}
     updated = copy.deepcopy(dict(claim))
     status = updated.setdefault("status", {})
@@ -115,8 +121,9 @@ def claim_after_bind(
             "allocationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         )
     reserved = status.setdefault("reservedFor", [])
-    if not any(r.get("uid") == meta.get("uid") for r in reserved):
-        reserved.append({"resource": "pods", "name": meta.get("name"), "uid": meta.get("uid")})
+    if not reserves(reserved, str(meta.get("uid") or ""), consumer):
+        entry = {"resource": "pods", "name": meta.get("name"), "uid": meta.get("uid")}
+        reserved.append(dict(consumer) if consumer is not None else entry)
     return updated
 
 
@@ -151,7 +158,7 @@ class StateBinder:
                     raise BindError(f"ResourceClaim {pc.key} was deleted")
                 if allocation is not None and (current.get("status") or {}).get("allocation"):
                     raise BindError(f"ResourceClaim {pc.key} got allocated elsewhere in the meantime")
-                claims.append(claim_after_bind(current, allocation, plan.pod, self.state.gates))
+                claims.append(claim_after_bind(current, allocation, plan.pod, self.state.gates, pc.consumer))
             try:
                 for claim in claims:
                     self.state.apply("ResourceClaim", claim)

@@ -36,8 +36,9 @@ KINDS = (
     "ResourceClaim",
     "ResourceClaimTemplate",
     "DeviceTaintRule",
+    "PodGroup",
 )
-NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate"})
+NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate", "PodGroup"})
 
 
 def object_key(kind: str, obj: Mapping[str, Any]) -> str:

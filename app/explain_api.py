@@ -52,7 +52,7 @@ from allocator.scoring import ScoreBreakdown, score_allocation
 from app.bodies import BodyBudget, BodyRejected, read_body
 from app.convert import ConversionError, to_v1
 from app.extended import ExtendedClaim
-from app.podclaims import ClaimNotReady, PodClaim, claim_names, pod_claims
+from app.podclaims import ClaimNotReady, PodClaim, claim_names, state_pod_claims
 from app.scheduling import SchedulingService
 from app.statedir import load_yaml_document
 
@@ -581,7 +581,7 @@ def _claim_summaries(
     extended: ExtendedClaim | None,
 ) -> list[PodClaimSummary]:
     try:
-        names = {pc.key: pc.pod_claim_name for pc in pod_claims(pod, service.state.objects["ResourceClaim"])}
+        names = {pc.key: pc.pod_claim_name for pc in state_pod_claims(service.state, pod)}
     except ClaimNotReady:
         names = {}
     summaries = [

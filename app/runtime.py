@@ -56,6 +56,7 @@ LOAD_ORDER = (
     "ResourceSlice",
     "ResourceClaimTemplate",
     "ResourceClaim",
+    "PodGroup",
     "Pod",
 )
 """Kinds in the order they are applied to the ``ClusterState``."""
@@ -145,7 +146,7 @@ def build_runtime(
     except StateLoadError as e:
         raise StartupError(str(e)) from e
     notes = list(objects.warnings)
-    notes.extend(generate_template_claims(objects))
+    notes.extend(generate_template_claims(objects, workload_claims=state.gates.workload_claims))
     for kind, obj in _ordered(objects):
         try:
             state.apply(kind, obj)
