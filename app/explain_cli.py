@@ -172,7 +172,8 @@ def render_explanation(explanation: PodExplanation | WhatIfExplanation, out: Tex
         for c in explanation.claims:
             state = "allocated" if c.allocated else "to allocate"
             label = "extended resources" if c.extendedResources else f"pod claim {c.podClaimName}"
-            o.line(f"  {label}: ResourceClaim {c.claim} ({state})")
+            group = f", the claim of PodGroup {c.podGroup}" if c.podGroup else ""
+            o.line(f"  {label}: ResourceClaim {c.claim} ({state}{group})")
         if not explanation.claims:
             o.line("  no ResourceClaims: every node passes")
         last = explanation.lastBind

@@ -196,10 +196,11 @@ class Scenario:
         scheduler: str = EXTENDER_SCHEDULER,
         priority_class: str | None = None,
         node: str | None = None,
+        pod_group: str | None = None,
     ) -> None:
         """A pod (``terminationGracePeriodSeconds: 0``: without a kubelet a deleted pod is gone at once)
         using a claim or a template's claim, asking for ``limits`` (requests equal), with a PriorityClass
-        and pinned to ``node`` by its hostname label when given."""
+        pinned to ``node`` by its hostname label, and in PodGroup ``pod_group`` when given."""
         resources: dict[str, Any] = {}
         container: dict[str, Any] = {
             "name": "main",
@@ -221,6 +222,8 @@ class Scenario:
             spec["priorityClassName"] = priority_class
         if node:
             spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        if pod_group:
+            spec["schedulingGroup"] = {"podGroupName": pod_group}
         self.kube.create(
             {
                 "apiVersion": "v1",

@@ -7,6 +7,7 @@ and the resourceclaim controller's ``handlePodGroupClaim``."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,10 @@ import yaml
 
 from allocator.features import FeatureGates
 from app.cli import simulate
+from app.explain_api import explain_pod
+from app.explain_cli import render_explanation
+from app.kube.client import NotFoundError
+from app.kube.informers import discover_pod_groups
 from app.podclaims import ClaimNotReady, pod_claims
 from app.runtime import StartupError, build_runtime
 from app.statedir import stable_uid
@@ -206,3 +211,49 @@ def test_the_groups_entry_counts_once_against_the_reservation_limit(tmp_path):
 def test_a_bad_pod_group_names_the_field(tmp_path, entry, message):
     with pytest.raises(StartupError, match=re.escape(message)):
         build_runtime(_state_dir(tmp_path, pod_group("train", [entry])), ON)
+
+
+def test_explain_names_the_group_of_a_group_claim(tmp_path):
+    runtime = build_runtime(_group_of_three(tmp_path), ON)
+    explanation = explain_pod(runtime.service, NS, "w1")
+    (summary,) = explanation.claims
+    assert (summary.podClaimName, summary.podGroup, summary.allocated) == ("gpu", "train", False)
+    out = io.StringIO()
+    render_explanation(explanation, out)
+    assert (
+        f"pod claim gpu: ResourceClaim {summary.claim} (to allocate, the claim of PodGroup train)"
+        in out.getvalue()
+    )
+
+
+class _Discovery:
+    """The two discovery reads of ``KubeClient``, answering from fixed documents."""
+
+    def __init__(self, versions: list[str], resources: dict[str, list[str]]) -> None:
+        self.versions, self.resources = versions, resources
+
+    async def api_group(self, group: str) -> dict[str, Any]:
+        if group != "scheduling.k8s.io" or not self.versions:
+            raise NotFoundError(404, "NotFound", group)
+        return {"versions": [{"version": v} for v in self.versions]}
+
+    async def api_resources(self, group: str, version: str) -> dict[str, Any]:
+        return {"resources": [{"name": n} for n in self.resources.get(version, [])]}
+
+
+@pytest.mark.parametrize(
+    ("versions", "resources", "expected"),
+    [
+        (
+            ["v1", "v1beta1", "v1alpha3"],
+            {"v1": ["priorityclasses"], "v1beta1": ["podgroups", "workloads"]},
+            "v1beta1",
+        ),
+        (["v1", "v1alpha3"], {"v1alpha3": ["podgroups"]}, "v1alpha3"),
+        (["v1"], {"v1": ["priorityclasses"]}, None),
+        ([], {}, None),
+    ],
+)
+async def test_pod_groups_are_watched_at_the_first_version_serving_them(versions, resources, expected):
+    found = await discover_pod_groups(_Discovery(versions, resources))
+    assert {k: r.version for k, r in found.items()} == ({"PodGroup": expected} if expected else {})
