@@ -1,7 +1,7 @@
 """Workload-level ResourceClaims (gates ``DRAWorkloadResourceClaims`` + ``GenericWorkload``, beta, off).
 
-A PodGroup (``scheduling.k8s.io/v1beta1``; ``v1alpha3`` read too) lists ``spec.resourceClaims``, each
-naming a ResourceClaim or a ResourceClaimTemplate. A pod joins the group through
+A PodGroup (``scheduling.k8s.io/v1beta1``; ``v1alpha3`` and 1.36's ``v1alpha2`` read too) lists
+``spec.resourceClaims``, each naming a ResourceClaim or a ResourceClaimTemplate. A pod joins the group through
 ``spec.schedulingGroup.podGroupName``; a pod claim whose name and source equal one of the group's claims is
 the group's claim, as upstream's ``resourceclaim.BindTo`` decides:
 
@@ -40,8 +40,9 @@ Obj = Mapping[str, Any]
 
 GROUP = "scheduling.k8s.io"
 _CLAIM_FIELDS = ("name", "resourceClaimName", "resourceClaimTemplateName")
-POD_GROUP_VERSIONS = ("v1beta1", "v1alpha3")
-"""The versions PodGroup is served at in Kubernetes 1.37, newest first."""
+POD_GROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
+"""PodGroup versions read, newest first: 1.37 serves v1beta1 and v1alpha3; v1alpha2 (1.36) has the same
+``resourceClaims`` fields."""
 
 
 def pod_group_key(pod: Obj) -> str | None:
@@ -100,9 +101,8 @@ def reserves(reserved: Iterable[Obj], pod_uid: str, consumer: Obj | None) -> boo
 def check_pod_group(obj: Obj, api_version: str) -> None:
     """The PodGroup fields the extender reads. Raises ConversionError naming the field."""
     if api_version not in tuple(f"{GROUP}/{v}" for v in POD_GROUP_VERSIONS):
-        raise ConversionError(
-            "apiVersion", f"PodGroup must be {GROUP}/v1beta1 or {GROUP}/v1alpha3, got {api_version!r}"
-        )
+        known = ", ".join(f"{GROUP}/{v}" for v in POD_GROUP_VERSIONS)
+        raise ConversionError("apiVersion", f"PodGroup must be one of {known}, got {api_version!r}")
     claims = (obj.get("spec") or {}).get("resourceClaims") or []
     if not isinstance(claims, list):
         raise ConversionError("spec.resourceClaims", "must be a list")

@@ -123,6 +123,7 @@ def test_rbac_is_least_privilege(rendered):
         ("", "nodes"): {"get", "list", "watch"},
         ("", "pods"): {"get", "list", "watch"},
         ("", "pods/binding"): {"create"},
+        ("scheduling.k8s.io", "podgroups"): {"get", "list", "watch"},
         ("", "pods/status"): {"patch"},
         ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
         ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch"},
