@@ -29,6 +29,7 @@ class FeatureGates:
     DRADerivedAttributes: bool = True
     DRADeviceCompatibilityGroups: bool = False
     DRAOptionalNodeOperations: bool = False
+    DRANodeAllocatableResources: bool = False
     GenericWorkload: bool = False
     DRAWorkloadResourceClaims: bool = False
 

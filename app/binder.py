@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from app.cluster import ClusterState, object_key
+from app.nodeallocatable import ClaimUse, claim_statuses
 from app.podclaims import PodClaim
 from app.podgroups import reserves
 
@@ -127,6 +129,26 @@ def claim_after_bind(
     return updated
 
 
+def node_allocatable_statuses(state: ClusterState, plan: BindPlan) -> list[dict[str, Any]]:
+    """``pod.status.nodeAllocatableResourceClaimStatuses`` for the bind (``app.nodeallocatable``; [] with
+    DRANodeAllocatableResources off or without such devices). Raises InvalidInputError."""
+    if not state.gates.DRANodeAllocatableResources:
+        return []
+    uses = [
+        ClaimUse(
+            pc.key, pc.pod_claim_name, allocation or (pc.claim.get("status") or {}).get("allocation") or {}
+        )
+        for pc, allocation in plan.claims
+    ]
+    if plan.extended is not None:
+        uses.append(ClaimUse(plan.extended.key, None, plan.extended.allocation))
+    return claim_statuses(plan.pod, uses, state.objects["ResourceSlice"].values())
+
+
+def _allocation(claim: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (claim.get("status") or {}).get("allocation") or {}
+
+
 class StateBinder:
     """Offline binder: applies the claims and the pod to the in-memory state under the state's lock."""
 
@@ -147,6 +169,12 @@ class StateBinder:
                 status = pod["status"] = {}
             status["extendedResourceClaimStatus"] = copy.deepcopy(plan.extended.pod_status)
         with self.lock:
+            try:
+                statuses = node_allocatable_statuses(self.state, plan)
+            except InvalidInputError as e:
+                raise BindError(str(e)) from e
+            if statuses:
+                pod.setdefault("status", {})["nodeAllocatableResourceClaimStatuses"] = statuses
             if plan.extended is not None and self.state.get("ResourceClaim", plan.extended.key) is not None:
                 raise BindError(f"ResourceClaim {plan.extended.key} already exists")
             snapshot = [self.state.get("ResourceClaim", pc.key) for pc, _ in plan.claims]

@@ -91,9 +91,12 @@ class Scenario:
         *,
         device_extra: dict[str, Any] | None = None,
         capacity: dict[str, str] | None = None,
+        declared_features: list[str] | None = None,
     ) -> list[str]:
         """``count`` nodes, each with one ResourceSlice of ``devices`` devices of the scenario's driver;
-        ``capacity`` replaces entries of the default capacity (and allocatable)."""
+        ``capacity`` replaces entries of the default capacity (and allocatable); ``declared_features``: the
+        node's ``status.declaredFeatures`` (kube-apiserver admits some slice fields only on nodes
+        declaring them)."""
         names = [f"{self.name}-node-{len(self.nodes) + i}" for i in range(count)]
         for node in names:
             self.kube.create(
@@ -106,16 +109,18 @@ class Scenario:
                     },
                 }
             )
-            self._make_ready(node, {**NODE_CAPACITY, **(capacity or {})})
+            self._make_ready(node, {**NODE_CAPACITY, **(capacity or {})}, declared_features or [])
             self.kube.create(self.slice_for(node, devices, device_extra))
         self.nodes += names
         return names
 
-    def _make_ready(self, node: str, capacity: dict[str, str]) -> None:
+    def _make_ready(self, node: str, capacity: dict[str, str], declared: list[str]) -> None:
         """What a kubelet and the node lifecycle controller would do: report capacity and Ready, and lift
         the not-ready taint the TaintNodesByCondition admission plugin puts on every new Node."""
         ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "e2e: no kubelet"}
-        status = {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}
+        status: dict[str, Any] = {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}
+        if declared:
+            status["declaredFeatures"] = declared
         self.kube.merge_patch("Node", node, {"status": status}, sub="status")
         self.kube.merge_patch("Node", node, {"spec": {"taints": None}})
 

@@ -57,7 +57,14 @@ from typing import Any
 from allocator.errors import InvalidInputError
 from allocator.inventory import allocated_devices
 from allocator.nodeselector import Node, parse_node_selector
-from app.binder import FINALIZER, BindError, BindPlan, ExtendedBind, claim_after_bind
+from app.binder import (
+    FINALIZER,
+    BindError,
+    BindPlan,
+    ExtendedBind,
+    claim_after_bind,
+    node_allocatable_statuses,
+)
 from app.bindingconditions import conditioned_results, device_label, failed_condition, not_true
 from app.cluster import ClusterState, object_key
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
@@ -107,6 +114,7 @@ class _Wait:
 class _Journal:
     claims: list[_Written]
     pod_status_patched: bool = False
+    node_allocatable_patched: bool = False
     outcome_unknown: bool = False
     waits: list[_Wait] = field(default_factory=list)
     reserved: list[tuple[str, str, Mapping[str, Any] | None]] = field(default_factory=list)
@@ -316,6 +324,7 @@ class KubeBinder:
                         )
                 if plan.extended is not None:
                     await self._bind_extended(plan.extended, plan, journal)
+                await self._patch_node_allocatable(plan, journal)
                 if not journal.waits:
                     await self._check_before_binding(plan, journal, ())
                     await self._post_binding(plan, journal)
@@ -473,6 +482,20 @@ class KubeBinder:
         if not admits:
             raise BindError(f"ResourceClaim {key} is allocated for other nodes than {node}")
 
+    async def _patch_node_allocatable(self, plan: BindPlan, journal: _Journal) -> None:
+        """DRANodeAllocatableResources: ``pod.status.nodeAllocatableResourceClaimStatuses`` before the
+        binding, as upstream's PreBind (the kubelet sizes the pod's cgroups from it)."""
+        try:
+            statuses = node_allocatable_statuses(self.state, plan)
+        except InvalidInputError as e:
+            raise BindError(str(e)) from e
+        if not statuses:
+            return
+        namespace, name = _split(pod_key(plan.pod))
+        body = {"status": {"nodeAllocatableResourceClaimStatuses": statuses}}
+        await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
+        journal.node_allocatable_patched = True
+
     async def _bind_extended(self, extended: ExtendedBind, plan: BindPlan, journal: _Journal) -> None:
         """KEP-5004: create the extended-resource claim, allocate it like the others, point the pod at it."""
         assert self.claims is not None
@@ -616,6 +639,16 @@ class KubeBinder:
 
     async def _rollback(self, plan: BindPlan, journal: _Journal) -> None:
         pod_uid = _uid(plan.pod)
+        if journal.node_allocatable_patched:
+            namespace, name = _split(pod_key(plan.pod))
+            try:
+                # An empty list, not null: it says "cleared" to a reader that knows the field.
+                body = {"status": {"nodeAllocatableResourceClaimStatuses": []}}
+                await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
+            except KubeAPIError as e:
+                log.error(
+                    "rollback pod=%s: clearing nodeAllocatableResourceClaimStatuses: %s", pod_key(plan.pod), e
+                )
         if journal.pod_status_patched:
             namespace, name = _split(pod_key(plan.pod))
             try:
