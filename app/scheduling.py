@@ -60,15 +60,7 @@ from app.bindingconditions import unusable_reason
 from app.bindlog import BindLog
 from app.cluster import ClusterState, node_from_api, object_key
 from app.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
-from app.nodeallocatable import (
-    ClaimUse,
-    claim_statuses,
-    has_node_allocatable,
-    insufficient,
-    node_requests,
-    pod_demand,
-    shared_mapped_claim,
-)
+from app.nodefit import fit_node_allocatable
 from app.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
 from app.podgroups import reserves
 
@@ -419,83 +411,8 @@ class SchedulingService:
             and outcome.passed
         ):
             with self.lock:
-                self._fit_node_allocatable(pod, outcome, nodes)
+                fit_node_allocatable(self, pod, outcome, nodes)
         return outcome
-
-    def _fit_node_allocatable(
-        self, pod: Mapping[str, Any], outcome: FilterOutcome, nodes: Mapping[str, Mapping[str, Any]] | None
-    ) -> None:
-        """DRANodeAllocatableResources (``app.nodeallocatable``): a passing node where the pod's requests
-        plus its devices' node resources exceed what the node has left fails, and every node does while an
-        allocated claim with a mapped device is reserved for another consumer."""
-        uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
-        slices = self.state.objects["ResourceSlice"]
-        try:
-            claims = state_pod_claims(self.state, pod)
-            for pc in filter(_is_allocated, claims):
-                reserved = (pc.claim.get("status") or {}).get("reservedFor") or []
-                mine = reserves(reserved, uid, pc.consumer)
-                reason = shared_mapped_claim(pc.key, pc.claim, mine, slices.values())
-                if reason:
-                    outcome.unresolvable.update(dict.fromkeys(outcome.passed, reason))
-                    outcome.passed = []
-                    return
-            names = {pc.key: pc.pod_claim_name for pc in claims}
-            slices_of = {n: self._node_slices(n) for n in outcome.passed}
-            asked = [n for n, found in slices_of.items() if has_node_allocatable(found)]
-            if not asked:
-                return
-            self._filter(pod, asked, nodes, select=True)  # devices chosen where counts decided
-            requested = node_requests(self.state.objects["Pod"].values(), asked, uid)
-            failed: dict[str, tuple[str, bool]] = {}
-            for name in asked:
-                kept = self._kept(uid, name)
-                if kept is None or kept[0].results is None:
-                    continue
-                statuses = self._claim_statuses(pod, name, nodes, names, kept[0].results, slices_of[name])
-                if statuses:
-                    node = self._node_object(name, nodes) or {}
-                    allocatable = (node.get("status") or {}).get("allocatable") or {}
-                    short = insufficient(pod_demand(pod, statuses), allocatable, requested[name], name)
-                    if short is not None:
-                        failed[name] = short
-        except (ClaimNotReady, AllocatorError) as e:
-            outcome.error, outcome.passed, outcome.failed, outcome.unresolvable = str(e), [], {}, {}
-            return
-        outcome.passed = [n for n in outcome.passed if n not in failed]
-        for name, (reason, never) in failed.items():
-            (outcome.unresolvable if never else outcome.failed)[name] = reason
-
-    def _claim_statuses(
-        self,
-        pod: Mapping[str, Any],
-        name: str,
-        nodes: Mapping[str, Mapping[str, Any]] | None,
-        names: Mapping[str, str],
-        results: Sequence[Mapping[str, Any]],
-        slices: list[Mapping[str, Any]],
-    ) -> list[dict[str, Any]]:
-        """The node-allocatable statuses of the pod's claims on ``name``: the allocated ones and the pending
-        ones with the chosen ``results`` (the extended-resource claim, named by no container, last)."""
-        effective = self.effective_claims(pod, name, nodes)
-        uses = [
-            ClaimUse(pc.key, pc.pod_claim_name, pc.claim["status"]["allocation"])
-            for pc in effective.allocated
-        ]
-        uses += [
-            ClaimUse(c.key, names.get(c.key), result)
-            for c, result in zip(effective.pending, results, strict=False)
-        ]
-        return claim_statuses(pod, uses, slices)
-
-    def _node_slices(self, name: str) -> list[Mapping[str, Any]]:
-        """The ResourceSlices as published for the pools ``name`` sees."""
-        node = self.state.node(name)
-        if node is None:
-            return []
-        objects = self.state.objects["ResourceSlice"]
-        found = (objects.get(s.name) for pool in self.state.inventory.pools_for(node) for s in pool.slices)
-        return [obj for obj in found if obj is not None]
 
     def _release_unusable(self, outcome: FilterOutcome, pod: Mapping[str, Any]) -> None:
         """Deallocate ``outcome.unusable`` through the binder when nobody else holds it, and say so in the
