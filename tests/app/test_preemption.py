@@ -275,3 +275,18 @@ async def test_the_preempt_route_answers_meta_victims():
     assert response.json() == {"NodeNameToMetaVictims": {}}
     assert bad.status_code == 400
     assert bad.json() == {"Error": "Pod.metadata.name: must be a string, got number"}
+
+
+def test_a_node_short_of_free_devices_is_offered_to_preemption_and_kept_by_it():
+    # Filter: n1's only GPU is in use, so n1 is FailedNodes (preemption may help there); n2 has no GPU
+    # at all, FailedAndUnresolvable (kube-scheduler never asks about it). Preempt then keeps n1.
+    svc = _service(
+        1,
+        ("Node", node("n2")),
+        ("ResourceClaim", _allocated("low", ["gpu-0"], ["low"])),
+        ("Pod", _bound("low", 10, ["low"])),
+        *_preemptor(),
+    )
+    outcome = svc.filter(svc.state.get("Pod", f"{NS}/new"), ["n1", "n2"])
+    assert (outcome.passed, list(outcome.failed), list(outcome.unresolvable)) == ([], ["n1"], ["n2"])
+    assert _ask(svc, "low") == {"n1": Victims((_uid("low"),), 1)}
