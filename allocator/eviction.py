@@ -1,8 +1,8 @@
 """An inventory seen as if some claims had released their devices: what evicting pods would free.
 
 Preemption asks whether a pod fits once the claims of its victims are deallocated. The view answers the
-in-use questions the search asks (``is_allocated``, ``is_exclusively_allocated``, ``consumed_capacity``,
-``holders``) without those claims' uses and passes everything else to the real inventory, which is never
+in-use questions the search asks (``is_allocated``, ``is_exclusively_allocated``, ``consumed_capacity``)
+without those claims' uses and passes everything else to the real inventory, which is never
 changed (concurrent filters keep their cached decisions). Bind reservations are never released. The
 counters of an allocated device its driver no longer publishes stay consumed (a conservative answer: such
 a device cannot be handed out again anyway).
@@ -56,6 +56,3 @@ class ReleasedView:
             for name, amount in (hold.consumed or {}).items():
                 total[name] = total.get(name, Fraction(0)) + amount
         return total
-
-    def holders(self, device_id: DeviceID) -> list[str]:
-        return [k for k in self._inventory.holders(device_id) if k not in self._released]
