@@ -29,6 +29,15 @@ class FeatureGates:
     DRADerivedAttributes: bool = True
     DRADeviceCompatibilityGroups: bool = False
     DRAOptionalNodeOperations: bool = False
+    DRANodeAllocatableResources: bool = False
+    GenericWorkload: bool = False
+    DRAWorkloadResourceClaims: bool = False
+
+    @property
+    def workload_claims(self) -> bool:
+        """PodGroup-level ResourceClaims: ``DRAWorkloadResourceClaims`` needs ``GenericWorkload`` (the
+        PodGroup API) as upstream's gate dependency says; both beta and off in 1.37."""
+        return self.DRAWorkloadResourceClaims and self.GenericWorkload
 
     @property
     def stable_allocator(self) -> bool:

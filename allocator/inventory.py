@@ -48,6 +48,7 @@ from allocator.selectors import SelectorCache
 
 __all__ = [
     "AllocatedDevice",
+    "Hold",
     "Inventory",
     "NodeVersions",
     "allocated_devices",
@@ -101,6 +102,15 @@ def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple
 def taints_with_rules(device: Device, rules: Iterable[DeviceTaintRule]) -> tuple[Taint, ...]:
     """The device's own taints plus those of the rules that select it."""
     return device.taints + tuple(r.taint for r in rules if r.matches(device.id))
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One use of a device (``Inventory.holds``): by a claim (its key) or by a bind in flight (``claim``
+    ""), exclusive (``consumed`` None) or a share consuming ``consumed``."""
+
+    claim: str
+    consumed: Mapping[str, Fraction] | None
 
 
 @dataclass(slots=True)
@@ -574,6 +584,17 @@ class Inventory:
                 for name, amount in consumed.items():
                     total[name] += amount
         return total
+
+    def holds(self, device_id: DeviceID) -> list[Hold]:
+        """Every use of the device, for what-if views that take some claims' uses away
+        (``allocator.eviction``)."""
+        entry = self._holders.get(device_id)
+        if entry is None:
+            return []
+        claims = f"{id(self._claims)}:"
+        uses = [(h, None) for h in entry.exclusive]
+        uses.extend((h, consumed) for (h, _), consumed in entry.shares.items())
+        return [Hold(h.removeprefix(claims) if h.startswith(claims) else "", c) for h, c in uses]
 
     def holders(self, device_id: DeviceID) -> list[str]:
         """Claim keys holding the device (exclusive or shared), for explanations."""

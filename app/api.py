@@ -5,6 +5,7 @@ Routes (``urlPrefix: http://<host>:<port>/scheduler`` with verbs ``filter``, ``p
     POST /scheduler/filter       ExtenderArgs        → 200 ExtenderFilterResult
     POST /scheduler/prioritize   ExtenderArgs        → 200 [HostPriority]
     POST /scheduler/bind         ExtenderBindingArgs → 200 ExtenderBindingResult
+    POST /scheduler/preempt      ExtenderPreemptionArgs → 200 ExtenderPreemptionResult (``app.preemption``)
     GET  /healthz, /livez                            → 200 {"status": "ok"}: the process answers
     GET  /readyz                                     → 200 {"status": "ok"}; 503 while cluster mode syncs
     GET/POST /api/v1/...                             → explanations (``app.explain_api``)
@@ -54,6 +55,7 @@ from app.bodies import BodyBudget, BodyRejected, read_body
 from app.explain_api import explain_router
 from app.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.metrics import Metrics
+from app.preemption import preempt
 from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import Settings
 
@@ -119,6 +121,33 @@ class ExtenderBindingResult(BaseModel):
     Error: str
 
 
+class MetaVictims(BaseModel):
+    """Victims on one node by UID (``Pods``: ``[{"UID": ...}]``) and the PodDisruptionBudgets violated."""
+
+    model_config = ConfigDict(extra="allow")
+    Pods: list[dict[str, str]]
+    NumPDBViolations: int
+
+
+class ExtenderPreemptionArgs(BaseModel):
+    """Preempt request: the preemptor and kube-scheduler's victims per candidate node (one of the maps)."""
+
+    model_config = ConfigDict(extra="allow")
+    Pod: dict[str, Any]
+    NodeNameToVictims: dict[str, dict[str, Any]] | None = Field(
+        None, description="Victims as whole Pods (nodeCacheCapable false), else null."
+    )
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = Field(
+        None, description="Victims by UID (nodeCacheCapable true), else null."
+    )
+
+
+class ExtenderPreemptionResult(BaseModel):
+    """Preempt response: the nodes where eviction frees enough devices, with the victims to evict there."""
+
+    NodeNameToMetaVictims: dict[str, MetaVictims]
+
+
 class ErrorBody(BaseModel):
     """Body of a 4xx/5xx answer: the request was not decided."""
 
@@ -129,7 +158,7 @@ class Health(BaseModel):
     status: str = "ok"
 
 
-_REQUEST_MODELS: tuple[type[BaseModel], ...] = (ExtenderArgs, ExtenderBindingArgs)
+_REQUEST_MODELS: tuple[type[BaseModel], ...] = (ExtenderArgs, ExtenderBindingArgs, ExtenderPreemptionArgs)
 
 
 def _request_body(model: type[BaseModel]) -> dict[str, Any]:
@@ -257,6 +286,18 @@ def create_app(
         metrics.binds.labels("success").inc()
         return wire.encode_binding_result(), True
 
+    def preempt_(body: bytes) -> Answer:
+        args = wire.decode_preemption_args(body)
+        pod = {"pod": _pod_ref(args.pod)}
+        try:
+            kept = preempt(service, args.pod, args.victims, args.sent_pods)
+        except AllocatorError as e:
+            # Like a filter's fatal error: preemption is not tried, the pod stays unschedulable.
+            log.info("preempt failed: %s", e, extra=pod)
+            return wire.encode_preemption_result({}), False
+        log.debug("preempt: %d candidate nodes, %d kept", len(args.victims), len(kept), extra=pod)
+        return wire.encode_preemption_result(kept), True
+
     async def run(verb: str, handler: Callable[[Any], Answer], request: Request) -> Response:
         start = time.perf_counter()
         response, ok = await answer(verb, handler, request)
@@ -317,6 +358,15 @@ def create_app(
     )
     async def bind_route(request: Request) -> Response:
         return await run("bind", bind, request)
+
+    @app.post(
+        "/scheduler/preempt",
+        summary="Keep the preemption candidates where evicting pods frees enough devices",
+        openapi_extra=_request_body(ExtenderPreemptionArgs),
+        responses={200: {"model": ExtenderPreemptionResult, "description": "Nodes kept"}, **_errors()},
+    )
+    async def preempt_route(request: Request) -> Response:
+        return await run("preempt", preempt_, request)
 
     health = orjson.dumps({"status": "ok"})
 

@@ -26,9 +26,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from app.cluster import ClusterState, object_key
+from app.nodeallocatable import ClaimUse, claim_statuses
 from app.podclaims import PodClaim
+from app.podgroups import reserves
 
 __all__ = [
     "FINALIZER",
@@ -97,9 +100,14 @@ class ClaimReleaser(Protocol):
 
 
 def claim_after_bind(
-    claim: Mapping[str, Any], allocation: dict[str, Any] | None, pod: Mapping[str, Any], gates: FeatureGates
+    claim: Mapping[str, Any],
+    allocation: dict[str, Any] | None,
+    pod: Mapping[str, Any],
+    gates: FeatureGates,
+    consumer: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A copy of ``claim`` with the finalizer, the allocation (if new) and the pod in ``reservedFor``."""
+    """A copy of ``claim`` with the finalizer, the allocation (if new) and the pod in ``reservedFor``, or
+    ``consumer`` (the pod's PodGroup, ``PodClaim.consumer``) instead once for all its pods."""
     meta = pod.get("metadata") or {}
     updated = copy.deepcopy(dict(claim))
     status = updated.setdefault("status", {})
@@ -115,9 +123,30 @@ def claim_after_bind(
             "allocationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         )
     reserved = status.setdefault("reservedFor", [])
-    if not any(r.get("uid") == meta.get("uid") for r in reserved):
-        reserved.append({"resource": "pods", "name": meta.get("name"), "uid": meta.get("uid")})
+    if not reserves(reserved, str(meta.get("uid") or ""), consumer):
+        entry = {"resource": "pods", "name": meta.get("name"), "uid": meta.get("uid")}
+        reserved.append(dict(consumer) if consumer is not None else entry)
     return updated
+
+
+def node_allocatable_statuses(state: ClusterState, plan: BindPlan) -> list[dict[str, Any]]:
+    """``pod.status.nodeAllocatableResourceClaimStatuses`` for the bind (``app.nodeallocatable``; [] with
+    DRANodeAllocatableResources off or without such devices). Raises InvalidInputError."""
+    if not state.gates.DRANodeAllocatableResources:
+        return []
+    uses = [
+        ClaimUse(
+            pc.key, pc.pod_claim_name, allocation or (pc.claim.get("status") or {}).get("allocation") or {}
+        )
+        for pc, allocation in plan.claims
+    ]
+    if plan.extended is not None:
+        uses.append(ClaimUse(plan.extended.key, None, plan.extended.allocation))
+    return claim_statuses(plan.pod, uses, state.objects["ResourceSlice"].values())
+
+
+def _allocation(claim: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (claim.get("status") or {}).get("allocation") or {}
 
 
 class StateBinder:
@@ -140,6 +169,12 @@ class StateBinder:
                 status = pod["status"] = {}
             status["extendedResourceClaimStatus"] = copy.deepcopy(plan.extended.pod_status)
         with self.lock:
+            try:
+                statuses = node_allocatable_statuses(self.state, plan)
+            except InvalidInputError as e:
+                raise BindError(str(e)) from e
+            if statuses:
+                pod.setdefault("status", {})["nodeAllocatableResourceClaimStatuses"] = statuses
             if plan.extended is not None and self.state.get("ResourceClaim", plan.extended.key) is not None:
                 raise BindError(f"ResourceClaim {plan.extended.key} already exists")
             snapshot = [self.state.get("ResourceClaim", pc.key) for pc, _ in plan.claims]
@@ -151,7 +186,7 @@ class StateBinder:
                     raise BindError(f"ResourceClaim {pc.key} was deleted")
                 if allocation is not None and (current.get("status") or {}).get("allocation"):
                     raise BindError(f"ResourceClaim {pc.key} got allocated elsewhere in the meantime")
-                claims.append(claim_after_bind(current, allocation, plan.pod, self.state.gates))
+                claims.append(claim_after_bind(current, allocation, plan.pod, self.state.gates, pc.consumer))
             try:
                 for claim in claims:
                     self.state.apply("ResourceClaim", claim)

@@ -35,6 +35,7 @@ import hashlib
 from typing import Any
 
 from app.convert import V1
+from app.podgroups import GROUP, POD_GROUP_VERSIONS, group_claim_entry, pod_group_key
 from app.statedir import ClusterObjects, stable_uid
 
 __all__ = [
@@ -89,25 +90,66 @@ def claim_name(namespace: str, pod_name: str, pod_claim_name: str, attempt: int 
     )
 
 
-def generate_template_claims(objects: ClusterObjects) -> list[str]:
+def generate_template_claims(objects: ClusterObjects, *, workload_claims: bool = False) -> list[str]:
     """Create the missing template claims of all pods in ``objects`` (in place) and return notes.
 
     Adds ResourceClaims to ``objects.resource_claims`` and appends ``{name, resourceClaimName}`` entries to
     the pods' ``status.resourceClaimStatuses``. Pods without ``metadata.uid`` get ``stable_uid`` first.
+    With ``workload_claims`` (``app.podgroups``) PodGroups get their template claims first (owned by the
+    group, recorded in its status) and a member pod's matching claim records the group's claim.
     Notes: one line per created or adopted claim and per pod claim whose template is missing.
     """
     templates = {_key(t): t for t in objects.resource_claim_templates}
     taken = {_key(c) for c in objects.resource_claims}
     notes: list[str] = []
+    groups: dict[tuple[str, str], Obj] = {}
+    if workload_claims:
+        for group in objects.pod_groups:
+            if not (group.get("metadata") or {}).get("deletionTimestamp"):
+                groups[_key(group)] = group
+                notes.extend(_sync_group(group, templates, taken, objects.resource_claims))
     for pod in objects.pods:
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
-        notes.extend(_sync_pod(pod, templates, taken, objects.resource_claims))
+        notes.extend(_sync_pod(pod, templates, taken, objects.resource_claims, groups))
+    return notes
+
+
+def _sync_group(
+    group: Obj, templates: dict[tuple[str, str], Obj], taken: set[tuple[str, str]], claims: list[Obj]
+) -> list[str]:
+    """Upstream ``syncPodGroup`` / ``handlePodGroupClaim``: one claim per template entry of the group."""
+    metadata = group.setdefault("metadata", {})
+    metadata.setdefault("namespace", "default")
+    if not metadata.get("uid"):
+        metadata["uid"] = stable_uid("PodGroup", metadata["namespace"], metadata["name"])
+    recorded = {e.get("name") for e in (group.get("status") or {}).get("resourceClaimStatuses") or ()}
+    owner = {
+        "apiVersion": f"{GROUP}/{POD_GROUP_VERSIONS[0]}",
+        "kind": "PodGroup",
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+        "controller": True,
+    }
+    notes = []
+    for entry in (group.get("spec") or {}).get("resourceClaims") or ():
+        template_name = entry.get("resourceClaimTemplateName")
+        if not template_name or entry["name"] in recorded:
+            continue
+        claim, note = _claim_for(group, owner, entry["name"], template_name, templates, taken, claims)
+        notes.append(f"PodGroup {metadata['namespace']}/{metadata['name']}: claim {entry['name']}: {note}")
+        if claim is not None:
+            recorded_as = {"name": entry["name"], "resourceClaimName": claim["metadata"]["name"]}
+            _claim_statuses(group).append(recorded_as)
     return notes
 
 
 def _sync_pod(
-    pod: Obj, templates: dict[tuple[str, str], Obj], taken: set[tuple[str, str]], claims: list[Obj]
+    pod: Obj,
+    templates: dict[tuple[str, str], Obj],
+    taken: set[tuple[str, str]],
+    claims: list[Obj],
+    groups: dict[tuple[str, str], Obj],
 ) -> list[str]:
     metadata = pod.setdefault("metadata", {})
     metadata.setdefault("namespace", "default")
@@ -116,11 +158,27 @@ def _sync_pod(
     statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
     recorded = {entry.get("name") for entry in statuses if isinstance(entry, dict)}
     notes: list[str] = []
+    group_key = pod_group_key(pod)
+    group = groups.get(_key_of(group_key)) if group_key else None
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or []:
         template_name = pod_claim.get("resourceClaimTemplateName")
         if not template_name or pod_claim.get("name") in recorded:
             continue
-        claim, note = _claim_for(pod, pod_claim["name"], template_name, templates, taken, claims)
+        if group is not None and group_claim_entry(group, pod_claim) is not None:
+            # The group's claim: recorded once the group has one (upstream handleClaim).
+            name = _group_claim_name(group, pod_claim["name"])
+            if name:
+                _claim_statuses(pod).append({"name": pod_claim["name"], "resourceClaimName": name})
+            continue
+        claim, note = _claim_for(pod, owner, pod_claim["name"], template_name, templates, taken, claims)
         notes.append(f"pod {metadata['namespace']}/{metadata['name']}: pod claim {pod_claim['name']}: {note}")
         if claim is not None:
             # Upstream applies the status with server-side apply (list map keyed by name); the entry is new.
@@ -130,23 +188,38 @@ def _sync_pod(
     return notes
 
 
+def _group_claim_name(group: Obj, claim_name: str) -> str | None:
+    for entry in (group.get("status") or {}).get("resourceClaimStatuses") or ():
+        if entry.get("name") == claim_name:
+            return entry.get("resourceClaimName")
+    return None
+
+
+def _key_of(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
 def _claim_for(
-    pod: Obj,
+    consumer: Obj,
+    owner: Obj,
     pod_claim_name: str,
     template_name: str,
     templates: dict[tuple[str, str], Obj],
     taken: set[tuple[str, str]],
     claims: list[Obj],
 ) -> tuple[Obj | None, str]:
-    """The claim to record for a pod claim (adopted or created) and a note; None: template missing."""
-    claim = _find_pod_claim(claims, pod, pod_claim_name)
+    """The claim to record for a pod's (or PodGroup's) claim, adopted or created, and a note; None:
+    template missing. ``owner``: the claim's controller ownerReference."""
+    claim = _find_claim(claims, consumer, owner, pod_claim_name)
     if claim is not None:
         return claim, f"adopted ResourceClaim {claim['metadata']['name']}"
-    namespace = pod["metadata"]["namespace"]
+    namespace = consumer["metadata"]["namespace"]
     template = templates.get((namespace, template_name))
     if template is None:
         return None, f"ResourceClaimTemplate {namespace}/{template_name} not found; no claim created"
-    claim = _claim_from_template(pod, pod_claim_name, template, _free_name(pod, pod_claim_name, taken))
+    name = _free_name(consumer, pod_claim_name, taken)
+    claim = _claim_from_template(consumer, owner, pod_claim_name, template, name)
     claims.append(claim)
     taken.add(_key(claim))
     return (
@@ -166,27 +239,26 @@ def _claim_statuses(pod: Obj) -> list[Any]:
     return statuses
 
 
-def _find_pod_claim(claims: list[Obj], pod: Obj, pod_claim_name: str) -> Obj | None:
-    """A claim controlled by the pod, annotated with this pod claim's name (upstream findPodResourceClaim)."""
-    metadata = pod["metadata"]
+def _find_claim(claims: list[Obj], consumer: Obj, owner: Obj, pod_claim_name: str) -> Obj | None:
+    """A claim controlled by ``owner`` (the pod or PodGroup ``consumer``), annotated with this claim's name
+    (upstream findPodResourceClaim / findPodGroupResourceClaim)."""
+    metadata = consumer["metadata"]
     for claim in claims:
         claim_meta = claim.get("metadata") or {}
         if claim_meta.get("namespace") != metadata["namespace"]:
             continue
         if (claim_meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION) != pod_claim_name:
             continue
-        if any(_controls(ref, metadata["uid"]) for ref in claim_meta.get("ownerReferences") or []):
+        if any(_controls(ref, owner) for ref in claim_meta.get("ownerReferences") or []):
             return claim
     return None
 
 
-def _controls(owner: object, pod_uid: str) -> bool:
+def _controls(ref: object, owner: Obj) -> bool:
     return (
-        isinstance(owner, dict)
-        and owner.get("controller") is True
-        and owner.get("apiVersion") == "v1"
-        and owner.get("kind") == "Pod"
-        and owner.get("uid") == pod_uid
+        isinstance(ref, dict)
+        and ref.get("controller") is True
+        and all(ref.get(k) == owner[k] for k in ("apiVersion", "kind", "uid"))
     )
 
 
@@ -201,8 +273,8 @@ def _free_name(pod: Obj, pod_claim_name: str, taken: set[tuple[str, str]]) -> st
         attempt += 1
 
 
-def _claim_from_template(pod: Obj, pod_claim_name: str, template: Obj, name: str) -> Obj:
-    pod_meta = pod["metadata"]
+def _claim_from_template(consumer: Obj, owner: Obj, pod_claim_name: str, template: Obj, name: str) -> Obj:
+    pod_meta = consumer["metadata"]
     template_spec = template.get("spec") or {}
     template_meta = template_spec.get("metadata") or {}
     annotations = dict(template_meta.get("annotations") or {})
@@ -216,16 +288,7 @@ def _claim_from_template(pod: Obj, pod_claim_name: str, template: Obj, name: str
     }
     if template_meta.get("labels"):
         metadata["labels"] = dict(template_meta["labels"])
-    metadata["ownerReferences"] = [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": pod_meta["name"],
-            "uid": pod_meta["uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
+    metadata["ownerReferences"] = [dict(owner)]
     return {
         "apiVersion": V1,
         "kind": "ResourceClaim",

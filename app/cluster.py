@@ -36,8 +36,9 @@ KINDS = (
     "ResourceClaim",
     "ResourceClaimTemplate",
     "DeviceTaintRule",
+    "PodGroup",
 )
-NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate"})
+NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate", "PodGroup"})
 
 
 def object_key(kind: str, obj: Mapping[str, Any]) -> str:
@@ -75,6 +76,9 @@ class ClusterState:
         self.inventory = Inventory(self.gates)
         self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
         self._claims: dict[str, tuple[str, Claim | InvalidInputError]] = {}
+        self.node_allocatable_slices: set[str] = set()
+        """ResourceSlices with devices that publish ``nodeAllocatableResources`` (``app.nodeallocatable``):
+        while there are none, filter skips the node-allocatable fit."""
 
     @classmethod
     def from_objects(
@@ -98,6 +102,11 @@ class ClusterState:
                 self.reject(kind, obj, str(e))
                 raise
             self.inventory.upsert_slice(parsed)
+            devices = (obj.get("spec") or {}).get("devices") or ()
+            if any(isinstance(d, Mapping) and d.get("nodeAllocatableResources") for d in devices):
+                self.node_allocatable_slices.add(key)
+            else:
+                self.node_allocatable_slices.discard(key)
         elif kind == "DeviceClass":
             self.inventory.upsert_class(parse_device_class(obj))
         elif kind == "DeviceTaintRule":
@@ -133,6 +142,7 @@ class ClusterState:
             return
         if kind == "ResourceSlice":
             self.inventory.delete_slice(key)
+            self.node_allocatable_slices.discard(key)
         elif kind == "DeviceClass":
             self.inventory.delete_class(key)
         elif kind == "DeviceTaintRule":

@@ -52,7 +52,7 @@ from allocator.scoring import ScoreBreakdown, score_allocation
 from app.bodies import BodyBudget, BodyRejected, read_body
 from app.convert import ConversionError, to_v1
 from app.extended import ExtendedClaim
-from app.podclaims import ClaimNotReady, PodClaim, claim_names, pod_claims
+from app.podclaims import ClaimNotReady, PodClaim, claim_names, state_pod_claims
 from app.scheduling import SchedulingService
 from app.statedir import load_yaml_document
 
@@ -193,6 +193,9 @@ class PodClaimSummary(_Model):
     claim: str = Field(description="namespace/name of the ResourceClaim")
     allocated: bool
     extendedResources: bool = False
+    podGroup: str = Field(
+        "", description="the PodGroup whose claim this is (reserved once for the whole group), or ''"
+    )
 
 
 class LastBind(_Model):
@@ -581,23 +584,32 @@ def _claim_summaries(
     extended: ExtendedClaim | None,
 ) -> list[PodClaimSummary]:
     try:
-        names = {pc.key: pc.pod_claim_name for pc in pod_claims(pod, service.state.objects["ResourceClaim"])}
+        resolved = {pc.key: pc for pc in state_pod_claims(service.state, pod)}
     except ClaimNotReady:
-        names = {}
+        resolved = {}
     summaries = [
-        PodClaimSummary(podClaimName=pc.pod_claim_name, claim=pc.key, allocated=True) for pc in allocated
+        PodClaimSummary(
+            podClaimName=pc.pod_claim_name, claim=pc.key, allocated=True, podGroup=_group_name(pc)
+        )
+        for pc in allocated
     ]
     extended_key = extended.key if extended is not None else None
     for claim in pending:
+        pc = resolved.get(claim.key)
         summaries.append(
             PodClaimSummary(
-                podClaimName=names.get(claim.key, ""),
+                podClaimName=pc.pod_claim_name if pc is not None else "",
                 claim=claim.key,
                 allocated=False,
                 extendedResources=claim.key == extended_key,
+                podGroup=_group_name(pc) if pc is not None else "",
             )
         )
     return summaries
+
+
+def _group_name(pc: PodClaim) -> str:
+    return str((pc.consumer or {}).get("name") or "")
 
 
 # --- what-if ----------------------------------------------------------------------------------------------

@@ -247,7 +247,8 @@ def _render_header(o: _Output, explanation: PodExplanation | ExplanationSummary)
     for c in explanation.claims:
         state = "allocated" if c.allocated else "to allocate"
         label = "extended resources" if c.extendedResources else f"pod claim {c.podClaimName}"
-        o.line(f"  {label}: ResourceClaim {c.claim} ({state})")
+        group = f", the claim of PodGroup {c.podGroup}" if c.podGroup else ""
+        o.line(f"  {label}: ResourceClaim {c.claim} ({state}{group})")
     if not explanation.claims:
         o.line("  no ResourceClaims: every node passes")
 

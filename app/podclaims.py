@@ -3,7 +3,8 @@
 ``spec.resourceClaims[i]`` names a claim directly (``resourceClaimName``) or through a template, in
 which case the generated name is read from ``status.resourceClaimStatuses`` (entry missing: the claim
 is not created yet; entry with no name: no claim is needed). A generated claim must be controlled by the
-pod (ownerReference with ``controller: true`` and the pod's UID).
+pod (ownerReference with ``controller: true`` and the pod's UID) or, with workload claims on
+(``app.podgroups``), by the pod's PodGroup; a claim the pod shares with its group is reserved for the group.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.cluster import object_key
+from app.cluster import ClusterState, object_key
+from app.podgroups import group_claim_entry, group_reference, owned_by_pod_group, pod_group_key
 
-__all__ = ["ClaimNotReady", "PodClaim", "claim_names", "pod_claims", "pod_key"]
+__all__ = ["ClaimNotReady", "PodClaim", "claim_names", "pod_claims", "pod_key", "state_pod_claims"]
 
 
 class ClaimNotReady(Exception):
@@ -28,6 +30,8 @@ class PodClaim:
     pod_claim_name: str
     key: str
     claim: Mapping[str, Any]
+    consumer: Mapping[str, Any] | None = None
+    """The ``reservedFor`` entry to write instead of the pod's: its PodGroup's (None: the pod)."""
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -62,13 +66,29 @@ def _controlled_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
     return any(o.get("controller") and o.get("kind") == "Pod" and o.get("uid") == pod_uid for o in owners)
 
 
-def pod_claims(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) -> list[PodClaim]:
-    """Resolve the pod's claims against ``claims`` (keyed ``namespace/name``).
+def state_pod_claims(state: ClusterState, pod: Mapping[str, Any]) -> list[PodClaim]:
+    """``pod_claims`` against the state, with its PodGroups when the workload-claim gates are on."""
+    groups = state.objects["PodGroup"] if state.gates.workload_claims else None
+    return pod_claims(pod, state.objects["ResourceClaim"], groups)
 
-    Raises ClaimNotReady naming the pod claim when a claim is missing, deleting or not owned by the pod.
+
+def pod_claims(
+    pod: Mapping[str, Any],
+    claims: Mapping[str, Mapping[str, Any]],
+    groups: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[PodClaim]:
+    """Resolve the pod's claims against ``claims`` (keyed ``namespace/name``); ``groups``: PodGroups by
+    key when workload claims are on (None: off).
+
+    Raises ClaimNotReady naming the pod claim when a claim is missing, deleting or not owned by the pod
+    (nor by its PodGroup), or naming the PodGroup when the pod's group is not known.
     """
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
+    group_key = pod_group_key(pod) if groups is not None else None
+    group = groups.get(group_key) if groups is not None and group_key else None
+    if group_key and group is None and (pod.get("spec") or {}).get("resourceClaims"):
+        raise ClaimNotReady(f"PodGroup {group_key} of the pod not found")
     statuses = {
         s.get("name"): s
         for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
@@ -99,9 +119,14 @@ def pod_claims(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) 
             raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" not found')
         if (claim.get("metadata") or {}).get("deletionTimestamp"):
             raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" is being deleted')
-        if from_template and not _controlled_by(claim, str(meta.get("uid") or "")):
+        if (
+            from_template
+            and not _controlled_by(claim, str(meta.get("uid") or ""))
+            and not (group_key and owned_by_pod_group(claim, pod))
+        ):
             raise ClaimNotReady(
                 f'pod claim {name}: resourceclaim "{claim_name}" was not created for this pod'
             )
-        resolved.append(PodClaim(name, key, claim))
+        joined = group is not None and group_claim_entry(group, entry) is not None
+        resolved.append(PodClaim(name, key, claim, group_reference(group) if joined else None))
     return resolved

@@ -61,6 +61,7 @@ LOAD_ORDER = (
     "ResourceSlice",
     "ResourceClaimTemplate",
     "ResourceClaim",
+    "PodGroup",
     "Pod",
 )
 """Kinds in the order they are applied to the ``ClusterState``."""
@@ -178,7 +179,7 @@ def runtime_from_objects(
     if config is not None:
         install_config(config, state, selectors)
     notes = list(objects.warnings)
-    notes.extend(generate_template_claims(objects))
+    notes.extend(generate_template_claims(objects, workload_claims=state.gates.workload_claims))
     for kind, obj in _ordered(objects):
         try:
             state.apply(kind, obj)

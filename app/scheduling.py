@@ -60,7 +60,9 @@ from app.bindingconditions import unusable_reason
 from app.bindlog import BindLog
 from app.cluster import ClusterState, node_from_api, object_key
 from app.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
-from app.podclaims import ClaimNotReady, PodClaim, pod_claims, pod_key
+from app.nodefit import fit_node_allocatable
+from app.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
+from app.podgroups import reserves
 
 __all__ = ["DecisionStats", "EffectiveClaims", "FilterOutcome", "SchedulingService", "needs_no_devices"]
 
@@ -383,7 +385,7 @@ class SchedulingService:
         """
         with self.lock:
             pod = self._with_state_status(pod)
-            allocated, _, pending = self._split_claims(pod_claims(pod, self.state.objects["ResourceClaim"]))
+            allocated, _, pending = self._split_claims(state_pod_claims(self.state, pod))
             extended = self._extended(pod)
             if extended is not None and extended.stale is not None:
                 raise ClaimNotReady(self._stale_reason(extended))
@@ -418,6 +420,13 @@ class SchedulingService:
                 outcome = self._filter(pod, node_names, nodes)
         if outcome.unusable is not None:
             self._release_unusable(outcome, pod)
+        if (
+            self.state.gates.DRANodeAllocatableResources
+            and self.state.node_allocatable_slices
+            and outcome.passed
+        ):
+            with self.lock:
+                fit_node_allocatable(self, pod, outcome, nodes)
         return outcome
 
     def _release_unusable(self, outcome: FilterOutcome, pod: Mapping[str, Any]) -> None:
@@ -456,6 +465,8 @@ class SchedulingService:
         changed since); else None, and the caller runs ``filter`` on a worker thread. Never does I/O."""
         if needs_no_devices(pod):
             return _passes_all(node_names)
+        if self.state.gates.DRANodeAllocatableResources and self.state.node_allocatable_slices:
+            return None  # node fit reads every pod of the node: a worker thread's job
         outcome = self._quickly(
             lambda: self._filter(self._with_state_status(pod), node_names, nodes, quick=True)
         )
@@ -505,9 +516,7 @@ class SchedulingService:
             outcome.failed = dict.fromkeys(node_names, reason)
             return outcome
         try:
-            claims = [
-                pc for pc in pod_claims(pod, self.state.objects["ResourceClaim"]) if pc.key not in beside
-            ]
+            claims = [pc for pc in state_pod_claims(self.state, pod) if pc.key not in beside]
         except ClaimNotReady as e:
             outcome.unresolvable = {name: str(e) for name in node_names}
             return outcome
@@ -865,7 +874,7 @@ class SchedulingService:
         if pod is None:
             return {}
         try:
-            return self._in_flight(pod, pod_claims(pod, self.state.objects["ResourceClaim"]))
+            return self._in_flight(pod, state_pod_claims(self.state, pod))
         except ClaimNotReady:
             return {}
 
@@ -908,7 +917,7 @@ class SchedulingService:
             ):
                 return f"claim {pc.key} allocation requires {DECLARED_FEATURE} feature on the node"
             reserved = status.get("reservedFor") or []
-            if len(reserved) >= MAX_RESERVED_FOR and not any(r.get("uid") == uid for r in reserved):
+            if len(reserved) >= MAX_RESERVED_FOR and not reserves(reserved, str(uid), pc.consumer):
                 return f"claim {pc.key} is reserved for {MAX_RESERVED_FOR} consumers already"
         return ""
 
@@ -1110,7 +1119,7 @@ class SchedulingService:
             if bound == node_name:
                 return None
             raise BindError(f"pod {key} is already assigned to node {bound!r}")
-        claims = pod_claims(pod, self.state.objects["ResourceClaim"])
+        claims = state_pod_claims(self.state, pod)
         pending_claims = [pc for pc in claims if not _is_allocated(pc)]
         pending_keys = tuple(pc.key for pc in pending_claims)
         view = self._pods.get(pod_uid)

@@ -52,6 +52,7 @@ import yaml
 from app.cluster import NAMESPACED_KINDS
 from app.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
 from app.knownfields import unknown_fields
+from app.podgroups import check_pod_group
 
 __all__ = [
     "KIND_FIELDS",
@@ -77,6 +78,7 @@ KIND_FIELDS = {
     "ResourceClaim": "resource_claims",
     "ResourceClaimTemplate": "resource_claim_templates",
     "DeviceTaintRule": "device_taint_rules",
+    "PodGroup": "pod_groups",
 }
 """Kept kind → the ``ClusterObjects`` list that holds it."""
 
@@ -133,6 +135,7 @@ class ClusterObjects:
     resource_claims: list[Obj] = field(default_factory=list)
     resource_claim_templates: list[Obj] = field(default_factory=list)
     device_taint_rules: list[Obj] = field(default_factory=list)
+    pod_groups: list[Obj] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unknown_fields: list[str] = field(default_factory=list)
     """``<file>: <Kind> <ref>: <field path>: unknown field``, one per field ``app.knownfields`` does not know
@@ -306,7 +309,13 @@ class _Loader:
     @staticmethod
     def _convert(obj: Obj, kind: str, api_version: str, ref: str, file: Path) -> Obj:
         try:
-            converted = to_v1(obj) if kind in DRA_KINDS else _core_object(obj, kind, api_version)
+            if kind in DRA_KINDS:
+                converted = to_v1(obj)
+            elif kind == "PodGroup":
+                check_pod_group(obj, api_version)
+                converted = _deep_copy(obj)
+            else:
+                converted = _core_object(obj, kind, api_version)
         except ConversionError as err:
             raise StateLoadError(err.problem, file=file, kind=kind, ref=ref, field_path=err.path) from err
         metadata = converted.setdefault("metadata", {})

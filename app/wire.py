@@ -23,18 +23,22 @@ from typing import Any
 
 import orjson
 
+from app.preemption import Victims
 from app.scheduling import FilterOutcome
 
 __all__ = [
     "ExtenderArgs",
     "ExtenderBindingArgs",
+    "ExtenderPreemptionArgs",
     "WireError",
     "decode_binding_args",
     "decode_extender_args",
+    "decode_preemption_args",
     "encode_binding_result",
     "encode_error",
     "encode_filter_result",
     "encode_host_priorities",
+    "encode_preemption_result",
 ]
 
 Obj = dict[str, Any]
@@ -83,6 +87,16 @@ class ExtenderBindingArgs:
     pod_namespace: str
     pod_uid: str
     node: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderPreemptionArgs:
+    """``ExtenderPreemptionArgs``: the preemptor ``pod`` and, per candidate node, kube-scheduler's victims.
+    ``sent_pods``: the victims' Pod objects by UID when they came whole (``NodeNameToVictims``)."""
+
+    pod: Obj
+    victims: dict[str, Victims]
+    sent_pods: dict[str, Obj]
 
 
 # --- decoding ---------------------------------------------------------------------------------------------
@@ -235,6 +249,40 @@ def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
     )
 
 
+def _victims(value: Any, at: str, *, whole: bool) -> tuple[Victims, list[Obj]]:
+    """One ``Victims`` (``whole``: Pods are Pod objects) or ``MetaVictims`` (Pods are ``{"UID": ...}``)."""
+    found = _fields(_expect(value, dict, at, optional=False), ("Pods", "NumPDBViolations"))
+    violations = found.get("NumPDBViolations") or 0
+    if not isinstance(violations, int) or isinstance(violations, bool):
+        raise WireError(f"{at}.NumPDBViolations: must be an integer, got {_type(violations)}")
+    uids, pods = [], []
+    for i, entry in enumerate(_expect(found.get("Pods"), list, f"{at}.Pods") or ()):
+        where = f"{at}.Pods[{i}]"
+        _expect(entry, dict, where, optional=False)
+        if whole:
+            meta = _expect(entry.get("metadata"), dict, f"{where}.metadata", optional=False)
+            uid = _expect(meta.get("uid"), str, f"{where}.metadata.uid", optional=False)
+            pods.append(entry)
+        else:
+            uid = _expect(_fields(entry, ("UID",)).get("UID"), str, f"{where}.UID", optional=False)
+        uids.append(uid)
+    return Victims(tuple(uids), violations), pods
+
+
+def decode_preemption_args(body: bytes) -> ExtenderPreemptionArgs:
+    """Decode an ``ExtenderPreemptionArgs`` body: ``NodeNameToMetaVictims`` (nodeCacheCapable) or
+    ``NodeNameToVictims``, whichever is not null (both null: no candidates). Raises WireError naming the
+    bad field."""
+    found = _fields(_load_object(body), ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims"))
+    pod = _check_pod(found.get("Pod"))
+    key = "NodeNameToMetaVictims" if found.get("NodeNameToMetaVictims") is not None else "NodeNameToVictims"
+    victims, sent = {}, {}
+    for node, value in (_expect(found.get(key), dict, key) or {}).items():
+        victims[node], pods = _victims(value, f"{key}.{node}", whole=key == "NodeNameToVictims")
+        sent.update((p["metadata"]["uid"], p) for p in pods)
+    return ExtenderPreemptionArgs(pod, victims, sent)
+
+
 # --- encoding ---------------------------------------------------------------------------------------------
 
 
@@ -277,3 +325,15 @@ def encode_binding_result(error: str = "") -> bytes:
 def encode_error(error: str) -> bytes:
     """The JSON body of a 4xx/5xx answer: ``{"Error": "..."}`` (same key kube-scheduler logs for results)."""
     return orjson.dumps({"Error": error})
+
+
+def encode_preemption_result(victims: Mapping[str, Victims]) -> bytes:
+    """``ExtenderPreemptionResult``: always ``NodeNameToMetaVictims`` (UIDs), whatever was sent."""
+    return orjson.dumps(
+        {
+            "NodeNameToMetaVictims": {
+                node: {"Pods": [{"UID": uid} for uid in v.uids], "NumPDBViolations": v.pdb_violations}
+                for node, v in victims.items()
+            }
+        }
+    )

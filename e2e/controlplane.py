@@ -47,6 +47,14 @@ EXTENDER_ROLES = (
 )  # manifests/base/rbac.yaml: the extender's own
 SERVICE_RANGE = "10.0.0.0/24"  # only allocated from: no traffic ever goes there
 START_TIMEOUT = 120.0
+FEATURE_GATES = (
+    "--feature-gates=GenericWorkload=true,DRAWorkloadResourceClaims=true,DRANodeAllocatableResources=true"
+)
+"""Gates off by default in 1.37 that scenarios need: PodGroups and their ResourceClaims (beta) and
+node-allocatable resources through DRA (alpha), on in kube-apiserver (which also needs the
+scheduling.k8s.io/v1beta1 API and otherwise drops the gated fields), in the resourceclaim controller, which
+generates group claims, and in the extender. kube-scheduler keeps them off: it then schedules a group's
+pods one by one, as the extender's filter and bind expect, instead of in a pod-group cycle."""
 
 
 def build_binaries() -> Path:
@@ -256,6 +264,8 @@ class ControlPlane:
                 "--requestheader-group-headers=X-Remote-Group",
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--profiling=false",
+                FEATURE_GATES,
+                "--runtime-config=scheduling.k8s.io/v1beta1=true",
             ],
             lambda: _get_ok(
                 f"{self.server}/readyz", verify=tls_context(ca.cert, (self.admin.cert, self.admin.key))
@@ -293,6 +303,7 @@ class ControlPlane:
                 f"--root-ca-file={ca.cert}",
                 "--controllers=resourceclaim-controller,serviceaccount-controller,garbage-collector-controller,"
                 "namespace-controller,serviceaccount-token-controller",
+                FEATURE_GATES,
             ],
             lambda: _get_ok(f"https://127.0.0.1:{kcm_port}/healthz", verify=tls_context(None)),
         )
@@ -360,7 +371,7 @@ class ControlPlane:
         env.pop("KUBECONFIG", None)
         return self._add(
             "dra-extender",
-            [str(Path(sys.executable).with_name("dra-extender")), *args, *extra],
+            [str(Path(sys.executable).with_name("dra-extender")), *args, FEATURE_GATES, *extra],
             lambda: _get_ok(f"{self.extender_url}/readyz"),
             env,
         )

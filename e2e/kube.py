@@ -26,6 +26,8 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Role": ("apis/rbac.authorization.k8s.io/v1", "roles", True),
     "RoleBinding": ("apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
     "Lease": ("apis/coordination.k8s.io/v1", "leases", True),
+    "PriorityClass": ("apis/scheduling.k8s.io/v1", "priorityclasses", False),
+    "PodGroup": ("apis/scheduling.k8s.io/v1beta1", "podgroups", True),
     "DeviceClass": ("apis/resource.k8s.io/v1", "deviceclasses", False),
     "ResourceSlice": ("apis/resource.k8s.io/v1", "resourceslices", False),
     "ResourceClaim": ("apis/resource.k8s.io/v1", "resourceclaims", True),

@@ -71,8 +71,32 @@ class Scenario:
             }
         )
 
-    def add_nodes(self, count: int, devices: int, *, device_extra: dict[str, Any] | None = None) -> list[str]:
-        """``count`` nodes, each with one ResourceSlice of ``devices`` devices of the scenario's driver."""
+    def add_priority_class(self, name: str, value: int) -> str:
+        """A PriorityClass (cluster-scoped, so named after the scenario); returns its name."""
+        full = f"{self.name}-{name}"
+        self.kube.create(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": full},
+                "value": value,
+            }
+        )
+        return full
+
+    def add_nodes(
+        self,
+        count: int,
+        devices: int,
+        *,
+        device_extra: dict[str, Any] | None = None,
+        capacity: dict[str, str] | None = None,
+        declared_features: list[str] | None = None,
+    ) -> list[str]:
+        """``count`` nodes, each with one ResourceSlice of ``devices`` devices of the scenario's driver;
+        ``capacity`` replaces entries of the default capacity (and allocatable); ``declared_features``: the
+        node's ``status.declaredFeatures`` (kube-apiserver admits some slice fields only on nodes
+        declaring them)."""
         names = [f"{self.name}-node-{len(self.nodes) + i}" for i in range(count)]
         for node in names:
             self.kube.create(
@@ -85,16 +109,18 @@ class Scenario:
                     },
                 }
             )
-            self._make_ready(node)
+            self._make_ready(node, {**NODE_CAPACITY, **(capacity or {})}, declared_features or [])
             self.kube.create(self.slice_for(node, devices, device_extra))
         self.nodes += names
         return names
 
-    def _make_ready(self, node: str) -> None:
+    def _make_ready(self, node: str, capacity: dict[str, str], declared: list[str]) -> None:
         """What a kubelet and the node lifecycle controller would do: report capacity and Ready, and lift
         the not-ready taint the TaintNodesByCondition admission plugin puts on every new Node."""
         ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "e2e: no kubelet"}
-        status = {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY, "conditions": [ready]}
+        status: dict[str, Any] = {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}
+        if declared:
+            status["declaredFeatures"] = declared
         self.kube.merge_patch("Node", node, {"status": status}, sub="status")
         self.kube.merge_patch("Node", node, {"spec": {"taints": None}})
 
@@ -173,8 +199,19 @@ class Scenario:
         claim: str | None = None,
         limits: dict[str, str] | None = None,
         scheduler: str = EXTENDER_SCHEDULER,
+        priority_class: str | None = None,
+        node: str | None = None,
+        pod_group: str | None = None,
     ) -> None:
-        container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause:3.10"}
+        """A pod (``terminationGracePeriodSeconds: 0``: without a kubelet a deleted pod is gone at once)
+        using a claim or a template's claim, asking for ``limits`` (requests equal), with a PriorityClass
+        pinned to ``node`` by its hostname label, and in PodGroup ``pod_group`` when given."""
+        resources: dict[str, Any] = {}
+        container: dict[str, Any] = {
+            "name": "main",
+            "image": "registry.k8s.io/pause:3.10",
+            "resources": resources,
+        }
         spec: dict[str, Any] = {
             "schedulerName": scheduler,
             "containers": [container],
@@ -183,9 +220,15 @@ class Scenario:
         if template or claim:
             source = {"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim}
             spec["resourceClaims"] = [{"name": "gpu", **source}]
-            container["resources"] = {"claims": [{"name": "gpu"}]}
+            resources["claims"] = [{"name": "gpu"}]
         if limits:
-            container["resources"] = {"limits": limits, "requests": limits}
+            resources.update(limits=limits, requests=limits)
+        if priority_class:
+            spec["priorityClassName"] = priority_class
+        if node:
+            spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        if pod_group:
+            spec["schedulingGroup"] = {"podGroupName": pod_group}
         self.kube.create(
             {
                 "apiVersion": "v1",

@@ -57,13 +57,21 @@ from typing import Any
 from allocator.errors import InvalidInputError
 from allocator.inventory import allocated_devices
 from allocator.nodeselector import Node, parse_node_selector
-from app.binder import FINALIZER, BindError, BindPlan, ExtendedBind, claim_after_bind
+from app.binder import (
+    FINALIZER,
+    BindError,
+    BindPlan,
+    ExtendedBind,
+    claim_after_bind,
+    node_allocatable_statuses,
+)
 from app.bindingconditions import conditioned_results, device_label, failed_condition, not_true
 from app.cluster import ClusterState, object_key
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
 from app.kube.clock import Clock, SystemClock
 from app.kube.reservations import WrittenReservations
 from app.podclaims import pod_key
+from app.podgroups import reserves
 from app.settings import ClusterSettings
 
 __all__ = ["CONFLICT_ATTEMPTS", "KubeBinder"]
@@ -86,6 +94,8 @@ class _Written:
     finalizer_added: bool = False
     status_written: bool = False
     created: bool = False
+    consumer_uid: str = ""
+    """The UID of the ``reservedFor`` entry written when not the pod's (its PodGroup's)."""
 
 
 @dataclass(slots=True)
@@ -96,16 +106,20 @@ class _Wait:
     uid: str
     results: tuple[Mapping[str, Any], ...]
     """The result entries with ``bindingConditions`` (the allocation cannot change while reserved)."""
+    consumer: Mapping[str, Any] | None = None
+    """The pod's PodGroup when the claim is reserved for it (``PodClaim.consumer``)."""
 
 
 @dataclass(slots=True)
 class _Journal:
     claims: list[_Written]
     pod_status_patched: bool = False
+    node_allocatable_patched: bool = False
     outcome_unknown: bool = False
     waits: list[_Wait] = field(default_factory=list)
-    reserved: list[tuple[str, str]] = field(default_factory=list)
-    """(key, UID) of every claim of the pod found or written reserved for it, checked before the binding."""
+    reserved: list[tuple[str, str, Mapping[str, Any] | None]] = field(default_factory=list)
+    """(key, UID, consumer) of every claim of the pod found or written reserved for it (or for the
+    consumer, its PodGroup), checked before the binding."""
 
     def entry(self, key: str, uid: str) -> _Written:
         for written in self.claims:
@@ -134,8 +148,8 @@ def _reserved_for(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
 
 
-def _reserves(status: Mapping[str, Any], pod_uid: str) -> bool:
-    return any(r.get("uid") == pod_uid for r in _reserved_for(status))
+def _reserves(status: Mapping[str, Any], pod_uid: str, consumer: Mapping[str, Any] | None = None) -> bool:
+    return reserves(_reserved_for(status), pod_uid, consumer)
 
 
 def _check_claim(key: str, claim: Mapping[str, Any], uid: str) -> None:
@@ -148,13 +162,18 @@ def _check_claim(key: str, claim: Mapping[str, Any], uid: str) -> None:
 
 
 def _check_reserved(
-    key: str, claim: Mapping[str, Any], uid: str, pod_uid: str, when: str
+    key: str,
+    claim: Mapping[str, Any],
+    uid: str,
+    pod_uid: str,
+    when: str,
+    consumer: Mapping[str, Any] | None = None,
 ) -> Mapping[str, Any]:
     """``claim``'s status; raises BindError unless it is still claim ``uid``, allocated and reserved for
-    pod ``pod_uid`` (``when``: words for the error)."""
+    pod ``pod_uid`` or ``consumer`` (``when``: words for the error)."""
     _check_claim(key, claim, uid)
     status = claim.get("status") or {}
-    if not status.get("allocation") or not _reserves(status, pod_uid):
+    if not status.get("allocation") or not _reserves(status, pod_uid, consumer):
         raise BindError(f"ResourceClaim {key}: the pod's reservation was removed {when}")
     return status
 
@@ -299,9 +318,13 @@ class KubeBinder:
             async with self.clock.timeout(self.settings.bind_timeout_seconds):
                 for pod_claim, allocation in plan.claims:
                     async with self._writing(pod_claim.key):
-                        await self._bind_claim(pod_claim.key, pod_claim.claim, allocation, plan, journal)
+                        consumer = pod_claim.consumer
+                        await self._bind_claim(
+                            pod_claim.key, pod_claim.claim, allocation, plan, journal, consumer=consumer
+                        )
                 if plan.extended is not None:
                     await self._bind_extended(plan.extended, plan, journal)
+                await self._patch_node_allocatable(plan, journal)
                 if not journal.waits:
                     await self._check_before_binding(plan, journal, ())
                     await self._post_binding(plan, journal)
@@ -365,9 +388,10 @@ class KubeBinder:
         journal: _Journal,
         *,
         created: bool = False,
+        consumer: Mapping[str, Any] | None = None,
     ) -> None:
-        """The finalizer, then allocation and reservedFor, retried on conflicts; the caller holds
-        ``_writing(key)``."""
+        """The finalizer, then allocation and reservedFor (the pod, or ``consumer``: its PodGroup), retried
+        on conflicts; the caller holds ``_writing(key)``."""
         assert self.claims is not None
         pod_uid = _uid(plan.pod)
         devices = allocated_devices(allocation, f"ResourceClaim {key}") if allocation else ()
@@ -384,10 +408,10 @@ class KubeBinder:
             _check_claim(key, claim, uid)
             status = claim.get("status") or {}
             if status.get("allocation"):
-                if _reserves(status, pod_uid):
+                if _reserves(status, pod_uid, consumer):
                     self._check_node(key, status["allocation"], plan.node)
-                    self._note_wait(journal, key, _uid(claim) or uid, status["allocation"])
-                    journal.reserved.append((key, _uid(claim) or uid))
+                    self._note_wait(journal, key, _uid(claim) or uid, status["allocation"], consumer)
+                    journal.reserved.append((key, _uid(claim) or uid, consumer))
                     return  # written by an earlier attempt of this bind
                 if allocation is not None:
                     raise BindError(f"ResourceClaim {key} got allocated elsewhere in the meantime")
@@ -398,6 +422,7 @@ class KubeBinder:
                 raise BindError(f"ResourceClaim {key} was deallocated in the meantime")
             written = journal.entry(key, _uid(claim) or uid)
             written.created = written.created or created
+            written.consumer_uid = str((consumer or {}).get("uid") or "")
             try:
                 if allocation is not None and FINALIZER not in (meta.get("finalizers") or ()):
                     body = copy.deepcopy(claim)
@@ -405,7 +430,7 @@ class KubeBinder:
                     claim = await self.client.replace(self.claims, body)
                     written.finalizer_added = True
                     stale.add(str(_meta(claim).get("resourceVersion") or ""))
-                body = claim_after_bind(claim, allocation, plan.pod, self.state.gates)
+                body = claim_after_bind(claim, allocation, plan.pod, self.state.gates, consumer)
                 unanswered: TransportError | None = None
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
@@ -420,22 +445,29 @@ class KubeBinder:
                     self.reservations.hold(key, devices, stale, created=created, confirmed=unanswered is None)
                 if unanswered is not None:
                     raise unanswered
-                self._note_wait(journal, key, written.uid, body["status"]["allocation"])
-                journal.reserved.append((key, written.uid))
+                self._note_wait(journal, key, written.uid, body["status"]["allocation"], consumer)
+                journal.reserved.append((key, written.uid, consumer))
                 return
             except ConflictError as e:
                 last = e
                 log.debug("ResourceClaim %s: conflict (attempt %d): %s", key, attempt + 1, e)
         raise BindError(f"ResourceClaim {key}: still conflicting after {CONFLICT_ATTEMPTS} attempts: {last}")
 
-    def _note_wait(self, journal: _Journal, key: str, uid: str, allocation: Mapping[str, Any]) -> None:
+    def _note_wait(
+        self,
+        journal: _Journal,
+        key: str,
+        uid: str,
+        allocation: Mapping[str, Any],
+        consumer: Mapping[str, Any] | None,
+    ) -> None:
         """Remember claim ``key`` for the binding-conditions wait if its allocation needs one."""
         gates = self.state.gates
         if not (gates.DRADeviceBindingConditions and gates.DRAResourceClaimDeviceStatus):
             return  # upstream waits only with both gates on
         results = conditioned_results(allocation)
         if results:
-            journal.waits.append(_Wait(key, uid, results))
+            journal.waits.append(_Wait(key, uid, results, consumer))
 
     def _check_node(self, key: str, allocation: Mapping[str, Any], node: str) -> None:
         selector = allocation.get("nodeSelector")
@@ -449,6 +481,20 @@ class KubeBinder:
             admits = False
         if not admits:
             raise BindError(f"ResourceClaim {key} is allocated for other nodes than {node}")
+
+    async def _patch_node_allocatable(self, plan: BindPlan, journal: _Journal) -> None:
+        """DRANodeAllocatableResources: ``pod.status.nodeAllocatableResourceClaimStatuses`` before the
+        binding, as upstream's PreBind (the kubelet sizes the pod's cgroups from it)."""
+        try:
+            statuses = node_allocatable_statuses(self.state, plan)
+        except InvalidInputError as e:
+            raise BindError(str(e)) from e
+        if not statuses:
+            return
+        namespace, name = _split(pod_key(plan.pod))
+        body = {"status": {"nodeAllocatableResourceClaimStatuses": statuses}}
+        await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
+        journal.node_allocatable_patched = True
 
     async def _bind_extended(self, extended: ExtendedBind, plan: BindPlan, journal: _Journal) -> None:
         """KEP-5004: create the extended-resource claim, allocate it like the others, point the pod at it."""
@@ -536,7 +582,7 @@ class KubeBinder:
             # Transient (the API server restarting, a timeout): ask again at the next poll.
             log.warning("ResourceClaim %s: reading binding conditions: %s", wait.key, e)
             return [p for p in before if p[0] == wait.key]
-        status = _check_reserved(wait.key, claim, wait.uid, pod_uid, "during the wait")
+        status = _check_reserved(wait.key, claim, wait.uid, pod_uid, "during the wait", wait.consumer)
         pending: list[_Pending] = []
         for result in wait.results:
             failed = failed_condition(status, result)
@@ -552,10 +598,10 @@ class KubeBinder:
         and recreated under its name (or released) meanwhile would let the pod start without its devices:
         raises BindError."""
         pod_uid = _uid(plan.pod)
-        for key, uid in journal.reserved:
+        for key, uid, consumer in journal.reserved:
             if key in read:
                 continue
-            _check_reserved(key, await self._fresh(key), uid, pod_uid, "before the pod was bound")
+            _check_reserved(key, await self._fresh(key), uid, pod_uid, "before the pod was bound", consumer)
 
     async def _post_binding(self, plan: BindPlan, journal: _Journal) -> None:
         meta = _meta(plan.pod)
@@ -593,6 +639,16 @@ class KubeBinder:
 
     async def _rollback(self, plan: BindPlan, journal: _Journal) -> None:
         pod_uid = _uid(plan.pod)
+        if journal.node_allocatable_patched:
+            namespace, name = _split(pod_key(plan.pod))
+            try:
+                # An empty list, not null: it says "cleared" to a reader that knows the field.
+                body = {"status": {"nodeAllocatableResourceClaimStatuses": []}}
+                await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
+            except KubeAPIError as e:
+                log.error(
+                    "rollback pod=%s: clearing nodeAllocatableResourceClaimStatuses: %s", pod_key(plan.pod), e
+                )
         if journal.pod_status_patched:
             namespace, name = _split(pod_key(plan.pod))
             try:
@@ -633,7 +689,8 @@ class KubeBinder:
                 return
             try:
                 if written.status_written:
-                    body, unreserved, deallocated = release_pod(claim, pod_uid, deallocate=written.allocated)
+                    consumer = written.consumer_uid or pod_uid
+                    body, unreserved, deallocated = release_pod(claim, consumer, deallocate=written.allocated)
                     if unreserved or deallocated:
                         claim = await self.client.replace(self.claims, body, subresource="status")
                 if written.finalizer_added and not (claim.get("status") or {}).get("allocation"):

@@ -55,6 +55,8 @@ from app.kube.client import (
     Resource,
 )
 from app.kube.clock import Clock, SystemClock
+from app.podgroups import GROUP as POD_GROUP_API
+from app.podgroups import POD_GROUP_VERSIONS
 from app.settings import ClusterSettings
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "ListWatcher",
     "Observer",
     "discover_dra",
+    "discover_pod_groups",
 ]
 
 log = logging.getLogger(__name__)
@@ -128,6 +131,23 @@ async def discover_dra(client: Any) -> dict[str, Resource]:
                     DRA_GROUP, version, str(entry["name"]), kind, bool(entry.get("namespaced"))
                 )
     return found
+
+
+async def discover_pod_groups(client: Any) -> dict[str, Resource]:
+    """``{"PodGroup": Resource}`` at the first ``scheduling.k8s.io`` version serving PodGroups (v1beta1,
+    v1alpha3), or {} when none does (the API is off without the GenericWorkload gate)."""
+    try:
+        group = await client.api_group(POD_GROUP_API)
+    except NotFoundError:
+        return {}
+    served = {str(v.get("version")) for v in group.get("versions") or () if isinstance(v, Mapping)}
+    for version in POD_GROUP_VERSIONS:
+        if version not in served:
+            continue
+        listing = await client.api_resources(POD_GROUP_API, version)
+        if any(entry.get("name") == "podgroups" for entry in listing.get("resources") or ()):
+            return {"PodGroup": Resource(POD_GROUP_API, version, "podgroups", "PodGroup", True)}
+    return {}
 
 
 class Backoff:
@@ -441,7 +461,8 @@ class Informers:
             await self.clock.sleep(delay)
         if "DeviceTaintRule" not in dra:
             log.info("DeviceTaintRule is not served; device taints come from ResourceSlices only")
-        self.resources = {**CORE_KINDS, **dra}
+        groups = await self._discover_pod_groups(backoff)
+        self.resources = {**CORE_KINDS, **dra, **groups}
         for kind, resource in self.resources.items():
             log.info("watching %s at %s", kind, resource.api_version)
         self.informers = {
@@ -458,6 +479,27 @@ class Informers:
             for kind, resource in self.resources.items()
         }
         self.discovered.set()
+
+    async def _discover_pod_groups(self, backoff: Backoff) -> dict[str, Resource]:
+        """PodGroups are watched only with workload claims on (``app.podgroups``), when served."""
+        if not self.state.gates.workload_claims:
+            return {}
+        while True:
+            try:
+                found = await discover_pod_groups(self.source)
+                break
+            except KubeAPIError as e:
+                delay = backoff.next()
+                log.warning("API discovery of PodGroups failed: %s; retrying in %.1fs", e, delay)
+                await self.clock.sleep(delay)
+        if not found:
+            log.warning(
+                "DRAWorkloadResourceClaims is on but the API server serves no PodGroups (%s %s); "
+                "pods of pod groups cannot use group claims",
+                POD_GROUP_API,
+                "/".join(POD_GROUP_VERSIONS),
+            )
+        return found
 
     async def start(self) -> None:
         """Discover (blocking until the API answers) and start every informer in the background."""

@@ -11,7 +11,7 @@ The expectation is written out below, file by file, from reading each file and i
   runtime error, a constraint that can never match) or concerns other files of the same excerpt group; the
   objects themselves are valid v1 input.
 * ``SKIPPED_KINDS_ONLY``: files made only of kinds the loader does not use (OBSOLETE classic-DRA Jobs and
-  driver CRDs, a templated PodGroup): they load with warnings and contribute nothing.
+  driver CRDs): they load with warnings and contribute nothing.
 * Everything else must load.
 
 Files that are not manifests (LICENSE, generate_constructed.py, SOURCES.md) are not walked: only
@@ -25,6 +25,7 @@ import re
 import pytest
 
 from app.claimgen import generate_template_claims
+from app.podgroups import GROUP, POD_GROUP_VERSIONS
 from app.statedir import KIND_FIELDS, ClusterObjects, StateLoadError, load_state
 from tests.app.scenario_support import FIXTURES, SKIP_REASON
 
@@ -85,6 +86,8 @@ INVALID: dict[str, str] = {
     f"{_PERF}/resourceslice-partitionable-v1.yaml": TEMPLATE,
     f"{_PERF}/resourceslice-partitionable.yaml": TEMPLATE,
     f"{_PERF}/resourceslice-podgroup.yaml": TEMPLATE,
+    # a PodGroup is read since workload-level claims (app.podgroups): its templated name is the error
+    f"{_PERF}/podgroup-with-claim-template.yaml": TEMPLATE,
     # No template directive, but only `generateName`: not an object a state can hold (finding).
     f"{_PERF}/pod-with-claim-template.yaml": f"Pod default/?: {NO_NAME}",
     # --- KEP / doc excerpts that are not YAML (`...` elisions, markdown indentation, broken quotes) -------
@@ -181,6 +184,8 @@ LOADS_DESPITE_NOTE: dict[str, str] = {
     ),
 }
 
+POD_GROUP_API_VERSIONS = tuple(f"{GROUP}/{v}" for v in POD_GROUP_VERSIONS)
+
 SKIPPED_KINDS_ONLY: dict[str, list[str]] = {
     "real/nvidia-gpu/demo/specs/mig+mps/sharing-demo-job.yaml": ["Job"],
     "real/nvidia-gpu/demo/specs/mig+mps/sharing-demo-job-1.yaml": ["Job"],
@@ -192,8 +197,6 @@ SKIPPED_KINDS_ONLY: dict[str, list[str]] = {
     ],
     "real/nvidia-gpu/demo/specs/mig+mps/sharing-demo-parameters-1.yaml": ["MigDeviceClaimParameters"],
     "real/nvidia-gpu/demo/specs/selectors/parameters.yaml": ["GpuClaimParameters", "GpuClaimParameters"],
-    # a Go template, but of a kind the extender does not read: skipped before its fields are looked at
-    f"{_PERF}/podgroup-with-claim-template.yaml": ["PodGroup"],
 }
 
 # SOURCES.md phrases that mark a file as not (plain, valid) v1 input.
@@ -253,7 +256,9 @@ def test_fixture_loads_or_fails_for_its_reason(relative: str) -> None:
         return
     objects = load_state(path)
     for obj in (o for kind in KIND_FIELDS for o in objects.of_kind(kind)):
-        assert obj["apiVersion"] in ("v1", "resource.k8s.io/v1")
+        # PodGroups are kept as published (app.podgroups reads the fields every version shares).
+        versions = ("v1", "resource.k8s.io/v1") if obj["kind"] != "PodGroup" else POD_GROUP_API_VERSIONS
+        assert obj["apiVersion"] in versions
     if relative in SKIPPED_KINDS_ONLY:
         assert objects.count() == 0
         assert [warning.split(": ")[1].split(" ")[0] for warning in objects.warnings] == SKIPPED_KINDS_ONLY[

@@ -5,6 +5,7 @@ idempotent retries, an API outage mid-bind, and 50 concurrent binds racing for t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from app.binder import FINALIZER
 from app.settings import Settings
 from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
-from tests.builders import claim, device, node, pod, request, resource_slice
+from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 from tests.signalling import SignallingCondition
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims"
@@ -473,3 +474,39 @@ async def test_concurrent_binds_joining_one_shared_claim_all_succeed(api, start_
     assert errors == [None] * 11
     reserved = api.get("ResourceClaim", NS, "shared")["status"]["reservedFor"]
     assert sorted(r["name"] for r in reserved) == [f"s{i:02d}" for i in range(12)]
+
+
+async def test_node_allocatable_statuses_are_patched_before_binding_and_cleared_on_rollback(
+    api, start_runtime
+):
+    # DRANodeAllocatableResources: gpu-0 of n1 costs 2Gi of node memory per pod (overhead); the bind
+    # writes the pod's status before the binding, and a failed binding clears it again (an empty list).
+    api.add("Namespace", {"metadata": {"name": NS}})
+    api.add("Node", node("n1"))
+    api.add("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"'))
+    costly = device("gpu-0")
+    costly["nodeAllocatableResources"] = {"memory": {"overhead": {"perPod": "2Gi"}}}
+    api.add("ResourceSlice", resource_slice("n1-gpus", DRIVER, "n1", [costly]))
+    add_pod(api, "p")
+    add_pod(api, "q")
+    runtime = await start_runtime()
+    runtime.state.gates = dataclasses.replace(runtime.state.gates, DRANodeAllocatableResources=True)
+    api.fail("POST", r"pods/q/binding$", 500, message="injected failure")
+    assert "injected failure" in (await bind(runtime, "q", "n1") or "")
+    patches = [r.body for r in api.writes() if r.method == "PATCH" and r.path.endswith("pods/q/status")]
+    status = {
+        "resourceClaimName": "q-gpu",
+        "containers": ["main"],
+        "mapping": [],
+        "overhead": [{"name": "memory", "perPod": "2Gi"}],
+    }
+    assert patches == [
+        {"status": {"nodeAllocatableResourceClaimStatuses": [status]}},
+        {"status": {"nodeAllocatableResourceClaimStatuses": []}},
+    ]
+    await eventually(lambda: not runtime.reservations.keys())
+    assert await bind(runtime, "p", "n1") is None
+    assert writes(api)[-2:] == [("PATCH", "pods/p/status"), ("POST", "pods/p/binding")]
+    assert api.get("Pod", NS, "p")["status"]["nodeAllocatableResourceClaimStatuses"] == [
+        {**status, "resourceClaimName": "p-gpu"}
+    ]

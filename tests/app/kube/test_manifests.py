@@ -162,11 +162,8 @@ def test_scheduler_configuration_avoids_the_extender_gotchas(scheduler_config, r
         assert "deviceclass.resource.kubernetes.io" in fit["ignoredResourceGroups"]
         assert fit["ignoredResources"]
     (extender,) = config["extenders"]
-    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
-        "filter",
-        "prioritize",
-        "bind",
-    )
+    verbs = ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb")
+    assert tuple(extender[v] for v in verbs) == ("filter", "prioritize", "bind", "preempt")
     assert extender["weight"] > 0
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
@@ -209,6 +206,7 @@ def test_rbac_is_least_privilege(rendered):
         ("", "nodes"): {"get", "list", "watch"},
         ("", "pods"): {"get", "list", "watch"},
         ("", "pods/binding"): {"create"},
+        ("scheduling.k8s.io", "podgroups"): {"get", "list", "watch"},
         ("", "pods/status"): {"patch"},
         ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
         ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch"},
