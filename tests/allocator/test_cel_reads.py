@@ -23,7 +23,8 @@ D = "gpu.example.com"
         (f'has(device.attributes["{D}"].model)', (("attributes", D, "model"),)),
         (f'"model" in device.attributes["{D}"]', (("attributes", D, None),)),
         (
-            f'device.capacity["{D}"].memory.compareTo(quantity("40Gi")) >= 0 && device.attributes["{D}"].numa == 0',
+            f'device.capacity["{D}"].memory.compareTo(quantity("40Gi")) >= 0 && '
+            f'device.attributes["{D}"].numa == 0',
             (("attributes", D, "numa"), ("capacity", D, "memory")),
         ),
         ('device.driver == "x" && device.allowMultipleAllocations', ()),
@@ -39,7 +40,7 @@ def test_constant_lookups_are_keyed(engine, expression, keys):
     [
         f'device.attributes.exists(domain, domain == "{D}")',  # iterates the domains
         f'"{D}" in device.attributes',
-        f'device.attributes[device.driver].model == "H100"',  # a computed domain
+        'device.attributes[device.driver].model == "H100"',  # a computed domain
     ],
 )
 def test_other_uses_of_the_maps_are_not_keyed(engine, expression):
