@@ -111,9 +111,10 @@ def _domain_key(values: Mapping[str, object] | None, capacity: bool) -> object:
 def value_key(device: CELDevice, reads: Reads) -> tuple[object, ...]:
     """What ``reads`` sees of ``device``: equal keys give equal results of the expression."""
     key: list[object] = [device.driver, device.allow_multiple_allocations]
+    attributes, capacities = device.attributes, device.capacity
     for kind, domain, ident in reads.keys:
         capacity = kind == "capacity"
-        values = (device.capacity if capacity else device.attributes).get(domain)
+        values = (capacities if capacity else attributes).get(domain)
         if ident is None:
             key.append(_domain_key(values, capacity))
         elif values is None:
@@ -121,5 +122,9 @@ def value_key(device: CELDevice, reads: Reads) -> tuple[object, ...]:
         elif capacity:
             key.append(_capacity_key(values.get(ident)))  # type: ignore[arg-type]
         else:
-            key.append(attribute_key(values.get(ident)))  # type: ignore[arg-type]
+            value = values.get(ident)
+            # Inline ``attribute_key`` for scalars: this runs once per device and expression.
+            key.append(
+                attribute_key(value) if value is None or type(value) is tuple else (type(value), value)
+            )
     return tuple(key)
