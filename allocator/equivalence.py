@@ -303,7 +303,7 @@ def _attributes(devices: tuple[Device, ...], view: _AttributeView) -> Hashable:
     if view.every:
         return tuple(tuple(sorted((n, attribute_key(v)) for n, v in d.attributes.items())) for d in devices)
     names = view.names
-    values = tuple(v for d in devices for v in map(d.attributes.get, names))
+    values = tuple(itertools.chain.from_iterable(map(d.attributes.get, names) for d in devices))
     types = tuple(map(type, values))
     if tuple in types:  # list values: their elements' types count too
         values = tuple(map(attribute_key, values))

@@ -755,7 +755,8 @@ class SchedulingService:
         found = table.get(signature, scored=select)
         if found is not None:
             results = () if found.fits else None
-            return _Decision(version, results, found.score, _named(found.reason, claims), found.unresolvable)
+            reason = _named(found.reason, claims) if found.reason else ""
+            return _Decision(version, results, found.score, reason, found.unresolvable)
         decision = self._decide_here(node, claims, version, select=select, quick=quick)
         if not _has_share(decision.results):
             verdict = Verdict(
@@ -804,13 +805,14 @@ class SchedulingService:
     def _remember(self, shape: bytes, node: str, decision: _Decision, claims: list[Claim]) -> None:
         """Cache a decision for every pod with the same claim specs: claim names in the reason become
         placeholders (``_named`` puts the asking pod's claims back)."""
-        reason = _placeholders(decision.reason, claims)
         by_node = self._decisions.get(shape)
         if by_node is None:
             by_node = self._decisions[shape] = {}
             if len(self._decisions) > MAX_SHAPES:
                 del self._decisions[next(iter(self._decisions))]
-        by_node[node] = dataclasses.replace(decision, reason=reason)
+        if decision.reason:
+            decision = dataclasses.replace(decision, reason=_placeholders(decision.reason, claims))
+        by_node[node] = decision
 
     def _bound_node(self, pod: Mapping[str, Any]) -> str:
         """The node the state has this pod (same UID) bound to, or ''."""
