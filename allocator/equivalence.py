@@ -60,7 +60,8 @@ MAX_LAYOUTS = 200_000
 """Nodes whose shape-independent layout is kept (one per node of the cluster)."""
 
 MAX_LAYOUT_NUMBERS = 200_000
-"""Interned layouts (about one per distinct node hardware)."""
+"""Interned device descriptions and layouts (about one per distinct device and node hardware; a layout
+key is a few hundred bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +210,7 @@ class EquivalenceCache:
                     if slice_.per_device_node_selection and not device_on_node(device, node):
                         continue
                     devices.append(device)
-                    structure.append(_description(device))
+                    structure.append(self._number(_description(device)))
         counted = tuple(
             p for p in pools if p.counter_sets or any(d.consumes_counters for d in p.devices_by_name.values())
         )
@@ -221,8 +222,9 @@ class EquivalenceCache:
         return layout
 
     def _number(self, structure: Hashable) -> int:
-        """Equal numbers stand for equal structures. Numbers are never reused: after the interning starts
-        over (bounded), a structure seen before gets a new number, which only costs sharing."""
+        """Equal numbers stand for equal structures (device descriptions, and node layouts made of their
+        numbers: small keys). Numbers are never reused: after the interning starts over (bounded), a
+        structure seen before gets a new number, which only costs sharing."""
         if len(self._descriptions) >= MAX_LAYOUT_NUMBERS:
             self._descriptions = {}
         found = self._descriptions.get(structure)
