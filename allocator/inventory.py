@@ -482,6 +482,9 @@ class Inventory:
     def node_names(self) -> list[str]:
         return list(self._nodes)
 
+    def knows_node(self, name: str) -> bool:
+        return name in self._nodes
+
     def slice(self, name: str) -> ResourceSlice | None:
         """The slice as published (before cluster-wide derived attributes; ``slices()`` has them)."""
         return self._base_slices.get(name)
@@ -595,6 +598,22 @@ class Inventory:
         uses = [(h, None) for h in entry.exclusive]
         uses.extend((h, consumed) for (h, _), consumed in entry.shares.items())
         return [Hold(h.removeprefix(claims) if h.startswith(claims) else "", c) for h, c in uses]
+
+    def use_of(self, device_id: DeviceID) -> tuple[bool, int, tuple[tuple[str, Fraction], ...]] | None:
+        """How the device is used, without who uses it: None when free, else (exclusively allocated,
+        number of shares, capacity the shares consume). Equal for devices every check treats alike."""
+        entry = self._holders.get(device_id)
+        if entry is None:
+            return None
+        consumed = tuple(sorted(self.consumed_capacity(device_id).items()))
+        return (bool(entry.exclusive), len(entry.shares), consumed)
+
+    def uses(
+        self, devices: Iterable[Device]
+    ) -> tuple[tuple[bool, int, tuple[tuple[str, Fraction], ...]] | None, ...]:
+        """``use_of`` for each device, in order (fast for free devices)."""
+        holders = self._holders
+        return tuple(self.use_of(d.id) if d.id in holders else None for d in devices)
 
     def holders(self, device_id: DeviceID) -> list[str]:
         """Claim keys holding the device (exclusive or shared), for explanations."""

@@ -424,20 +424,7 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
         attributes[qualified] = parsed
         domain, ident = _split(qualified)
         cel_attributes.setdefault(domain, {})[ident] = parsed
-    capacity: dict[str, DeviceCapacity] = {}
-    cel_capacity: dict[str, dict[str, Quantity]] = {}
-    for key, value in _mapping(data.get("capacity"), at / "capacity").items():
-        cap_at = at / "capacity" / key
-        cap = _mapping(value, cap_at, required=True)
-        if "value" not in cap:
-            raise (cap_at / "value").error("required field is missing")
-        parsed_cap = DeviceCapacity(
-            _amount(cap["value"], cap_at / "value"),
-            _request_policy(cap.get("requestPolicy"), cap_at / "requestPolicy"),
-        )
-        capacity[sys.intern(key)] = parsed_cap
-        domain, ident = _split(_qualify(key, driver))
-        cel_capacity.setdefault(domain, {})[ident] = parsed_cap.value
+    capacity, cel_capacity = _capacities(data.get("capacity"), driver, at / "capacity")
     consumes = tuple(
         _counter_consumption(entry, at / "consumesCounters" / i)
         for i, entry in enumerate(_list(data.get("consumesCounters"), at / "consumesCounters"))
@@ -464,6 +451,43 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
         allow_multiple_allocations=multi,
         raw=data,
     )
+
+
+MAX_SHARED_CAPACITIES = 4096
+"""Distinct published capacity maps whose parsed form is shared (``_capacities``)."""
+
+_CAPACITIES: dict[tuple[str, str], tuple[dict[str, DeviceCapacity], dict[str, dict[str, Quantity]]]] = {}
+
+
+def _capacities(
+    raw: Any, driver: str, at: _Path
+) -> tuple[dict[str, DeviceCapacity], dict[str, dict[str, Quantity]]]:
+    """A device's ``capacity`` (constraint view, CEL view). Alike devices publish equal capacity maps: one
+    parsed pair serves them all (read-only; about 0.5 KB per device saved), at most
+    ``MAX_SHARED_CAPACITIES`` of them."""
+    data = _mapping(raw, at)
+    key = (driver, repr(data))
+    shared = _CAPACITIES.get(key)
+    if shared is not None:
+        return shared
+    capacity: dict[str, DeviceCapacity] = {}
+    cel_capacity: dict[str, dict[str, Quantity]] = {}
+    for name, value in data.items():
+        cap_at = at / name
+        cap = _mapping(value, cap_at, required=True)
+        if "value" not in cap:
+            raise (cap_at / "value").error("required field is missing")
+        parsed_cap = DeviceCapacity(
+            _amount(cap["value"], cap_at / "value"),
+            _request_policy(cap.get("requestPolicy"), cap_at / "requestPolicy"),
+        )
+        capacity[sys.intern(name)] = parsed_cap
+        domain, ident = _split(_qualify(name, driver))
+        cel_capacity.setdefault(domain, {})[ident] = parsed_cap.value
+    if len(_CAPACITIES) >= MAX_SHARED_CAPACITIES:
+        _CAPACITIES.clear()
+    _CAPACITIES[key] = (capacity, cel_capacity)
+    return capacity, cel_capacity
 
 
 def _counter_consumption(raw: Any, at: _Path) -> CounterConsumption:

@@ -1,11 +1,15 @@
-"""CEL evaluation with caches: compiled programs per expression, results per (expression, device).
+"""CEL evaluation with caches: compiled programs per expression, results per (expression, values read).
 
 Two kinds of programs share the cache: selectors (``matches``, bool) and derived attribute expressions
-(``value``, an ``AttributeValue``, KEP-6080). Devices are immutable per slice revision, so a result keyed by
-the device object stays valid until the slice is replaced; the weak keys drop results of replaced devices
-automatically. Errors are cached too, so a broken expression fails every time in the same way (upstream:
-fatal for the pod). DeviceClass selectors do not go through the result cache: the inventory's class-match
-index (``allocator.classmatch``) evaluates them once per device revision with ``evaluate``.
+(``value``, an ``AttributeValue``, KEP-6080). An expression whose reads are known (``allocator.cel.reads``:
+constant attribute and capacity keys) keeps its results by the values it reads, so it is evaluated once per
+distinct value tuple across the cluster (every H100 shares one ``productName == "H100"`` result), also for
+the class-match index (``evaluate``) and cluster-wide derived attributes (``evaluate_value``), which keep
+their own per-device results on top. Other expressions keep results per device object: devices are
+immutable per slice revision, so such a result stays valid until the slice is replaced; the weak keys drop
+results of replaced devices automatically. Results are per expression text, so a changed DeviceClass or
+claim selector is a new entry. Errors are cached too, so a broken expression fails every time in the same
+way (upstream: fatal for the pod).
 
 Memory bounds (``SelectorCache.__init__``): at most ``max_expressions`` compiled programs and about
 ``max_program_bytes`` of them (the oldest compiled is dropped first; a program's size is estimated from
@@ -28,6 +32,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from allocator.cel import AttributeValue, CELDevice, CELEngine, SelectorProgram, ValueProgram
+from allocator.cel.reads import Reads, value_key
 from allocator.errors import CELCompileError, CELError, CELEvalError
 from allocator.model import Device
 
@@ -66,19 +71,26 @@ def selector_error(owner: str, index: int, device: Device, cause: CELError) -> C
 
 
 class _Entry:
-    __slots__ = ("cost", "error", "program", "results")
+    __slots__ = ("by_value", "cost", "error", "program", "reads", "results")
 
     def __init__(self, program: Any, error: CELCompileError | None, cost: int) -> None:
         self.program = program
         self.error = error
         self.cost = cost
+        self.reads: Reads | None = program.reads if program is not None else None
         self.results: WeakKeyDictionary[Device, Any] = WeakKeyDictionary()
+        """Per device, for expressions whose reads are not known."""
+        self.by_value: dict[tuple[object, ...], Any] = {}
+        """Per value tuple read (``value_key``), for expressions whose reads are known."""
+
+    def size(self) -> int:
+        return len(self.results) + len(self.by_value)
 
 
 class SelectorCache:
     """Compiles each expression once and remembers each (expression, device) outcome.
 
-    ``stats`` counts compiles, ``evaluations`` (cache misses), ``hits``, ``uncached`` evaluations (the
+    ``stats`` counts compiles, ``evaluations`` (cache misses), ``hits``, ``uncached`` evaluations (for the
     class-match index and cluster-wide derived attributes, which keep their own results) and ``evictions``
     (expressions whose results were dropped to stay within ``max_results``); ``report()`` adds entry
     counts and the hit rate (benchmarks and explanations print them).
@@ -127,7 +139,7 @@ class SelectorCache:
                     len(table) >= self._max or self._program_bytes + entry.cost > self._max_program_bytes
                 ):
                     dropped = table.pop(next(iter(table)))
-                    self._stored -= len(dropped.results)
+                    self._stored -= dropped.size()
                     self._program_bytes -= dropped.cost
                 table[expression] = entry
                 self._program_bytes += entry.cost
@@ -166,24 +178,64 @@ class SelectorCache:
     def _result(self, entry: _Entry, device: Device) -> Any:
         """The cached outcome of ``entry``'s program on ``device`` (a value or the CELEvalError), evaluated
         and stored on first use."""
+        if entry.reads is not None:
+            return self._by_value(entry, device.cel)
         cached = entry.results.get(device)
         if cached is None:
-            self.stats["evaluations"] += 1
-            try:
-                cached = entry.program.evaluate(device.cel)
-            except CELEvalError as e:
-                cached = e
+            cached = self._run(entry, device.cel)
             self._store(entry, device, cached)
         else:
             self.stats["hits"] += 1
         return cached
 
+    def _by_value(self, entry: _Entry, device: CELDevice) -> Any:
+        """The outcome for the values ``device`` has at the keys ``entry`` reads (evaluated on the first
+        device with those values)."""
+        assert entry.reads is not None
+        key = value_key(device, entry.reads)
+        cached = entry.by_value.get(key)
+        if cached is None:
+            cached = self._run(entry, device)
+            entry.by_value[key] = cached
+            self._count_stored()
+        else:
+            self.stats["hits"] += 1
+        return cached
+
+    def _run(self, entry: _Entry, device: CELDevice) -> Any:
+        self.stats["evaluations"] += 1
+        try:
+            return entry.program.evaluate(device)
+        except CELEvalError as e:
+            return e
+
+    def _shared(self, expression: str, device: CELDevice, value: bool) -> Any:
+        """``expression`` on ``device`` for callers that keep per-device results themselves: from the
+        value cache when its reads are known, else evaluated. Raises CELCompileError or CELEvalError with
+        the engine's message (no owner, no device)."""
+        entry = self._entry(expression, value)
+        if entry.error is not None:
+            raise CELCompileError(str(entry.error))
+        if entry.reads is None:
+            self.stats["uncached"] += 1
+            return entry.program.evaluate(device)
+        cached = self._by_value(entry, device)
+        if isinstance(cached, CELEvalError):
+            raise CELEvalError(str(cached))  # a fresh exception: re-raising one object grows its traceback
+        return cached
+
     def evaluate(self, expression: str, device: CELDevice) -> bool:
-        """Evaluate one selector without caching the result (the class-match index keeps its own).
+        """Evaluate one selector for the class-match index (which keeps its own per-device results).
         Raises CELCompileError or CELEvalError with the engine's message (no owner, no device)."""
-        program = self.program(expression)
-        self.stats["uncached"] += 1
-        return program.evaluate(device)
+        return self._shared(expression, device, False)  # type: ignore[no-any-return]
+
+    def reads(self, expression: str) -> Reads | None:
+        """The device keys the selector reads; None when they cannot be told or it does not compile."""
+        return self._entry(expression, False).reads
+
+    def value_reads(self, expression: str) -> Reads | None:
+        """``reads`` for a derived attribute expression."""
+        return self._entry(expression, True).reads
 
     # --- derived attributes -----------------------------------------------------------------------
 
@@ -201,14 +253,15 @@ class SelectorCache:
     def evaluate_value(self, expression: str, device: CELDevice) -> AttributeValue:
         """A derived attribute expression's value, not cached (cluster-wide attributes are computed once
         per device revision by the inventory). Raises CELCompileError or CELEvalError."""
-        program = self.value_program(expression)
-        self.stats["uncached"] += 1
-        return program.evaluate(device)
+        return self._shared(expression, device, True)  # type: ignore[no-any-return]
 
     # --- bounds and reporting ---------------------------------------------------------------------
 
     def _store(self, entry: _Entry, device: Device, result: Any) -> None:
         entry.results[device] = result
+        self._count_stored()
+
+    def _count_stored(self) -> None:
         self._stored += 1
         if self._stored > self._max_results:
             self._shrink()
@@ -217,13 +270,14 @@ class SelectorCache:
         """Drop the results of the oldest expressions until 3/4 of ``max_results`` are left."""
         with self._lock:
             entries = [*self._entries.values(), *self._values.values()]
-            total = sum(len(e.results) for e in entries)  # the live count: dead weak keys are gone
+            total = sum(e.size() for e in entries)  # the live count: dead weak keys are gone
             target = self._max_results * 3 // 4
             for entry in entries:
                 if total <= target:
                     break
-                total -= len(entry.results)
+                total -= entry.size()
                 entry.results = WeakKeyDictionary()
+                entry.by_value = {}
                 self.stats["evictions"] += 1
             self._stored = total
 
@@ -236,5 +290,5 @@ class SelectorCache:
         stats["selector_expressions"] = len(self._entries)
         stats["value_expressions"] = len(self._values)
         stats["program_bytes"] = self._program_bytes
-        stats["results"] = sum(len(e.results) for e in [*self._entries.values(), *self._values.values()])
+        stats["results"] = sum(e.size() for e in [*self._entries.values(), *self._values.values()])
         return stats

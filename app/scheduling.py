@@ -48,6 +48,7 @@ import orjson
 from allocator.alignment import select
 from allocator.counting import countable, verdict
 from allocator.diagnose import diagnose
+from allocator.equivalence import EquivalenceCache, Verdict
 from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
 from allocator.inventory import AllocatedDevice, Inventory, NodeVersions, allocated_devices
 from allocator.model import Claim
@@ -278,6 +279,9 @@ class SchedulingService:
         """Per (claims shape, node): pods with equal pending claim specs (one template) get equal
         decisions on a node whose version is unchanged, so most nodes are decided by one lookup."""
         self._outcomes: dict[bytes, _ShapeOutcome] = {}
+        self._equivalence = EquivalenceCache(state.inventory, selectors)
+        """Per (claims shape, node signature): alike nodes share one decision (``allocator.equivalence``),
+        so a new shape is decided once per distinct node, not once per node."""
         """Per claims shape, the last answer for a whole node list, patched node by node afterwards."""
         self._inflight: dict[str, str] = {}
         """Claim key -> pod key of binds writing a new allocation for that claim right now."""
@@ -491,11 +495,13 @@ class SchedulingService:
         *,
         quick: bool = False,
         select: bool = False,
+        choose: bool = False,
         beside: frozenset[str] = frozenset(),
     ) -> FilterOutcome:
         """Filter under the lock. ``quick``: raise _NotQuick (before changing anything of the pod's)
-        rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow. ``select``: choose the
-        devices on every passing node (for prioritize and bind) where filter alone may decide by counts.
+        rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow. ``select``: score every
+        passing node (for prioritize) where filter alone may decide by counts; ``choose`` (bind): also
+        choose its devices where the score came from an equivalent node.
         ``beside``: claims other pods' binds are writing on the nodes asked (``_filter_beside``)."""
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
@@ -522,7 +528,9 @@ class SchedulingService:
             return outcome
         in_flight = self._in_flight(pod, claims)
         if in_flight:
-            return self._filter_beside(pod, node_names, nodes, in_flight, quick=quick, select=select)
+            return self._filter_beside(
+                pod, node_names, nodes, in_flight, quick=quick, select=select, choose=choose
+            )
         try:
             extended = self._extended(pod)
         except AllocatorError as e:
@@ -561,7 +569,7 @@ class SchedulingService:
         view = self._view(uid, pending_claims, pod, shared, keep=select)
         if shared:
             return self._filter_shared(
-                outcome, node_names, _Asked(pod, view, pending), quick=quick, select=select
+                outcome, node_names, _Asked(pod, view, pending), quick=quick, select=select, choose=choose
             )
         asked = _Asked(pod, view, pending, allocated, extended, nodes)
         self._decide_nodes(outcome, node_names, asked, select=True, quick=False)
@@ -608,6 +616,7 @@ class SchedulingService:
         *,
         quick: bool,
         select: bool,
+        choose: bool,
     ) -> FilterOutcome:
         """Filter from the shape's previous answer for the same node list, deciding again only the
         nodes whose version changed since (usually just the node of the last bind).
@@ -622,7 +631,7 @@ class SchedulingService:
         if select:
             if quick and not _quick_enough(inventory, node_names, pending):
                 raise _NotQuick
-            self._decide_nodes(outcome, node_names, asked, select=True, quick=quick)
+            self._decide_nodes(outcome, node_names, asked, select=True, quick=quick, choose=choose)
             if last is not None and not outcome.error:
                 covered = [n for n in node_names if last.covers(n)]
                 last.record(covered, self._decisions.get(view.shape, {}), inventory.node_versions())
@@ -668,10 +677,12 @@ class SchedulingService:
         *,
         select: bool,
         quick: bool,
+        choose: bool = False,
     ) -> None:
         """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current).
-        ``select``: a decision by counts is not enough, devices are chosen. ``quick``: raise _NotQuick
-        rather than search. On a fatal error ``outcome.error`` is set and the node lists are empty."""
+        ``select``: a decision by counts is not enough, nodes are scored; ``choose``: devices are chosen
+        (not only scored through an equivalent node). ``quick``: raise _NotQuick rather than search. On a
+        fatal error ``outcome.error`` is set and the node lists are empty."""
         view, pending = asked.view, asked.pending
         decisions = self._decisions.get(view.shape) if view.shared else None
         versions = self.state.inventory.node_versions()
@@ -691,6 +702,7 @@ class SchedulingService:
                 decision is not None
                 and decision.version == (versions.global_version, versions.get(name))
                 and not (select and decision.score is None)
+                and not (choose and not decision.results)
             ):
                 hits += 1
                 if decision.results is not None:
@@ -706,7 +718,7 @@ class SchedulingService:
                 break
             misses += 1
             try:
-                decision = self._decide_node(name, asked, select=select, quick=quick)
+                decision = self._decide_node(name, asked, select=select, quick=quick, choose=choose)
             except AllocatorError as e:
                 outcome.error = str(e)
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
@@ -739,10 +751,11 @@ class SchedulingService:
         *,
         select: bool,
         quick: bool,
+        choose: bool = False,
     ) -> _Decision | None:
         """Decide one node the slow way and record it (shared or private). None: the node is unknown.
-        Shared decisions may be taken by counts unless ``select``; ``quick``: raise _NotQuick rather
-        than search."""
+        Shared decisions may be taken by counts unless ``select``, and from an equivalent node's decision
+        unless ``choose``; ``quick``: raise _NotQuick rather than search."""
         version = self.state.inventory.node_version(name)
         node = self._node(name, asked.nodes)
         if node is None:
@@ -753,17 +766,58 @@ class SchedulingService:
         extended, view = asked.extended, asked.view
         ext = extended.claim_for_node(self._node_object(name, asked.nodes)) if extended else None
         claims = [*asked.pending, ext.claim] if ext else asked.pending
-        decision = self._decide(node, claims, version, select=select or not view.shared, quick=quick)
-        rejected = self.state.inventory.invalid_slices(name)
-        if decision.results is None and rejected:
-            reason = f"{decision.reason}; slices not used: {'; '.join(rejected)}"
-            decision = dataclasses.replace(decision, reason=reason)
+        if view.shared and not choose:
+            decision = self._decide_equivalent(node, claims, version, view.shape, select=select, quick=quick)
+        else:
+            decision = self._decide_here(node, claims, version, select=select or not view.shared, quick=quick)
         if view.shared and not _has_share(decision.results):
             self._remember(view.shape, name, decision, claims)
         else:
             if name not in view.private and self._pods.get(view.uid) is view:
                 self._keep(1)
             view.private[name] = (decision, ext)
+        return decision
+
+    def _decide_equivalent(
+        self,
+        node: Node,
+        claims: list[Claim],
+        version: tuple[int, int],
+        shape: bytes,
+        *,
+        select: bool,
+        quick: bool,
+    ) -> _Decision:
+        """``_decide_here``, or the decision of an equivalent node (``allocator.equivalence``): the
+        verdict, reason and score, no devices chosen (``results`` empty: bind chooses them)."""
+        context = (version[0], self.device_selection, id(self.scoring))
+        table = self._equivalence.table(shape, context, claims, self.scoring.topology)
+        signature = table.signature(node)
+        found = table.get(signature, scored=select)
+        if found is not None:
+            results = () if found.fits else None
+            reason = _named(found.reason, claims) if found.reason else ""
+            return _Decision(version, results, found.score, reason, found.unresolvable)
+        decision = self._decide_here(node, claims, version, select=select, quick=quick)
+        if not _has_share(decision.results):
+            verdict = Verdict(
+                decision.results is not None,
+                decision.score,
+                _placeholders(decision.reason, claims),
+                decision.unresolvable,
+            )
+            table.put(signature, verdict, node, decision.reason)
+        return decision
+
+    def _decide_here(
+        self, node: Node, claims: list[Claim], version: tuple[int, int], *, select: bool, quick: bool
+    ) -> _Decision:
+        """``_decide`` on this node, the reasons of slices rejected for it added to a "no"."""
+        decision = self._decide(node, claims, version, select=select, quick=quick)
+        rejected = self.state.inventory.invalid_slices(node.name)
+        if decision.results is None and rejected:
+            reason = f"{decision.reason}; slices not used: {'; '.join(rejected)}"
+            decision = dataclasses.replace(decision, reason=reason)
         return decision
 
     def _decide(
@@ -792,15 +846,14 @@ class SchedulingService:
     def _remember(self, shape: bytes, node: str, decision: _Decision, claims: list[Claim]) -> None:
         """Cache a decision for every pod with the same claim specs: claim names in the reason become
         placeholders (``_named`` puts the asking pod's claims back)."""
-        reason = decision.reason
-        for index, claim in enumerate(claims):
-            reason = reason.replace(f"claim {claim.key},", f"claim \x00{index}\x00,")
         by_node = self._decisions.get(shape)
         if by_node is None:
             by_node = self._decisions[shape] = {}
             if len(self._decisions) > MAX_SHAPES:
                 del self._decisions[next(iter(self._decisions))]
-        by_node[node] = dataclasses.replace(decision, reason=reason)
+        if decision.reason:
+            decision = dataclasses.replace(decision, reason=_placeholders(decision.reason, claims))
+        by_node[node] = decision
 
     def _bound_node(self, pod: Mapping[str, Any]) -> str:
         """The node the state has this pod (same UID) bound to, or ''."""
@@ -834,6 +887,7 @@ class SchedulingService:
         *,
         quick: bool,
         select: bool,
+        choose: bool,
     ) -> FilterOutcome:
         """Filter while other binds write claims this pod shares. Each such claim will be allocated on its
         bind's node, so only that node can pass; there the pod's other claims are decided as usual (the
@@ -843,7 +897,9 @@ class SchedulingService:
         here = [name for name in node_names if name not in failed]
         outcome = FilterOutcome()
         if here:
-            outcome = self._filter(pod, here, nodes, quick=quick, select=select, beside=frozenset(in_flight))
+            outcome = self._filter(
+                pod, here, nodes, quick=quick, select=select, choose=choose, beside=frozenset(in_flight)
+            )
         outcome.failed.update(failed)
         return outcome
 
@@ -1130,12 +1186,12 @@ class SchedulingService:
             or view.claims != pending_keys
             or view.shape != _shape(pending_claims)
             or view.pod_spec != _spec_key(pod)
-            or kept[0].results is None
+            or not kept[0].results
             or kept[0].score is None
         ):
-            # Something changed since filter (or filter never ran here), or filter decided by counts:
-            # decide again, choosing the devices.
-            outcome = self._filter(pod, [node_name], None, select=True)
+            # Something changed since filter (or filter never ran here), or filter decided by counts or
+            # from an equivalent node: decide again, choosing the devices.
+            outcome = self._filter(pod, [node_name], None, select=True, choose=True)
             if outcome.error:
                 raise BindError(outcome.error)
             if node_name not in outcome.passed:
@@ -1189,6 +1245,13 @@ def _has_share(results: tuple[dict[str, Any], ...] | None) -> bool:
     """Whether an allocation holds shares of multi-allocatable devices: each share needs its own
     ``shareID``, so such a decision is never handed to a second pod."""
     return any(r.get("shareID") for a in results or () for r in a["devices"]["results"])
+
+
+def _placeholders(reason: str, claims: list[Claim]) -> str:
+    """A reason with the claims' names as placeholders, to be shared by pods with the same claim specs."""
+    for index, claim in enumerate(claims):
+        reason = reason.replace(f"claim {claim.key},", f"claim \x00{index}\x00,")
+    return reason
 
 
 def _named(reason: str, claims: list[Claim]) -> str:

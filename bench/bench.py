@@ -9,7 +9,7 @@ Run ``python -m bench.bench --quick`` for a smaller, faster pass.
 
 Measures (issue "Performance"): fill-up pods/s at 500 x 10; steady state at 90 % full with churn;
 per-verb p50/p99 at 5000 x 8; a pod without claims at 5000 nodes; ResourceSlice updates applied per
-second; peak RSS at 5000 x 8 with 20,000 allocated claims.
+second; peak RSS at 5000 x 8 with 20,000 allocated claims and at 20,000 x 8 with 50,000.
 """
 
 from __future__ import annotations
@@ -297,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     large = Shape(1000 if args.quick else 5000, 8, nics=0)
     cycles = 50 if args.quick else 200
     claims = 4_000 if args.quick else 20_000
+    # The issue's memory bound: 20,000 nodes x 8 devices holding 50,000 allocated claims.
+    huge, huge_claims = (Shape(4000, 8, nics=0), 10_000) if args.quick else (Shape(20_000, 8, nics=0), 50_000)
 
     with _servers(small) as clients:
         fill = fill_up(clients, small, small.nodes * small.gpus + 1)
@@ -326,20 +328,27 @@ def main(argv: list[str] | None = None) -> int:
     fill_name, steady_name = f"fill-up {small_name}", f"steady 90% {small_name}"
     rows = [
         Row(f"{fill_name}: pods placed", "pods", fill[ext].placed, fill[flo].placed, ""),
-        Row(fill_name, "pods/s", fill[ext].pods_per_second, fill[flo].pods_per_second, ">= 0.5x"),
-        p50(fill_name, fill, "filter", "<= 2x"),
-        p50(fill_name, fill, "prioritize", "<= 2x"),
-        p50(fill_name, fill, "bind", "<= 3x"),
+        Row(fill_name, "pods/s", fill[ext].pods_per_second, fill[flo].pods_per_second, ">= 0.7x"),
+        p50(fill_name, fill, "filter", "<= 1.5x"),
+        p50(fill_name, fill, "prioritize", "<= 1.5x"),
+        p50(fill_name, fill, "bind", "<= 2x"),
         Row(steady_name, "pods/s", steady[ext].pods_per_second, steady[flo].pods_per_second, ""),
         p50(steady_name, steady, "filter", "<= 2x"),
-        *_latency_rows(f"{large_name} filter", big[ext].filter, big[flo].filter, "<= 3x", "<= 10 ms (p99)"),
-        *_latency_rows(f"{large_name} prioritize", big[ext].prioritize, big[flo].prioritize, "<= 2x"),
-        *_latency_rows(f"{large_name} bind", big[ext].bind, big[flo].bind, "<= 3x"),
+        *_latency_rows(f"{large_name} filter", big[ext].filter, big[flo].filter, "<= 1.5x", "<= 10 ms (p99)"),
+        *_latency_rows(f"{large_name} prioritize", big[ext].prioritize, big[flo].prioritize, "<= 1.5x"),
+        *_latency_rows(f"{large_name} bind", big[ext].bind, big[flo].bind, "<= 2x"),
         once(f"{large_name} first pod of a claim shape", "filter"),
         once(f"{large_name} first pod of a claim shape", "prioritize"),
         *_latency_rows(f"no-claim pod, {large.nodes} nodes: filter", plain[ext], plain[flo], "<= 1.2x"),
         Row("ResourceSlice update applied", "µs", 1e6 / slice_updates(large, 20_000), None, "<= 100 µs"),
         Row(f"peak RSS {large_name}, {claims:,} claims", "MB", peak_rss_mb(large, claims), None, "<= 500 MB"),
+        Row(
+            f"peak RSS {huge.nodes}x{huge.gpus}, {huge_claims:,} claims",
+            "MB",
+            peak_rss_mb(huge, huge_claims),
+            None,
+            "<= 500 MB",
+        ),
     ]
     table = [["measure", "extender", "floor", "ratio", "target"], *(row.cells() for row in rows)]
     width = [max(len(line[i]) for line in table) for i in range(5)]

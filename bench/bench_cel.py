@@ -113,6 +113,8 @@ def filter_costs(engine_name: str, nodes: int, devices: int, repeat: int) -> dic
     for kind, obj in node_objects(_shape(nodes, devices)):
         state.apply(kind, obj)
     load_s = time.perf_counter() - start
+    gc.collect()
+    gc.freeze()  # as `dra-extender serve` does after loading its state: later collections skip it
     service = SchedulingService(state, selectors)
     names = [node_name(n) for n in range(nodes)]
     pods = 0
@@ -146,6 +148,7 @@ def filter_costs(engine_name: str, nodes: int, devices: int, repeat: int) -> dic
     results["selectors"] = selectors.report()
     results["inventory"] = state.inventory.report()
     results["policy"] = service.device_selection
+    gc.unfreeze()  # the next engine's cluster replaces this one
     return results
 
 

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from allocator.quantity import Quantity
+
+if TYPE_CHECKING:
+    from allocator.cel.reads import Reads
 
 __all__ = [
     "CEL_MAX_COST",
@@ -68,6 +71,8 @@ class SelectorProgram(Protocol):
     """One compiled selector expression."""
 
     expression: str
+    reads: Reads | None
+    """The device keys it reads (``allocator.cel.reads``), or None when they cannot be told."""
 
     def evaluate(self, device: CELDevice) -> bool:
         """True if the device matches. Raises CELEvalError (message without the device identity)."""
@@ -78,6 +83,7 @@ class ValueProgram(Protocol):
     """One compiled derived-attribute expression (KEP-6080): same environment as a selector."""
 
     expression: str
+    reads: Reads | None
 
     def evaluate(self, device: CELDevice) -> AttributeValue:
         """The value: bool, int, str, ``Version`` or a tuple of one of them (a semver result becomes a

@@ -35,6 +35,7 @@ from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import AttributeValue, CELDevice
 from allocator.cel.expr_engine import (
+    Analysis,
     CompiledProgram,
     Frontend,
     apply_edits,
@@ -525,8 +526,8 @@ class CelpyProgram(CompiledProgram):
 
     __slots__ = ("_engine", "_lock", "_runner")
 
-    def __init__(self, engine: CelpyEngine, expression: str, runner: Any, cost_bound: int) -> None:
-        super().__init__(expression, cost_bound)
+    def __init__(self, engine: CelpyEngine, expression: str, runner: Any, analysis: Analysis) -> None:
+        super().__init__(expression, analysis)
         self._engine = engine
         self._runner = runner
         self._lock = threading.Lock()
@@ -602,7 +603,7 @@ class CelpyEngine:
         """A derived attribute expression (KEP-6080); errors as ``compile``."""
         return CelpyValueProgram(self, expression, *self._runner(expression, value=True))
 
-    def _runner(self, expression: str, *, value: bool) -> tuple[Any, int]:
+    def _runner(self, expression: str, *, value: bool) -> tuple[Any, Analysis]:
         analysis = self._frontend.analyze(expression, value=value)
         missing = _unsupported(analysis.ast)
         if missing:
@@ -613,7 +614,7 @@ class CelpyEngine:
                 runner = self._env.program(self._env.compile(source), functions=self._functions)
             except Exception as err:  # celpy raises lark and its own parse errors
                 raise CELCompileError(f"cel-python cannot parse the expression: {err}") from None
-        return runner, analysis.cost_bound
+        return runner, analysis
 
     def context(self, device: CELDevice) -> dict[str, Any]:
         """The device's converted activation (cached per device, shared read-only by all threads)."""

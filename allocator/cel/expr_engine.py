@@ -74,6 +74,7 @@ from allocator.cel.library import (
     regex_find_all,
     worst_case_cost,
 )
+from allocator.cel.reads import device_reads
 from allocator.errors import CELCompileError, CELEvalError
 
 __all__ = ["Analysis", "CompiledProgram", "ExprEngine", "ExprProgram", "ExprValueProgram", "Frontend"]
@@ -688,12 +689,14 @@ class CompiledProgram:
     """What every engine's programs share: the expression, its static worst-case cost bound with the limit
     check, and the conversion of a plain result into a derived attribute value."""
 
-    __slots__ = ("_cost_error", "cost_bound", "expression")
+    __slots__ = ("_cost_error", "cost_bound", "expression", "reads")
 
-    def __init__(self, expression: str, cost_bound: int) -> None:
+    def __init__(self, expression: str, analysis: Analysis) -> None:
         self.expression = expression
-        self.cost_bound = cost_bound
-        self._cost_error = cost_limit_message(cost_bound)
+        self.cost_bound = analysis.cost_bound
+        self._cost_error = cost_limit_message(analysis.cost_bound)
+        self.reads = device_reads(analysis.ast)
+        """The device keys the expression reads (``allocator.cel.reads``; None: not keyable)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.expression!r})"
@@ -717,8 +720,8 @@ class ExprProgram(CompiledProgram):
 
     __slots__ = ("_engine", "_program")
 
-    def __init__(self, engine: ExprEngine, expression: str, program: Any, cost_bound: int) -> None:
-        super().__init__(expression, cost_bound)
+    def __init__(self, engine: ExprEngine, expression: str, program: Any, analysis: Analysis) -> None:
+        super().__init__(expression, analysis)
         self._engine = engine
         self._program = program
 
@@ -807,13 +810,13 @@ class ExprEngine:
     def compile(self, expression: str) -> ExprProgram:
         """Raises CELCompileError (syntax, types, non-bool result, regex literal, > 10 Ki)."""
         analysis = self._frontend.analyze(expression)
-        return ExprProgram(self, expression, self._runnable(analysis), analysis.cost_bound)
+        return ExprProgram(self, expression, self._runnable(analysis), analysis)
 
     def compile_value(self, expression: str) -> ExprValueProgram:
         """A derived attribute expression (KEP-6080). Raises CELCompileError (as ``compile``, but the result
         may be string, int, bool, semver or a list of those)."""
         analysis = self._frontend.analyze(expression, value=True)
-        return ExprValueProgram(self, expression, self._runnable(analysis), analysis.cost_bound)
+        return ExprValueProgram(self, expression, self._runnable(analysis), analysis)
 
     def _runnable(self, analysis: Analysis) -> Any:
         """The program actually run: the source with domain lookups and literals rewritten (module doc)."""

@@ -90,6 +90,26 @@ def test_negative_capacity_is_rejected():
         parse_resource_slice(obj)
 
 
+def test_alike_devices_share_one_parsed_capacity_map():
+    devices = [device(f"gpu-{i}", n=i) for i in range(3)]
+    for d, memory in zip(devices, ["80Gi", "80Gi", "40Gi"], strict=True):
+        d["capacity"] = {"memory": {"value": memory}}
+    parsed = parse_resource_slice(slice_("s1", DRIVER_A, "node-1", devices)).devices
+    assert parsed[0].capacity is parsed[1].capacity and parsed[0].cel.capacity is parsed[1].cel.capacity
+    assert parsed[2].capacity is not parsed[0].capacity
+    assert [d.capacity["memory"].value.text for d in parsed] == ["80Gi", "80Gi", "40Gi"]
+    assert parsed[2].cel.capacity == {DRIVER_A: {"memory": parsed[2].capacity["memory"].value}}
+    # A bad map is still refused on every device publishing it, naming the field.
+    bad = slice_("s2", DRIVER_A, "node-1", [device("gpu-0"), device("gpu-1")])
+    for d in bad["spec"]["devices"]:
+        d["capacity"] = {"memory": {"value": "-1"}}
+    for _ in range(2):
+        with pytest.raises(
+            InvalidInputError, match=r"devices\[0\]\.capacity\.memory\.value: must not be negative"
+        ):
+            parse_resource_slice(bad)
+
+
 def _claim(requests, constraints=None):
     devices = {"requests": requests, **({"constraints": constraints} if constraints else {})}
     return {"metadata": {"name": "c", "namespace": "ns"}, "spec": {"devices": devices}}

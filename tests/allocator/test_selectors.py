@@ -136,27 +136,57 @@ def test_index_attached_later_covers_existing_objects():
 # --- result cache: statistics and bounds -------------------------------------------------------------
 
 
-def test_request_selector_results_are_cached_per_device():
+def test_request_selector_results_are_cached_per_value_read():
     world = World(slices=[gpus(0, 1, 1)])
+    before = dict(world.selectors.stats)  # the class-match index looked at every device already
     selector = [{"cel": {"expression": f"{NUMA} == 1"}}]
     world.allocate(claim("c", request("r", selectors=selector)))
-    assert world.selectors.stats["evaluations"] == 2  # gpu-0 (false), gpu-1 (true): the search stops
+    stats = world.selectors.stats
+    assert stats["evaluations"] - before["evaluations"] == 2  # gpu-0 (numa 0), gpu-1 (numa 1): found
     world.allocate(claim("c", request("r", selectors=selector)))
+    assert (stats["evaluations"] - before["evaluations"], stats["hits"] - before["hits"]) == (2, 2)
     report = world.selectors.report()
-    assert (report["evaluations"], report["hits"], report["hit_rate"]) == (2, 2, 0.5)
-    # Compiled: the two class selectors (index) and the request selector; cached results: the latter only.
-    assert (report["selector_expressions"], report["value_expressions"], report["results"]) == (3, 0, 2)
-    assert report["compiles"] == 3
+    # Compiled: the two class selectors (index) and the request selector.
+    assert (report["selector_expressions"], report["value_expressions"], report["compiles"]) == (3, 0, 3)
 
 
-def test_replaced_devices_drop_their_results():
+def test_devices_with_the_values_read_share_one_evaluation():
+    world = World(slices=[gpus(0, 1, 1, 0)])
+    devices = stored(world, "s1").devices
+    cache = SelectorCache(ExprEngine())
+    # Reads numa only: four devices, two distinct values, two evaluations.
+    assert [cache.matches(f"{NUMA} == 1", d, "claim x", 0) for d in devices] == [False, True, True, False]
+    assert (cache.stats["evaluations"], cache.stats["hits"], cache.report()["results"]) == (2, 2, 2)
+    # A missing attribute is a value of its own (the runtime error), not shared with a present one.
+    missing = f'device.attributes["{DRIVER_A}"].model == "a"'
+    with pytest.raises(CELEvalError, match="no such key: model"):
+        cache.matches(missing, devices[0], "claim x", 0)
+    assert cache.stats["evaluations"] == 3
+
+
+def test_values_are_told_apart_by_type():
+    cache = SelectorCache(ExprEngine())
+    world = World(
+        slices=[slice_("s1", DRIVER_A, "node-1", [device("d-int", flag=1), device("d-bool", flag=True)])]
+    )
+    flag = f'device.attributes["{DRIVER_A}"].flag'
+    one, true = stored(world, "s1").devices
+    assert cache.matches(f"{flag} == 1", one, "claim x", 0) is True
+    # Python's 1 == True must not make the bool device reuse the int device's result (CEL: true != 1).
+    assert cache.matches(f"{flag} == 1", true, "claim x", 0) is False
+    assert cache.stats["evaluations"] == 2
+
+
+def test_replaced_devices_drop_their_per_device_results():
     world = World(slices=[gpus(0, 1)])
-    selector = [{"cel": {"expression": f"{NUMA} == 1"}}]
+    # Iterating the attribute map reads unknown keys: results are kept per device.
+    selector = [{"cel": {"expression": f'device.attributes.exists(domain, domain == "{DRIVER_A}")'}}]
+    by_value = world.selectors.report()["results"]  # the class selectors' results, kept by value
     world.allocate(claim("c", request("r", selectors=selector)))
-    assert world.selectors.report()["results"] == 2
+    assert world.selectors.report()["results"] == by_value + 1  # gpu-0 fits
     world.inventory.upsert_slice(parse_resource_slice(gpus(1, 1)))
     gc.collect()
-    assert world.selectors.report()["results"] == 0
+    assert world.selectors.report()["results"] == by_value
 
 
 def test_results_are_bounded():
@@ -183,10 +213,12 @@ def test_compiled_programs_are_bounded():
 def test_value_cache_and_errors():
     world = World(slices=[gpus(3)])
     gpu = stored(world, "s1").devices[0]
+    before = world.selectors.report()  # the class-match index evaluated the class selectors
     assert world.selectors.value(f"{NUMA} * 2", gpu) == 6
     assert world.selectors.value(f"{NUMA} * 2", gpu) == 6
     report = world.selectors.report()
-    assert (report["evaluations"], report["hits"], report["value_expressions"]) == (1, 1, 1)
+    assert (report["evaluations"] - before["evaluations"], report["hits"] - before["hits"]) == (1, 1)
+    assert report["value_expressions"] == 1
     with pytest.raises(CELEvalError, match="no such key: missing"):
         world.selectors.value(f'device.attributes["{DRIVER_A}"].missing', gpu)
     with pytest.raises(CELEvalError, match="no such key: missing"):  # the cached error, raised again
