@@ -117,9 +117,9 @@ class _DistinctAttribute:
         value, is_derived = lookup_attribute(self.constraint.distinct_attribute, device, derived)
         if value is None:
             return False
+        # Every device placed so far under the constraint, in any of its requests, not only the latest one.
         for stack in self.values.values():
-            if stack:
-                other, other_derived = stack[-1]
+            for other, other_derived in stack:
                 if isinstance(value, tuple) and not (self.lists or is_derived):
                     return False  # upstream's scalar comparison (gate off) takes a list as unknown
                 if _equal(value, other, self.lists or is_derived or other_derived):

@@ -11,9 +11,9 @@ counters, taints, constraints.
 Pruning never changes the answer: devices still to place that would exceed a claim's 32 results end the
 branch before any is placed (as upstream does), and once the search backtracks, a slot with fewer usable
 devices left than it needs is abandoned, and a request that no alternative could satisfy even with every
-device of the node free ends the whole search as "no fit" (upstream would try every combination before it
-first). Running out of ``max_steps`` raises ``SearchLimitError``: the search gave up, which is neither a fit
-nor "cannot be satisfied".
+device of the node free (alone, or with the other requests of a claim constraint) ends the whole search as
+"no fit" (upstream would try every combination before it first). Running out of ``max_steps`` raises
+``SearchLimitError``: the search gave up, which is neither a fit nor "cannot be satisfied".
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from allocator.inventory import Inventory, counters_left
 from allocator.model import (
     MAX_DEVICES_PER_CLAIM,
     Claim,
+    Constraint,
     Device,
     DeviceClass,
     DeviceID,
@@ -412,7 +413,43 @@ class Allocator:
                     satisfiable |= usable >= alt.count
                 if not satisfiable:
                     return True
+            if any(self._constraint_unsatisfiable(plan.claim, c) for c in plan.claim.constraints):
+                return True
         return False
+
+    def _constraint_unsatisfiable(self, claim: Claim, constraint: Constraint) -> bool:
+        """Whether the devices the constraint's requests might take cannot give them all their devices under
+        it: ``distinctAttribute`` needs as many different values as devices, ``matchAttribute`` as many
+        devices with one value (a device without the attribute never joins). Scalar values only; a request
+        with derived attributes, an ``All`` request or a list value leaves the question open, and so does
+        ``matchAttribute`` over a device one claim may take twice (shares)."""
+        name = constraint.distinct_attribute or constraint.match_attribute
+        needed = 0
+        usable: dict[int, Candidate] = {}
+        for request in claim.requests:
+            alternatives = [alt for alt in request.alternatives if constraint.applies_to(alt)]
+            if not alternatives:
+                continue
+            if any(alt.mode == "All" or alt.derived_attributes for alt in alternatives):
+                return False
+            needed += min(alt.count for alt in alternatives)
+            for alt in alternatives:
+                counts = self._usable_counts(claim, alt)
+                for index, candidate in enumerate(self._candidates):
+                    if counts[index] != counts[index + 1]:
+                        usable[index] = candidate
+        per_value: dict[tuple[type, object], int] = defaultdict(int)
+        for candidate in usable.values():
+            value = candidate.device.attribute(name)
+            if isinstance(value, tuple):
+                return False
+            if value is not None:
+                if constraint.match_attribute and self._multi(candidate.device):
+                    return False
+                per_value[(type(value), value)] += 1
+        if constraint.distinct_attribute:
+            return needed > len(per_value)
+        return needed > max(per_value.values(), default=0)
 
     def _usable_counts(self, claim: Claim, alt: DeviceRequest) -> list[int]:
         """For each candidate index, how many candidates from there on ``alt`` might take: an upper bound

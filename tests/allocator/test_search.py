@@ -332,6 +332,27 @@ def test_a_request_no_device_can_satisfy_ends_the_search_as_no_fit():
     assert allocator.stats.devices_tried < 1000
 
 
+@pytest.mark.parametrize(
+    ("constraint", "count"),
+    [
+        # fast is true or false: three devices with pairwise different values do not exist.
+        ({"distinctAttribute": f"{DRIVER_A}/fast"}, 3),
+        # numa 0 on 12 devices and 1 on 12: thirteen on one NUMA node do not exist.
+        ({"matchAttribute": f"{DRIVER_A}/numa"}, 13),
+    ],
+)
+def test_a_constraint_no_device_set_can_satisfy_ends_the_search_as_no_fit(constraint, count):
+    devices = [device(f"gpu-{i}", fast=i % 2 == 0, numa=i % 2) for i in range(24)]
+    world = World(slices=[slice_("s1", DRIVER_A, "node-1", devices)])
+    claims = [
+        claim("a", request("six", count=6)),
+        claim("b", request("g", count=count), constraints=[constraint]),
+    ]
+    allocator = Allocator(world.inventory, world.selectors)
+    assert allocator.allocate(NODE1, claims) is None
+    assert allocator.stats.devices_tried < 2000
+
+
 def test_an_earlier_selector_error_keeps_the_search_going_past_an_unsatisfiable_request():
     # gpu-23 has no "numa": upstream's search reaches it for request "one" once every choice after gpu-0..22
     # failed, and fails the pod with that CEL error. Ending early at the unsatisfiable claim "b" would answer

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from e2e.kube import poll
 from e2e.workload import Scenario
 
 pytestmark = pytest.mark.e2e
@@ -38,7 +39,11 @@ def test_node_allocatable_cpus(scenario: Scenario) -> None:
             "mapping": [{"name": "cpu", "quantity": "4"}],
         }
     ]
-    condition = next(c for c in scenario.pod("second")["status"]["conditions"] if c["type"] == "PodScheduled")
-    assert (
-        "Insufficient cpu (with the node-allocatable resources of the pod's devices)" in condition["message"]
-    )
+    # The first attempt may still find the second pod's claim not created yet; the retry gives the reason.
+    expected = "Insufficient cpu (with the node-allocatable resources of the pod's devices)"
+
+    def refused_for_cpu() -> bool:
+        conditions = scenario.pod("second")["status"].get("conditions") or []
+        return any(c["type"] == "PodScheduled" and expected in c.get("message", "") for c in conditions)
+
+    poll(refused_for_cpu, timeout=90, interval=0.5, what="the second pod refused for cpu")

@@ -258,6 +258,16 @@ CASES |= {
         ),
         ("results", [("r", "d1")]),
     ),
+    # distinctAttribute compares a device with every device already under the constraint
+    # (constraint.go, matchesAttribute ranges over all of them); the product compared it with the latest of
+    # each request only, so d0 (true), d1 (false), d2 (true) passed.
+    "distinctAttribute compares with every device placed, not the latest": (
+        state(
+            [slice_("s", [device(f"d{i}", fast=str(i % 2 == 0)) for i in range(3)])],
+            [claim(("g", 3), constraints=[{"distinctAttribute": f"{DRIVER}/fast"}])],
+        ),
+        ("nofit", []),
+    ),
     "an unrequested capacity above validRange.max does not fit": (
         state(
             [
