@@ -7,7 +7,10 @@ plain dict that can be dumped to YAML/JSON or fed to ``ClusterState.from_objects
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 RESOURCE_V1 = "resource.k8s.io/v1"
 CREATED = "2026-01-01T00:00:00Z"
@@ -127,3 +130,11 @@ def pod(
         "spec": spec,
         "status": {"phase": "Pending"},
     }
+
+
+def write_state(root: Path, objects: Iterable[Obj]) -> Path:
+    """A state directory ``root/state`` holding ``objects`` in one ``cluster.yaml``."""
+    directory = root / "state"
+    directory.mkdir()
+    (directory / "cluster.yaml").write_text(yaml.safe_dump_all(list(objects)))
+    return directory

@@ -16,7 +16,17 @@ import yaml
 from app import httpserver
 from app.cli import main
 from app.httpserver import IdleClosingH11Protocol
-from tests.builders import claim, claim_template, device, device_class, node, pod, request, resource_slice
+from tests.builders import (
+    claim,
+    claim_template,
+    device,
+    device_class,
+    node,
+    pod,
+    request,
+    resource_slice,
+    write_state,
+)
 
 DRIVER = "gpu.example.com"
 NS = "ml"
@@ -46,10 +56,7 @@ def _objects() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "state"
-    directory.mkdir()
-    (directory / "cluster.yaml").write_text(yaml.safe_dump_all(_objects()))
-    return directory
+    return write_state(tmp_path, _objects())
 
 
 def _simulate(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:

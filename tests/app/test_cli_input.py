@@ -14,7 +14,7 @@ import yaml
 from app import httpserver
 from app.cli import main
 from app.knownfields import SCHEMA_FILE, generate, render, unknown_fields
-from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+from tests.builders import claim, device, device_class, node, pod, request, resource_slice, write_state
 
 DRIVER = "gpu.example.com"
 NS = "ml"
@@ -33,10 +33,7 @@ def _objects() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "state"
-    directory.mkdir()
-    (directory / "cluster.yaml").write_text(yaml.safe_dump_all(_objects()))
-    return directory
+    return write_state(tmp_path, _objects())
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

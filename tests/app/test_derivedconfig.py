@@ -14,7 +14,7 @@ import yaml
 from app.cli import main, simulate
 from app.derivedconfig import ConfigError, ConfigWatcher, load_config
 from app.runtime import StartupError, build_runtime
-from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+from tests.builders import claim, device, device_class, node, pod, request, resource_slice, write_state
 
 GPU, NIC = "gpu.nvidia.com", "dra.net"
 NS = "ml"
@@ -43,10 +43,7 @@ def _objects() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "state"
-    directory.mkdir()
-    (directory / "cluster.yaml").write_text(yaml.safe_dump_all(_objects()))
-    return directory
+    return write_state(tmp_path, _objects())
 
 
 def write(path: Path, attributes: list[dict[str, Any]] | None = None, text: str | None = None) -> Path:
