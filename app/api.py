@@ -32,9 +32,10 @@ other decision runs in the thread pool so probes stay responsive while a filter 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import orjson
@@ -56,6 +57,7 @@ from app.explain_api import explain_router
 from app.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.metrics import Metrics
 from app.preemption import preempt
+from app.probes import LoopHeartbeat
 from app.scheduling import FilterOutcome, SchedulingService
 from app.settings import Settings
 
@@ -224,18 +226,28 @@ def create_app(
     ready: Callable[[], bool] | None = None,
     auth: DelegatedAuth | None = None,
     metrics: Metrics | None = None,
+    heartbeat: LoopHeartbeat | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
     ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start).
     ``auth``: who may call the scheduler and explanation routes (``app.auth``; None: anyone who can
     reach the port, the loopback default). ``metrics``: what ``/metrics`` exposes (None: the service's,
-    without informers)."""
+    without informers). ``heartbeat``: ticked by the event loop while the app runs, for the probe listener
+    (``app.probes``)."""
     limit = settings.server.max_body_bytes
     # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
     budget = BodyBudget(4 * limit)
     metrics = metrics or Metrics(service)
+
     # Swagger UI and ReDoc from the fastapi-offline package's files, not a CDN: /docs works air-gapped.
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if heartbeat is not None:
+            heartbeat.start()
+        yield
+
     app = FastAPIOffline(
+        lifespan=lifespan,
         title="dra-extender",
         version="0.1.0",
         description="kube-scheduler HTTP extender allocating DRA devices (resource.k8s.io/v1). Wire format: "

@@ -73,6 +73,7 @@ from app.logs import LOG_FORMATS
 from app.logs import configure as configure_logging
 from app.metrics import Metrics
 from app.podclaims import claim_names
+from app.probes import LoopHeartbeat, start_probe_server
 from app.progress import progress_bar
 from app.runtime import (
     Runtime,
@@ -327,6 +328,12 @@ def _parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> a
         help="also serve /metrics alone on this address (e.g. 0.0.0.0:9090 for Prometheus; default: none)",
     )
     serve.add_argument(
+        "--health-probe-bind-address",
+        metavar="HOST:PORT",
+        help="also answer /livez, /healthz and /readyz on this address from a thread of their own, fast "
+        "while the extender is busy (e.g. 127.0.0.1:8081 for the kubelet's probes; default: none)",
+    )
+    serve.add_argument(
         "--max-body-bytes",
         type=positive_int,
         default=DEFAULT_MAX_BODY_BYTES,
@@ -445,6 +452,7 @@ def _settings(args: argparse.Namespace) -> Settings:
                 args.log_level,
                 log_format=args.log_format,
                 metrics_bind_address=args.metrics_bind_address,
+                health_probe_bind_address=args.health_probe_bind_address,
                 ssl_certfile=args.ssl_certfile,
                 ssl_keyfile=args.ssl_keyfile,
                 ssl_ca_certs=args.ssl_ca_certs,
@@ -567,9 +575,10 @@ def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -
     if runtime.watcher is not None:
         runtime.watcher.start()
     metrics = _serve_metrics(settings.server, Metrics(runtime.service))
+    heartbeat = _serve_probes(settings.server, lambda: True)
     # One worker: the cluster state and the in-flight allocations live in this process.
     serve(
-        create_app(runtime.service, settings, metrics=metrics),
+        create_app(runtime.service, settings, metrics=metrics, heartbeat=heartbeat),
         sock,
         host=settings.server.host,
         port=settings.server.port,
@@ -674,6 +683,21 @@ def _cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
         )
     except ValueError as e:
         raise StartupError(str(e)) from e
+
+
+def _serve_probes(server: ServerSettings, ready: Callable[[], bool]) -> LoopHeartbeat | None:
+    """Start the ``--health-probe-bind-address`` listener when asked for; returns the heartbeat the app's
+    event loop must tick. Raises StartupError when the address cannot be bound."""
+    if server.health_probe_bind_address is None:
+        return None
+    heartbeat = LoopHeartbeat()
+    host, _, port = server.health_probe_bind_address.rpartition(":")
+    try:
+        start_probe_server(host.strip("[]"), int(port), heartbeat, ready)
+    except OSError as e:
+        address = server.health_probe_bind_address
+        raise StartupError(f"--health-probe-bind-address {address}: {e.strerror or e}") from e
+    return heartbeat
 
 
 def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Metrics:
@@ -794,6 +818,7 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
                 ready=runtime.ready,
                 auth=auth,
                 metrics=_serve_metrics(server, Metrics(runtime.service, runtime.informers)),
+                heartbeat=_serve_probes(server, runtime.ready),
             ),
             sock,
             host=server.host,

@@ -66,9 +66,15 @@ class ServerSettings:
     has klog-style keys (``ts``, ``level``, ``msg``, ``pod``, ``node``, ``claim``) for log collectors."""
 
     metrics_bind_address: str | None = None
-    """``host:port`` of a second listener serving only ``/metrics`` (prometheus-client's own HTTP server),
-    for Prometheus to scrape the pod while the extender's port stays on loopback (``manifests/`` uses
-    ``0.0.0.0:9090``, with a NetworkPolicy). None: metrics only at ``/metrics`` on the extender's port."""
+    """``host:port`` of a second listener serving nothing but the metrics (prometheus-client's own HTTP
+    server, which answers them on any path), for Prometheus to scrape the pod while the extender's port
+    stays on loopback (``manifests/`` uses ``0.0.0.0:9090``, with a NetworkPolicy). None: metrics only at
+    ``/metrics`` on the extender's port."""
+
+    health_probe_bind_address: str | None = None
+    """``host:port`` of a listener answering only ``/livez``, ``/healthz`` and ``/readyz`` from a thread of
+    its own (``app.probes``), so probes stay fast while the event loop is busy. None: probes only on the
+    extender's port."""
 
     ssl_certfile: Path | None = None
     """PEM server certificate: serve HTTPS (kube-scheduler ``enableHTTPS: true`` with a ``tlsConfig.caFile``;
@@ -100,11 +106,12 @@ class ServerSettings:
             raise ValueError(f"port: must be in 1..65535, got {self.port}")
         if self.max_body_bytes < 1:
             raise ValueError(f"max_body_bytes: must be positive, got {self.max_body_bytes}")
-        if self.metrics_bind_address is not None:
-            address = self.metrics_bind_address
-            host, _, port = address.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"metrics_bind_address: expected host:port, got {address!r}")
+        for field_name in ("metrics_bind_address", "health_probe_bind_address"):
+            address = getattr(self, field_name)
+            if address is not None:
+                host, _, port = address.rpartition(":")
+                if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                    raise ValueError(f"{field_name}: expected host:port, got {address!r}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format: must be text or json, got {self.log_format!r}")
         if self.log_level not in LOG_LEVELS:

@@ -355,7 +355,7 @@ class ControlPlane:
         """The extender as the sidecar runs it (``manifests/base/deployment.yaml``), with a kubeconfig holding
         a token of the account bound only to the extender's roles instead of ``--in-cluster``, and a free
         port."""
-        port = free_port()
+        port, probes = free_port(), f"127.0.0.1:{free_port()}"
         self.extender_url = f"http://127.0.0.1:{port}"
         args = []
         for arg in _sidecar_container("dra-extender")["args"]:
@@ -365,6 +365,8 @@ class ControlPlane:
                 args.append(f"--port={port}")
             elif arg.startswith("--metrics-bind-address="):  # the pod IP there, loopback here
                 args.append(f"--metrics-bind-address=127.0.0.1:{free_port()}")
+            elif arg.startswith("--health-probe-bind-address="):
+                args.append(f"--health-probe-bind-address={probes}")
             else:
                 args.append(arg)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -372,7 +374,7 @@ class ControlPlane:
         return self._add(
             "dra-extender",
             [str(Path(sys.executable).with_name("dra-extender")), *args, FEATURE_GATES, *extra],
-            lambda: _get_ok(f"{self.extender_url}/readyz"),
+            lambda: _get_ok(f"http://{probes}/readyz"),  # where the kubelet's probes go
             env,
         )
 

@@ -5,8 +5,10 @@
 Starts ``dra-extender serve`` on a synthetic cluster (``bench.synthetic``) on 127.0.0.1 as a subprocess,
 runs each attack for a bounded time while probing ``/livez`` every 20 ms, and prints one JSON report: per
 attack the server's peak RSS (``VmRSS`` of the process, sampled), its RSS afterwards, the slowest
-``/livez`` answer, and what the attack's own requests got. A script, not a test: the numbers depend on
-the machine; the manifests' memory limit is 2 GiB and the probe's target 100 ms. Stops by itself.
+``/livez`` answer on the probe listener (``--health-probe-bind-address``, what the manifests' kubelet
+probes use) and on the extender's own port, and what the attack's own requests got. A script, not a
+test: the numbers depend on the machine; the manifests' memory limit is 2 GiB and the probe's target
+100 ms. Stops by itself.
 
 Attacks: ``what-if`` (4 clients in parallel sending what-if claims with a unique 10 Ki selector over every
 node, while a filter loop runs: filter's slowest answer too), ``yaml`` (6 MB YAML what-if bodies),
@@ -228,10 +230,10 @@ ATTACKS: dict[str, Callable[[str, list[str], Counter[str]], Awaitable[None]]] = 
 }
 
 
-async def measure(url: str, pid: int, nodes: list[str]) -> dict[str, Any]:
+async def measure(url: str, probes_url: str, pid: int, nodes: list[str]) -> dict[str, Any]:
     report: dict[str, Any] = {"rss_at_start_mib": round(rss_mib(pid), 1)}
     for name, attack in ATTACKS.items():
-        probing, outcome = Probe(url, pid), Counter[str]()
+        probing, on_main, outcome = Probe(probes_url, pid), Probe(url, pid), Counter[str]()
         await asyncio.sleep(1)  # the probe is up
         started = time.perf_counter()
         try:
@@ -240,13 +242,15 @@ async def measure(url: str, pid: int, nodes: list[str]) -> dict[str, Any]:
             outcome["attack stopped after 120 s"] += 1
         seconds = time.perf_counter() - started
         await asyncio.sleep(1)
-        probed = probing.finish()
+        probed, probed_main = probing.finish(), on_main.finish()
         report[name] = {
             "seconds": round(seconds, 1),
-            "rss_peak_mib": round(probed["peak"], 1),
+            "rss_peak_mib": round(max(probed["peak"], probed_main["peak"]), 1),
             "rss_after_mib": round(rss_mib(pid), 1),
             "livez_slowest_ms": round(probed["slowest"] * 1000, 1),
             "livez_failures": probed["failures"],
+            "main_port_livez_slowest_ms": round(probed_main["slowest"] * 1000, 1),
+            "main_port_livez_failures": probed_main["failures"],
             **dict(outcome),
         }
     return report
@@ -263,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         probe(args.probe, args.pid)
         return 0
     shape = Shape(args.nodes, args.gpus)
-    port = free_port()
+    port, probes_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as directory:
         state = Path(directory) / "cluster.yaml"
         objects = [obj for _, obj in cluster_objects(shape)]
@@ -281,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                 HOST,
                 "--port",
                 str(port),
+                "--health-probe-bind-address",
+                f"{HOST}:{probes_port}",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -293,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
                 time.sleep(0.1)
             nodes = [node_name(i) for i in range(args.nodes)]
-            report = asyncio.run(measure(url, server.pid, nodes))
+            report = asyncio.run(measure(url, f"http://{HOST}:{probes_port}", server.pid, nodes))
         finally:
             server.terminate()
             server.wait(30)

@@ -123,8 +123,9 @@ def test_metrics_port_is_served_listed_and_the_only_way_in(rendered):
     extender = _extender(rendered)
     [address] = [a.split("=", 1)[1] for a in extender["args"] if a.startswith("--metrics-bind-address=")]
     port = int(address.rpartition(":")[2])
-    [container_port] = extender["ports"]
-    assert (container_port["name"], container_port["containerPort"]) == ("metrics", port)
+    [probes] = [a.split("=", 1)[1] for a in extender["args"] if a.startswith("--health-probe-bind-address=")]
+    ports = {p["name"]: p["containerPort"] for p in extender["ports"]}
+    assert ports == {"metrics": port, "probes": int(probes.rpartition(":")[2])}
     service = _one(rendered, "Service", "dra-scheduler-metrics")
     assert service["spec"]["clusterIP"] == "None"  # every replica is scraped
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
@@ -253,7 +254,10 @@ def test_pods_run_restricted_with_probes_and_the_sidecar_gates_the_scheduler(ren
     assert (
         extender["restartPolicy"] == "Always"
     )  # native sidecar: kube-scheduler starts after its startupProbe
-    assert "/readyz" in " ".join(extender["startupProbe"]["exec"]["command"])
+    # The kubelet probes the probe listener (app.probes), by its port name.
+    probes = (("startupProbe", "/readyz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/livez"))
+    for probe, path in probes:
+        assert extender[probe]["httpGet"] == {"path": path, "port": "probes"}
     deployment = _one(rendered, "Deployment")
     assert deployment["spec"]["replicas"] >= 2
     pdb = _one(rendered, "PodDisruptionBudget")
