@@ -549,7 +549,9 @@ class Allocator:
         if consumption is None:
             return None
         if device.allow_multiple_allocations:
-            if inventory.is_exclusively_allocated(device.id):
+            # An allocation without shareID keeps the device from other requests ("in use"), not from
+            # adminAccess ones, which get a share beside it (upstream checks only the shares' capacity).
+            if inventory.is_exclusively_allocated(device.id) and not alt.admin_access:
                 return None
             used = inventory.consumed_capacity(device.id)
             pending = self._capacity.get(device.id, {})

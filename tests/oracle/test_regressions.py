@@ -81,6 +81,10 @@ DERIVED_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["derivedAttributes"] 
     {"name": "derived/mem", "expression": f'device.attributes["{DRIVER}"].mem'}
 ]
 
+ADMIN_CLAIM = claim(("g", 1))
+ADMIN_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
+GIB = {"memory": {"value": "1Gi"}}
+
 CASES = {
     # incubating/experimental allocators build a distinctAttribute constraint without checking
     # DRAConsumableCapacity (allocator_incubating.go, Allocate); only "stable" lacks it, and it is not
@@ -267,6 +271,19 @@ CASES |= {
             [claim(("g", 3), constraints=[{"distinctAttribute": f"{DRIVER}/fast"}])],
         ),
         ("nofit", []),
+    ),
+    # An allocation without shareID makes a device "in use", which adminAccess requests do not check
+    # (allocateOne); for a multi-allocatable device they get a share beside it (CmpRequestOverCapacity looks
+    # at the shares' capacity only). The product refused such a device to adminAccess too.
+    "adminAccess takes a share of a multi-allocatable device allocated without one": (
+        state(
+            [slice_("s", [{"name": "d0", "allowMultipleAllocations": True, "capacity": GIB}, device("d1")])],
+            [ADMIN_CLAIM],
+            allocated=[
+                {"devices": {"results": [{"request": "x", "driver": DRIVER, "pool": "p", "device": "d0"}]}}
+            ],
+        ),
+        ("results", [("g", "d0")]),
     ),
     "an unrequested capacity above validRange.max does not fit": (
         state(
