@@ -691,12 +691,11 @@ def _serve_probes(server: ServerSettings, ready: Callable[[], bool]) -> LoopHear
     if server.health_probe_bind_address is None:
         return None
     heartbeat = LoopHeartbeat()
-    host, _, port = server.health_probe_bind_address.rpartition(":")
-    try:
-        start_probe_server(host.strip("[]"), int(port), heartbeat, ready)
-    except OSError as e:
-        address = server.health_probe_bind_address
-        raise StartupError(f"--health-probe-bind-address {address}: {e.strerror or e}") from e
+    _listen_on(
+        "--health-probe-bind-address",
+        server.health_probe_bind_address,
+        lambda host, port: start_probe_server(host, port, heartbeat, ready),
+    )
     return heartbeat
 
 
@@ -706,13 +705,22 @@ def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Metrics:
     if server.metrics_bind_address is not None:
         from prometheus_client import start_http_server
 
-        host, _, port = server.metrics_bind_address.rpartition(":")
-        try:
-            start_http_server(int(port), host.strip("[]"), registry=metrics.registry)
-        except OSError as e:
-            address = server.metrics_bind_address
-            raise StartupError(f"--metrics-bind-address {address}: {e.strerror or e}") from e
+        _listen_on(
+            "--metrics-bind-address",
+            server.metrics_bind_address,
+            lambda host, port: start_http_server(port, host, registry=metrics.registry),
+        )
     return metrics
+
+
+def _listen_on(flag: str, address: str, start: Callable[[str, int], object]) -> None:
+    """``start(host, port)`` for a ``host:port`` flag value (IPv6 hosts in brackets); a bind failure is a
+    StartupError naming the flag and the address."""
+    host, _, port = address.rpartition(":")
+    try:
+        start(host.strip("[]"), int(port))
+    except OSError as e:
+        raise StartupError(f"{flag} {address}: {e.strerror or e}") from e
 
 
 def _url(server: ServerSettings) -> str:
