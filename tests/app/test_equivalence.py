@@ -28,7 +28,10 @@ def gpu(index: int, node_name: str, model: str = "a", numa: int = 0, root: str =
 
 
 def service_of(objects: list[tuple[str, dict]]) -> SchedulingService:
-    return SchedulingService(ClusterState.from_objects(copy.deepcopy(objects)), SelectorCache(ENGINE))
+    service = SchedulingService(ClusterState.from_objects(copy.deepcopy(objects)), SelectorCache(ENGINE))
+    # Decisions are compared, not speed: a loaded machine must not cut a filter short in one service only.
+    service.filter_time_budget = 3600.0
+    return service
 
 
 def state_objects(svc: SchedulingService) -> list[tuple[str, dict]]:
