@@ -103,6 +103,9 @@ def check_pod_group(obj: Obj, api_version: str) -> None:
     if api_version not in tuple(f"{GROUP}/{v}" for v in POD_GROUP_VERSIONS):
         known = ", ".join(f"{GROUP}/{v}" for v in POD_GROUP_VERSIONS)
         raise ConversionError("apiVersion", f"PodGroup must be one of {known}, got {api_version!r}")
+    for section in ("spec", "status"):
+        if not isinstance(obj.get(section) or {}, Mapping):
+            raise ConversionError(section, "must be an object")
     claims = (obj.get("spec") or {}).get("resourceClaims") or []
     if not isinstance(claims, list):
         raise ConversionError("spec.resourceClaims", "must be a list")

@@ -25,6 +25,9 @@ STALL_SECONDS = 30.0
 
 TICK_SECONDS = 1.0
 
+IDLE_SECONDS = 5.0
+"""How long a probe connection may stay silent (the kubelet sends its request at once)."""
+
 
 class LoopHeartbeat:
     """When the event loop last ran a callback of ours: ``start`` it from the loop."""
@@ -65,6 +68,9 @@ def start_probe_server(
     """Bind ``host:port`` and answer probes on a daemon thread. Raises OSError when it cannot bind."""
 
     class Handler(BaseHTTPRequestHandler):
+        # A connection that sends nothing is closed after this long: each one holds a thread.
+        timeout = IDLE_SECONDS
+
         def do_GET(self) -> None:
             status, body = probe_answer(self.path.split("?", 1)[0], heartbeat, ready)
             self.send_response(status)

@@ -213,6 +213,13 @@ def test_a_bad_pod_group_names_the_field(tmp_path, entry, message):
         build_runtime(_state_dir(tmp_path, pod_group("train", [entry])), ON)
 
 
+@pytest.mark.parametrize("section", ["spec", "status"])
+def test_a_pod_group_section_that_is_no_object_names_it(tmp_path, section):
+    group = pod_group("train", []) | {section: "abc"}
+    with pytest.raises(StartupError, match=f"{section}: must be an object"):
+        build_runtime(_state_dir(tmp_path, group), ON)
+
+
 def test_explain_names_the_group_of_a_group_claim(tmp_path):
     runtime = build_runtime(_group_of_three(tmp_path), ON)
     explanation = explain_pod(runtime.service, NS, "w1")

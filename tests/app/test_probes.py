@@ -80,6 +80,20 @@ def test_the_listener_answers_from_its_own_thread_while_the_loop_is_blocked():
         server.server_close()
 
 
+def test_a_silent_connection_is_closed_and_probes_still_answer(monkeypatch):
+    monkeypatch.setattr("app.probes.IDLE_SECONDS", 0.2)
+    server = start_probe_server("127.0.0.1", 0, LoopHeartbeat(), lambda: True)
+    address = ("127.0.0.1", server.server_address[1])
+    try:
+        with socket.create_connection(address) as silent:
+            silent.settimeout(5)
+            assert silent.recv(1) == b""  # closed by the server, not by the client
+        assert get(f"http://127.0.0.1:{address[1]}/livez")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_probe_address_in_use_exits_2_naming_the_flag(capsys, monkeypatch):
     monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("served despite the error"))
     with socket.socket() as taken:
