@@ -324,6 +324,9 @@ class ResourceSlice:
     resource_version: str
     skip_node_operations: tuple[str, ...] = ()
     """``spec.skipNodeOperations`` (gate DRAOptionalNodeOperations; ``allocator.nodeoperations``)."""
+    uses_compatibility_groups: bool = False
+    """A device declares ``compatibilityGroups`` on a counter consumption (``allocator.pools``: such slices
+    are ignored while DRADeviceCompatibilityGroups is off); found once, when the slice is parsed."""
 
     @property
     def pool_id(self) -> tuple[str, str]:
@@ -559,6 +562,7 @@ def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None 
             raise (entry_at / "name").error(f"duplicate counter set name {set_name}")
         shared[set_name] = _counters(data.get("counters"), entry_at / "counters")
     meta = obj.get("metadata") or {}
+    devices = _parse_devices(spec.get("devices"), driver, pool_name, at / "spec" / "devices", previous)
     return ResourceSlice(
         name=name,
         driver=driver,
@@ -571,10 +575,11 @@ def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None 
         per_device_node_selection=_bool(
             spec.get("perDeviceNodeSelection"), at / "spec" / "perDeviceNodeSelection"
         ),
-        devices=_parse_devices(spec.get("devices"), driver, pool_name, at / "spec" / "devices", previous),
+        devices=devices,
         shared_counters=shared,
         resource_version=str(meta.get("resourceVersion") or ""),
         skip_node_operations=_strings(spec.get("skipNodeOperations"), at / "spec" / "skipNodeOperations"),
+        uses_compatibility_groups=any(c.compatibility_groups for d in devices for c in d.consumes_counters),
     )
 
 

@@ -95,21 +95,16 @@ def ignored_slices(node: Node, candidates: Iterable[ResourceSlice], gates: Featu
             f"ResourceSlice {s.name} uses consumesCounters[].compatibilityGroups, which is ignored while the "
             "DRADeviceCompatibilityGroups feature is disabled (its pool counts as incomplete)"
             for s in candidates
-            if _uses_compatibility_groups(s) and slice_on_node(s, node, on)
+            if s.uses_compatibility_groups and slice_on_node(s, node, on)
         ]
     return reasons
-
-
-def _uses_compatibility_groups(slice_: ResourceSlice) -> bool:
-    """Whether a device of the slice declares ``compatibilityGroups`` on one of its counter consumptions."""
-    return any(c.compatibility_groups for d in slice_.devices for c in d.consumes_counters)
 
 
 def _ignored_for_compatibility_groups(slice_: ResourceSlice, gates: FeatureGates) -> bool:
     """While DRADeviceCompatibilityGroups is off, upstream's allocators cannot check co-allocation, so they
     ignore such slices: unseen and not counted, their pool is incomplete and none of its devices is
     allocated (the stable allocator too: it never has the feature)."""
-    return not gates.DRADeviceCompatibilityGroups and _uses_compatibility_groups(slice_)
+    return not gates.DRADeviceCompatibilityGroups and slice_.uses_compatibility_groups
 
 
 def slice_on_node(slice_: ResourceSlice, node: Node, gates: FeatureGates) -> bool:
