@@ -281,10 +281,20 @@ class Allocator:
             devices += [
                 c
                 for c in by_pool[pool.id]
-                if self._is_selectable(claim, alt, c)
-                and self._capacity_consumption(c.device, alt) is not None
+                if self._is_selectable(claim, alt, c) and self._static_capacity_fits(c.device, alt)
             ]
         return devices
+
+    def _static_capacity_fits(self, device: Device, alt: DeviceRequest) -> bool:
+        """Whether the device's capacity could ever hold the request, ignoring its shares: "all" is every
+        such device, so a device whose shares leave too little stays in it and the request fails, as
+        upstream's, rather than being quietly left out."""
+        if not self.gates.DRAConsumableCapacity:
+            return True
+        return (
+            capacity_consumption(device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange)
+            is not None
+        )
 
     # --- recursion (§5) ---------------------------------------------------------------------------
 
@@ -432,7 +442,8 @@ class Allocator:
                 continue
             if any(alt.mode == "All" or alt.derived_attributes for alt in alternatives):
                 return False
-            needed += min(alt.count for alt in alternatives)
+            # A firstAvailable request may take a subrequest the constraint does not name: then it needs none.
+            needed += min(alt.count if constraint.applies_to(alt) else 0 for alt in request.alternatives)
             for alt in alternatives:
                 counts = self._usable_counts(claim, alt)
                 for index, candidate in enumerate(self._candidates):

@@ -85,6 +85,26 @@ ADMIN_CLAIM = claim(("g", 1))
 ADMIN_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
 GIB = {"memory": {"value": "1Gi"}}
 
+SHARE_OF_D0 = {
+    "request": "x",
+    "driver": DRIVER,
+    "pool": "p",
+    "device": "d0",
+    "shareID": "11111111-1111-4111-8111-111111111111",
+    "consumedCapacity": {"memory": "1Gi"},
+}
+
+FIRST_AVAILABLE_CLAIM = claim(
+    ("r", 1), constraints=[{"distinctAttribute": f"{DRIVER}/m", "requests": ["r/s0"]}]
+)
+FIRST_AVAILABLE_CLAIM["spec"]["devices"]["requests"][0] = {
+    "name": "r",
+    "firstAvailable": [
+        {"name": "s0", "deviceClassName": "c", "allocationMode": "ExactCount", "count": 2},
+        {"name": "s1", "deviceClassName": "c", "allocationMode": "ExactCount", "count": 1},
+    ],
+}
+
 CASES = {
     # incubating/experimental allocators build a distinctAttribute constraint without checking
     # DRAConsumableCapacity (allocator_incubating.go, Allocate); only "stable" lacks it, and it is not
@@ -284,6 +304,24 @@ CASES |= {
             ],
         ),
         ("results", [("g", "d0")]),
+    ),
+    # An All request's devices are those whose capacity could hold the request at all (validateDeviceRequest
+    # checks against no shares); allocateDevice then finds d0's share has left too little, and the request
+    # fails. The product left d0 out of "all" and fit with d1 (make oracle N=100000 SEED=21).
+    "an All request keeps a device whose shares left too little capacity, and fails": (
+        state(
+            [slice_("s", [{"name": "d0", "allowMultipleAllocations": True, "capacity": GIB}, device("d1")])],
+            [claim(("all", 0))],
+            allocated=[{"devices": {"results": [SHARE_OF_D0]}}],
+        ),
+        ("nofit", []),
+    ),
+    # A constraint naming one subrequest does not bind the request when it takes another: s0 cannot meet
+    # it (all devices have one "m"), s1 is free of it. The product's pruning counted s0's need for the whole
+    # request and answered no fit (make oracle N=100000 SEED=21).
+    "a constraint on one subrequest does not hold back the request's other subrequests": (
+        state([slice_("s", [device(f"d{i}", m="x") for i in range(4)])], [FIRST_AVAILABLE_CLAIM]),
+        ("results", [("r/s1", "d0")]),
     ),
     "an unrequested capacity above validRange.max does not fit": (
         state(
