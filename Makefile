@@ -127,10 +127,10 @@ loadtest: $(STAMP) $(LOADTEST_STAMP)
 simulate: $(STAMP)
 	$(BIN)/dra-extender simulate --state $(STATE)
 
-# The field names of the Kubernetes kinds the state loader keeps (app/knownfields.json), reduced from
+# The field names of the Kubernetes kinds the state loader keeps (app/state/knownfields.json), reduced from
 # kubernetes-validate's OpenAPI schemas; rerun when that package moves to a new Kubernetes version.
 known-fields: $(STAMP)
-	$(BIN)/python -m app.knownfields
+	$(BIN)/python -m app.state.knownfields
 
 # Re-resolve the pinned dependency sets after editing pyproject.toml (the runtime set, for the image, is the
 # full set without the dev tools, with the hash of every file, which the image build requires).

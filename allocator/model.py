@@ -679,7 +679,8 @@ class DerivedAttribute:
     """One ``derivedAttributes`` entry (KEP-6080): a value computed by a CEL expression per candidate device.
 
     ``name`` is domain-qualified: a domain no driver uses keeps it local to the claim, a driver's name shadows
-    the static attribute in this request's constraints (app.convert refuses bare names, as Kubernetes 1.37).
+    the static attribute in this request's constraints (app.state.convert refuses bare names, as Kubernetes
+    1.37).
     """
 
     name: str

@@ -1,5 +1,5 @@
 """How the cluster's devices are used, per DeviceClass, driver and pool: the inventory gauges of
-``/metrics`` (``app.metrics``), computed when scraped, never on the scheduling path.
+``/metrics`` (``app.http.metrics``), computed when scraped, never on the scheduling path.
 
 Each device of a pool's current generation is in exactly one state:
 

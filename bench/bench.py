@@ -219,7 +219,7 @@ def no_claim_filter(clients: Clients, shape: Shape, calls: int) -> dict[str, lis
 
 def slice_updates(shape: Shape, updates: int) -> float:
     """ResourceSlice update events applied per second (in-process, as a watch would feed them)."""
-    from app.cluster import ClusterState
+    from app.state.cluster import ClusterState
 
     objects = list(cluster_objects(shape))
     state = ClusterState.from_objects(objects)

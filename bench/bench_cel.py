@@ -35,9 +35,9 @@ from typing import Any
 from allocator.cel import CELEngine
 from allocator.model import parse_resource_slice
 from allocator.selectors import SelectorCache
-from app.cluster import ClusterState
-from app.runtime import new_engine
-from app.scheduling import SchedulingService
+from app.cli.runtime import new_engine
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 from bench.synthetic import MIXED_DRIVER, Shape, device_class, gpu_pod, node_name, node_objects, request
 
 __all__ = ["main"]

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import orjson
 
-from app.cli import simulate
-from app.explain_summary import summarize_pod
-from app.runtime import build_runtime
+from app.cli.main import simulate
+from app.cli.runtime import build_runtime
+from app.explain.summary import summarize_pod
 from bench.bench_cel import table
 from bench.synthetic import NAMESPACE, Shape, cluster_objects, gpu_pod, node_name
 

@@ -1,7 +1,7 @@
 """Benchmark servers, run as subprocesses by ``bench/bench.py`` so client and server do not share a GIL.
 
 ``python -m bench.server extender --nodes N --gpus M --port P [--allocated K]``: the real extender app
-(``app.api.create_app``) on a synthetic cluster, plus a bench-only router (never part of the product)
+(``app.http.api.create_app``) on a synthetic cluster, plus a bench-only router (never part of the product)
 that creates and deletes pods the way the resourceclaim controller and kubelet would (``/bench/pods``).
 
 ``python -m bench.server floor --port P``: the floor — the same three routes that only parse the body
@@ -23,10 +23,10 @@ from fastapi.responses import Response
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
-from app.api import create_app
-from app.cluster import ClusterState
-from app.scheduling import SchedulingService
-from app.settings import Settings
+from app.config.settings import Settings
+from app.http.api import create_app
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 from bench.synthetic import Shape, cluster_objects, gpu_pod, node_name
 
 __all__ = ["build_service", "floor_app"]

@@ -39,9 +39,9 @@ from typing import Any
 import httpx
 import orjson
 
-from app.api import create_app
+from app.config.settings import ClusterSettings, Settings
+from app.http.api import create_app
 from app.kube.runtime import ClusterRuntime
-from app.settings import ClusterSettings, Settings
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 

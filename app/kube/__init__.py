@@ -1,7 +1,8 @@
 """Cluster mode: the extender against a real API server.
 
 * ``client``: the only module that talks to the Kubernetes API (kubernetes-asyncio, raw responses, orjson).
-* ``informers``: list+watch per kind into ``app.cluster.ClusterState`` (bookmarks, 410 relist, deadlines).
+* ``informers``: list+watch per kind into ``app.state.cluster.ClusterState`` (bookmarks, 410 relist,
+  deadlines).
 * ``binder``: ``KubeBinder``, the bind writes (claims' finalizer and status, then the pod binding).
 * ``reservations``: devices written by a bind stay reserved until the watch shows the write.
 * ``recovery``: orphaned allocations (a bind that never bound its pod) released after a grace period.

@@ -57,7 +57,11 @@ from typing import Any
 from allocator.errors import InvalidInputError
 from allocator.inventory import allocated_devices
 from allocator.nodeselector import Node, parse_node_selector
-from app.binder import (
+from app.config.settings import ClusterSettings
+from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
+from app.kube.clock import Clock, SystemClock
+from app.kube.reservations import WrittenReservations
+from app.scheduling.binder import (
     FINALIZER,
     BindError,
     BindPlan,
@@ -65,14 +69,10 @@ from app.binder import (
     claim_after_bind,
     node_allocatable_statuses,
 )
-from app.bindingconditions import conditioned_results, device_label, failed_condition, not_true
-from app.cluster import ClusterState, object_key
-from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
-from app.kube.clock import Clock, SystemClock
-from app.kube.reservations import WrittenReservations
-from app.podclaims import pod_key
-from app.podgroups import reserves
-from app.settings import ClusterSettings
+from app.scheduling.bindingconditions import conditioned_results, device_label, failed_condition, not_true
+from app.state.cluster import ClusterState, object_key
+from app.state.podclaims import pod_key
+from app.state.podgroups import reserves
 
 __all__ = ["CONFLICT_ATTEMPTS", "KubeBinder"]
 

@@ -126,7 +126,7 @@ COORDINATION_LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", n
 
 async def review(client: Any, plural: str, body: dict[str, Any]) -> dict[str, Any]:
     """POST a TokenReview / SubjectAccessReview ``body`` (``tokenreviews``, ``subjectaccessreviews``) and
-    return the answer, for ``app.auth``. Raises KubeAPIError."""
+    return the answer, for ``app.http.auth``. Raises KubeAPIError."""
     group = str(body["apiVersion"]).split("/")[0]
     answer: dict[str, Any] = await client.create(
         Resource(group, "v1", plural, str(body["kind"]), namespaced=False), None, body

@@ -17,7 +17,8 @@ One ``Informer`` per kind (Namespace, Node, Pod, and the ``resource.k8s.io`` kin
 5. Other errors (5xx, 429, network) → wait (jittered exponential backoff, or ``Retry-After``) and retry
    the step that failed.
 
-``resource.k8s.io`` objects are converted to v1 (``app.convert.to_v1``) from whichever version the server
+``resource.k8s.io`` objects are converted to v1 (``app.state.convert.to_v1``) from whichever version the
+server
 serves (``discover_dra``: v1, else v1beta2, v1beta1, v1alpha3, per kind). An object that does not convert
 or parse is logged and skipped; the previous version of it stays (for a ResourceClaim, forgetting its
 allocation would free devices still in use), except for a ResourceSlice: its previous devices are dropped
@@ -43,8 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from allocator.errors import InvalidInputError
-from app.cluster import ClusterState, object_key
-from app.convert import DRA_GROUP, SUPPORTED_VERSIONS, ConversionError, to_v1
+from app.config.settings import ClusterSettings
 from app.kube.client import (
     CORE_NAMESPACES,
     CORE_NODES,
@@ -55,9 +55,10 @@ from app.kube.client import (
     Resource,
 )
 from app.kube.clock import Clock, SystemClock
-from app.podgroups import GROUP as POD_GROUP_API
-from app.podgroups import POD_GROUP_VERSIONS
-from app.settings import ClusterSettings
+from app.state.cluster import ClusterState, object_key
+from app.state.convert import DRA_GROUP, SUPPORTED_VERSIONS, ConversionError, to_v1
+from app.state.podgroups import GROUP as POD_GROUP_API
+from app.state.podgroups import POD_GROUP_VERSIONS
 
 __all__ = [
     "CORE_KINDS",
@@ -481,7 +482,7 @@ class Informers:
         self.discovered.set()
 
     async def _discover_pod_groups(self, backoff: Backoff) -> dict[str, Resource]:
-        """PodGroups are watched only with workload claims on (``app.podgroups``), when served."""
+        """PodGroups are watched only with workload claims on (``app.state.podgroups``), when served."""
         if not self.state.gates.workload_claims:
             return {}
         while True:

@@ -28,14 +28,14 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from app.bindingconditions import conditioned_results
-from app.cluster import ClusterState, is_pending
+from app.config.settings import ClusterSettings
 from app.kube.binder import release_pod, without_finalizer
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
 from app.kube.reservations import WrittenReservations
-from app.settings import ClusterSettings
+from app.scheduling.bindingconditions import conditioned_results
+from app.state.cluster import ClusterState, is_pending
 
 __all__ = ["OrphanReleaser"]
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator.inventory import AllocatedDevice
-from app.cluster import ClusterState
 from app.kube.clock import Clock
+from app.state.cluster import ClusterState
 
 __all__ = ["WrittenReservations"]
 

@@ -22,8 +22,8 @@ from typing import Any
 from allocator.cel.expr_engine import ExprEngine
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
-from app.cluster import ClusterState
-from app.derivationlog import DerivationLog
+from app.config.derivationlog import DerivationLog
+from app.config.settings import ClusterSettings
 from app.kube.binder import KubeBinder
 from app.kube.client import KubeClient
 from app.kube.clock import Clock, SystemClock
@@ -31,8 +31,8 @@ from app.kube.informers import Informers
 from app.kube.leader import SchedulerLease
 from app.kube.recovery import OrphanReleaser
 from app.kube.reservations import WrittenReservations
-from app.scheduling import SchedulingService
-from app.settings import ClusterSettings
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 
 __all__ = ["BackgroundRuntime", "ClusterRuntime"]
 
@@ -117,7 +117,8 @@ class ClusterRuntime:
         await asyncio.gather(self.releaser.run(), self._report_derivation_errors())
 
     async def _report_derivation_errors(self) -> None:
-        """Log cluster-wide derived attribute errors as slices bring them (``app.derivationlog``), at the
+        """Log cluster-wide derived attribute errors as slices bring them (``app.config.derivationlog``), at
+        the
         orphan check's pace."""
         while True:
             await self.clock.sleep(self.settings.orphan_check_interval_seconds)

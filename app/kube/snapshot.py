@@ -4,7 +4,7 @@
 state directory holds: Namespaces, Nodes, Pods, and the ``resource.k8s.io`` kinds at the version the
 server prefers among those ``to_v1`` reads (DeviceClasses, ResourceSlices, ResourceClaims,
 ResourceClaimTemplates, DeviceTaintRules when served), in pages. Nothing is written and nothing is
-watched. The objects then go through the state loader (``app.statedir.load_documents``: the same checks,
+watched. The objects then go through the state loader (``app.state.statedir.load_documents``: the same checks,
 conversions and defaults as files), each kind under a source name like
 ``127.0.0.1:6443/apis/resource.k8s.io/v1/resourceclaims`` in messages.
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from app.kube.client import KubeAPIError, KubeClient, Resource, kubeconfig_path
 from app.kube.informers import CORE_KINDS, DRA_VERSIONS, REQUIRED_DRA_KINDS, discover_dra
-from app.statedir import ClusterObjects, StateLoadError, load_documents
+from app.state.statedir import ClusterObjects, StateLoadError, load_documents
 
 __all__ = ["PAGE_SIZE", "SnapshotError", "take_snapshot"]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from allocator.features import FeatureGates
-from app.binder import claim_after_bind
+from app.scheduling.binder import claim_after_bind
 from tests.allocator.builders import (
     DRIVER_A,
     DRIVER_B,

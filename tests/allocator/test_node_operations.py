@@ -16,7 +16,7 @@ from allocator.explain import request_funnel
 from allocator.features import FeatureGates, parse_feature_gates
 from allocator.model import parse_resource_slice
 from allocator.nodeselector import Node
-from app.cluster import node_from_api
+from app.state.cluster import node_from_api
 from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, picked, request, slice_
 
 DECLARING = Node("node-1", NODE1.labels, frozenset({"DRAOptionalNodeOperations"}))

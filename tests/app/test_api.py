@@ -15,10 +15,10 @@ import pytest
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
-from app.api import create_app
-from app.cluster import ClusterState
-from app.scheduling import SchedulingService
-from app.settings import ServerSettings, Settings
+from app.config.settings import ServerSettings, Settings
+from app.http.api import create_app
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"
@@ -173,7 +173,7 @@ async def test_warm_filter_and_prioritize_answer_without_a_worker_thread(client,
     async def no_thread(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a warm answer must not need a worker thread")
 
-    monkeypatch.setattr("app.api.run_in_threadpool", no_thread)
+    monkeypatch.setattr("app.http.api.run_in_threadpool", no_thread)
     warm = (await _post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"]))).json()
     assert warm == cold
     scores = (await _post(client, "prioritize", _args(service, "p-one", ["n1", "n2"]))).json()

@@ -1,4 +1,5 @@
-"""``app.bindingconditions.unusable_reason``: upstream Filter's isClaimReadyForBinding / isClaimTimeout."""
+"""``app.scheduling.bindingconditions.unusable_reason``: upstream Filter's isClaimReadyForBinding /
+isClaimTimeout."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
-from app.bindingconditions import unusable_reason
+from app.scheduling.bindingconditions import unusable_reason
 
 NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
 

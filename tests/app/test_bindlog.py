@@ -10,12 +10,12 @@ import pytest
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
-from app.binder import BindError, BindPlan
-from app.bindlog import BindLog, BindOutcome
-from app.cluster import ClusterState
-from app.explain_api import explain_pod
-from app.explain_cli import render_explanation
-from app.scheduling import SchedulingService
+from app.cli.explain import render_explanation
+from app.explain.pod import explain_pod
+from app.scheduling.binder import BindError, BindPlan
+from app.scheduling.bindlog import BindLog, BindOutcome
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"

@@ -12,8 +12,8 @@ import pytest
 import uvicorn
 from starlette.requests import Request
 
-from app.bodies import BodyBudget, BodyRejected, read_body
-from app.httpserver import server_config
+from app.http.bodies import BodyBudget, BodyRejected, read_body
+from app.http.server import server_config
 
 
 def request(chunks: list[bytes], then_wait: asyncio.Event | None = None) -> Request:

@@ -1,4 +1,4 @@
-"""app.claimgen: the resourceclaim controller's template claims, offline and deterministic."""
+"""app.state.claimgen: the resourceclaim controller's template claims, offline and deterministic."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from app.claimgen import (
+from app.state.claimgen import (
     POD_CLAIM_NAME_ANNOTATION,
     claim_generate_name,
     claim_name,
     generate_template_claims,
 )
-from app.statedir import ClusterObjects, load_state, stable_uid
+from app.state.statedir import ClusterObjects, load_state, stable_uid
 
 Obj = dict[str, Any]
 NS = "team-a"

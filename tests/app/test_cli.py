@@ -13,9 +13,9 @@ import orjson
 import pytest
 import yaml
 
-from app import httpserver
-from app.cli import main
-from app.httpserver import IdleClosingH11Protocol
+from app.cli.main import main
+from app.http import server as httpserver
+from app.http.server import IdleClosingH11Protocol
 from tests.builders import (
     claim,
     claim_template,
@@ -316,7 +316,7 @@ def test_serve_passes_the_tls_flags_to_uvicorn(capsys, served, state_dir, tmp_pa
 def test_serve_with_an_unusable_tls_file_exits_2_naming_the_flag_before_loading_the_state(
     capsys, monkeypatch, state_dir, tmp_path, flag, problem
 ):
-    from app import cli
+    from app.cli import main as cli
 
     monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("must not serve"))
     monkeypatch.setattr(cli, "_runtime", lambda settings: pytest.fail("must not load the state first"))
@@ -343,8 +343,8 @@ def test_delegated_auth_needs_cluster_mode_and_makes_client_certificates_optiona
 ):
     import ssl
 
-    from app.cli import _ssl_options
-    from app.settings import ServerSettings
+    from app.cli.main import _ssl_options
+    from app.config.settings import ServerSettings
 
     monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("must not serve"))
     assert main(["serve", "--state", str(state_dir), "--delegated-auth"]) == 2

@@ -11,9 +11,9 @@ import orjson
 import pytest
 import yaml
 
-from app import httpserver
-from app.cli import main
-from app.knownfields import SCHEMA_FILE, generate, render, unknown_fields
+from app.cli.main import main
+from app.http import server as httpserver
+from app.state.knownfields import SCHEMA_FILE, generate, render, unknown_fields
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice, write_state
 
 DRIVER = "gpu.example.com"

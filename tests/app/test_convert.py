@@ -1,4 +1,4 @@
-"""app.convert: older resource.k8s.io versions to v1, and the v1 structure check."""
+"""app.state.convert: older resource.k8s.io versions to v1, and the v1 structure check."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.convert import ConversionError, check_api_version, to_v1
+from app.state.convert import ConversionError, check_api_version, to_v1
 
 Obj = dict[str, Any]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.cli import main
+from app.cli.main import main
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 GPU, NIC, GAUDI = "gpu.nvidia.com", "dra.net", "gaudi.intel.com"

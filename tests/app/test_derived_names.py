@@ -12,10 +12,10 @@ import orjson
 import pytest
 import yaml
 
-from app.explain_api import explain_object, parse_object
-from app.runtime import build_runtime
-from app.scheduling import SchedulingService
-from app.statedir import StateLoadError, load_state
+from app.cli.runtime import build_runtime
+from app.explain.pod import explain_object, parse_object
+from app.scheduling.service import SchedulingService
+from app.state.statedir import StateLoadError, load_state
 from tests import builders
 
 NODE = "gpu-node-1"

@@ -11,9 +11,9 @@ import orjson
 import pytest
 import yaml
 
-from app.cli import main, simulate
-from app.derivedconfig import ConfigError, ConfigWatcher, load_config
-from app.runtime import StartupError, build_runtime
+from app.cli.main import main, simulate
+from app.cli.runtime import StartupError, build_runtime
+from app.config.derivedconfig import ConfigError, ConfigWatcher, load_config
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice, write_state
 
 GPU, NIC = "gpu.nvidia.com", "dra.net"
@@ -254,7 +254,7 @@ def test_unknown_engine_is_a_usage_error(state_dir: Path, capsys: pytest.Capture
 
 
 def test_an_empty_config_clears_the_previous_runtime_errors(state_dir: Path, tmp_path: Path):
-    from app.derivedconfig import install
+    from app.config.derivedconfig import install
 
     broken = {"name": "example.com/numa", "expression": f'device.attributes["{GPU}"].numa'}
     runtime = build_runtime(state_dir, config=write(tmp_path / "derived.yaml", [broken]))
@@ -298,8 +298,8 @@ def test_validate_checks_a_state_directory_and_a_config_file(
 async def test_metrics_count_the_devices_each_derived_attribute_failed_on(state_dir: Path, tmp_path: Path):
     import httpx
 
-    from app.api import create_app
-    from app.settings import Settings
+    from app.config.settings import Settings
+    from app.http.api import create_app
     from tests.app.metrics_support import samples
 
     broken = {"name": "example.com/numa", "expression": f'device.attributes["{GPU}"].numa'}

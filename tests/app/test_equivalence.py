@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
-from app.cluster import ClusterState
-from app.scheduling import SchedulingService
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"

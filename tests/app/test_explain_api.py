@@ -16,11 +16,11 @@ import orjson
 import pytest
 import yaml
 
-from app.api import create_app
-from app.explain_api import explain_object, explain_pod, node_devices_view, parse_object
-from app.runtime import Runtime, build_runtime
-from app.scheduling import SchedulingService
-from app.settings import Settings
+from app.cli.runtime import Runtime, build_runtime
+from app.config.settings import Settings
+from app.explain.pod import explain_object, explain_pod, node_devices_view, parse_object
+from app.http.api import create_app
+from app.scheduling.service import SchedulingService
 from tests.app.scenario_support import FIXTURES, SKIP_REASON
 
 REPO = Path(__file__).resolve().parents[2]
@@ -267,7 +267,7 @@ async def test_what_if_body_cap(demo):
 
 
 def _small_server() -> Any:
-    from app.settings import ServerSettings
+    from app.config.settings import ServerSettings
 
     return ServerSettings(max_body_bytes=1000)
 
@@ -616,7 +616,7 @@ class _SpyLock:
 def test_explanations_hold_the_lock_for_one_node_at_a_time(demo, monkeypatch, what):
     # Filter and bind must not wait for a whole explanation: the lock is taken per node and released in
     # between, so a scheduling call waits for one node's explanation at most.
-    from app import explain_api
+    from app.explain import pod as explain_api
 
     spy = _SpyLock()
     demo.service.lock = spy  # type: ignore[assignment]
@@ -639,7 +639,7 @@ def test_explanations_hold_the_lock_for_one_node_at_a_time(demo, monkeypatch, wh
 
 
 async def test_a_second_explanation_while_one_runs_is_refused_at_once(demo, monkeypatch):
-    from app import explain_api
+    from app.explain import pod as explain_api
 
     started, finish = threading.Event(), threading.Event()
     real = explain_api._node_verdict
@@ -666,7 +666,7 @@ async def test_a_second_explanation_while_one_runs_is_refused_at_once(demo, monk
 
 
 async def test_what_if_parses_the_body_off_the_event_loop(client, monkeypatch):
-    from app import explain_api
+    from app.explain import pod as explain_api
 
     on_loop: list[bool] = []
     real = explain_api.parse_object
@@ -687,7 +687,7 @@ async def test_what_if_parses_the_body_off_the_event_loop(client, monkeypatch):
 
 
 async def test_a_yaml_what_if_body_beyond_the_yaml_cap_is_refused_unparsed(client, monkeypatch):
-    from app import explain_api
+    from app.explain import pod as explain_api
 
     monkeypatch.setattr(explain_api, "load_yaml_document", lambda *a: pytest.fail("must not parse"))
     # Under the body cap (8 MiB by default) but beyond what a claim can need.

@@ -9,9 +9,9 @@ import orjson
 import pytest
 import yaml
 
-from app.cli import main
-from app.explain_api import explain_pod
-from app.runtime import build_runtime
+from app.cli.main import main
+from app.cli.runtime import build_runtime
+from app.explain.pod import explain_pod
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 

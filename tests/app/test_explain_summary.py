@@ -1,5 +1,5 @@
 """``dra-extender explain`` by default: nodes per verdict, grouped by reason, the best nodes in full
-(``app.explain_summary``). Counts worked out by hand on a six-node state."""
+(``app.explain.summary``). Counts worked out by hand on a six-node state."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import orjson
 import pytest
 import yaml
 
-from app.cli import main
+from app.cli.main import main
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"

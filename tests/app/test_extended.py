@@ -17,10 +17,9 @@ import pytest
 from allocator.cel.expr_engine import ExprEngine
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
-from app.binder import BindError, BindPlan
-from app.cli import simulate
-from app.cluster import ClusterState
-from app.extended import (
+from app.cli.main import simulate
+from app.scheduling.binder import BindError, BindPlan
+from app.scheduling.extended import (
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,
     DeviceClassResolver,
     extended_claim_name,
@@ -28,8 +27,9 @@ from app.extended import (
     is_dra_extended_resource_name,
     pod_extended_resources,
 )
-from app.podclaims import ClaimNotReady
-from app.scheduling import SchedulingService
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
+from app.state.podclaims import ClaimNotReady
 from tests.builders import claim, device, device_class, node, request, resource_slice
 
 DRIVER = "gpu.example.com"
@@ -650,7 +650,7 @@ def test_simulate_lists_the_extended_claim():
 
 
 def test_missing_extended_resources_stands_in_for_node_resources_fit():
-    from app.extended import missing_extended_resources
+    from app.scheduling.extended import missing_extended_resources
 
     pod = xpod("p", container("main", {GPU: 1, "other.example.com/fpga": 1, IMPLICIT: 1, "cpu": "1"}))
     classes = [gpu_class()]

@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from allocator.features import FeatureGates
-from app import cli, httpserver
-from app.derivedconfig import ConfigError, load_config
-from app.extenderconfig import API_VERSION, FIELDS, KIND
+from app.cli import main as cli
+from app.config.derivedconfig import ConfigError, load_config
+from app.config.extenderconfig import API_VERSION, FIELDS, KIND
+from app.http import server as httpserver
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = {"apiVersion": API_VERSION, "kind": KIND}

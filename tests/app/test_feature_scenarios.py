@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from app.extended import EXTENDED_RESOURCE_CLAIM_ANNOTATION
+from app.scheduling.extended import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from tests import builders
 from tests.app import scenario_support as support
 from tests.app.scenario_support import (

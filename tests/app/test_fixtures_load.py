@@ -24,9 +24,9 @@ import re
 
 import pytest
 
-from app.claimgen import generate_template_claims
-from app.podgroups import GROUP, POD_GROUP_VERSIONS
-from app.statedir import KIND_FIELDS, ClusterObjects, StateLoadError, load_state
+from app.state.claimgen import generate_template_claims
+from app.state.podgroups import GROUP, POD_GROUP_VERSIONS
+from app.state.statedir import KIND_FIELDS, ClusterObjects, StateLoadError, load_state
 from tests.app.scenario_support import FIXTURES, SKIP_REASON
 
 pytestmark = pytest.mark.fixtures
@@ -86,7 +86,7 @@ INVALID: dict[str, str] = {
     f"{_PERF}/resourceslice-partitionable-v1.yaml": TEMPLATE,
     f"{_PERF}/resourceslice-partitionable.yaml": TEMPLATE,
     f"{_PERF}/resourceslice-podgroup.yaml": TEMPLATE,
-    # a PodGroup is read since workload-level claims (app.podgroups): its templated name is the error
+    # a PodGroup is read since workload-level claims (app.state.podgroups): its templated name is the error
     f"{_PERF}/podgroup-with-claim-template.yaml": TEMPLATE,
     # No template directive, but only `generateName`: not an object a state can hold (finding).
     f"{_PERF}/pod-with-claim-template.yaml": f"Pod default/?: {NO_NAME}",
@@ -256,7 +256,7 @@ def test_fixture_loads_or_fails_for_its_reason(relative: str) -> None:
         return
     objects = load_state(path)
     for obj in (o for kind in KIND_FIELDS for o in objects.of_kind(kind)):
-        # PodGroups are kept as published (app.podgroups reads the fields every version shares).
+        # PodGroups are kept as published (app.state.podgroups reads the fields every version shares).
         versions = ("v1", "resource.k8s.io/v1") if obj["kind"] != "PodGroup" else POD_GROUP_API_VERSIONS
         assert obj["apiVersion"] in versions
     if relative in SKIPPED_KINDS_ONLY:

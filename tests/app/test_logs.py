@@ -1,4 +1,4 @@
-"""One log format for the extender and uvicorn (``app.logs``): records captured and parsed."""
+"""One log format for the extender and uvicorn (``app.config.logs``): records captured and parsed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.logs import configure
+from app.config.logs import configure
 from tests.app.metrics_support import samples
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,11 +43,11 @@ def stream() -> Iterator[io.StringIO]:
 def test_json_records_have_klog_keys(stream: io.StringIO):
     configure("info", "json", stream)
     extra = {"pod": "ml/p", "node": "n1", "devices": ["ml/c: gpu.example.com/n1/gpu-0"]}
-    logging.getLogger("app.api").info("bound: %s", "ml/c: gpu.example.com/n1/gpu-0", extra=extra)
-    logging.getLogger("app.api").debug("not shown at info")
+    logging.getLogger("app.http.api").info("bound: %s", "ml/c: gpu.example.com/n1/gpu-0", extra=extra)
+    logging.getLogger("app.http.api").debug("not shown at info")
     [line] = stream.getvalue().splitlines()
     record = json.loads(line)
-    assert record["level"] == "info" and record["logger"] == "app.api"
+    assert record["level"] == "info" and record["logger"] == "app.http.api"
     assert record["msg"] == "bound: ml/c: gpu.example.com/n1/gpu-0"
     assert record["pod"] == "ml/p" and record["node"] == "n1"
     assert record["devices"] == ["ml/c: gpu.example.com/n1/gpu-0"]
@@ -59,16 +59,16 @@ def test_json_carries_the_traceback(stream: io.StringIO):
     try:
         raise ValueError("boom")
     except ValueError:
-        logging.getLogger("app.api").exception("filter: internal error")
+        logging.getLogger("app.http.api").exception("filter: internal error")
     record = json.loads(stream.getvalue())
     assert record["level"] == "error" and "ValueError: boom" in record["exc_info"]
 
 
 def test_text_puts_the_keys_after_the_message(stream: io.StringIO):
     configure("info", "text", stream)
-    logging.getLogger("app.api").info("bind failed: no", extra={"pod": "ml/p", "node": "n 1"})
+    logging.getLogger("app.http.api").info("bind failed: no", extra={"pod": "ml/p", "node": "n 1"})
     line = stream.getvalue().rstrip("\n")
-    assert line.endswith(' INFO app.api: bind failed: no pod=ml/p node="n 1"')
+    assert line.endswith(' INFO app.http.api: bind failed: no pod=ml/p node="n 1"')
 
 
 def test_uvicorn_records_share_the_format_and_probes_are_debug(stream: io.StringIO):
@@ -128,7 +128,7 @@ def test_serve_logs_json_for_the_app_and_uvicorn_and_serves_metrics_apart():
         _, err = server.communicate(timeout=30)
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     loggers = {r["logger"] for r in records}
-    assert {"uvicorn.error", "uvicorn.access", "app.api"} <= loggers, err
+    assert {"uvicorn.error", "uvicorn.access", "app.http.api"} <= loggers, err
     [bound] = [r for r in records if r["msg"].startswith("bound:")]
     assert bound["pod"] == "demo/two-gpus" and bound["node"] == "gpu-node-1"
     assert len(bound["devices"]) == 2 and all("gpu.nvidia.com" in d for d in bound["devices"])

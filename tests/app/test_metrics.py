@@ -15,11 +15,11 @@ import pytest
 from allocator.cel.expr_engine import ExprEngine
 from allocator.inventory import AllocatedDevice
 from allocator.selectors import SelectorCache
-from app.api import create_app
-from app.cluster import ClusterState
-from app.metrics import REQUEST_BUCKETS, Metrics
-from app.scheduling import SchedulingService
-from app.settings import Settings
+from app.config.settings import Settings
+from app.http.api import create_app
+from app.http.metrics import REQUEST_BUCKETS, Metrics
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 from tests.app.metrics_support import names, samples
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
@@ -218,7 +218,7 @@ def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: Scheduli
     ],
 )
 def test_a_bad_metrics_address_exits_2_naming_it(capsys, address, message):
-    from app.cli import main
+    from app.cli.main import main
 
     assert main(["serve", "--state", str(ROOT / "examples/cluster"), "--metrics-bind-address", address]) == 2
     assert message in capsys.readouterr().err
@@ -227,8 +227,8 @@ def test_a_bad_metrics_address_exits_2_naming_it(capsys, address, message):
 def test_a_metrics_address_in_use_exits_2_naming_the_flag(capsys, monkeypatch):
     import socket
 
-    from app import httpserver
-    from app.cli import main
+    from app.cli.main import main
+    from app.http import server as httpserver
 
     monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("served despite the error"))
     with socket.socket() as taken:

@@ -1,4 +1,5 @@
-"""Node-allocatable resources through DRA (``app.nodeallocatable``, gate DRANodeAllocatableResources):
+"""Node-allocatable resources through DRA (``app.scheduling.nodeallocatable``, gate
+DRANodeAllocatableResources):
 statuses as upstream's buildNodeAllocatableDRAInfo writes them, the pod's demand as PodRequests counts it,
 and the node fit in filter. Every number below is worked out by hand in the comments."""
 
@@ -14,9 +15,9 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
-from app.cluster import ClusterState
-from app.nodeallocatable import ClaimUse, claim_statuses, pod_demand
-from app.scheduling import SchedulingService
+from app.scheduling.nodeallocatable import ClaimUse, claim_statuses, pod_demand
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 CPU = "cpu.example.com"

@@ -1,4 +1,4 @@
-"""Workload-level ResourceClaims (``app.podgroups``): PodGroup claims generated once for the group, pods
+"""Workload-level ResourceClaims (``app.state.podgroups``): PodGroup claims generated once for the group, pods
 joining through ``spec.schedulingGroup.podGroupName``, one ``reservedFor`` entry for the whole group.
 
 Expectations are worked out from upstream's ``resourceclaim.BindTo`` / ``IsForPod`` / ``IsReservedForPod``
@@ -16,14 +16,14 @@ import pytest
 import yaml
 
 from allocator.features import FeatureGates
-from app.cli import simulate
-from app.explain_api import explain_pod
-from app.explain_cli import render_explanation
+from app.cli.explain import render_explanation
+from app.cli.main import simulate
+from app.cli.runtime import StartupError, build_runtime
+from app.explain.pod import explain_pod
 from app.kube.client import NotFoundError
 from app.kube.informers import discover_pod_groups
-from app.podclaims import ClaimNotReady, pod_claims
-from app.runtime import StartupError, build_runtime
-from app.statedir import stable_uid
+from app.state.podclaims import ClaimNotReady, pod_claims
+from app.state.statedir import stable_uid
 from tests.builders import claim, claim_template, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"

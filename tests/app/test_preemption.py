@@ -1,4 +1,5 @@
-"""Preemption (``app.preemption``): which candidate nodes evicting lower-priority pods frees devices on, and
+"""Preemption (``app.scheduling.preemption``): which candidate nodes evicting lower-priority pods frees
+devices on, and
 the victims to evict there. Each case's answer is worked out from the devices and holders it sets up."""
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import pytest
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
-from app import wire
-from app.cluster import ClusterState
-from app.preemption import Victims, preempt
-from app.scheduling import SchedulingService
+from app.http import wire
+from app.scheduling.preemption import Victims, preempt
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"
@@ -249,8 +250,8 @@ def test_bad_victims_name_the_field(victims, message):
 async def test_the_preempt_route_answers_meta_victims():
     import httpx
 
-    from app.api import create_app
-    from app.settings import Settings
+    from app.config.settings import Settings
+    from app.http.api import create_app
 
     svc = _service(
         1,

@@ -1,4 +1,4 @@
-"""Health probes on their own listener (``app.probes``, ``serve --health-probe-bind-address``)."""
+"""Health probes on their own listener (``app.http.probes``, ``serve --health-probe-bind-address``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from app import httpserver
-from app.cli import main
-from app.probes import STALL_SECONDS, LoopHeartbeat, probe_answer, start_probe_server
+from app.cli.main import main
+from app.http import server as httpserver
+from app.http.probes import STALL_SECONDS, LoopHeartbeat, probe_answer, start_probe_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +81,7 @@ def test_the_listener_answers_from_its_own_thread_while_the_loop_is_blocked():
 
 
 def test_a_silent_connection_is_closed_and_probes_still_answer(monkeypatch):
-    monkeypatch.setattr("app.probes.IDLE_SECONDS", 0.2)
+    monkeypatch.setattr("app.http.probes.IDLE_SECONDS", 0.2)
     server = start_probe_server("127.0.0.1", 0, LoopHeartbeat(), lambda: True)
     address = ("127.0.0.1", server.server_address[1])
     try:

@@ -1,10 +1,10 @@
-"""``app.progress``: a bar on a terminal, nothing elsewhere."""
+"""``app.cli.progress``: a bar on a terminal, nothing elsewhere."""
 
 from __future__ import annotations
 
 import io
 
-from app.progress import progress_bar
+from app.cli.progress import progress_bar
 
 
 class _Terminal(io.StringIO):

@@ -14,10 +14,10 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import InvalidInputError
 from allocator.search import Allocator
 from allocator.selectors import SelectorCache
-from app.binder import BindError
-from app.cluster import ClusterState
-from app.explain_api import explain_pod
-from app.scheduling import QUICK_DEVICE_CHECKS, QUICK_NODES, SchedulingService
+from app.explain.pod import explain_pod
+from app.scheduling.binder import BindError
+from app.scheduling.service import QUICK_DEVICE_CHECKS, QUICK_NODES, SchedulingService
+from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 from tests.signalling import SignallingCondition
 
@@ -610,7 +610,7 @@ def test_what_filter_keeps_per_pod_does_not_grow_with_the_pod_spec():
 
 
 def test_kept_per_pod_decisions_are_bounded_in_total(monkeypatch):
-    from app import scheduling
+    from app.scheduling import service as scheduling
 
     # A pod's view counts 1 plus its private decisions (extended resources: one per node): 3 here.
     monkeypatch.setattr(scheduling, "MAX_KEPT_DECISIONS", 5)

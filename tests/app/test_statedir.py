@@ -1,4 +1,4 @@
-"""app.statedir: loading a directory of manifests into ClusterObjects."""
+"""app.state.statedir: loading a directory of manifests into ClusterObjects."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from textwrap import dedent
 
 import pytest
 
-from app.statedir import ClusterObjects, StateLoadError, load_state, stable_uid
+from app.state.statedir import ClusterObjects, StateLoadError, load_state, stable_uid
 
 NODE = """
 apiVersion: v1
@@ -166,7 +166,7 @@ def test_unknown_kinds_are_skipped_with_a_warning(tmp_path: Path, caplog: pytest
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n",
         "apiVersion: resource.k8s.io/v1alpha3\nkind: ResourcePoolStatusRequest\nmetadata: {name: r}\n",
     )
-    with caplog.at_level(logging.WARNING, logger="app.statedir"):
+    with caplog.at_level(logging.WARNING, logger="app.state.statedir"):
         objects = load_state(tmp_path)
     assert objects.count() == 0
     assert objects.warnings == [

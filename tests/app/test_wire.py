@@ -7,8 +7,7 @@ import re
 import orjson
 import pytest
 
-from app.scheduling import FilterOutcome
-from app.wire import (
+from app.http.wire import (
     WireError,
     decode_binding_args,
     decode_extender_args,
@@ -17,6 +16,7 @@ from app.wire import (
     encode_filter_result,
     encode_host_priorities,
 )
+from app.scheduling.service import FilterOutcome
 
 # §1.1: the Pod kube-scheduler sends (informer copy: no kind/apiVersion).
 POD = b"""{

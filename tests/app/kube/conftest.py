@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from app.binder import BindError
+from app.config.settings import ClusterSettings
 from app.kube.client import KubeClient
 from app.kube.runtime import ClusterRuntime
-from app.settings import ClusterSettings
+from app.scheduling.binder import BindError
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 

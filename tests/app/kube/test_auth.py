@@ -11,11 +11,11 @@ import httpx
 import orjson
 import pytest
 
-from app.api import create_app
-from app.auth import DelegatedAuth, DelegatedAuthMiddleware
+from app.cli.runtime import build_runtime
+from app.config.settings import Settings
+from app.http.api import create_app
+from app.http.auth import DelegatedAuth, DelegatedAuthMiddleware
 from app.kube.client import KubeClient, review
-from app.runtime import build_runtime
-from app.settings import Settings
 from tests.app.kube.fakeapi import FakeKubeAPI
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "cluster"
@@ -121,7 +121,7 @@ async def test_the_served_client_certificate_reaches_the_check():
     import trustme
     import uvicorn
 
-    from app.httpserver import server_config
+    from app.http.server import server_config
 
     async def never(plural: str, body: dict[str, Any]) -> Any:
         raise AssertionError("a certificate needs no TokenReview")

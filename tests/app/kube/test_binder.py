@@ -15,9 +15,9 @@ import httpx
 import orjson
 import pytest
 
-from app.api import create_app
-from app.binder import FINALIZER
-from app.settings import Settings
+from app.config.settings import Settings
+from app.http.api import create_app
+from app.scheduling.binder import FINALIZER
 from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice

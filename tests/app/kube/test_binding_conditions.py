@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.binder import FINALIZER
-from app.bindingconditions import device_status
+from app.scheduling.binder import FINALIZER
+from app.scheduling.bindingconditions import device_status
 from tests.app.kube.conftest import DRIVER, NS, bind, eventually
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.app.kube.test_binder import assert_untouched, claim_in_api, writes

@@ -180,7 +180,7 @@ async def test_derived_attribute_errors_are_logged_once_per_attribute_as_they_ch
     failing = ClusterAttribute("example.com/numa", f'device.attributes["{DRIVER}"].numa')
     with runtime.service.lock:
         inventory.set_cluster_attributes(ClusterDerivation([failing], runtime.service.selectors))
-    caplog.set_level("INFO", logger="app.derivationlog")
+    caplog.set_level("INFO", logger="app.config.derivationlog")
     runtime.derivation_log.report()
     runtime.derivation_log.report()  # nothing changed: nothing logged
     api.add("ResourceSlice", resource_slice("n3-gpus", DRIVER, "n3", [device("gpu-0")]))

@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from app.cluster import ClusterState
 from app.kube.client import CORE_NODES, KubeClient
 from app.kube.informers import Backoff, Informer, discover_dra
 from app.kube.runtime import ClusterRuntime
+from app.state.cluster import ClusterState
 from tests.app.kube.conftest import (
     DRIVER,
     NS,

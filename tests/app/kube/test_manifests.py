@@ -171,7 +171,7 @@ def test_scheduler_configuration_avoids_the_extender_gotchas(scheduler_config, r
     assert not extender.get("managedResources")
     assert "managedResources stays empty" in (MANIFESTS / "kube-scheduler-config.yaml").read_text()
     timeout = int(re.fullmatch(r"(\d+)s", extender["httpTimeout"]).group(1))
-    from app.settings import ClusterSettings
+    from app.config.settings import ClusterSettings
 
     defaults = ClusterSettings()
     # The extender decides a bind's outcome, also one that waits for binding conditions.
@@ -254,7 +254,7 @@ def test_pods_run_restricted_with_probes_and_the_sidecar_gates_the_scheduler(ren
     assert (
         extender["restartPolicy"] == "Always"
     )  # native sidecar: kube-scheduler starts after its startupProbe
-    # The kubelet probes the probe listener (app.probes), by its port name.
+    # The kubelet probes the probe listener (app.http.probes), by its port name.
     probes = (("startupProbe", "/readyz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/livez"))
     for probe, path in probes:
         assert extender[probe]["httpGet"] == {"path": path, "port": "probes"}

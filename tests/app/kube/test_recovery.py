@@ -4,7 +4,7 @@ grace period (only by the replica next to the leading scheduler); unconfirmed re
 
 from __future__ import annotations
 
-from app.binder import FINALIZER
+from app.scheduling.binder import FINALIZER
 from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
 

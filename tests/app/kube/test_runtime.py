@@ -12,11 +12,11 @@ import httpx
 import orjson
 import pytest
 
-from app import cli
-from app.api import create_app
+from app.cli import main as cli
+from app.cli.runtime import StartupError
+from app.config.settings import ClusterSettings, ServerSettings, Settings
+from app.http.api import create_app
 from app.kube.runtime import BackgroundRuntime, ClusterRuntime
-from app.runtime import StartupError
-from app.settings import ClusterSettings, ServerSettings, Settings
 from tests.app.kube.conftest import NS, TEST_SETTINGS, eventually, seed_cluster
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, pod, request

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from app.cli import main
+from app.cli.main import main
 from tests.app.kube.conftest import DRIVER, NS, seed_cluster
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, pod, request

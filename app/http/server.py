@@ -4,8 +4,8 @@ uvicorn closes a keep-alive connection only after a response: a connection that 
 or sends its headers a byte at a time, stays open for good, and a thousand of them starve the server
 (file descriptors, the event loop's bookkeeping). ``IdleClosingH11Protocol`` also closes a connection
 that has not sent complete request headers ``idle_seconds`` after it opened or after the last response.
-Bodies have their own read time (``app.bodies``). With client certificates (``--ssl-ca-certs``) the
-verified certificate goes into the request's scope (``extensions.tls.client_cert``) for ``app.auth``.
+Bodies have their own read time (``app.http.bodies``). With client certificates (``--ssl-ca-certs``) the
+verified certificate goes into the request's scope (``extensions.tls.client_cert``) for ``app.http.auth``.
 
 ``listen`` binds the listening socket before anything is printed or loaded into the server (a port in use
 fails at once, naming the address), and ``serve`` runs uvicorn on it."""
@@ -44,7 +44,7 @@ class IdleClosingH11Protocol(H11Protocol):
         cert = self.transport.get_extra_info("peercert")
         scope = getattr(self, "scope", None)
         if cert and scope is not None:
-            # The verified client certificate, for delegated authentication (app.auth); the request's
+            # The verified client certificate, for delegated authentication (app.http.auth); the request's
             # task has been created but not run yet, so the app sees it.
             scope.setdefault("extensions", {}).setdefault("tls", {})["client_cert"] = cert
 

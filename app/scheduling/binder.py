@@ -11,7 +11,8 @@ claim bound when it has none, with DRADeviceBindingConditions and DRAResourceCla
 upstream's bindClaim does), the pod appended to ``status.reservedFor`` as
 ``{resource: pods, name, uid}``, and ``spec.nodeName`` on the pod.
 
-A pod with extended resources backed by DRA (``app.extended``) also gets its extended-resource claim
+A pod with extended resources backed by DRA (``app.scheduling.extended``) also gets its extended-resource
+claim
 created (``BindPlan.extended``: the claim, its allocation, written like the others) and
 ``pod.status.extendedResourceClaimStatus`` set, before the pod is bound; a failed bind creates nothing.
 A ``ClaimDeleter`` (``StateBinder`` is one) also removes an extended-resource claim left from an earlier
@@ -28,10 +29,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
-from app.cluster import ClusterState, object_key
-from app.nodeallocatable import ClaimUse, claim_statuses
-from app.podclaims import PodClaim
-from app.podgroups import reserves
+from app.scheduling.nodeallocatable import ClaimUse, claim_statuses
+from app.state.cluster import ClusterState, object_key
+from app.state.podclaims import PodClaim
+from app.state.podgroups import reserves
 
 __all__ = [
     "FINALIZER",
@@ -130,7 +131,8 @@ def claim_after_bind(
 
 
 def node_allocatable_statuses(state: ClusterState, plan: BindPlan) -> list[dict[str, Any]]:
-    """``pod.status.nodeAllocatableResourceClaimStatuses`` for the bind (``app.nodeallocatable``; [] with
+    """``pod.status.nodeAllocatableResourceClaimStatuses`` for the bind (``app.scheduling.nodeallocatable``;
+    [] with
     DRANodeAllocatableResources off or without such devices). Raises InvalidInputError."""
     if not state.gates.DRANodeAllocatableResources:
         return []

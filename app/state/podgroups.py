@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.convert import ConversionError
+from app.state.convert import ConversionError
 
 __all__ = [
     "GROUP",

@@ -1,6 +1,6 @@
 """The extender's config file (``--config FILE``): cluster-wide derived attributes, reloaded on change, and
 with ``apiVersion: dra-extender.io/v1alpha1`` / ``kind: ExtenderConfiguration`` the settings sections
-``server``, ``scheduling`` and ``cluster`` (``app.extenderconfig``: read at start only).
+``server``, ``scheduling`` and ``cluster`` (``app.config.extenderconfig``: read at start only).
 
 Format (YAML or JSON; every key optional except the two of an entry; a file without ``apiVersion`` may hold
 only ``derivedAttributes``)::
@@ -38,8 +38,8 @@ from allocator.errors import CELCompileError
 from allocator.inventory import Inventory
 from allocator.model import qualified_name_problem
 from allocator.selectors import SelectorCache
-from app.extenderconfig import API_VERSION, COMMAND_SECTIONS, KIND, SECTIONS, parse_sections
-from app.statedir import load_yaml_document
+from app.config.extenderconfig import API_VERSION, COMMAND_SECTIONS, KIND, SECTIONS, parse_sections
+from app.state.statedir import load_yaml_document
 
 __all__ = [
     "DEFAULT_POLL_SECONDS",
@@ -73,7 +73,8 @@ class ExtenderConfig:
     path: Path
     attributes: tuple[ClusterAttribute, ...] = ()
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Per section (``server``, ``scheduling``, ``cluster``), option dest -> value (app.extenderconfig)."""
+    """Per section (``server``, ``scheduling``, ``cluster``), option dest -> value
+    (app.config.extenderconfig)."""
 
     def defaults_for(self, command: str) -> dict[str, Any]:
         """The option defaults this file gives ``command`` (flags on the command line override them)."""

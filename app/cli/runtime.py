@@ -1,17 +1,18 @@
 """Startup: a state directory → the cluster state → the scheduling service.
 
-``build_runtime(path, gates)`` runs ``load_state`` (``app.statedir``), ``generate_template_claims``
-(``app.claimgen``, what the resourceclaim controller would have created), then feeds the objects to
+``build_runtime(path, gates)`` runs ``load_state`` (``app.state.statedir``), ``generate_template_claims``
+(``app.state.claimgen``, what the resourceclaim controller would have created), then feeds the objects to
 ``ClusterState`` in dependency order (Nodes, DeviceClasses, DeviceTaintRules, ResourceSlices,
 ResourceClaimTemplates, ResourceClaims, Pods: the things a claim refers to exist before it) and wraps the
 state in a ``SchedulingService`` with the chosen CEL engine (``new_engine``: cel-expr-python by default).
 
 The inventory evaluates DeviceClass selectors as objects arrive (its class-match index uses the service's
-``SelectorCache``). With ``config`` (``app.derivedconfig``) the cluster-wide derived attributes are
+``SelectorCache``). With ``config`` (``app.config.derivedconfig``) the cluster-wide derived attributes are
 installed before the first slice arrives, so every device is derived once; ``Runtime.problems`` lists the
 devices where one failed, and ``Runtime.watcher`` reloads the file when it changes (``serve`` starts it).
 
-``Runtime.warnings`` lists what to show at startup without stopping: unknown fields (``app.knownfields``),
+``Runtime.warnings`` lists what to show at startup without stopping: unknown fields
+(``app.state.knownfields``),
 DeviceClass CEL selectors that do not compile (file, class, field path, compile error; both errors with
 ``strict_fields``), and a state with no object the extender uses (a wrong or empty directory).
 
@@ -33,11 +34,11 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import CELCompileError, InvalidInputError
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
-from app.claimgen import generate_template_claims
-from app.cluster import ClusterState
-from app.derivedconfig import ConfigError, ConfigWatcher, ExtenderConfig, install, load_config
-from app.scheduling import SchedulingService
-from app.statedir import ClusterObjects, StateLoadError, load_state
+from app.config.derivedconfig import ConfigError, ConfigWatcher, ExtenderConfig, install, load_config
+from app.scheduling.service import SchedulingService
+from app.state.claimgen import generate_template_claims
+from app.state.cluster import ClusterState
+from app.state.statedir import ClusterObjects, StateLoadError, load_state
 
 __all__ = [
     "LOAD_ORDER",
@@ -102,7 +103,8 @@ def _source(objects: ClusterObjects, kind: str, obj: Mapping[str, Any]) -> str:
 
 
 def new_engine(name: str = "cel-expr") -> CELEngine:
-    """The CEL engine called ``name`` (``app.settings.CEL_ENGINES``). Raises ValueError for another name."""
+    """The CEL engine called ``name`` (``app.config.settings.CEL_ENGINES``). Raises ValueError for another
+    name."""
     if name == "cel-expr":
         return ExprEngine()
     if name == "cel-python":

@@ -10,22 +10,22 @@ certificates.
 
 ``simulate --state DIR``: schedule every pending pod of the state offline, one at a time, and print one
 JSON document to stdout (see ``simulate``); ``-o yaml`` the same in YAML, ``-o table`` tables instead
-(``app.explain_cli``).
+(``app.cli.explain``).
 
 ``--version`` prints the installed package's version.
 
 ``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
-(``app.explain_cli``): a summary by default, ``--node`` / ``--all`` in full.
+(``app.cli.explain``): a summary by default, ``--node`` / ``--all`` in full.
 
 ``simulate`` and ``explain`` read a live cluster instead of ``--state`` with ``--kubeconfig`` /
 ``--context`` (``app.kube.snapshot``: a read-only list of every kind they need).
 
-``validate [--state DIR] [--config FILE]``: check them without serving (``app.validate``).
+``validate [--state DIR] [--config FILE]``: check them without serving (``app.cli.validate``).
 
 ``completion bash|zsh|tcsh|fish|powershell``: the shell completion script (shtab, from this parser).
 
 ``serve``, ``simulate`` and ``explain`` take ``--device-selection aligned|first-fit`` (default aligned),
-``--scoring-policy binpack|spread`` and ``--score-weights`` (``app.settings.SchedulingSettings``).
+``--scoring-policy binpack|spread`` and ``--score-weights`` (``app.config.settings.SchedulingSettings``).
 
 Exit codes: 0 when the command ran (pods may stay pending), 2 on unusable input (missing directory,
 invalid manifests or DRA objects, bad flags, an unknown ``--nodes`` name, a port in use, a cluster that
@@ -56,9 +56,7 @@ from allocator.errors import AllocatorError
 from allocator.features import FeatureGates, parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from allocator.selectors import SelectorCache
-from app.binder import BindError
-from app.derivedconfig import ConfigError, load_config
-from app.explain_cli import (
+from app.cli.explain import (
     add_explain_parser,
     add_output_flag,
     positive_int,
@@ -67,15 +65,8 @@ from app.explain_cli import (
     run_explain,
     write_document,
 )
-from app.extended import missing_extended_resources
-from app.extenderconfig import COMMAND_SECTIONS, FIELDS
-from app.logs import LOG_FORMATS
-from app.logs import configure as configure_logging
-from app.metrics import Metrics
-from app.podclaims import claim_names
-from app.probes import LoopHeartbeat, start_probe_server
-from app.progress import progress_bar
-from app.runtime import (
+from app.cli.progress import progress_bar
+from app.cli.runtime import (
     Runtime,
     StartupError,
     build_runtime,
@@ -85,8 +76,12 @@ from app.runtime import (
     state_summary,
     watch_config,
 )
-from app.scheduling import FilterOutcome, SchedulingService
-from app.settings import (
+from app.cli.validate import add_validate_parser, run_validate
+from app.config.derivedconfig import ConfigError, load_config
+from app.config.extenderconfig import COMMAND_SECTIONS, FIELDS
+from app.config.logs import LOG_FORMATS
+from app.config.logs import configure as configure_logging
+from app.config.settings import (
     CEL_ENGINES,
     DEFAULT_MAX_BODY_BYTES,
     DEVICE_SELECTION_POLICIES,
@@ -96,8 +91,13 @@ from app.settings import (
     ServerSettings,
     Settings,
 )
-from app.statedir import ClusterObjects
-from app.validate import add_validate_parser, run_validate
+from app.http.metrics import Metrics
+from app.http.probes import LoopHeartbeat, start_probe_server
+from app.scheduling.binder import BindError
+from app.scheduling.extended import missing_extended_resources
+from app.scheduling.service import FilterOutcome, SchedulingService
+from app.state.podclaims import claim_names
+from app.state.statedir import ClusterObjects
 
 __all__ = ["choose_node", "main", "parse_args", "simulate"]
 
@@ -441,7 +441,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             args.device_selection,
             scoring=scoring,
             cel_engine=args.cel_engine,
-            # set only by a config file (app.extenderconfig), like the cluster settings without a flag
+            # set only by a config file (app.config.extenderconfig), like the cluster settings without a flag
             filter_time_budget_seconds=getattr(args, "filter_time_budget_seconds", None),
         )
         if args.command == "serve":
@@ -531,7 +531,7 @@ def _runtime(
 
 def _listen(server: ServerSettings) -> socket.socket:
     """The bound listening socket of ``serve``. Raises StartupError naming the address."""
-    from app.httpserver import listen
+    from app.http.server import listen
 
     try:
         return listen(server.host, server.port)
@@ -554,8 +554,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -> int:
     """Load the state directory, print the banner and serve on ``sock``."""
-    from app.api import create_app
-    from app.httpserver import serve, server_config
+    from app.http.api import create_app
+    from app.http.server import serve, server_config
 
     runtime = _runtime(settings, strict_fields)
     for note in runtime.notes:
@@ -595,7 +595,8 @@ def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -
 
 
 def _cluster_flags(serve: argparse.ArgumentParser) -> None:
-    """``serve`` flags for cluster mode and TLS (``app.settings.ClusterSettings``, ``ServerSettings``)."""
+    """``serve`` flags for cluster mode and TLS (``app.config.settings.ClusterSettings``,
+    ``ServerSettings``)."""
     group = serve.add_argument_group("cluster mode (instead of --state; $KUBECONFIG is used when set)")
     group.add_argument("--kubeconfig", type=Path, metavar="PATH", help="kubeconfig file")
     group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current-context)")
@@ -795,9 +796,9 @@ def _serve_cluster(settings: Settings) -> int:
 
 def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
     """Start the informers (``runtime``: an ``app.kube.runtime.ClusterRuntime``) and serve on ``sock``."""
-    from app.api import create_app
-    from app.auth import DelegatedAuth
-    from app.httpserver import serve, server_config
+    from app.http.api import create_app
+    from app.http.auth import DelegatedAuth
+    from app.http.server import serve, server_config
     from app.kube.runtime import BackgroundRuntime
 
     if settings.config_file is not None:
@@ -843,7 +844,7 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
 
 
 def _reviewer(background: Any) -> Any:
-    """``app.auth.Review`` through the cluster runtime's client, on its event loop (its own thread)."""
+    """``app.http.auth.Review`` through the cluster runtime's client, on its event loop (its own thread)."""
     from app.kube.client import review as kube_review
 
     async def review(plural: str, body: dict[str, Any]) -> Any:

@@ -34,9 +34,9 @@ import copy
 import hashlib
 from typing import Any
 
-from app.convert import V1
-from app.podgroups import GROUP, POD_GROUP_VERSIONS, group_claim_entry, pod_group_key
-from app.statedir import ClusterObjects, stable_uid
+from app.state.convert import V1
+from app.state.podgroups import GROUP, POD_GROUP_VERSIONS, group_claim_entry, pod_group_key
+from app.state.statedir import ClusterObjects, stable_uid
 
 __all__ = [
     "GENERATE_NAME_MAX_BASE_LENGTH",
@@ -95,7 +95,7 @@ def generate_template_claims(objects: ClusterObjects, *, workload_claims: bool =
 
     Adds ResourceClaims to ``objects.resource_claims`` and appends ``{name, resourceClaimName}`` entries to
     the pods' ``status.resourceClaimStatuses``. Pods without ``metadata.uid`` get ``stable_uid`` first.
-    With ``workload_claims`` (``app.podgroups``) PodGroups get their template claims first (owned by the
+    With ``workload_claims`` (``app.state.podgroups``) PodGroups get their template claims first (owned by the
     group, recorded in its status) and a member pod's matching claim records the group's claim.
     Notes: one line per created or adopted claim and per pod claim whose template is missing.
     """

@@ -43,7 +43,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from allocator.usage import UsageSnapshot
-from app.scheduling import SchedulingService
+from app.scheduling.service import SchedulingService
 
 __all__ = ["CONTENT_TYPE", "NODE_RESULTS", "REQUEST_BUCKETS", "RESULTS", "VERBS", "Metrics"]
 

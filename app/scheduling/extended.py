@@ -31,7 +31,7 @@ writes for it. What kube-scheduler's DynamicResources plugin does (``extendeddyn
 
 Differences, on purpose: the claim gets its final name already when filtering (``generateName`` plus five
 characters from a hash of namespace and pod, the next hash when that name is taken, like
-``app.claimgen``), so reasons name the claim bind will create; upstream shows ``<extended-resources>``.
+``app.state.claimgen``), so reasons name the claim bind will create; upstream shows ``<extended-resources>``.
 Quantities that are not integers do not make a request (upstream ``AsInt64``); malformed ones are an
 input error for the pod.
 """
@@ -46,9 +46,9 @@ from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import Claim, parse_claim
 from allocator.quantity import QuantityError, parse_quantity
-from app.claimgen import name_suffix
-from app.podclaims import pod_key
-from app.statedir import stable_uid
+from app.state.claimgen import name_suffix
+from app.state.podclaims import pod_key
+from app.state.statedir import stable_uid
 
 __all__ = [
     "EXTENDED_RESOURCE_CLAIM_ANNOTATION",
@@ -277,7 +277,7 @@ def _requests_and_mappings(
 
 def extended_claim_name(namespace: str, pod_name: str, taken: Container[str] = ()) -> str:
     """``<pod>-extended-resources-`` (cut to 58 characters) plus 5 characters from a hash of the namespace
-    and pod name; the next hash while the name is in ``taken``. Deterministic, like ``app.claimgen``."""
+    and pod name; the next hash while the name is in ``taken``. Deterministic, like ``app.state.claimgen``."""
     base = f"{pod_name}-extended-resources-"[:_GENERATED_NAME_MAX_BASE]
     attempt = 0
     while True:

@@ -4,7 +4,8 @@
 which case the generated name is read from ``status.resourceClaimStatuses`` (entry missing: the claim
 is not created yet; entry with no name: no claim is needed). A generated claim must be controlled by the
 pod (ownerReference with ``controller: true`` and the pod's UID) or, with workload claims on
-(``app.podgroups``), by the pod's PodGroup; a claim the pod shares with its group is reserved for the group.
+(``app.state.podgroups``), by the pod's PodGroup; a claim the pod shares with its group is reserved for the
+group.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.cluster import ClusterState, object_key
-from app.podgroups import group_claim_entry, group_reference, owned_by_pod_group, pod_group_key
+from app.state.cluster import ClusterState, object_key
+from app.state.podgroups import group_claim_entry, group_reference, owned_by_pod_group, pod_group_key
 
 __all__ = ["ClaimNotReady", "PodClaim", "claim_names", "pod_claims", "pod_key", "state_pod_claims"]
 

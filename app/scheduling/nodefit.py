@@ -1,4 +1,5 @@
-"""Filter's node-allocatable fit (gate ``DRANodeAllocatableResources``; the rules: ``app.nodeallocatable``).
+"""Filter's node-allocatable fit (gate ``DRANodeAllocatableResources``; the rules:
+``app.scheduling.nodeallocatable``).
 
 After filter decided the devices, a passing node whose pools publish devices with
 ``nodeAllocatableResources`` gets the pod's devices chosen there (filter may have decided by free-device
@@ -13,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from allocator.errors import AllocatorError
-from app.nodeallocatable import (
+from app.scheduling.nodeallocatable import (
     ClaimUse,
     claim_statuses,
     has_node_allocatable,
@@ -22,11 +23,11 @@ from app.nodeallocatable import (
     pod_demand,
     shared_mapped_claim,
 )
-from app.podclaims import ClaimNotReady, pod_key, state_pod_claims
-from app.podgroups import reserves
+from app.state.podclaims import ClaimNotReady, pod_key, state_pod_claims
+from app.state.podgroups import reserves
 
 if TYPE_CHECKING:  # the service calls in: importing it at run time would be circular
-    from app.scheduling import FilterOutcome, SchedulingService
+    from app.scheduling.service import FilterOutcome, SchedulingService
 
 __all__ = ["fit_node_allocatable"]
 

@@ -2,11 +2,11 @@
 
 ``explain --state DIR TARGET``: TARGET is ``namespace/pod`` (or ``pod`` in ``default``) of the state, or
 a file holding a ResourceClaim or ResourceClaimTemplate (what-if: nothing is created). By default it prints
-a summary (``app.explain_summary``: nodes per verdict, nodes grouped by reason, the ``--best`` nodes in
+a summary (``app.explain.summary``: nodes per verdict, nodes grouped by reason, the ``--best`` nodes in
 full); with ``--node NAME`` or ``--all`` the full explanation of that node or of every node: the
 per-node verdicts, then per node the allocation that would be chosen with its score broken down, the
 device funnel of every request and a few named rejected devices (``-o json`` / ``-o yaml``: the REST answer
-of ``app.explain_api``, same content).
+of ``app.explain.pod``, same content).
 
 ``simulate -o table`` renders simulate's document: per pod the node and devices (or why not), then
 per node and DeviceClass the utilisation and fragmentation (whole free NUMA / PCIe groups, the largest
@@ -30,7 +30,7 @@ import yaml
 
 from allocator.alignment import node_topology
 from allocator.explain import STAGE_TITLES, STAGES, class_usage
-from app.explain_api import (
+from app.explain.pod import (
     BadObject,
     NodeVerdict,
     NotFound,
@@ -41,8 +41,8 @@ from app.explain_api import (
     known_nodes,
     parse_object,
 )
-from app.explain_summary import NODES_PER_GROUP, ExplanationSummary, summarize_pod, summarize_what_if
-from app.scheduling import SchedulingService
+from app.explain.summary import NODES_PER_GROUP, ExplanationSummary, summarize_pod, summarize_what_if
+from app.scheduling.service import SchedulingService
 
 __all__ = [
     "OUTPUT_FORMATS",
@@ -254,7 +254,7 @@ def _render_header(o: _Output, explanation: PodExplanation | ExplanationSummary)
 
 
 def render_summary(summary: ExplanationSummary, out: TextIO) -> None:
-    """The summary (``app.explain_summary``): counts, groups by reason, the best nodes in full."""
+    """The summary (``app.explain.summary``): counts, groups by reason, the best nodes in full."""
     o = _Output(out)
     if summary.kind == "Pod":
         _render_header(o, summary)

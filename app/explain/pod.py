@@ -1,6 +1,6 @@
 """Explanations: why a pod fits where it fits, what a claim holds, what a node offers (REST, read-only).
 
-Routes (included by ``app.api.create_app``; documented in its OpenAPI at ``/docs``)::
+Routes (included by ``app.http.api.create_app``; documented in its OpenAPI at ``/docs``)::
 
     GET  /api/v1/namespaces/{ns}/pods/{name}/explain[?node=N]   → PodExplanation
     GET  /api/v1/namespaces/{ns}/resourceclaims/{name}          → ClaimView
@@ -16,7 +16,7 @@ the device-selection policy would choose and its score broken down (``allocator.
 Nothing is created or kept: the functions below read the cluster state under the service lock (taken
 per node, within filter's time budget, one pod or what-if explanation at a time: a second one gets 429)
 and never write it, never keep per-(pod, node) results, never reserve devices. The same functions feed
-the CLI (``app.explain_cli``). Errors: ``NotFound`` (HTTP 404) for an unknown pod, claim or node;
+the CLI (``app.cli.explain``). Errors: ``NotFound`` (HTTP 404) for an unknown pod, claim or node;
 ``BadObject`` (HTTP 400) for a what-if body that is not a ResourceClaim or ResourceClaimTemplate.
 """
 
@@ -49,12 +49,12 @@ from allocator.model import Claim, parse_claim
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.quantity import format_like
 from allocator.scoring import ScoreBreakdown, score_allocation
-from app.bodies import BodyBudget, BodyRejected, read_body
-from app.convert import ConversionError, to_v1
-from app.extended import ExtendedClaim
-from app.podclaims import ClaimNotReady, PodClaim, claim_names, state_pod_claims
-from app.scheduling import SchedulingService
-from app.statedir import load_yaml_document
+from app.http.bodies import BodyBudget, BodyRejected, read_body
+from app.scheduling.extended import ExtendedClaim
+from app.scheduling.service import SchedulingService
+from app.state.convert import ConversionError, to_v1
+from app.state.podclaims import ClaimNotReady, PodClaim, claim_names, state_pod_claims
+from app.state.statedir import load_yaml_document
 
 __all__ = [
     "BadObject",

@@ -33,8 +33,8 @@ from allocator.errors import NodeLocalError
 from allocator.eviction import ReleasedView
 from allocator.inventory import AllocatedDevice, allocated_devices
 from allocator.search import Allocator
-from app.podclaims import ClaimNotReady, claim_names
-from app.scheduling import SchedulingService, needs_no_devices
+from app.scheduling.service import SchedulingService, needs_no_devices
+from app.state.podclaims import ClaimNotReady, claim_names
 
 __all__ = ["Victims", "preempt"]
 

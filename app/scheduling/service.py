@@ -3,14 +3,15 @@
 * filter: the pod's claims are resolved; a pod without claims passes every node (fast path); allocated
   claims must admit the node through their ``nodeSelector``; the unallocated ones are allocated together
   on each node, followed by the node's extended-resource claim when the pod asks for extended resources
-  backed by DRA (``app.extended``, KEP-5004). Decisions are kept per (claims shape, node) while the
+  backed by DRA (``app.scheduling.extended``, KEP-5004). Decisions are kept per (claims shape, node) while the
   node's inventory version is unchanged, shared by pods with equal claim specs; a shape's answer for a
   node list is patched only for nodes changed since. Where free-device counts settle that the claims
   fit (``allocator.counting``), the decision records just that; devices are chosen when the node is
   scored or bound. An extended-resource claim left from an earlier attempt fails every node; as
   kube-scheduler's PostFilter, the service deletes it (binder permitting) and filters once more, which
   is the attempt kube-scheduler would make next. An allocated claim that can never be bound (a binding
-  failure condition True, or its binding timeout passed: ``app.bindingconditions``) fails every node; as
+  failure condition True, or its binding timeout passed: ``app.scheduling.bindingconditions``) fails every
+  node; as
   kube-scheduler's PostFilter, the service deallocates it through the binder when it is reserved for
   nobody or only this pod, and kube-scheduler tries the pod again once it sees the claim change.
 * prioritize: 0-10 per node from the kept decision (``allocator.scoring``: NUMA and PCIe alignment,
@@ -19,7 +20,8 @@
   by default, ``first-fit`` for upstream's order).
 * bind: decide on the chosen node (the kept decision while it is current), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
-  claims and the pod (``app.binder``); the reservation is released once the write is done or failed.
+  claims and the pod (``app.scheduling.binder``); the reservation is released once the write is done or
+  failed.
   One bind per pod at a time: while it writes, a second bind of the pod is refused and a filter of it
   fails every node (kube-scheduler retries both once its ``httpTimeout`` passes), so neither can release
   the first attempt's reservation or delete the extended-resource claim it has just created.
@@ -56,14 +58,22 @@ from allocator.nodeoperations import DECLARED_FEATURE, requires_declared_feature
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.scoring import ScoringConfig, score_allocation
 from allocator.selectors import SelectorCache
-from app.binder import Binder, BindError, BindPlan, ClaimDeleter, ClaimReleaser, ExtendedBind, StateBinder
-from app.bindingconditions import unusable_reason
-from app.bindlog import BindLog
-from app.cluster import ClusterState, node_from_api, object_key
-from app.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
-from app.nodefit import fit_node_allocatable
-from app.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
-from app.podgroups import reserves
+from app.scheduling.binder import (
+    Binder,
+    BindError,
+    BindPlan,
+    ClaimDeleter,
+    ClaimReleaser,
+    ExtendedBind,
+    StateBinder,
+)
+from app.scheduling.bindingconditions import unusable_reason
+from app.scheduling.bindlog import BindLog
+from app.scheduling.extended import ExtendedClaim, PodExtendedResources, pod_extended_resources
+from app.scheduling.nodefit import fit_node_allocatable
+from app.state.cluster import ClusterState, node_from_api, object_key
+from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
+from app.state.podgroups import reserves
 
 __all__ = ["DecisionStats", "EffectiveClaims", "FilterOutcome", "SchedulingService", "needs_no_devices"]
 

@@ -8,12 +8,12 @@ Kept kinds (plain dicts, each a private copy in the ``resource.k8s.io/v1`` / cor
 
     Node, Pod                                  apiVersion v1
     ResourceSlice, DeviceClass, ResourceClaim,  resource.k8s.io/v1, v1beta2, v1beta1, v1alpha3
-    ResourceClaimTemplate, DeviceTaintRule     (converted by app.convert.to_v1)
+    ResourceClaimTemplate, DeviceTaintRule     (converted by app.state.convert.to_v1)
 
 Other kinds (Namespace, Deployment, Job, ConfigMap, CRDs, ResourcePoolStatusRequest, ...) are skipped with a
 warning (``ClusterObjects.warnings`` and the ``logging`` logger of this module). Namespaced kinds without
 ``metadata.namespace`` get ``default``. Pods without ``metadata.uid`` get ``stable_uid("Pod", ns, name)`` so
-that owner references of generated claims (app.claimgen) work and are the same on every load.
+that owner references of generated claims (app.state.claimgen) work and are the same on every load.
 
 Errors (``StateLoadError``, message ``"<file>: <Kind> <namespace/name>: <field>: <problem>"`` without the
 parts that are unknown):
@@ -25,10 +25,11 @@ parts that are unknown):
   in a cluster dump is not an error;
 * a document without ``kind`` / ``apiVersion``, a kept object without ``metadata.name``;
 * a kept object that is not valid: classic DRA ``resource.k8s.io/v1alpha2`` (any kind), conversion failures
-  (app.convert), a Pod claim in the pre-1.31 ``source:`` form;
+  (app.state.convert), a Pod claim in the pre-1.31 ``source:`` form;
 * a second object with the same kind, namespace and name.
 
-Unknown fields (``app.knownfields``: not in the Kubernetes 1.37 schema of the object's apiVersion, e.g. a
+Unknown fields (``app.state.knownfields``: not in the Kubernetes 1.37 schema of the object's apiVersion, e.g.
+a
 typo'd ``cuont: 3``) are warnings in ``ClusterObjects.unknown_fields`` (``<file>: <Kind> <ref>: <field path>:
 unknown field``), as kubectl's strict decoding reports them; with ``strict_fields=True`` they are errors.
 
@@ -49,10 +50,10 @@ from typing import Any
 import orjson
 import yaml
 
-from app.cluster import NAMESPACED_KINDS
-from app.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
-from app.knownfields import unknown_fields
-from app.podgroups import check_pod_group
+from app.state.cluster import NAMESPACED_KINDS
+from app.state.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
+from app.state.knownfields import unknown_fields
+from app.state.podgroups import check_pod_group
 
 __all__ = [
     "KIND_FIELDS",
@@ -138,7 +139,8 @@ class ClusterObjects:
     pod_groups: list[Obj] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unknown_fields: list[str] = field(default_factory=list)
-    """``<file>: <Kind> <ref>: <field path>: unknown field``, one per field ``app.knownfields`` does not know
+    """``<file>: <Kind> <ref>: <field path>: unknown field``, one per field ``app.state.knownfields`` does
+    not know
     (the object is kept: the API server would drop the field)."""
     files: int = 0
     """Manifest files read."""

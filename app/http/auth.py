@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from app.refusal import Refusal
+from app.http.refusal import Refusal
 
 __all__ = ["CACHE_ENTRIES", "CACHE_SECONDS", "DelegatedAuth", "DelegatedAuthMiddleware", "User"]
 
@@ -159,7 +159,7 @@ class DelegatedAuth:
 
 class DelegatedAuthMiddleware:
     """ASGI middleware applying ``DelegatedAuth`` to ``/scheduler/*`` and ``/api/*``. The client
-    certificate comes from the scope's ``extensions.tls.client_cert`` (``app.httpserver`` puts it
+    certificate comes from the scope's ``extensions.tls.client_cert`` (``app.http.server`` puts it
     there)."""
 
     def __init__(self, app: Any, auth: DelegatedAuth) -> None:

@@ -7,7 +7,8 @@ lists the field paths of an object that its kind and apiVersion do not have, e.g
 
 What a kind has comes from the Kubernetes OpenAPI schemas that kubernetes-validate ships (its
 ``v<k8s>-local-strict`` set), reduced to field names: ``knownfields.json`` beside this module, written by
-``python -m app.knownfields`` (``make known-fields``; kubernetes-validate is a development dependency, the
+``python -m app.state.knownfields`` (``make known-fields``; kubernetes-validate is a development dependency,
+the
 extender does not need its 100 MB of schemas at run time). The reduced form::
 
     {"kubernetes": "1.37.0",

@@ -77,7 +77,8 @@ class ClusterState:
         self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
         self._claims: dict[str, tuple[str, Claim | InvalidInputError]] = {}
         self.node_allocatable_slices: set[str] = set()
-        """ResourceSlices with devices that publish ``nodeAllocatableResources`` (``app.nodeallocatable``):
+        """ResourceSlices with devices that publish ``nodeAllocatableResources``
+        (``app.scheduling.nodeallocatable``):
         while there are none, filter skips the node-allocatable fit."""
 
     @classmethod

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from allocator.selectors import SelectorCache
-from app.derivedconfig import ConfigError, load_config
-from app.runtime import StartupError, build_runtime, new_engine, state_summary
+from app.cli.runtime import StartupError, build_runtime, new_engine, state_summary
+from app.config.derivedconfig import ConfigError, load_config
 
 __all__ = ["add_validate_parser", "run_validate"]
 

@@ -1,7 +1,7 @@
 """The settings sections of the config file (``--config FILE``): ``kind: ExtenderConfiguration``.
 
 A versioned file carries every setting of ``serve`` besides the cluster-wide ``derivedAttributes``
-(``app.derivedconfig`` reads those and calls ``parse_sections`` for the rest)::
+(``app.config.derivedconfig`` reads those and calls ``parse_sections`` for the rest)::
 
     apiVersion: dra-extender.io/v1alpha1
     kind: ExtenderConfiguration
@@ -14,7 +14,7 @@ A versioned file carries every setting of ``serve`` besides the cluster-wide ``d
 value becomes the default of the command-line option it stands for (``FieldSpec.dest``, an ``argparse``
 destination), so a flag given on the command line overrides the file. ``server`` and ``cluster`` apply to
 ``serve``; ``scheduling`` to ``serve``, ``simulate`` and ``explain``. Values are checked for their type
-here (an error names the field's path) and for their range by ``app.settings`` (naming the setting).
+here (an error names the field's path) and for their range by ``app.config.settings`` (naming the setting).
 
 Reload: these sections are read once, at start; ``serve`` reloads only ``derivedAttributes`` when the file
 changes (a changed setting here needs a restart).
@@ -30,8 +30,8 @@ from typing import Any
 from allocator.alignment import DEVICE_SELECTION_POLICIES
 from allocator.features import parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, parse_weights
-from app.logs import LOG_FORMATS
-from app.settings import CEL_ENGINES, LOG_LEVELS
+from app.config.logs import LOG_FORMATS
+from app.config.settings import CEL_ENGINES, LOG_LEVELS
 
 __all__ = ["API_VERSION", "COMMAND_SECTIONS", "FIELDS", "KIND", "SECTIONS", "FieldSpec", "parse_sections"]
 

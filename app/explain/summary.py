@@ -1,6 +1,6 @@
 """``dra-extender explain`` at cluster scale: every node's verdict grouped by reason, the best nodes in full.
 
-A full explanation (``app.explain_api``) runs the device funnel and a search on every node: tens of
+A full explanation (``app.explain.pod``) runs the device funnel and a search on every node: tens of
 thousands of lines and tens of seconds at a few thousand nodes. What an operator asks first is "why is
 this pod pending", answered by the summary:
 
@@ -26,9 +26,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.explain_api import BadObject, NodeVerdict, NotFound, PodClaimSummary, Verdict, explain_pod
-from app.scheduling import SchedulingService
-from app.statedir import stable_uid
+from app.explain.pod import BadObject, NodeVerdict, NotFound, PodClaimSummary, Verdict, explain_pod
+from app.scheduling.service import SchedulingService
+from app.state.statedir import stable_uid
 
 __all__ = ["NODES_PER_GROUP", "ExplanationSummary", "ReasonGroup", "summarize_pod", "summarize_what_if"]
 
@@ -118,7 +118,7 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
 def summarize_what_if(
     service: SchedulingService, obj: Mapping[str, Any], best: int = 3
 ) -> ExplanationSummary:
-    """The summary for a what-if ResourceClaim or ResourceClaimTemplate (``app.explain_api.parse_object``):
+    """The summary for a what-if ResourceClaim or ResourceClaimTemplate (``app.explain.pod.parse_object``):
     the claim (or the template's claim) and a pending pod using it are added to ``service``'s state, as
     ``<name>.what-if``, and summarized as a pod would be. For the command line only: its state is a copy
     that ends with the process (the REST what-if never changes the state). Raises BadObject when the

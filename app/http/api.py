@@ -5,10 +5,11 @@ Routes (``urlPrefix: http://<host>:<port>/scheduler`` with verbs ``filter``, ``p
     POST /scheduler/filter       ExtenderArgs        → 200 ExtenderFilterResult
     POST /scheduler/prioritize   ExtenderArgs        → 200 [HostPriority]
     POST /scheduler/bind         ExtenderBindingArgs → 200 ExtenderBindingResult
-    POST /scheduler/preempt      ExtenderPreemptionArgs → 200 ExtenderPreemptionResult (``app.preemption``)
+    POST /scheduler/preempt      ExtenderPreemptionArgs → 200 ExtenderPreemptionResult
+                                 (``app.scheduling.preemption``)
     GET  /healthz, /livez                            → 200 {"status": "ok"}: the process answers
     GET  /readyz                                     → 200 {"status": "ok"}; 503 while cluster mode syncs
-    GET/POST /api/v1/...                             → explanations (``app.explain_api``)
+    GET/POST /api/v1/...                             → explanations (``app.explain.pod``)
 
 Status codes follow what kube-scheduler does with them (extender-protocol.md §3.4): any non-200 is a
 scheduling error, and so is a 200 with ``Error`` set. Hence
@@ -22,7 +23,7 @@ scheduling error, and so is a 200 with ``Error`` set. Hence
 * in cluster mode, before every informer has listed once (``ready``): 200 with ``Error`` for filter and
   bind, ``[]`` for prioritize (a decision on a partial index could give a device in use to a second claim).
 
-Bodies are read as raw bytes and decoded with orjson (``app.wire``); the pydantic models below only feed
+Bodies are read as raw bytes and decoded with orjson (``app.http.wire``); the pydantic models below only feed
 the OpenAPI document at ``/docs`` and never validate a request (Pods are large; the wire module checks the
 few fields the extender reads). The body is read in the event loop (size cap). Filter and prioritize
 answer there too when the answer is warm (``SchedulingService.filter_quick`` / ``prioritize_quick``: the
@@ -49,17 +50,17 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from allocator.errors import AllocatorError
-from app import wire
-from app.auth import DelegatedAuth, DelegatedAuthMiddleware
-from app.binder import BindError
-from app.bodies import BodyBudget, BodyRejected, read_body
-from app.explain_api import explain_router
-from app.metrics import CONTENT_TYPE as METRICS_TYPE
-from app.metrics import Metrics
-from app.preemption import preempt
-from app.probes import LoopHeartbeat
-from app.scheduling import FilterOutcome, SchedulingService
-from app.settings import Settings
+from app.config.settings import Settings
+from app.explain.pod import explain_router
+from app.http import wire
+from app.http.auth import DelegatedAuth, DelegatedAuthMiddleware
+from app.http.bodies import BodyBudget, BodyRejected, read_body
+from app.http.metrics import CONTENT_TYPE as METRICS_TYPE
+from app.http.metrics import Metrics
+from app.http.probes import LoopHeartbeat
+from app.scheduling.binder import BindError
+from app.scheduling.preemption import preempt
+from app.scheduling.service import FilterOutcome, SchedulingService
 
 __all__ = ["create_app"]
 
@@ -230,10 +231,10 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
     ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start).
-    ``auth``: who may call the scheduler and explanation routes (``app.auth``; None: anyone who can
+    ``auth``: who may call the scheduler and explanation routes (``app.http.auth``; None: anyone who can
     reach the port, the loopback default). ``metrics``: what ``/metrics`` exposes (None: the service's,
     without informers). ``heartbeat``: ticked by the event loop while the app runs, for the probe listener
-    (``app.probes``)."""
+    (``app.http.probes``)."""
     limit = settings.server.max_body_bytes
     # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
     budget = BodyBudget(4 * limit)
@@ -409,7 +410,7 @@ def create_app(
             responses={200: {"model": Health}, 503: {"model": Health, "description": "Not ready"}},
             name=path.strip("/"),
         )
-    # Read-only explanations under /api/v1 (app.explain_api).
+    # Read-only explanations under /api/v1 (app.explain.pod).
     app.include_router(explain_router(service, limit, budget))
     if auth is not None:
         app.add_middleware(DelegatedAuthMiddleware, auth=auth)

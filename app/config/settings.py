@@ -1,4 +1,4 @@
-"""Settings of the extender, one frozen dataclass per concern, filled by the CLI (``app.cli``).
+"""Settings of the extender, one frozen dataclass per concern, filled by the CLI (``app.cli.main``).
 
 * ``ServerSettings``: where the HTTP endpoint listens and what it accepts.
 * ``SchedulingSettings``: feature gates and the device selection policy handed to the allocator.
@@ -36,7 +36,7 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 """Names accepted by both ``logging`` and uvicorn's ``--log-level``."""
 
 CEL_ENGINES = ("cel-expr", "cel-python")
-"""CEL engines (``app.runtime.new_engine``): Google's C++ runtime via cel-expr-python, or cel-python."""
+"""CEL engines (``app.cli.runtime.new_engine``): Google's C++ runtime via cel-expr-python, or cel-python."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,8 @@ class ServerSettings:
     """Python ``logging`` / uvicorn level name. ``info`` logs startup and one line per request."""
 
     log_format: str = "text"
-    """``text`` or ``json`` (``app.logs``): one format for the extender's and uvicorn's records; ``json``
+    """``text`` or ``json`` (``app.config.logs``): one format for the extender's and uvicorn's records;
+    ``json``
     has klog-style keys (``ts``, ``level``, ``msg``, ``pod``, ``node``, ``claim``) for log collectors."""
 
     metrics_bind_address: str | None = None
@@ -73,7 +74,7 @@ class ServerSettings:
 
     health_probe_bind_address: str | None = None
     """``host:port`` of a listener answering only ``/livez``, ``/healthz`` and ``/readyz`` from a thread of
-    its own (``app.probes``), so probes stay fast while the event loop is busy. None: probes only on the
+    its own (``app.http.probes``), so probes stay fast while the event loop is busy. None: probes only on the
     extender's port."""
 
     ssl_certfile: Path | None = None
@@ -91,7 +92,7 @@ class ServerSettings:
     delegated_auth: bool = False
     """Authenticate callers with the API server (TokenReview, or a verified client certificate) and
     authorize them: ``/scheduler/*`` only for ``scheduler_user``, ``/api/*`` by SubjectAccessReview
-    (``app.auth``). Cluster mode only. Off by default: the loopback sidecar needs none."""
+    (``app.http.auth``). Cluster mode only. Off by default: the loopback sidecar needs none."""
 
     scheduler_user: str = "system:kube-scheduler"
     """The user allowed on ``/scheduler/*`` with ``delegated_auth`` (a token's username or a
@@ -144,7 +145,7 @@ class SchedulingSettings:
 
     filter_time_budget_seconds: float | None = None
     """Longest one filter call searches; nodes not decided by then fail with a reason saying so and are
-    decided on the next call. None: the service's 3 s (``app.scheduling.FILTER_TIME_BUDGET``), below
+    decided on the next call. None: the service's 3 s (``app.scheduling.service.FILTER_TIME_BUDGET``), below
     kube-scheduler's 5 s extender timeout for filter."""
 
     def __post_init__(self) -> None:
@@ -292,13 +293,15 @@ class Settings:
     """Everything ``serve`` and ``simulate`` need."""
 
     state_dir: Path | None
-    """Directory (or single file) of manifests the cluster state is loaded from (``app.statedir``); None in
+    """Directory (or single file) of manifests the cluster state is loaded from (``app.state.statedir``);
+    None in
     cluster mode (``cluster``). No default: an extender without a state has nothing to allocate."""
 
     server: ServerSettings = field(default_factory=ServerSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     config_file: Path | None = None
-    """Extender config file (``app.derivedconfig``: cluster-wide derived attributes), reloaded by ``serve``
+    """Extender config file (``app.config.derivedconfig``: cluster-wide derived attributes), reloaded by
+    ``serve``
     when it changes. None: no config."""
     cluster: ClusterSettings | None = None
     """Cluster mode (list+watch the API server, write binds to it) instead of ``state_dir``."""

@@ -3,8 +3,8 @@ shared by every body being read at once.
 
 Without the shared budget, clients that open many connections and send large bodies slowly would make
 the process hold all of them (150 partial 7 MB bodies: 1 GB); without the read time, a body that stops
-arriving holds its bytes and its connection forever. Shared by the extender's verbs (``app.api``) and the
-what-if explanation (``app.explain_api``)."""
+arriving holds its bytes and its connection forever. Shared by the extender's verbs (``app.http.api``) and the
+what-if explanation (``app.explain.pod``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import asyncio
 
 from starlette.requests import Request
 
-from app.refusal import Refusal
+from app.http.refusal import Refusal
 
 __all__ = ["BODY_READ_SECONDS", "BodyBudget", "BodyRejected", "read_body"]
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from app.preemption import Victims
-from app.scheduling import FilterOutcome
+from app.scheduling.preemption import Victims
+from app.scheduling.service import FilterOutcome
 
 __all__ = [
     "ExtenderArgs",
@@ -161,7 +161,7 @@ def _metadata_name(obj: Mapping[str, Any], path: str) -> str:
 
 def _check_pod(pod: Any) -> Obj:
     """The Pod fields the service reads: metadata name/namespace/uid, spec.resourceClaims,
-    status.resourceClaimStatuses (``app.podclaims``)."""
+    status.resourceClaimStatuses (``app.state.podclaims``)."""
     if pod is None:
         raise WireError("Pod: required")
     pod = _expect(pod, dict, "Pod", optional=False)
