@@ -33,10 +33,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from allocator.alignment import select
 from allocator.cel import Version
-from allocator.diagnose import diagnose
-from allocator.errors import AllocatorError, NodeLocalError
+from allocator.decide import NoFit, Policy, allocate
+from allocator.errors import AllocatorError
 from allocator.explain import (
     RequestFunnel,
     claim_funnels,
@@ -48,7 +47,7 @@ from allocator.explain import (
 from allocator.model import Claim, parse_claim
 from allocator.nodeselector import Node, parse_node_selector
 from allocator.quantity import format_like
-from allocator.scoring import ScoreBreakdown, score_allocation
+from allocator.scoring import ScoreBreakdown
 from app.http.bodies import BodyBudget, BodyRejected, read_body
 from app.scheduling.extended import ExtendedClaim
 from app.scheduling.service import SchedulingService
@@ -453,24 +452,21 @@ def _node_verdict(
     if not pending:
         return verdict("fits", "")  # no funnels either
     try:
-        selection = select(
-            inventory, selectors, node, pending, service.device_selection, service.scoring.topology
+        decided = allocate(
+            inventory, selectors, node, pending, Policy(service.device_selection, service.scoring)
         )
-    except NodeLocalError as e:
-        return verdict("unresolvable", str(e))
     except AllocatorError as e:
         return verdict("error", str(e))
-    if selection.results is None:
-        no_fit = diagnose(inventory, selectors, node, pending)
-        return verdict("unresolvable" if no_fit.unresolvable else "does-not-fit", no_fit.reason)
-    breakdown = score_allocation(inventory, selectors, node, pending, selection.results, service.scoring)
+    if isinstance(decided, NoFit):
+        return verdict("unresolvable" if decided.unresolvable else "does-not-fit", decided.reason)
+    assert decided.breakdown is not None  # devices were chosen for the pending claims
     return NodeVerdict(
         node=node.name,
         verdict="fits",
         reason="",
-        placement=selection.placement,
-        allocations=_allocations(service, node, pending, selection.results),
-        score=_score_model(breakdown),
+        placement=decided.placement,
+        allocations=_allocations(service, node, pending, decided.results),
+        score=_score_model(decided.breakdown),
         requests=funnels,
     )
 

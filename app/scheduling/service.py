@@ -47,16 +47,14 @@ from typing import Any, TypeVar
 
 import orjson
 
-from allocator.alignment import select
-from allocator.counting import countable, verdict
-from allocator.diagnose import diagnose
+from allocator.decide import NoFit, Policy, SearchNeeded, decide
 from allocator.equivalence import EquivalenceCache, Verdict
-from allocator.errors import AllocatorError, InvalidInputError, NodeLocalError
+from allocator.errors import AllocatorError, InvalidInputError
 from allocator.inventory import AllocatedDevice, Inventory, NodeVersions, allocated_devices
 from allocator.model import Claim
 from allocator.nodeoperations import DECLARED_FEATURE, requires_declared_feature
 from allocator.nodeselector import Node, parse_node_selector
-from allocator.scoring import ScoringConfig, score_allocation
+from allocator.scoring import ScoringConfig
 from allocator.selectors import SelectorCache
 from app.scheduling.binder import (
     Binder,
@@ -508,10 +506,10 @@ class SchedulingService:
         choose: bool = False,
         beside: frozenset[str] = frozenset(),
     ) -> FilterOutcome:
-        """Filter under the lock. ``quick``: raise _NotQuick (before changing anything of the pod's)
-        rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow. ``select``: score every
-        passing node (for prioritize) where filter alone may decide by counts; ``choose`` (bind): also
-        choose its devices where the score came from an equivalent node.
+        """Filter under the lock. ``quick``: raise _NotQuick or SearchNeeded (before changing anything
+        of the pod's) rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow. ``select``:
+        score every passing node (for prioritize) where filter alone may decide by counts; ``choose``
+        (bind): also choose its devices where the score came from an equivalent node.
         ``beside``: claims other pods' binds are writing on the nodes asked (``_filter_beside``)."""
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
@@ -691,7 +689,7 @@ class SchedulingService:
     ) -> None:
         """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current).
         ``select``: a decision by counts is not enough, nodes are scored; ``choose``: devices are chosen
-        (not only scored through an equivalent node). ``quick``: raise _NotQuick rather than search. On a
+        (not only scored through an equivalent node). ``quick``: raise SearchNeeded rather than search. On a
         fatal error ``outcome.error`` is set and the node lists are empty."""
         view, pending = asked.view, asked.pending
         decisions = self._decisions.get(view.shape) if view.shared else None
@@ -700,7 +698,7 @@ class SchedulingService:
         passed, failed, unresolvable = outcome.passed, outcome.failed, outcome.unresolvable
         budget = self.filter_time_budget
         deadline = time.monotonic() + budget
-        # Counted once the call is through: a quick attempt that gives up (_NotQuick) is decided again.
+        # Counted once the call is through: a quick attempt that gives up is decided again.
         hits = misses = 0
         for index, name in enumerate(node_names):
             if index % 64 == 0 and time.monotonic() > deadline:
@@ -765,7 +763,7 @@ class SchedulingService:
     ) -> _Decision | None:
         """Decide one node the slow way and record it (shared or private). None: the node is unknown.
         Shared decisions may be taken by counts unless ``select``, and from an equivalent node's decision
-        unless ``choose``; ``quick``: raise _NotQuick rather than search."""
+        unless ``choose``; ``quick``: raise SearchNeeded rather than search."""
         version = self.state.inventory.node_version(name)
         node = self._node(name, asked.nodes)
         if node is None:
@@ -822,36 +820,15 @@ class SchedulingService:
     def _decide_here(
         self, node: Node, claims: list[Claim], version: tuple[int, int], *, select: bool, quick: bool
     ) -> _Decision:
-        """``_decide`` on this node, the reasons of slices rejected for it added to a "no"."""
-        decision = self._decide(node, claims, version, select=select, quick=quick)
-        rejected = self.state.inventory.invalid_slices(node.name)
-        if decision.results is None and rejected:
-            reason = f"{decision.reason}; slices not used: {'; '.join(rejected)}"
-            decision = dataclasses.replace(decision, reason=reason)
-        return decision
-
-    def _decide(
-        self, node: Node, claims: list[Claim], version: tuple[int, int], *, select: bool, quick: bool
-    ) -> _Decision:
-        """Allocate ``claims`` on ``node`` and score it, or say why not. Where free-device counts decide
-        (``allocator.counting``), "no" skips the search, and so does "yes" unless ``select`` (no devices
-        chosen then). ``quick``: raise _NotQuick rather than search. Raises AllocatorError (fatal)."""
-        inventory = self.state.inventory
-        counted = verdict(inventory, self.selectors, node, claims) if claims and countable(claims) else None
-        if counted is not None and counted.no_fit is not None:
-            return _Decision(version, None, 0, counted.no_fit.reason, counted.no_fit.unresolvable)
-        if counted is not None and not select:
-            return _Decision(version, (), None, "", False)
-        if counted is None and claims and quick:
-            raise _NotQuick
-        try:
-            results = self._select(node, claims) if claims else []
-        except NodeLocalError as e:
-            return _Decision(version, None, 0, str(e), True)
-        if results is None:
-            no_fit = diagnose(inventory, self.selectors, node, claims)
-            return _Decision(version, None, 0, no_fit.reason, no_fit.unresolvable)
-        return _Decision(version, tuple(results), self._score(node, claims, results), "", False)
+        """The allocator's decision on this node (``allocator.decide``), as a kept decision. ``quick``:
+        raise SearchNeeded rather than search. Raises AllocatorError (fatal)."""
+        policy = Policy(self.device_selection, self.scoring)
+        decided = decide(
+            self.state.inventory, self.selectors, node, claims, policy, choose=select, search=not quick
+        )
+        if isinstance(decided, NoFit):
+            return _Decision(version, None, 0, decided.reason, decided.unresolvable)
+        return _Decision(version, decided.results, decided.score, "", False)
 
     def _remember(self, shape: bytes, node: str, decision: _Decision, claims: list[Claim]) -> None:
         """Cache a decision for every pod with the same claim specs: claim names in the reason become
@@ -989,20 +966,6 @@ class SchedulingService:
 
     # --- prioritize -------------------------------------------------------------------------------
 
-    def _select(self, node: Node, claims: list[Claim]) -> list[dict[str, Any]] | None:
-        """Allocate ``claims`` on ``node`` with the device-selection policy. Raises like the allocator."""
-        selection = select(
-            self.state.inventory, self.selectors, node, claims, self.device_selection, self.scoring.topology
-        )
-        return selection.results
-
-    def _score(self, node: Node, claims: list[Claim], results: list[dict[str, Any]]) -> int:
-        """0..10 for the allocation ``results`` of ``claims`` on ``node`` (``allocator.scoring``)."""
-        if not results:
-            return 0
-        inventory = self.state.inventory
-        return score_allocation(inventory, self.selectors, node, claims, results, self.scoring).score
-
     def prioritize(
         self,
         pod: Mapping[str, Any],
@@ -1027,12 +990,12 @@ class SchedulingService:
 
     def _quickly(self, decide: Callable[[], _T]) -> _T | None:
         """``decide()`` under the lock if it is free at once; None when it is not, or ``decide`` raised
-        _NotQuick (nothing of the pod's was changed then)."""
+        _NotQuick or SearchNeeded (nothing of the pod's was changed then)."""
         if not self.lock.acquire(blocking=False):
             return None
         try:
             return decide()
-        except _NotQuick:
+        except (_NotQuick, SearchNeeded):
             return None
         finally:
             self.lock.release()

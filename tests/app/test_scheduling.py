@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from allocator import decide as decide_module
 from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import InvalidInputError
 from allocator.search import Allocator
@@ -532,7 +533,7 @@ def _take(svc: SchedulingService, name: str, node_name: str, gpus: range) -> Non
     svc.state.apply("ResourceClaim", other)
 
 
-def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_loop():
+def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_loop(monkeypatch):
     # 16 of 40 GPUs wanted, 15 left: the search would try combinations until its step limit.
     svc = _gpu_cluster(
         2,
@@ -544,8 +545,14 @@ def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_
     assert svc.filter(wanted, ["n0", "n1"]).passed == ["n0", "n1"]
     _take(svc, "other", "n0", range(25))
     searches: list[str] = []
-    select = svc._select
-    svc._select = lambda node, claims: searches.append(node.name) or select(node, claims)  # type: ignore[method-assign]
+    select = decide_module.select
+    monkeypatch.setattr(
+        decide_module,
+        "select",
+        lambda inventory, selectors, node, *args: (
+            searches.append(node.name) or select(inventory, selectors, node, *args)
+        ),
+    )
     outcome = svc.filter_quick(wanted, ["n0", "n1"])
     assert outcome is not None and searches == []
     assert outcome.passed == ["n1"]
