@@ -49,6 +49,7 @@ from allocator.nodeselector import Node, parse_node_selector
 from allocator.quantity import format_like
 from allocator.scoring import ScoreBreakdown
 from app.http.bodies import BodyBudget, BodyRejected, read_body
+from app.scheduling.claimrules import allocated_claims_reason, check_admin_access
 from app.scheduling.extended import ExtendedClaim
 from app.scheduling.service import SchedulingService
 from app.state.convert import ConversionError, to_v1
@@ -540,7 +541,7 @@ def explain_pod(
         if elsewhere:
             return _node_verdict(service, target, [], elsewhere, kind="does-not-fit")
         pending = [claim for claim in effective.pending if claim.key not in written]
-        blocked = service._allocated_claims_reason(effective.allocated, target, pod)
+        blocked = allocated_claims_reason(effective.allocated, target, pod)
         return _node_verdict(service, target, pending, blocked)
 
     try:
@@ -679,7 +680,7 @@ def explain_object(
             claim = _what_if_claim(obj)
             # Also the state loader's checks the allocator's parser leaves out (fully qualified names).
             to_v1({"apiVersion": "resource.k8s.io/v1", **obj})
-            service._check_admin_access(claim)
+            check_admin_access(service.state, claim)
         except AllocatorError as e:
             error = str(e)
         except ConversionError as e:

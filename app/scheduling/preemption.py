@@ -33,6 +33,7 @@ from allocator.errors import NodeLocalError
 from allocator.eviction import ReleasedView
 from allocator.inventory import AllocatedDevice, allocated_devices
 from allocator.search import Allocator
+from app.scheduling.claimrules import allocated_claims_reason
 from app.scheduling.service import SchedulingService, needs_no_devices
 from app.state.podclaims import ClaimNotReady, claim_names
 
@@ -106,7 +107,7 @@ class _NodeEviction:
         self.own_claims = {f"{namespace}/{n}" for n in claim_names(pod)}
         self.needed = service.effective_claims(pod, node_name)
         self.blocked = self.node is None or bool(
-            service._allocated_claims_reason(self.needed.allocated, self.node, pod)
+            allocated_claims_reason(self.needed.allocated, self.node, pod)
         )
 
     def victims(self, given: Victims) -> Victims | None:

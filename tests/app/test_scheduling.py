@@ -17,7 +17,8 @@ from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 from app.explain.pod import explain_pod
 from app.scheduling.binder import BindError
-from app.scheduling.service import QUICK_DEVICE_CHECKS, QUICK_NODES, SchedulingService
+from app.scheduling.filtering import QUICK_DEVICE_CHECKS, QUICK_NODES
+from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 from tests.signalling import SignallingCondition
@@ -617,10 +618,10 @@ def test_what_filter_keeps_per_pod_does_not_grow_with_the_pod_spec():
 
 
 def test_kept_per_pod_decisions_are_bounded_in_total(monkeypatch):
-    from app.scheduling import service as scheduling
+    from app.scheduling import filtering
 
     # A pod's view counts 1 plus its private decisions (extended resources: one per node): 3 here.
-    monkeypatch.setattr(scheduling, "MAX_KEPT_DECISIONS", 5)
+    monkeypatch.setattr(filtering, "MAX_KEPT_DECISIONS", 5)
     svc = service()
     pods = [extended_pod(f"p{i}") for i in range(4)]
     for p in pods:
