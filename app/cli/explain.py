@@ -30,18 +30,10 @@ import yaml
 
 from allocator.alignment import node_topology
 from allocator.explain import STAGE_TITLES, STAGES, class_usage
-from app.explain.pod import (
-    BadObject,
-    NodeVerdict,
-    NotFound,
-    PodExplanation,
-    WhatIfExplanation,
-    explain_object,
-    explain_pod,
-    known_nodes,
-    parse_object,
-)
+from app.explain.models import BadObject, NodeVerdict, NotFound, PodExplanation, WhatIfExplanation
+from app.explain.pod import explain_object, explain_pod, parse_object
 from app.explain.summary import NODES_PER_GROUP, ExplanationSummary, summarize_pod, summarize_what_if
+from app.explain.views import known_nodes
 from app.scheduling.service import SchedulingService
 
 __all__ = [
