@@ -16,7 +16,8 @@ Three outcomes, kept apart as upstream keeps them:
 * ``NoFit``: the reason, and whether freeing devices could ever help (``unresolvable``);
 * a fatal error for the pod on every node: ``AllocatorError`` is raised (``allocator.errors``).
 
-Pure: reads the inventory, keeps nothing. Caching decisions per claims shape, locking and writing the
+``fits`` is the yes / no of the search alone, for preemption's what-if inventories. Pure: reads the
+inventory, keeps nothing. Caching decisions per claims shape, locking and writing the
 result are the caller's (``app.scheduling.service``).
 """
 
@@ -34,9 +35,10 @@ from allocator.inventory import Inventory
 from allocator.model import Claim
 from allocator.nodeselector import Node
 from allocator.scoring import ScoreBreakdown, ScoringConfig, score_allocation
+from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 
-__all__ = ["Decision", "Fits", "NoFit", "Policy", "SearchNeeded", "allocate", "decide"]
+__all__ = ["Decision", "Fits", "NoFit", "Policy", "SearchNeeded", "allocate", "decide", "fits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,16 @@ def allocate(
         return diagnose(inventory, selectors, node, claims)
     breakdown = score_allocation(inventory, selectors, node, claims, selection.results, policy.scoring)
     return Fits(tuple(selection.results), breakdown.score, breakdown, selection.placement)
+
+
+def fits(inventory: Inventory, selectors: SelectorCache, node: Node, claims: Sequence[Claim]) -> bool:
+    """Whether the search finds any allocation of ``claims`` on ``node`` (nothing chosen or scored):
+    preemption's question, asked of an inventory with its victims' claims released
+    (``allocator.eviction``). An invalid pool on the node is a no. Raises AllocatorError (fatal)."""
+    try:
+        return Allocator(inventory, selectors).allocate(node, list(claims)) is not None
+    except NodeLocalError:
+        return False
 
 
 def _counted(
