@@ -5,8 +5,8 @@ a file holding a ResourceClaim or ResourceClaimTemplate (what-if: nothing is cre
 a summary (``app.explain.summary``: nodes per verdict, nodes grouped by reason, the ``--best`` nodes in
 full); with ``--node NAME`` or ``--all`` the full explanation of that node or of every node: the
 per-node verdicts, then per node the allocation that would be chosen with its score broken down, the
-device funnel of every request and a few named rejected devices (``-o json`` / ``-o yaml``: the REST answer
-of ``app.explain.pod``, same content).
+device funnel of every request and a few named rejected devices (``-o json`` / ``-o yaml``: the REST answer of
+``app.explain.pod``, same content).
 
 Tables: ``app.cli.output``.
 """

@@ -11,8 +11,7 @@
   kube-scheduler's PostFilter, the service deletes it (binder permitting) and filters once more, which
   is the attempt kube-scheduler would make next. An allocated claim that can never be bound (a binding
   failure condition True, or its binding timeout passed: ``app.scheduling.bindingconditions``) fails every
-  node; as
-  kube-scheduler's PostFilter, the service deallocates it through the binder when it is reserved for
+  node; as kube-scheduler's PostFilter, the service deallocates it through the binder when it is reserved for
   nobody or only this pod, and kube-scheduler tries the pod again once it sees the claim change.
 * prioritize: 0-10 per node from the kept decision (``allocator.scoring``: NUMA and PCIe alignment,
   binpack or spread, the firstAvailable rank), choosing devices first on nodes filter passed by counts;
@@ -21,10 +20,9 @@
 * bind: decide on the chosen node (the kept decision while it is current), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
   claims and the pod (``app.scheduling.binder``); the reservation is released once the write is done or
-  failed.
-  One bind per pod at a time: while it writes, a second bind of the pod is refused and a filter of it
-  fails every node (kube-scheduler retries both once its ``httpTimeout`` passes), so neither can release
-  the first attempt's reservation or delete the extended-resource claim it has just created.
+  failed. One bind per pod at a time: while it writes, a second bind of the pod is refused and a filter of it
+  fails every node (kube-scheduler retries both once its ``httpTimeout`` passes), so neither can release the
+  first attempt's reservation or delete the extended-resource claim it has just created.
 
 Each node is decided by ``allocator.decide`` (counts, search, device choice, score, reason); this service
 keeps the state lookups, the decisions per claims shape (``app.scheduling.decisions``), the lock and the
