@@ -24,6 +24,10 @@ search can use, and the search's verdict is authoritative.
 The same checks serve ``allocator.diagnose`` (the one-line no-fit reason of filter), the aligned device
 selection (``allocator.alignment``: which devices a pod could use), the explanation endpoints and the
 utilisation summary (``class_usage``).
+
+One module, about 800 lines: the funnel's stages are the search's per-device checks in the search's order
+(``DeviceChecker``) plus the constraint stage; diagnose, counting, alignment and the explanations read these
+same stages, which must not drift apart.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ selectors are evaluated when slices or classes arrive (``allocator.classmatch``)
 cluster-wide derived attributes (``set_cluster_attributes``, ``allocator.derived``) the stored slices hold
 devices whose attributes include them, computed once per slice revision from the slice as published
 (kept as the base for re-derivation when the config or a scoping DeviceClass changes).
+
+One module, about 650 lines: every event updates the index's tables together (slices, pools per node, holds,
+reservations, taints, class matches, node versions); split, one invariant would spread over several files.
 """
 
 from __future__ import annotations

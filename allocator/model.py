@@ -7,6 +7,10 @@ field path, e.g. ``ResourceClaim demo/x: spec.devices.requests[0].exactly.count:
 Shapes follow ``k8s.io/api/resource/v1/types.go`` (1.37): ResourceSlice, Device, DeviceClass,
 ResourceClaim(Spec), DeviceRequest / DeviceSubRequest, DeviceConstraint, DeviceToleration, DeviceTaint,
 DeviceTaintRule.
+
+One module, about 900 lines: the parsed types of the five kinds reference each other (a request's
+tolerations, a device's taints, counters and capacity) and share the readers that name the field path in
+errors, as upstream's one ``types.go`` does.
 """
 
 from __future__ import annotations
@@ -679,7 +683,7 @@ class DerivedAttribute:
     """One ``derivedAttributes`` entry (KEP-6080): a value computed by a CEL expression per candidate device.
 
     ``name`` is domain-qualified: a domain no driver uses keeps it local to the claim, a driver's name shadows
-    the static attribute in this request's constraints (app.state.convert refuses bare names, as Kubernetes
+    the static attribute in this request's constraints (app.state.validation refuses bare names, as Kubernetes
     1.37).
     """
 

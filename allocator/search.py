@@ -14,6 +14,9 @@ devices left than it needs is abandoned, and a request that no alternative could
 device of the node free (alone, or with the other requests of a claim constraint) ends the whole search as
 "no fit" (upstream would try every combination before it first). Running out of ``max_steps`` raises
 ``SearchLimitError``: the search gave up, which is neither a fit nor "cannot be satisfied".
+
+One module, about 700 lines: upstream's ``allocator.go`` is one depth-first search whose steps share its
+state (counters, capacity and constraints taken and undone while backtracking); it stays one here too.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import orjson
 
-from app.cli.main import simulate
 from app.cli.runtime import build_runtime
+from app.cli.simulate import simulate
 from app.explain.summary import summarize_pod
 from bench.bench_cel import table
 from bench.synthetic import NAMESPACE, Shape, cluster_objects, gpu_pod, node_name

@@ -37,7 +37,7 @@ from typing import Any
 from allocator.cel.expr_engine import ExprEngine
 from allocator.scoring import ScoringConfig, parse_weights
 from allocator.selectors import SelectorCache
-from app.cli.main import choose_node
+from app.cli.simulate import choose_node
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from bench.synthetic import (

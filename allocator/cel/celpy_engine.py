@@ -18,6 +18,9 @@ How the environment maps onto celpy:
   ``orValue`` ...) and two-variable comprehensions, which celpy cannot parse or evaluate.
 
 Requires the ``cel-python`` distribution (not a declared project dependency; import fails without it).
+
+One module, about 630 lines: the adapter of the second engine (rewrites, value conversion, evaluation),
+whose parts have no use apart.
 """
 
 from __future__ import annotations

@@ -63,8 +63,8 @@ class ServerSettings:
 
     log_format: str = "text"
     """``text`` or ``json`` (``app.config.logs``): one format for the extender's and uvicorn's records;
-    ``json``
-    has klog-style keys (``ts``, ``level``, ``msg``, ``pod``, ``node``, ``claim``) for log collectors."""
+    ``json`` has klog-style keys (``ts``, ``level``, ``msg``, ``pod``, ``node``, ``claim``) for log
+    collectors."""
 
     metrics_bind_address: str | None = None
     """``host:port`` of a second listener serving nothing but the metrics (prometheus-client's own HTTP
@@ -293,15 +293,13 @@ class Settings:
     """Everything ``serve`` and ``simulate`` need."""
 
     state_dir: Path | None
-    """Directory (or single file) of manifests the cluster state is loaded from (``app.state.statedir``);
-    None in
-    cluster mode (``cluster``). No default: an extender without a state has nothing to allocate."""
+    """Directory (or single file) of manifests the cluster state is loaded from (``app.state.statedir``); None
+    in cluster mode (``cluster``). No default: an extender without a state has nothing to allocate."""
 
     server: ServerSettings = field(default_factory=ServerSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     config_file: Path | None = None
     """Extender config file (``app.config.derivedconfig``: cluster-wide derived attributes), reloaded by
-    ``serve``
-    when it changes. None: no config."""
+    ``serve`` when it changes. None: no config."""
     cluster: ClusterSettings | None = None
     """Cluster mode (list+watch the API server, write binds to it) instead of ``state_dir``."""

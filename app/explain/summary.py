@@ -26,7 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.explain.pod import BadObject, NodeVerdict, NotFound, PodClaimSummary, Verdict, explain_pod
+from app.explain.models import BadObject, NodeVerdict, NotFound, PodClaimSummary, Verdict
+from app.explain.pod import explain_pod
 from app.scheduling.service import SchedulingService
 from app.state.statedir import stable_uid
 

@@ -51,10 +51,10 @@ from starlette.requests import ClientDisconnect
 
 from allocator.errors import AllocatorError
 from app.config.settings import Settings
-from app.explain.pod import explain_router
 from app.http import wire
 from app.http.auth import DelegatedAuth, DelegatedAuthMiddleware
 from app.http.bodies import BodyBudget, BodyRejected, read_body
+from app.http.explain import explain_router
 from app.http.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.http.metrics import Metrics
 from app.http.probes import LoopHeartbeat

@@ -18,12 +18,11 @@ One ``Informer`` per kind (Namespace, Node, Pod, and the ``resource.k8s.io`` kin
    the step that failed.
 
 ``resource.k8s.io`` objects are converted to v1 (``app.state.convert.to_v1``) from whichever version the
-server
-serves (``discover_dra``: v1, else v1beta2, v1beta1, v1alpha3, per kind). An object that does not convert
-or parse is logged and skipped; the previous version of it stays (for a ResourceClaim, forgetting its
-allocation would free devices still in use), except for a ResourceSlice: its previous devices are dropped
-and the node's filter reasons name the slice and the field (``ClusterState.reject``).
-``metadata.managedFields`` are dropped on arrival.
+server serves (``discover_dra``: v1, else v1beta2, v1beta1, v1alpha3, per kind). An object that does not
+convert or parse is logged and skipped; the previous version of it stays (for a ResourceClaim, forgetting its
+allocation would free devices still in use), except for a ResourceSlice: its previous devices are dropped and
+the node's filter reasons name the slice and the field (``ClusterState.reject``). ``metadata.managedFields``
+are dropped on arrival.
 
 Every change is applied holding the scheduling service's lock, so filter and bind see either the old or
 the new object, never a half-applied one. ``observers`` are called under the same lock after each change

@@ -118,8 +118,7 @@ class ClusterRuntime:
 
     async def _report_derivation_errors(self) -> None:
         """Log cluster-wide derived attribute errors as slices bring them (``app.config.derivationlog``), at
-        the
-        orphan check's pace."""
+        the orphan check's pace."""
         while True:
             await self.clock.sleep(self.settings.orphan_check_interval_seconds)
             self.derivation_log.report()

@@ -12,10 +12,9 @@ upstream's bindClaim does), the pod appended to ``status.reservedFor`` as
 ``{resource: pods, name, uid}``, and ``spec.nodeName`` on the pod.
 
 A pod with extended resources backed by DRA (``app.scheduling.extended``) also gets its extended-resource
-claim
-created (``BindPlan.extended``: the claim, its allocation, written like the others) and
-``pod.status.extendedResourceClaimStatus`` set, before the pod is bound; a failed bind creates nothing.
-A ``ClaimDeleter`` (``StateBinder`` is one) also removes an extended-resource claim left from an earlier
+claim created (``BindPlan.extended``: the claim, its allocation, written like the others) and
+``pod.status.extendedResourceClaimStatus`` set, before the pod is bound; a failed bind creates nothing. A
+``ClaimDeleter`` (``StateBinder`` is one) also removes an extended-resource claim left from an earlier
 attempt, as kube-scheduler's PostFilter does.
 """
 
@@ -132,8 +131,7 @@ def claim_after_bind(
 
 def node_allocatable_statuses(state: ClusterState, plan: BindPlan) -> list[dict[str, Any]]:
     """``pod.status.nodeAllocatableResourceClaimStatuses`` for the bind (``app.scheduling.nodeallocatable``;
-    [] with
-    DRANodeAllocatableResources off or without such devices). Raises InvalidInputError."""
+    [] with DRANodeAllocatableResources off or without such devices). Raises InvalidInputError."""
     if not state.gates.DRANodeAllocatableResources:
         return []
     uses = [

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from allocator.errors import NodeLocalError
+from allocator.decide import fits
 from allocator.eviction import ReleasedView
 from allocator.inventory import AllocatedDevice, allocated_devices
-from allocator.search import Allocator
+from app.scheduling.claimrules import allocated_claims_reason
 from app.scheduling.service import SchedulingService, needs_no_devices
 from app.state.podclaims import ClaimNotReady, claim_names
 
@@ -106,7 +106,7 @@ class _NodeEviction:
         self.own_claims = {f"{namespace}/{n}" for n in claim_names(pod)}
         self.needed = service.effective_claims(pod, node_name)
         self.blocked = self.node is None or bool(
-            service._allocated_claims_reason(self.needed.allocated, self.node, pod)
+            allocated_claims_reason(self.needed.allocated, self.node, pod)
         )
 
     def victims(self, given: Victims) -> Victims | None:
@@ -145,11 +145,7 @@ class _NodeEviction:
     def _fits(self, evicted: set[str]) -> bool:
         assert self.node is not None
         view = ReleasedView(self.service.state.inventory, self._released(evicted))
-        try:
-            allocator = Allocator(view, self.service.selectors)  # type: ignore[arg-type]
-            return allocator.allocate(self.node, self.needed.pending) is not None
-        except NodeLocalError:
-            return False
+        return fits(view, self.service.selectors, self.node, self.needed.pending)  # type: ignore[arg-type]
 
     def _released(self, evicted: set[str]) -> dict[str, tuple[AllocatedDevice, ...]]:
         """The claims evicting ``evicted`` deallocates: every consumer evicted, not the preemptor's."""

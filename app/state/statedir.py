@@ -28,13 +28,16 @@ parts that are unknown):
   (app.state.convert), a Pod claim in the pre-1.31 ``source:`` form;
 * a second object with the same kind, namespace and name.
 
-Unknown fields (``app.state.knownfields``: not in the Kubernetes 1.37 schema of the object's apiVersion, e.g.
-a
-typo'd ``cuont: 3``) are warnings in ``ClusterObjects.unknown_fields`` (``<file>: <Kind> <ref>: <field path>:
-unknown field``), as kubectl's strict decoding reports them; with ``strict_fields=True`` they are errors.
+Unknown fields (``app.state.knownfields``: not in the Kubernetes 1.37 schema of the object's apiVersion,
+e.g. a typo'd ``cuont: 3``) are warnings in ``ClusterObjects.unknown_fields`` (``<file>: <Kind> <ref>:
+<field path>: unknown field``), as kubectl's strict decoding reports them; with ``strict_fields=True``
+they are errors.
 
 With ``strict=False`` each of those errors becomes a warning and the object (or the whole file, for file-level
 errors) is skipped; with ``strict=True`` the first one raises.
+
+One module, about 590 lines: the loader's rules (files, YAML and JSON reading, per-object checks, strict and
+lenient modes) are one contract, and every error names the file, object and field.
 """
 
 from __future__ import annotations
@@ -139,9 +142,8 @@ class ClusterObjects:
     pod_groups: list[Obj] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unknown_fields: list[str] = field(default_factory=list)
-    """``<file>: <Kind> <ref>: <field path>: unknown field``, one per field ``app.state.knownfields`` does
-    not know
-    (the object is kept: the API server would drop the field)."""
+    """``<file>: <Kind> <ref>: <field path>: unknown field``, one per field ``app.state.knownfields`` does not
+    know (the object is kept: the API server would drop the field)."""
     files: int = 0
     """Manifest files read."""
     sources: dict[tuple[str, str, str], Path] = field(default_factory=dict)

@@ -16,8 +16,9 @@ import orjson
 import pytest
 import yaml
 
-from app.cli.main import main, simulate
+from app.cli.main import main
 from app.cli.runtime import build_runtime
+from app.cli.simulate import simulate
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 SKIP_REASON = f"../shared/fixtures not found at {FIXTURES} (a user's clone has no shared/ directory)"

@@ -316,10 +316,10 @@ def test_serve_passes_the_tls_flags_to_uvicorn(capsys, served, state_dir, tmp_pa
 def test_serve_with_an_unusable_tls_file_exits_2_naming_the_flag_before_loading_the_state(
     capsys, monkeypatch, state_dir, tmp_path, flag, problem
 ):
-    from app.cli import main as cli
+    from app.cli import serve
 
     monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("must not serve"))
-    monkeypatch.setattr(cli, "_runtime", lambda settings: pytest.fail("must not load the state first"))
+    monkeypatch.setattr(serve, "load_runtime", lambda settings: pytest.fail("must not load the state first"))
     cert, key, ca, other_key = tls_files(tmp_path)
     files = {"--ssl-certfile": cert, "--ssl-keyfile": key, "--ssl-ca-certs": ca}
     bad = {"missing": tmp_path / "absent.pem", "mismatched": other_key, "not PEM": state_dir / "cluster.yaml"}
@@ -343,7 +343,7 @@ def test_delegated_auth_needs_cluster_mode_and_makes_client_certificates_optiona
 ):
     import ssl
 
-    from app.cli.main import _ssl_options
+    from app.cli.serve import _ssl_options
     from app.config.settings import ServerSettings
 
     monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("must not serve"))

@@ -11,8 +11,9 @@ import orjson
 import pytest
 import yaml
 
-from app.cli.main import main, simulate
+from app.cli.main import main
 from app.cli.runtime import StartupError, build_runtime
+from app.cli.simulate import simulate
 from app.config.derivedconfig import ConfigError, ConfigWatcher, load_config
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice, write_state
 

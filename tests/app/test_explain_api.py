@@ -18,7 +18,8 @@ import yaml
 
 from app.cli.runtime import Runtime, build_runtime
 from app.config.settings import Settings
-from app.explain.pod import explain_object, explain_pod, node_devices_view, parse_object
+from app.explain.pod import explain_object, explain_pod, parse_object
+from app.explain.views import node_devices_view
 from app.http.api import create_app
 from app.scheduling.service import SchedulingService
 from tests.app.scenario_support import FIXTURES, SKIP_REASON

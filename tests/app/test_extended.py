@@ -17,7 +17,7 @@ import pytest
 from allocator.cel.expr_engine import ExprEngine
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
-from app.cli.main import simulate
+from app.cli.simulate import simulate
 from app.scheduling.binder import BindError, BindPlan
 from app.scheduling.extended import (
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,

@@ -12,6 +12,8 @@ import yaml
 
 from allocator.features import FeatureGates
 from app.cli import main as cli
+from app.cli import runtime as cli_runtime
+from app.cli.flags import cluster_settings
 from app.config.derivedconfig import ConfigError, load_config
 from app.config.extenderconfig import API_VERSION, FIELDS, KIND
 from app.http import server as httpserver
@@ -56,10 +58,10 @@ def test_serve_takes_every_setting_from_the_file_and_flags_win(tmp_path, monkeyp
 
     monkeypatch.setattr(httpserver, "serve", record)
     applied: list[Any] = []
-    original = cli._apply_policies
+    original = cli_runtime.apply_policies
     monkeypatch.setattr(
-        cli,
-        "_apply_policies",
+        cli_runtime,
+        "apply_policies",
         lambda service, scheduling: (applied.append(scheduling), original(service, scheduling)),
     )
     config = _write(tmp_path, FULL)
@@ -79,7 +81,7 @@ def test_serve_takes_every_setting_from_the_file_and_flags_win(tmp_path, monkeyp
 def test_cluster_settings_come_from_the_file_and_flags_win(tmp_path):
     config = _write(tmp_path, FULL)
     argv = ["serve", "--kubeconfig", str(tmp_path / "kubeconfig"), "--config", str(config)]
-    settings = cli._cluster_settings(cli.parse_args([*argv, "--binding-timeout", "300"]))
+    settings = cluster_settings(cli.parse_args([*argv, "--binding-timeout", "300"]))
     assert settings is not None
     assert settings.binding_timeout_seconds == 300  # the flag
     assert settings.bind_timeout_seconds == 15 and settings.watch_idle_seconds == 60

@@ -1,7 +1,7 @@
 """Node-allocatable resources through DRA (``app.scheduling.nodeallocatable``, gate
-DRANodeAllocatableResources):
-statuses as upstream's buildNodeAllocatableDRAInfo writes them, the pod's demand as PodRequests counts it,
-and the node fit in filter. Every number below is worked out by hand in the comments."""
+DRANodeAllocatableResources): statuses as upstream's buildNodeAllocatableDRAInfo writes them, the pod's demand
+as PodRequests counts it, and the node fit in filter. Every number below is worked out by hand in the
+comments."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ import yaml
 
 from allocator.features import FeatureGates
 from app.cli.explain import render_explanation
-from app.cli.main import simulate
 from app.cli.runtime import StartupError, build_runtime
+from app.cli.simulate import simulate
 from app.explain.pod import explain_pod
 from app.kube.client import NotFoundError
 from app.kube.informers import discover_pod_groups

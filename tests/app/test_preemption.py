@@ -1,6 +1,6 @@
 """Preemption (``app.scheduling.preemption``): which candidate nodes evicting lower-priority pods frees
-devices on, and
-the victims to evict there. Each case's answer is worked out from the devices and holders it sets up."""
+devices on, and the victims to evict there. Each case's answer is worked out from the devices and holders it
+sets up."""
 
 from __future__ import annotations
 

@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 
+from allocator import decide as decide_module
 from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import InvalidInputError
 from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 from app.explain.pod import explain_pod
 from app.scheduling.binder import BindError
-from app.scheduling.service import QUICK_DEVICE_CHECKS, QUICK_NODES, SchedulingService
+from app.scheduling.filtering import QUICK_DEVICE_CHECKS, QUICK_NODES
+from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 from tests.signalling import SignallingCondition
@@ -532,7 +534,7 @@ def _take(svc: SchedulingService, name: str, node_name: str, gpus: range) -> Non
     svc.state.apply("ResourceClaim", other)
 
 
-def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_loop():
+def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_loop(monkeypatch):
     # 16 of 40 GPUs wanted, 15 left: the search would try combinations until its step limit.
     svc = _gpu_cluster(
         2,
@@ -544,8 +546,14 @@ def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_
     assert svc.filter(wanted, ["n0", "n1"]).passed == ["n0", "n1"]
     _take(svc, "other", "n0", range(25))
     searches: list[str] = []
-    select = svc._select
-    svc._select = lambda node, claims: searches.append(node.name) or select(node, claims)  # type: ignore[method-assign]
+    select = decide_module.select
+    monkeypatch.setattr(
+        decide_module,
+        "select",
+        lambda inventory, selectors, node, *args: (
+            searches.append(node.name) or select(inventory, selectors, node, *args)
+        ),
+    )
     outcome = svc.filter_quick(wanted, ["n0", "n1"])
     assert outcome is not None and searches == []
     assert outcome.passed == ["n1"]
@@ -610,10 +618,10 @@ def test_what_filter_keeps_per_pod_does_not_grow_with_the_pod_spec():
 
 
 def test_kept_per_pod_decisions_are_bounded_in_total(monkeypatch):
-    from app.scheduling import service as scheduling
+    from app.scheduling import filtering
 
     # A pod's view counts 1 plus its private decisions (extended resources: one per node): 3 here.
-    monkeypatch.setattr(scheduling, "MAX_KEPT_DECISIONS", 5)
+    monkeypatch.setattr(filtering, "MAX_KEPT_DECISIONS", 5)
     svc = service()
     pods = [extended_pod(f"p{i}") for i in range(4)]
     for p in pods:

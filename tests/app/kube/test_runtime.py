@@ -13,7 +13,9 @@ import orjson
 import pytest
 
 from app.cli import main as cli
+from app.cli.flags import cluster_settings, parser
 from app.cli.runtime import StartupError
+from app.cli.serve import _ssl_options
 from app.config.settings import ClusterSettings, ServerSettings, Settings
 from app.http.api import create_app
 from app.kube.runtime import BackgroundRuntime, ClusterRuntime
@@ -82,13 +84,13 @@ async def test_background_runtime_reports_an_unusable_kubeconfig(tmp_path):
 
 
 def _serve_args(*argv: str):
-    return cli._parser().parse_args(["serve", *argv])
+    return parser().parse_args(["serve", *argv])
 
 
 def test_serve_flags_choose_cluster_mode(monkeypatch, tmp_path):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     kubeconfig = tmp_path / "config"
-    settings = cli._cluster_settings(
+    settings = cluster_settings(
         _serve_args(
             "--kubeconfig",
             str(kubeconfig),
@@ -109,16 +111,16 @@ def test_serve_flags_choose_cluster_mode(monkeypatch, tmp_path):
         orphan_grace_period_seconds=60.0,
         binding_timeout_seconds=120.0,
     )
-    assert cli._cluster_settings(_serve_args("--in-cluster")).in_cluster
-    assert cli._cluster_settings(_serve_args("--state", str(tmp_path))) is None
+    assert cluster_settings(_serve_args("--in-cluster")).in_cluster
+    assert cluster_settings(_serve_args("--state", str(tmp_path))) is None
     with pytest.raises(StartupError, match="exclude each other"):
-        cli._cluster_settings(_serve_args("--state", str(tmp_path), "--in-cluster"))
+        cluster_settings(_serve_args("--state", str(tmp_path), "--in-cluster"))
     with pytest.raises(StartupError, match="serve needs --state DIR"):
-        cli._cluster_settings(_serve_args())
+        cluster_settings(_serve_args())
     with pytest.raises(StartupError, match="scheduler_lease"):
-        cli._cluster_settings(_serve_args("--in-cluster", "--scheduler-lease", "no-slash"))
+        cluster_settings(_serve_args("--in-cluster", "--scheduler-lease", "no-slash"))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    assert cli._cluster_settings(_serve_args()) == ClusterSettings()
+    assert cluster_settings(_serve_args()) == ClusterSettings()
 
 
 def test_serve_without_state_or_cluster_exits_2(monkeypatch, capsys):
@@ -128,9 +130,9 @@ def test_serve_without_state_or_cluster_exits_2(monkeypatch, capsys):
 
 
 def test_tls_options_for_uvicorn(tmp_path):
-    assert cli._ssl_options(ServerSettings()) == {}
+    assert _ssl_options(ServerSettings()) == {}
     cert, key, ca = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ca.pem"
-    assert cli._ssl_options(ServerSettings(ssl_certfile=cert, ssl_keyfile=key, ssl_ca_certs=ca)) == {
+    assert _ssl_options(ServerSettings(ssl_certfile=cert, ssl_keyfile=key, ssl_ca_certs=ca)) == {
         "ssl_certfile": str(cert),
         "ssl_keyfile": str(key),
         "ssl_ca_certs": str(ca),

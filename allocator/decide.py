@@ -1,0 +1,146 @@
+"""One node's decision for a pod's claims: the allocator's entry for filter, prioritize and bind.
+
+Upstream's structured allocator is built from a snapshot and asked ``Allocate(node, claims)``; this is
+that call here, with the steps the extender adds around the search kept in one place, in order::
+
+    counts     free devices per request settle the claims' fit without a search (``allocator.counting``)
+    search     the upstream search for an allocation (``allocator.search``)
+    choice     which devices the policy takes among the fitting ones (``allocator.alignment``)
+    scoring    0..10 for the chosen devices (``allocator.scoring``)
+    diagnosis  the one-line reason of a "no" (``allocator.diagnose``), with the node's rejected slices
+
+Three outcomes, kept apart as upstream keeps them:
+
+* ``Fits``: one allocation result per claim and their score (or, when counts settled it and no devices
+  were asked for, no results and no score);
+* ``NoFit``: the reason, and whether freeing devices could ever help (``unresolvable``);
+* a fatal error for the pod on every node: ``AllocatorError`` is raised (``allocator.errors``).
+
+``fits`` is the yes / no of the search alone, for preemption's what-if inventories. Pure: reads the
+inventory, keeps nothing. Caching decisions per claims shape, locking and writing the
+result are the caller's (``app.scheduling.service``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocator.alignment import select
+from allocator.counting import countable, verdict
+from allocator.diagnose import NoFit, diagnose
+from allocator.errors import NodeLocalError
+from allocator.inventory import Inventory
+from allocator.model import Claim
+from allocator.nodeselector import Node
+from allocator.scoring import ScoreBreakdown, ScoringConfig, score_allocation
+from allocator.search import Allocator
+from allocator.selectors import SelectorCache
+
+__all__ = ["Decision", "Fits", "NoFit", "Policy", "SearchNeeded", "allocate", "decide", "fits"]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How devices are chosen among those that fit, and how the choice is scored."""
+
+    device_selection: str = "aligned"
+    """``aligned`` or ``first-fit`` (upstream's order; ``allocator.alignment``)."""
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class Fits:
+    """The claims fit on the node."""
+
+    results: tuple[dict[str, Any], ...]
+    """One AllocationResult dict per claim, in the claims' order; empty when counts decided the fit and
+    no devices were asked for (``choose=False``), or when there are no claims."""
+    score: int | None
+    """0..10 (``MaxExtenderPriority``); None exactly when no devices were chosen by counts."""
+    breakdown: ScoreBreakdown | None = None
+    """The score by component, when devices were chosen."""
+    placement: str = ""
+    """Which device-selection attempt won (``allocator.alignment.Selection.placement``)."""
+
+
+Decision = Fits | NoFit
+
+
+class SearchNeeded(Exception):
+    """``decide(search=False)``: counts do not settle these claims on this node, only the search could."""
+
+
+def decide(
+    inventory: Inventory,
+    selectors: SelectorCache,
+    node: Node,
+    claims: Sequence[Claim],
+    policy: Policy,
+    *,
+    choose: bool = True,
+    search: bool = True,
+) -> Decision:
+    """Whether ``claims`` fit together on ``node``, with their devices and score, or why not.
+
+    ``choose``: a fit must come with its devices and score; without it a fit settled by counts comes
+    without (prioritize or bind choose them later). ``search=False``: raise SearchNeeded instead of
+    searching. A "no" names the slices rejected for the node (their devices count for nothing). Raises
+    AllocatorError (fatal for the pod)."""
+    decision = _counted(inventory, selectors, node, claims, choose=choose, search=search)
+    if decision is None:
+        decision = allocate(inventory, selectors, node, claims, policy)
+    rejected = inventory.invalid_slices(node.name)
+    if isinstance(decision, NoFit) and rejected:
+        return NoFit(f"{decision.reason}; slices not used: {'; '.join(rejected)}", decision.unresolvable)
+    return decision
+
+
+def allocate(
+    inventory: Inventory, selectors: SelectorCache, node: Node, claims: Sequence[Claim], policy: Policy
+) -> Decision:
+    """Search, choose and score (no counts first, nothing added to the reason): what an explanation
+    shows for one node. Raises AllocatorError (fatal for the pod)."""
+    if not claims:
+        return Fits((), 0, placement="first-fit")
+    try:
+        selection = select(
+            inventory, selectors, node, claims, policy.device_selection, policy.scoring.topology
+        )
+    except NodeLocalError as e:
+        return NoFit(str(e), True)
+    if selection.results is None:
+        return diagnose(inventory, selectors, node, claims)
+    breakdown = score_allocation(inventory, selectors, node, claims, selection.results, policy.scoring)
+    return Fits(tuple(selection.results), breakdown.score, breakdown, selection.placement)
+
+
+def fits(inventory: Inventory, selectors: SelectorCache, node: Node, claims: Sequence[Claim]) -> bool:
+    """Whether the search finds any allocation of ``claims`` on ``node`` (nothing chosen or scored):
+    preemption's question, asked of an inventory with its victims' claims released
+    (``allocator.eviction``). An invalid pool on the node is a no. Raises AllocatorError (fatal)."""
+    try:
+        return Allocator(inventory, selectors).allocate(node, list(claims)) is not None
+    except NodeLocalError:
+        return False
+
+
+def _counted(
+    inventory: Inventory,
+    selectors: SelectorCache,
+    node: Node,
+    claims: Sequence[Claim],
+    *,
+    choose: bool,
+    search: bool,
+) -> Decision | None:
+    """The decision free-device counts settle, or None when devices must be chosen by the search."""
+    counted = verdict(inventory, selectors, node, claims) if claims and countable(claims) else None
+    if counted is not None and counted.no_fit is not None:
+        return counted.no_fit
+    if counted is not None and not choose:
+        return Fits((), None)
+    if counted is None and claims and not search:
+        raise SearchNeeded
+    return None

@@ -1,0 +1,123 @@
+"""Checks of a pod's claims around the allocator, as upstream's DynamicResources plugin makes them.
+
+* admin access (KEP-5018, ``DRAAdminAccess``): only in a namespace labelled
+  ``resource.kubernetes.io/admin-access: "true"`` (API validation; the allocator does not check it);
+* an allocated claim admits a node through its allocation's ``nodeSelector``, its
+  ``skipNodeOperations`` devices need a node declaring ``DRAOptionalNodeOperations`` (KEP-5945), and its
+  ``status.reservedFor`` holds at most ``ResourceClaimReservedForMaxSize`` consumers;
+* an allocated claim that can never be bound (a binding failure condition True, or its binding timeout
+  passed: ``app.scheduling.bindingconditions``) fails every node;
+* a pod without claims and without domain-qualified resources needs no devices at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from allocator.errors import InvalidInputError
+from allocator.features import FeatureGates
+from allocator.model import Claim
+from allocator.nodeoperations import DECLARED_FEATURE, requires_declared_feature
+from allocator.nodeselector import Node, parse_node_selector
+from app.scheduling.bindingconditions import unusable_reason
+from app.scheduling.extended import ExtendedClaim
+from app.state.cluster import ClusterState
+from app.state.podclaims import PodClaim
+from app.state.podgroups import reserves
+
+__all__ = [
+    "EffectiveClaims",
+    "allocated_claims_reason",
+    "check_admin_access",
+    "has_allocation",
+    "is_allocated",
+    "needs_no_devices",
+    "unusable_claim",
+]
+
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+MAX_RESERVED_FOR = 256
+"""``ResourceClaimReservedForMaxSize``."""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveClaims:
+    """The claims a pod needs on one node: ``allocated`` ones (their ``nodeSelector`` must admit the
+    node) and ``pending`` ones to allocate together, in order, the node's extended-resource claim last
+    (``extended``; None when the pod needs none there)."""
+
+    allocated: list[PodClaim]
+    pending: list[Claim]
+    extended: ExtendedClaim | None
+
+
+def check_admin_access(state: ClusterState, claim: Claim) -> None:
+    """KEP-5018: adminAccess is admitted only in namespaces labelled
+    ``resource.kubernetes.io/admin-access: "true"`` (API validation; the allocator does not check it)."""
+    if not any(alt.admin_access for r in claim.requests for alt in r.alternatives):
+        return
+    namespace = state.get("Namespace", claim.namespace) or {}
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    if labels.get(ADMIN_ACCESS_LABEL) != "true":
+        raise InvalidInputError(
+            f"claim {claim.key}: admin access to devices requires the `{ADMIN_ACCESS_LABEL}: true` label "
+            f"on the containing namespace {claim.namespace}"
+        )
+
+
+def allocated_claims_reason(allocated: list[PodClaim], node: Node, pod: Mapping[str, Any]) -> str:
+    """Why the pod's ``allocated`` claims rule ``node`` out for it, or '' when they admit it."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    for pc in allocated:
+        status = pc.claim.get("status") or {}
+        selector = status["allocation"].get("nodeSelector")
+        where = f"ResourceClaim {pc.key}: nodeSelector"
+        if selector and not parse_node_selector(selector, where).matches(node):
+            return f"claim {pc.key} is allocated for other nodes"
+        if requires_declared_feature(status["allocation"]) and DECLARED_FEATURE not in node.declared_features:
+            return f"claim {pc.key} allocation requires {DECLARED_FEATURE} feature on the node"
+        reserved = status.get("reservedFor") or []
+        if len(reserved) >= MAX_RESERVED_FOR and not reserves(reserved, str(uid), pc.consumer):
+            return f"claim {pc.key} is reserved for {MAX_RESERVED_FOR} consumers already"
+    return ""
+
+
+def unusable_claim(
+    allocated: list[PodClaim], gates: FeatureGates, binding_timeout_seconds: float
+) -> tuple[PodClaim, str] | None:
+    """The first allocated claim that can never be bound, and why. Raises InvalidInputError for a
+    malformed ``allocationTimestamp``."""
+    now = datetime.now(UTC)
+    for pc in allocated:
+        why = unusable_reason(pc.claim, gates, binding_timeout_seconds, now, f"ResourceClaim {pc.key}")
+        if why:
+            return pc, why
+    return None
+
+
+def needs_no_devices(pod: Mapping[str, Any]) -> bool:
+    """No pod claims and no resource name with a domain (every extended resource, and so every resource a
+    DeviceClass can back, is domain-qualified): the pod fits every node as far as DRA goes."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return False
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        resources = container.get("resources") if isinstance(container, Mapping) else None
+        if not isinstance(resources, Mapping):
+            continue
+        for kind in ("requests", "limits"):
+            if any("/" in str(name) for name in resources.get(kind) or {}):
+                return False
+    return True
+
+
+def is_allocated(pc: PodClaim) -> bool:
+    return has_allocation(pc.claim)
+
+
+def has_allocation(claim: Mapping[str, Any] | None) -> bool:
+    return bool(((claim or {}).get("status") or {}).get("allocation"))

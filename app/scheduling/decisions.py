@@ -1,0 +1,198 @@
+"""What filter decides and keeps for prioritize and bind: per claims shape and node, per pod.
+
+kube-scheduler asks filter, then prioritize, then bind about one pod; the extender answers the later
+calls from what filter decided while each node's inventory version is unchanged (``KeptDecision``).
+Decisions are shared by pods whose pending claims have equal specs (one template: one claims shape,
+``claims_shape``), with the claim names in reasons as placeholders (``with_placeholders`` / ``with_names``);
+a shape's answer for a whole node list (``ShapeOutcome``) is patched only for the nodes changed since.
+``PodView`` holds one pod's view and the decisions that cannot be shared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from allocator.inventory import NodeVersions
+from allocator.model import Claim
+from app.scheduling.extended import ExtendedClaim, PodExtendedResources
+from app.state.podclaims import PodClaim
+
+__all__ = [
+    "DecisionStats",
+    "FilterOutcome",
+    "KeptDecision",
+    "PodView",
+    "ShapeOutcome",
+]
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """Nodes that fit, nodes that failed (reason), nodes that can never fit, or a fatal error."""
+
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    stale_claims: list[tuple[str, str]] = field(default_factory=list)
+    """(key, uid) of extended-resource claims left from an earlier attempt (deleted by ``filter``)."""
+    unusable: Mapping[str, Any] | None = None
+    """An allocated claim of the pod that can never be bound, as seen (deallocated by ``filter``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeptDecision:
+    """What one node decided for a claims shape, valid while the node's version is unchanged."""
+
+    version: tuple[int, int]
+    results: tuple[dict[str, Any], ...] | None
+    """One allocation result per claim; None: the claims do not fit."""
+    score: int | None
+    """0-10; None: the claims fit by free-device counts (``allocator.counting``) and no devices were
+    chosen yet (``results`` is empty): prioritize and bind choose them (``select=True``)."""
+    reason: str
+    unresolvable: bool
+
+
+@dataclass(slots=True)
+class ShapeOutcome:
+    """A claims shape's answer for one node list (``names_key``) as of inventory change ``seq``; reasons
+    keep the claim-name placeholders of the shared decisions. ``undecided`` nodes (time budget, unknown
+    node) are decided again on every call."""
+
+    names_key: int
+    global_version: int
+    seq: int
+    passed: dict[str, int | None] = field(default_factory=dict)
+    """Passing node -> its score (None: fits by counts, not scored yet)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    undecided: set[str] = field(default_factory=set)
+
+    def covers(self, name: str) -> bool:
+        return (
+            name in self.passed or name in self.failed or name in self.unresolvable or name in self.undecided
+        )
+
+    def record(
+        self, names: Iterable[str], decisions: Mapping[str, KeptDecision], versions: NodeVersions
+    ) -> None:
+        """Take each node's shared decision into the answer; a node without a current one (not decided in
+        time, unknown, not shareable) is undecided and decided again on the next call."""
+        for name in names:
+            self.passed.pop(name, None)
+            self.failed.pop(name, None)
+            self.unresolvable.pop(name, None)
+            self.undecided.discard(name)
+            decision = decisions.get(name)
+            if decision is None or decision.version != (versions.global_version, versions.get(name)):
+                self.undecided.add(name)
+            elif decision.results is not None:
+                self.passed[name] = decision.score
+            else:
+                (self.unresolvable if decision.unresolvable else self.failed)[name] = decision.reason
+
+
+@dataclass(slots=True)
+class PodView:
+    """What filter decided for one pod, for prioritize and bind.
+
+    Decisions shared by every pod with the same claim specs live in ``SchedulingService._decisions``
+    under ``(shape, node)``; ``private`` holds the ones that cannot be shared (shares of multi-allocatable
+    devices, nodes as kube-scheduler sent them, extended-resource claims, already-allocated claims).
+    """
+
+    uid: str
+    shape: bytes
+    claims: tuple[str, ...]
+    """Keys of the pending claims the decisions are for: a bind reuses them only for the same claims."""
+    pod_spec: bytes = b""
+    """The pod spec they were made for (containers' extended resources): a bind reuses them only for it."""
+    shared: bool = False
+    """Whether the decisions are the shape's shared ones (else only ``private`` holds this pod's)."""
+    private: dict[str, tuple[KeptDecision, ExtendedClaim | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What one filter call decides nodes for: the pod, its view, the claims to allocate, and the per-pod
+    extras that keep decisions private (allocated claims, extended resources, Node objects sent)."""
+
+    pod: Mapping[str, Any]
+    view: PodView
+    pending: list[Claim]
+    allocated: list[PodClaim] = field(default_factory=list)
+    extended: PodExtendedResources | None = None
+    nodes: Mapping[str, Mapping[str, Any]] | None = None
+
+
+@dataclass(slots=True)
+class DecisionStats:
+    """Counters of how filter decided nodes, for ``/metrics`` (plain integers: the hot path only adds)."""
+
+    hits: int = 0
+    """Nodes answered from a kept decision whose node version is unchanged."""
+    misses: int = 0
+    """Nodes decided anew (counts, or a search)."""
+    budget_cuts: int = 0
+    """Filter calls whose time budget ran out before every node was decided."""
+    budget_undecided_nodes: int = 0
+    """Nodes those calls failed with the budget reason."""
+
+
+def has_share(results: tuple[dict[str, Any], ...] | None) -> bool:
+    """Whether an allocation holds shares of multi-allocatable devices: each share needs its own
+    ``shareID``, so such a decision is never handed to a second pod."""
+    return any(r.get("shareID") for a in results or () for r in a["devices"]["results"])
+
+
+def with_placeholders(reason: str, claims: list[Claim]) -> str:
+    """A reason with the claims' names as placeholders, to be shared by pods with the same claim specs."""
+    for index, claim in enumerate(claims):
+        reason = reason.replace(f"claim {claim.key},", f"claim \x00{index}\x00,")
+    return reason
+
+
+def with_names(reason: str, claims: list[Claim]) -> str:
+    """A cached reason with the asking pod's claim names in it."""
+    for index, claim in enumerate(claims):
+        reason = reason.replace(f"claim \x00{index}\x00,", f"claim {claim.key},")
+    return reason
+
+
+def all_with_names(reasons: dict[str, str], claims: list[Claim]) -> dict[str, str]:
+    """Node -> cached reason, with the asking pod's claim names in each (a node list is built at C speed:
+    thousands of full nodes share a handful of distinct reasons)."""
+    named = {reason: with_names(reason, claims) for reason in set(reasons.values())}
+    return dict(zip(reasons, map(named.__getitem__, reasons.values()), strict=True))
+
+
+def unscored(scores: list[int | None]) -> list[int]:
+    """Where ``scores`` holds None: C-speed scans, as there are thousands of nodes and usually one such."""
+    places: list[int] = []
+    try:
+        while True:
+            places.append(scores.index(None, places[-1] + 1 if places else 0))
+    except ValueError:
+        return places
+
+
+def _digest(data: bytes) -> bytes:
+    """16 bytes standing for ``data`` (kept per pod and shape instead of specs of up to megabytes)."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def claims_shape(claims: Sequence[PodClaim]) -> bytes:
+    """The claims' specs, canonical: pods whose pending claims have equal specs get equal decisions."""
+    return _digest(
+        b"\n".join(orjson.dumps(pc.claim.get("spec"), option=orjson.OPT_SORT_KEYS) for pc in claims)
+    )
+
+
+def spec_key(pod: Mapping[str, Any]) -> bytes:
+    return _digest(orjson.dumps(pod.get("spec"), option=orjson.OPT_SORT_KEYS))
