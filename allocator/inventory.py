@@ -102,6 +102,10 @@ def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple
     return tuple(parsed)
 
 
+def _summed(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    return {name: a.get(name, Fraction(0)) + b.get(name, Fraction(0)) for name in {*a, *b}}
+
+
 def taints_with_rules(device: Device, rules: Iterable[DeviceTaintRule]) -> tuple[Taint, ...]:
     """The device's own taints plus those of the rules that select it."""
     return device.taints + tuple(r.taint for r in rules if r.matches(device.id))
@@ -558,7 +562,13 @@ class Inventory:
                 continue
             entry = self._holders[new.id]
             if new.share_id:
-                entry.shares[(holder, new.share_id)] = new.consumed_capacity
+                # A result repeated in one allocation (API validation allows it) consumes once per result,
+                # as kube-scheduler's aggregated capacity adds up every result.
+                share = (holder, new.share_id)
+                earlier = entry.shares.get(share)
+                entry.shares[share] = (
+                    new.consumed_capacity if earlier is None else _summed(earlier, new.consumed_capacity)
+                )
             else:
                 entry.exclusive.add(holder)
         if devices:

@@ -84,6 +84,7 @@ DERIVED_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["derivedAttributes"] 
 ADMIN_CLAIM = claim(("g", 1))
 ADMIN_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
 GIB = {"memory": {"value": "1Gi"}}
+TWO_GIB = {"memory": {"value": "2Gi"}}
 
 SHARE_OF_D0 = {
     "request": "x",
@@ -322,6 +323,25 @@ CASES |= {
     "a constraint on one subrequest does not hold back the request's other subrequests": (
         state([slice_("s", [device(f"d{i}", m="x") for i in range(4)])], [FIRST_AVAILABLE_CLAIM]),
         ("results", [("r/s1", "d0")]),
+    ),
+    # kube-scheduler's aggregated capacity adds up every result of an allocation (allocateddevices.go),
+    # a result written twice with one shareID too: d0's 2Gi are used up. The product counted such a share
+    # once and fit on d0 (make oracle N=100000 SEED=23).
+    "a share repeated in one allocation consumes capacity once per result": (
+        state(
+            [
+                slice_(
+                    "s",
+                    [
+                        {"name": "d0", "allowMultipleAllocations": True, "capacity": TWO_GIB},
+                        {"name": "d1", "capacity": TWO_GIB},
+                    ],
+                )
+            ],
+            [claim(("a", 1), capacity={"memory": "1Gi"})],
+            allocated=[{"devices": {"results": [SHARE_OF_D0, SHARE_OF_D0]}}],
+        ),
+        ("results", [("a", "d1")]),
     ),
     "an unrequested capacity above validRange.max does not fit": (
         state(
