@@ -1,4 +1,4 @@
-"""Device compatibility groups (KEP-5055's ``consumesCounters[].compatibilityGroups``, gate
+"""Device compatibility groups (KEP-5963's ``consumesCounters[].compatibilityGroups``, gate
 DRADeviceCompatibilityGroups, alpha in 1.37): devices drawing on one counter set may be allocated together
 only if their groups share at least one name; devices without groups go only with others without groups.
 
