@@ -57,6 +57,7 @@ from allocator.nodeselector import Node
 from allocator.pools import PoolView, device_on_node
 from allocator.results import PickedDevice, build_allocation
 from allocator.selectors import SelectorCache
+from allocator.supply import falls_short
 
 __all__ = ["MAX_SEARCH_STEPS", "Allocator", "Candidate", "SearchStats"]
 
@@ -428,14 +429,42 @@ class Allocator:
                     return True
             if any(self._constraint_unsatisfiable(plan.claim, c) for c in plan.claim.constraints):
                 return True
-        return False
+        return self._devices_fall_short()
+
+    def _devices_fall_short(self) -> bool:
+        """Whether the requests of all claims together need more distinct devices than they might take
+        (``allocator.supply``). A request with several alternatives needs the fewest any of them asks for,
+        from any of their devices; adminAccess requests are left out, as they may share a device."""
+        demands: list[tuple[int, set[DeviceID]]] = []
+        shareable: set[DeviceID] = set()
+        for plan in self._plans:
+            for request in plan.claim.requests:
+                if any(alt.admin_access for alt in request.alternatives):
+                    continue
+                devices: set[DeviceID] = set()
+                needed = _UNLIMITED
+                for alt in request.alternatives:
+                    if alt.mode == "All":
+                        usable = [c.device for c in plan.all_devices[alt.name]]
+                        needed = min(needed, len(usable))
+                    else:
+                        counts = self._usable_counts(plan.claim, alt)
+                        usable = [
+                            c.device for i, c in enumerate(self._candidates) if counts[i] != counts[i + 1]
+                        ]
+                        needed = min(needed, alt.count)
+                    devices.update(d.id for d in usable)
+                    shareable.update(d.id for d in usable if self._multi(d))
+                demands.append((needed, devices))
+        return falls_short(demands, shareable)
 
     def _constraint_unsatisfiable(self, claim: Claim, constraint: Constraint) -> bool:
         """Whether the devices the constraint's requests might take cannot give them all their devices under
         it: ``distinctAttribute`` needs as many different values as devices, ``matchAttribute`` as many
-        devices with one value (a device without the attribute never joins). Scalar values only; a request
-        with derived attributes, an ``All`` request or a list value leaves the question open, and so does
-        ``matchAttribute`` over a device one claim may take twice (shares)."""
+        devices with one value (a device without the attribute never joins). Scalar values only; an ``All``
+        request or a list value leaves the question open, and so does ``matchAttribute`` over a device one
+        claim may take twice (shares). A request deriving the constrained attribute is left out: its values
+        are not known before the search, and the constraint over the other requests must hold anyway."""
         name = constraint.distinct_attribute or constraint.match_attribute
         needed = 0
         usable: dict[int, Candidate] = {}
@@ -443,8 +472,10 @@ class Allocator:
             alternatives = [alt for alt in request.alternatives if constraint.applies_to(alt)]
             if not alternatives:
                 continue
-            if any(alt.mode == "All" or alt.derived_attributes for alt in alternatives):
+            if any(alt.mode == "All" for alt in alternatives):
                 return False
+            if any(d.name == name for alt in alternatives for d in alt.derived_attributes):
+                continue
             # A firstAvailable request may take a subrequest the constraint does not name: then it needs none.
             needed += min(alt.count if constraint.applies_to(alt) else 0 for alt in request.alternatives)
             for alt in alternatives:

@@ -106,6 +106,16 @@ FIRST_AVAILABLE_CLAIM["spec"]["devices"]["requests"][0] = {
     ],
 }
 
+
+def named_claim(name: str, *requests: tuple[str, int]) -> dict[str, Any]:
+    return claim(*requests) | {"metadata": {"name": name, "namespace": "default", "uid": name}}
+
+
+DERIVED_ELSEWHERE_CLAIM = claim(("seven", 7), ("one", 1), constraints=[{"distinctAttribute": "derived/g"}])
+DERIVED_ELSEWHERE_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["derivedAttributes"] = [
+    {"name": "derived/g", "expression": f'device.attributes["{DRIVER}"].m'}
+]
+
 CASES = {
     # incubating/experimental allocators build a distinctAttribute constraint without checking
     # DRAConsumableCapacity (allocator_incubating.go, Allocate); only "stable" lacks it, and it is not
@@ -342,6 +352,22 @@ CASES |= {
             allocated=[{"devices": {"results": [SHARE_OF_D0, SHARE_OF_D0]}}],
         ),
         ("results", [("a", "d1")]),
+    ),
+    # Upstream tries every choice for claim "a" before it finds claim "b" short (allocateOne): 13 devices
+    # asked for, 12 on the node. The product gave up at its step limit (make oracle N=100000 SEED=24).
+    "claims that together ask for more devices than the node has are no fit": (
+        state(
+            [slice_("s", [device(f"d{i}") for i in range(12)])],
+            [named_claim("a", ("six", 6)), named_claim("b", ("seven", 7))],
+        ),
+        ("nofit", []),
+    ),
+    # distinctAttribute over "derived/g", which only request "seven" derives: "one" has no such attribute on
+    # any device, so the constraint never holds, whatever "seven" derives; upstream finds that out after
+    # every choice for "seven" (make oracle N=100000 SEED=24).
+    "a constraint on an attribute another request derives still needs it on this request's devices": (
+        state([slice_("s", [device(f"d{i}", m=str(i)) for i in range(14)])], [DERIVED_ELSEWHERE_CLAIM]),
+        ("nofit", []),
     ),
     "an unrequested capacity above validRange.max does not fit": (
         state(
