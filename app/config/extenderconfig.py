@@ -90,7 +90,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "server.healthProbeBindAddress",
         "string",
         "health_probe_bind_address",
-        "host:port of a listener answering only the probes, from a thread of its own (default none)",
+        "host:port of a listener answering only the probes, from a process of its own (default none)",
         "--health-probe-bind-address",
     ),
     FieldSpec("server.sslCertFile", "path", "ssl_certfile", "PEM certificate: serve HTTPS", "--ssl-certfile"),

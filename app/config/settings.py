@@ -73,8 +73,8 @@ class ServerSettings:
     ``/metrics`` on the extender's port."""
 
     health_probe_bind_address: str | None = None
-    """``host:port`` of a listener answering only ``/livez``, ``/healthz`` and ``/readyz`` from a thread of
-    its own (``app.http.probes``), so probes stay fast while the event loop is busy. None: probes only on the
+    """``host:port`` of a listener answering only ``/livez``, ``/healthz`` and ``/readyz`` from a child
+    process (``app.http.probes``), so probes stay fast while the extender is busy. None: probes only on the
     extender's port."""
 
     ssl_certfile: Path | None = None

@@ -57,7 +57,7 @@ from app.http.auth import DelegatedAuth, DelegatedAuthMiddleware
 from app.http.bodies import BodyBudget, BodyRejected, read_body
 from app.http.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.http.metrics import Metrics
-from app.http.probes import LoopHeartbeat
+from app.http.probes import ProbeListener
 from app.scheduling.binder import BindError
 from app.scheduling.preemption import preempt
 from app.scheduling.service import FilterOutcome, SchedulingService
@@ -227,7 +227,7 @@ def create_app(
     ready: Callable[[], bool] | None = None,
     auth: DelegatedAuth | None = None,
     metrics: Metrics | None = None,
-    heartbeat: LoopHeartbeat | None = None,
+    heartbeat: ProbeListener | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
     ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start).
