@@ -27,9 +27,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -109,30 +111,50 @@ def what_if_claim(unique: int) -> dict[str, Any]:
 
 def probe(url: str, pid: int) -> None:
     """``--probe``: GET ``/livez`` every PROBE_EVERY seconds and sample the server's RSS until stdin
-    closes, then print the answers' p50, p99 and slowest, the failures and the peak RSS as JSON. A process
-    of its own, so the attack's client work does not delay the probe's requests."""
+    closes, then print the answers' p50, p99 and slowest, the failures and the peak RSS as JSON, and how
+    late this process woke from its sleeps (the machine's own scheduling delay, which every answer time
+    includes). A process of its own, so the attack's client work does not delay the probe's requests; a
+    new connection per probe, as the kubelet's, with the standard library's blocking client (little
+    client-side work to measure besides the server's)."""
+    host, _, port = url.removeprefix("http://").partition(":")
     took: list[float] = []
+    late: list[float] = []
     failures, peak = 0, 0.0
-    stop = asyncio.Event()
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.buffer.read(), stop.set()), daemon=True).start()
+    while not stop.is_set():
+        started = time.perf_counter()
+        connection = HTTPConnection(host, int(port), timeout=10)
+        try:
+            connection.request("GET", "/livez")
+            failures += connection.getresponse().status != 200
+        except OSError:
+            failures += 1
+        finally:
+            connection.close()
+        took.append(time.perf_counter() - started)
+        peak = max(peak, rss_mib(pid))
+        slept = time.perf_counter()
+        time.sleep(PROBE_EVERY)
+        late.append(time.perf_counter() - slept - PROBE_EVERY)
+    print(
+        orjson.dumps(
+            {
+                **_spread(took),
+                "count": len(took),
+                "failures": failures,
+                "peak": peak,
+                "woke_late": _spread(late),
+            }
+        ).decode()
+    )
 
-    async def run() -> None:
-        nonlocal failures, peak
-        loop = asyncio.get_running_loop()
-        loop.add_reader(sys.stdin.fileno(), lambda: stop.set() if not sys.stdin.buffer.read1() else None)
-        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-            while not stop.is_set():
-                started = time.perf_counter()
-                try:
-                    (await http.get("/livez")).raise_for_status()
-                except httpx.HTTPError:
-                    failures += 1
-                took.append(time.perf_counter() - started)
-                peak = max(peak, rss_mib(pid))
-                await asyncio.sleep(PROBE_EVERY)
 
-    asyncio.run(run())
-    ms = {name: round(percentile(took, q) * 1000, 1) for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1))}
-    print(orjson.dumps({**ms, "count": len(took), "failures": failures, "peak": peak}).decode())
+def _spread(seconds: list[float]) -> dict[str, float]:
+    """p50, p99 and max of ``seconds``, in ms."""
+    return {
+        name: round(percentile(seconds, q) * 1000, 1) for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1))
+    }
 
 
 class Probe:
@@ -273,6 +295,7 @@ async def measure(url: str, probes_url: str, pid: int, nodes: list[str]) -> dict
             "rss_after_mib": round(rss_mib(pid), 1),
             "livez_ms": {k: probed[k] for k in ("p50", "p99", "max", "count", "failures")},
             "main_port_livez_ms": {k: probed_main[k] for k in ("p50", "p99", "max", "count", "failures")},
+            "probe_client_woke_late_ms": probed["woke_late"],
             **dict(outcome),
         }
     return report
