@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
+from tests.app.kube.conftest import (
+    DRIVER,
+    NS,
+    add_extended_pod,
+    add_pod,
+    bind,
+    eventually,
+    seed_cluster,
+    silence_watches,
+)
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, device, pod, request, resource_slice
-
-
-def add_extended_pod(api: FakeKubeAPI, name: str) -> dict:
-    """A pod asking for one GPU as the implicit extended resource of DeviceClass ``gpu`` (KEP-5004)."""
-    p = pod(NS, name)
-    p["spec"]["containers"][0]["resources"] = {"limits": {"deviceclass.resource.kubernetes.io/gpu": "1"}}
-    return api.add("Pod", p)
 
 
 def devices_in_claims(api: FakeKubeAPI) -> list[tuple[str, str, str]]:
