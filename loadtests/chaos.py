@@ -1,8 +1,8 @@
 """Chaos run: concurrent binds with retries against the fake API server under faults; counts double
 allocations and orphans (issue 14). A script, not a test: it prints one JSON report and exits 0 when
-both counts are 0, 1 otherwise.
+both counts are 0, 1 otherwise. ``--e2e``: against the e2e control plane instead (``loadtests.chaos_e2e``).
 
-    .venv/bin/python -m loadtests.chaos [--pods 50] [--rounds 12] [--seed 1] [--deadline 180]
+    .venv/bin/python -m loadtests.chaos [--e2e] [--pods 50] [--rounds 12] [--seed 1] [--deadline 180]
 
 Everything listens on 127.0.0.1 (the fake API server of ``tests/app/kube/fakeapi.py``; the extender's
 app is called in-process) and the run stops by itself after ``--rounds`` scheduling rounds or
@@ -357,11 +357,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--deadline", type=float, default=180.0, help="stop starting rounds after this many seconds"
     )
+    parser.add_argument(
+        "--e2e", action="store_true", help="against the e2e control plane (needs Go, as make e2e) instead"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.CRITICAL)  # faults make the extender log a lot; the report says it all
-    report = asyncio.run(chaos(args.pods, args.rounds, args.seed, args.deadline))
+    if args.e2e:
+        from loadtests import chaos_e2e  # it builds on this module
+
+        report = chaos_e2e.run(args.pods, args.rounds, args.seed, args.deadline)
+    else:
+        report = asyncio.run(chaos(args.pods, args.rounds, args.seed, args.deadline))
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    return 0 if not report["double_allocation_count"] and not report["orphan_count"] else 1
+    failed = report["double_allocation_count"] or report["orphan_count"] or report.get("internal_error_count")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
