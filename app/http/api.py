@@ -322,7 +322,9 @@ def create_app(
             body = await read_body(request, limit, budget)
         except BodyRejected as e:
             log.info("%s: rejected: %s", verb, e.message)
-            return _json(wire.encode_error(e.message), e.status), False
+            refused = _json(wire.encode_error(e.message), e.status)
+            refused.headers.update(e.headers)
+            return refused, False
         except ClientDisconnect:
             # kube-scheduler gave up (httpTimeout); nobody reads this answer and nothing was decided.
             log.info("%s: client disconnected before sending the whole body", verb)
