@@ -336,16 +336,31 @@ async def chaos(pods: int, rounds: int, seed_value: int, deadline: float) -> dic
                 with contextlib.suppress(Exception):
                     await run.stop_extender()
             await api.stop()
+    return summary(
+        pods, done, seed_value, time.monotonic() - started, report, run.faults, run.scheduler.answers
+    )
+
+
+def summary(
+    pods: int,
+    rounds: int,
+    seed_value: int,
+    seconds: float,
+    audited: dict[str, Any],
+    faults: Counter[str],
+    answers: Counter[str],
+) -> dict[str, Any]:
+    """The report of a run: its size, what ``audit`` found and how much, the faults, the answers."""
     return {
         "pods": pods,
-        "rounds": done,
+        "rounds": rounds,
         "seed": seed_value,
-        "seconds": round(time.monotonic() - started, 1),
-        **report,
-        "double_allocation_count": len(report["double_allocations"]),
-        "orphan_count": len(report["orphans"]),
-        "faults": dict(sorted(run.faults.items())),
-        "answers": dict(sorted(run.scheduler.answers.items())),
+        "seconds": round(seconds, 1),
+        **audited,
+        "double_allocation_count": len(audited["double_allocations"]),
+        "orphan_count": len(audited["orphans"]),
+        "faults": dict(sorted(faults.items())),
+        "answers": dict(sorted(answers.items())),
     }
 
 

@@ -31,7 +31,7 @@ import yaml
 from app.config.extenderconfig import API_VERSION, KIND
 from e2e.controlplane import EXTENDER_NAMESPACE, ROOT, ControlPlane, build_binaries, remove
 from e2e.workload import Scenario
-from loadtests.chaos import Scheduler, Workload, audit
+from loadtests.chaos import Scheduler, Workload, audit, summary
 from loadtests.faultproxy import FaultProxy
 
 __all__ = ["RUN_DIR", "chaos_e2e", "run"]
@@ -198,20 +198,13 @@ async def chaos_e2e(
         chaos.release()
         await asyncio.to_thread(plane.components[extender].stop)
         await proxy.stop()
+    seconds = time.monotonic() - started
     return {
         "mode": "e2e",
-        "pods": pods,
-        "rounds": done,
-        "seed": seed,
-        "seconds": round(time.monotonic() - started, 1),
-        **report,
-        "double_allocation_count": len(report["double_allocations"]),
-        "orphan_count": len(report["orphans"]),
+        **summary(pods, done, seed, seconds, report, chaos.faults + proxy.injected, chaos.scheduler.answers),
         "orphans_released_by_the_extender": released,
         "internal_errors": internal[:5],
         "internal_error_count": len(internal),
-        "faults": dict(sorted((chaos.faults + proxy.injected).items())),
-        "answers": dict(sorted(chaos.scheduler.answers.items())),
     }
 
 

@@ -84,13 +84,6 @@ def add_pod(api: FakeKubeAPI, name: str, gpus: int = 1) -> dict:
     return api.add("Pod", pod(NS, name, [f"{name}-gpu"]))
 
 
-def add_extended_pod(api: FakeKubeAPI, name: str) -> dict:
-    """A pod asking for one GPU as the implicit extended resource of DeviceClass ``gpu`` (KEP-5004)."""
-    p = pod(NS, name)
-    p["spec"]["containers"][0]["resources"] = {"limits": {"deviceclass.resource.kubernetes.io/gpu": "1"}}
-    return api.add("Pod", p)
-
-
 async def bind(runtime: ClusterRuntime, name: str, node_name: str, uid: str | None = None) -> str | None:
     """Bind as kube-scheduler's bind call does (from a worker thread); the error text, or None."""
     try:
