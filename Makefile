@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos lock clean oracle-bin oracle kustomize-bin loadtest
+.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos chaos-e2e lock clean oracle-bin oracle kustomize-bin loadtest
 
 # The upstream allocator as a test oracle (tests/oracle, Go): built into .cache/ (git-ignored) when go is on
 # PATH and its sources changed; without go the differential tests skip.
@@ -109,6 +109,10 @@ bench-k8s: $(STAMP) e2e-bin
 # prints a JSON report; exit 1 on a double allocation or an orphan.
 chaos: $(STAMP)
 	$(BIN)/python -m loadtests.chaos $(CHAOS_ARGS)
+
+# The same against the e2e control plane (kube-apiserver restarts, a proxy's faults; needs Go, as make e2e).
+chaos-e2e: $(STAMP) e2e-bin
+	$(BIN)/python -m loadtests.chaos --e2e $(CHAOS_ARGS)
 
 # Load test: locust in its own environment (.cache/loadtest-venv, from loadtests/requirements.lock: it patches
 # the standard library on import), against the synthetic-cluster extender it starts on a free loopback port.

@@ -1,5 +1,5 @@
 """``python -m app``: the ``dra-extender`` command line."""
 
-from app.cli.main import main
+from app.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

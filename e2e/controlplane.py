@@ -190,6 +190,10 @@ class ControlPlane:
     components: dict[str, Component] = field(default_factory=dict)
     server: str = ""
     extender_url: str = ""
+    tokens: dict[str, str] = field(default_factory=dict)
+    """ServiceAccount name -> the token its kubeconfig holds."""
+    extender_urls: dict[str, str] = field(default_factory=dict)
+    """Extender component name -> its URL (``extender_url`` is the one kube-scheduler calls)."""
     _watchdog_stop: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -348,19 +352,31 @@ class ControlPlane:
         kube.close()
 
     def _token_kubeconfig(self, kube: Kube, account: str) -> Path:
-        token = kube.token(EXTENDER_NAMESPACE, account, seconds=86400)
-        return _kubeconfig(self.directory / f"{account}.kubeconfig", self.server, self.ca, {"token": token})
+        self.tokens[account] = kube.token(EXTENDER_NAMESPACE, account, seconds=86400)
+        return _kubeconfig(
+            self.directory / f"{account}.kubeconfig", self.server, self.ca, {"token": self.tokens[account]}
+        )
 
-    def start_extender(self, *extra: str) -> Component:
+    def start_extender(
+        self, *extra: str, name: str = "dra-extender", api_server: str | None = None
+    ) -> Component:
         """The extender as the sidecar runs it (``manifests/base/deployment.yaml``), with a kubeconfig holding
         a token of the account bound only to the extender's roles instead of ``--in-cluster``, and a free
-        port."""
+        port; ``extra`` arguments after the sidecar's (the last of a flag given twice wins). ``name``: the
+        component's (a second extender needs another); ``api_server``: where it reaches kube-apiserver
+        instead (a proxy)."""
         port, probes = free_port(), f"127.0.0.1:{free_port()}"
-        self.extender_url = f"http://127.0.0.1:{port}"
+        self.extender_urls[name] = f"http://127.0.0.1:{port}"
+        if name == "dra-extender":
+            self.extender_url = self.extender_urls[name]
+        kubeconfig = self.extender_kubeconfig
+        if api_server is not None:
+            token = {"token": self.tokens[EXTENDER_ONLY_ACCOUNT]}
+            kubeconfig = _kubeconfig(self.directory / f"{name}.kubeconfig", api_server, self.ca, token)
         args = []
         for arg in _sidecar_container("dra-extender")["args"]:
             if arg == "--in-cluster":
-                args.append(f"--kubeconfig={self.extender_kubeconfig}")
+                args.append(f"--kubeconfig={kubeconfig}")
             elif arg.startswith("--port="):
                 args.append(f"--port={port}")
             elif arg.startswith("--metrics-bind-address="):  # the pod IP there, loopback here
@@ -372,7 +388,7 @@ class ControlPlane:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("KUBECONFIG", None)
         return self._add(
-            "dra-extender",
+            name,
             [str(Path(sys.executable).with_name("dra-extender")), *args, FEATURE_GATES, *extra],
             lambda: _get_ok(f"http://{probes}/readyz"),  # where the kubelet's probes go
             env,

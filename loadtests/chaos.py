@@ -1,8 +1,8 @@
 """Chaos run: concurrent binds with retries against the fake API server under faults; counts double
 allocations and orphans (issue 14). A script, not a test: it prints one JSON report and exits 0 when
-both counts are 0, 1 otherwise.
+both counts are 0, 1 otherwise. ``--e2e``: against the e2e control plane instead (``loadtests.chaos_e2e``).
 
-    .venv/bin/python -m loadtests.chaos [--pods 50] [--rounds 12] [--seed 1] [--deadline 180]
+    .venv/bin/python -m loadtests.chaos [--e2e] [--pods 50] [--rounds 12] [--seed 1] [--deadline 180]
 
 Everything listens on 127.0.0.1 (the fake API server of ``tests/app/kube/fakeapi.py``; the extender's
 app is called in-process) and the run stops by itself after ``--rounds`` scheduling rounds or
@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,14 @@ from app.kube.runtime import ClusterRuntime
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
+Obj = dict[str, Any]
+
 NS = "chaos"
 DRIVER = "gpu.example.com"
 HTTP_TIMEOUT = 0.5
 """kube-scheduler's ``httpTimeout`` here (5 s by default): binds slower than this are abandoned."""
+EXTENDED_RESOURCE = "deviceclass.resource.kubernetes.io/gpu"
+"""The extended resource DeviceClass ``gpu`` stands for (without an ``extendedResourceName``)."""
 
 SETTINGS = ClusterSettings(
     watch_idle_seconds=5.0,
@@ -59,39 +64,105 @@ SETTINGS = ClusterSettings(
     orphan_grace_period_seconds=2.0,
     orphan_check_interval_seconds=0.25,
     reservation_ttl_seconds=8.0,
+    # The pods carry no schedulerName, so the API server's default: without it here no orphan is ever
+    # released, and an allocation only a retried bind could reuse stays when the pod is never retried.
+    scheduler_names=("default-scheduler",),
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What a chaos run schedules: ``nodes`` with 2 GPUs each, for about half the pods; ``shared`` claims;
+    per pod its claim: 3 in 5 pods have their own (``own``), 1 in 5 asks for an extended resource (a claim
+    the bind creates; ``claim`` None), 1 in 5 shares one of the shared claims."""
+
+    nodes: int
+    shared: list[str]
+    pods: list[tuple[str, str | None, bool]]
+    """(name, claim, own)."""
+
+    @classmethod
+    def draw(cls, pods: int, rng: random.Random) -> Workload:
+        shared = [f"shared-{s}" for s in range(max(1, pods // 10))]
+        chosen: list[tuple[str, str | None, bool]] = []
+        for i in range(pods):
+            name = f"p{i:03d}"
+            kind = rng.random()
+            if kind < 0.6:
+                chosen.append((name, f"{name}-gpu", True))
+            elif kind < 0.8:
+                chosen.append((name, None, False))
+            else:
+                chosen.append((name, shared[rng.randrange(len(shared))], False))
+        return cls(max(2, pods // 4), shared, chosen)
+
+
 def seed(api: FakeKubeAPI, pods: int, rng: random.Random) -> list[str]:
-    """Nodes with 2 GPUs each, for about half the pods: 3 in 5 pods have their own claim, 1 in 5 asks for
-    an extended resource (a claim the bind creates), 1 in 5 shares a claim with others."""
+    """The fake API server's objects of a ``Workload``; returns the pod names."""
+    workload = Workload.draw(pods, rng)
     api.add("Namespace", {"metadata": {"name": NS}})
     api.add("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"'))
-    for i in range(max(2, pods // 4)):
+    for i in range(workload.nodes):
         api.add("Node", node(f"n{i:02d}"))
         api.add(
             "ResourceSlice",
             resource_slice(f"n{i:02d}-gpus", DRIVER, f"n{i:02d}", [device("gpu-0"), device("gpu-1")]),
         )
-    for s in range(max(1, pods // 10)):
-        api.add("ResourceClaim", claim(NS, f"shared-{s}", [request("gpu", "gpu")]))
-    names = []
-    for i in range(pods):
-        name = f"p{i:03d}"
-        kind = rng.random()
-        if kind < 0.6:
-            api.add("ResourceClaim", claim(NS, f"{name}-gpu", [request("gpu", "gpu")]))
-            api.add("Pod", pod(NS, name, [f"{name}-gpu"]))
-        elif kind < 0.8:
-            p = pod(NS, name)
-            p["spec"]["containers"][0]["resources"] = {
-                "limits": {"deviceclass.resource.kubernetes.io/gpu": "1"}
-            }
-            api.add("Pod", p)
-        else:
-            api.add("Pod", pod(NS, name, [f"shared-{rng.randrange(max(1, pods // 10))}"]))
-        names.append(name)
-    return names
+    for name in workload.shared:
+        api.add("ResourceClaim", claim(NS, name, [request("gpu", "gpu")]))
+    for name, claim_name, own in workload.pods:
+        if own:
+            api.add("ResourceClaim", claim(NS, claim_name, [request("gpu", "gpu")]))
+        p = pod(NS, name, [claim_name] if claim_name else [])
+        if claim_name is None:
+            p["spec"]["containers"][0]["resources"] = {"limits": {EXTENDED_RESOURCE: "1"}}
+        api.add("Pod", p)
+    return [name for name, _, _ in workload.pods]
+
+
+@dataclasses.dataclass
+class Scheduler:
+    """kube-scheduler's side of the extender protocol, for any number of pods at once, with a short
+    ``httpTimeout``: a call that does not answer in time is abandoned (the pod is tried again later,
+    while the extender may still be binding it)."""
+
+    rng: random.Random
+    timeout: float = HTTP_TIMEOUT
+    http: httpx.AsyncClient | None = None
+    """The extender (replaced when it restarts)."""
+    answers: Counter[str] = dataclasses.field(default_factory=Counter)
+
+    async def post(self, verb: str, body: dict[str, Any]) -> Any:
+        """One extender call; None when it did not answer in time, or at all (restarting)."""
+        assert self.http is not None
+        try:
+            answer = await asyncio.wait_for(
+                self.http.post(f"/scheduler/{verb}", content=orjson.dumps(body)), self.timeout
+            )
+        except TimeoutError:
+            self.answers[f"{verb} timed out"] += 1
+            return None
+        except httpx.TransportError:
+            self.answers[f"{verb}: extender unreachable"] += 1
+            return None
+        return answer.json()
+
+    async def cycle(self, pod: Obj, nodes: list[str]) -> None:
+        """One scheduling cycle of ``pod`` (as read from the API) over ``nodes``: filter → prioritize →
+        bind."""
+        filtered = await self.post("filter", {"Pod": pod, "NodeNames": nodes})
+        if not filtered or filtered.get("Error") or not filtered.get("NodeNames"):
+            self.answers["filter: no node"] += 1
+            return
+        passed = filtered["NodeNames"]
+        scores = await self.post("prioritize", {"Pod": pod, "NodeNames": passed}) or []
+        best = max(scores, key=lambda s: (s["Score"], self.rng.random()))["Host"] if scores else passed[0]
+        meta = pod["metadata"]
+        bound = await self.post(
+            "bind",
+            {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": best},
+        )
+        self.answers["bind ok" if bound and not bound.get("Error") else "bind failed"] += 1
 
 
 @dataclasses.dataclass
@@ -99,10 +170,9 @@ class Run:
     api: FakeKubeAPI
     kubeconfig: Path
     rng: random.Random
+    scheduler: Scheduler
     runtime: ClusterRuntime | None = None
-    http: httpx.AsyncClient | None = None
     faults: Counter[str] = dataclasses.field(default_factory=Counter)
-    answers: Counter[str] = dataclasses.field(default_factory=Counter)
     gates: list[asyncio.Event] = dataclasses.field(default_factory=list)
 
     async def start_extender(self) -> None:
@@ -112,43 +182,21 @@ class Run:
         await self.runtime.start()
         await asyncio.wait_for(self.runtime.wait_ready(), 30)
         app = create_app(self.runtime.service, Settings(Path("unused")), ready=self.runtime.ready)
-        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://extender")
+        transport = httpx.ASGITransport(app=app)
+        self.scheduler.http = httpx.AsyncClient(transport=transport, base_url="http://extender")
 
     async def stop_extender(self) -> None:
-        assert self.runtime is not None and self.http is not None
-        await self.http.aclose()
+        assert self.runtime is not None and self.scheduler.http is not None
+        await self.scheduler.http.aclose()
         await self.runtime.stop()
 
-    async def post(self, verb: str, body: dict[str, Any]) -> Any:
-        """One extender call with kube-scheduler's timeout; None when it did not answer in time."""
-        assert self.http is not None
-        try:
-            answer = await asyncio.wait_for(
-                self.http.post(f"/scheduler/{verb}", content=orjson.dumps(body)), HTTP_TIMEOUT
-            )
-        except TimeoutError:
-            self.answers[f"{verb} timed out"] += 1
-            return None
-        return answer.json()
-
     async def schedule(self, name: str) -> None:
-        """One scheduling cycle of pod ``name`` as kube-scheduler runs it."""
+        """One scheduling cycle of pod ``name``, unless it is bound by now."""
         current = self.api.get("Pod", NS, name)
         if current is None or current["spec"].get("nodeName"):
             return
         nodes = sorted(n["metadata"]["name"] for n in self.api.store[("", "nodes")].values())
-        filtered = await self.post("filter", {"Pod": current, "NodeNames": nodes})
-        if not filtered or filtered.get("Error") or not filtered.get("NodeNames"):
-            self.answers["filter: no node"] += 1
-            return
-        passed = filtered["NodeNames"]
-        scores = await self.post("prioritize", {"Pod": current, "NodeNames": passed}) or []
-        best = max(scores, key=lambda s: (s["Score"], self.rng.random()))["Host"] if scores else passed[0]
-        meta = current["metadata"]
-        bound = await self.post(
-            "bind", {"PodName": name, "PodNamespace": NS, "PodUID": meta["uid"], "Node": best}
-        )
-        self.answers["bind ok" if bound and not bound.get("Error") else "bind failed"] += 1
+        await self.scheduler.cycle(current, nodes)
 
     def slow(self, method: str, pattern: str, seconds: float) -> None:
         """Hold the next matching request for ``seconds`` (longer than the httpTimeout)."""
@@ -210,10 +258,11 @@ class Run:
             self.faults["extender restart"] += 1
 
 
-def audit(api: FakeKubeAPI) -> dict[str, Any]:
-    """Double allocations and orphans on the server (module docstring)."""
-    claims = api.store.get(("resource.k8s.io", "resourceclaims"), {})
-    pods = {name: p for (ns, name), p in api.store.get(("", "pods"), {}).items() if ns == NS}
+def audit(claim_list: Iterable[Obj], pod_list: Iterable[Obj], namespace: str) -> dict[str, Any]:
+    """Double allocations and orphans among the claims and the pods of ``namespace`` read from the server
+    (module docstring)."""
+    claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claim_list}
+    pods = {p["metadata"]["name"]: p for p in pod_list if p["metadata"]["namespace"] == namespace}
     holders: dict[tuple[str, str, str], list[str]] = {}
     orphans: list[str] = []
     for (ns, name), c in claims.items():
@@ -232,7 +281,7 @@ def audit(api: FakeKubeAPI) -> dict[str, Any]:
         wanted = [c.get("resourceClaimName") for c in p["spec"].get("resourceClaims") or ()]
         extended = ((p.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
         for claim_name in [*wanted, *([extended] if extended else [])]:
-            c = claims.get((NS, claim_name)) or {}
+            c = claims.get((namespace, claim_name)) or {}
             status = c.get("status") or {}
             reserved = any(r.get("uid") == p["metadata"]["uid"] for r in status.get("reservedFor") or ())
             if not status.get("allocation") or not reserved:
@@ -249,7 +298,7 @@ async def chaos(pods: int, rounds: int, seed_value: int, deadline: float) -> dic
     api = await FakeKubeAPI().start()
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as directory:
-        run = Run(api, api.kubeconfig(Path(directory)), rng)
+        run = Run(api, api.kubeconfig(Path(directory)), rng, Scheduler(rng))
         names = seed(api, pods, rng)
         try:
             await run.start_extender()
@@ -277,22 +326,41 @@ async def chaos(pods: int, rounds: int, seed_value: int, deadline: float) -> dic
             await asyncio.sleep(
                 SETTINGS.orphan_grace_period_seconds + 4 * SETTINGS.orphan_check_interval_seconds
             )
-            report = audit(api)
+            report = audit(
+                api.store.get(("resource.k8s.io", "resourceclaims"), {}).values(),
+                api.store.get(("", "pods"), {}).values(),
+                NS,
+            )
         finally:
             if run.runtime is not None:
                 with contextlib.suppress(Exception):
                     await run.stop_extender()
             await api.stop()
+    return summary(
+        pods, done, seed_value, time.monotonic() - started, report, run.faults, run.scheduler.answers
+    )
+
+
+def summary(
+    pods: int,
+    rounds: int,
+    seed_value: int,
+    seconds: float,
+    audited: dict[str, Any],
+    faults: Counter[str],
+    answers: Counter[str],
+) -> dict[str, Any]:
+    """The report of a run: its size, what ``audit`` found and how much, the faults, the answers."""
     return {
         "pods": pods,
-        "rounds": done,
+        "rounds": rounds,
         "seed": seed_value,
-        "seconds": round(time.monotonic() - started, 1),
-        **report,
-        "double_allocation_count": len(report["double_allocations"]),
-        "orphan_count": len(report["orphans"]),
-        "faults": dict(sorted(run.faults.items())),
-        "answers": dict(sorted(run.answers.items())),
+        "seconds": round(seconds, 1),
+        **audited,
+        "double_allocation_count": len(audited["double_allocations"]),
+        "orphan_count": len(audited["orphans"]),
+        "faults": dict(sorted(faults.items())),
+        "answers": dict(sorted(answers.items())),
     }
 
 
@@ -304,11 +372,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--deadline", type=float, default=180.0, help="stop starting rounds after this many seconds"
     )
+    parser.add_argument(
+        "--e2e", action="store_true", help="against the e2e control plane (needs Go, as make e2e) instead"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.CRITICAL)  # faults make the extender log a lot; the report says it all
-    report = asyncio.run(chaos(args.pods, args.rounds, args.seed, args.deadline))
+    if args.e2e:
+        from loadtests import chaos_e2e  # it builds on this module
+
+        report = chaos_e2e.run(args.pods, args.rounds, args.seed, args.deadline)
+    else:
+        report = asyncio.run(chaos(args.pods, args.rounds, args.seed, args.deadline))
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    return 0 if not report["double_allocation_count"] and not report["orphan_count"] else 1
+    failed = report["double_allocation_count"] or report["orphan_count"] or report.get("internal_error_count")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

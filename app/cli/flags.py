@@ -147,7 +147,7 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
     serve.add_argument(
         "--health-probe-bind-address",
         metavar="HOST:PORT",
-        help="also answer /livez, /healthz and /readyz on this address from a thread of their own, fast "
+        help="also answer /livez, /healthz and /readyz on this address from a process of their own, fast "
         "while the extender is busy (e.g. 127.0.0.1:8081 for the kubelet's probes; default: none)",
     )
     serve.add_argument(

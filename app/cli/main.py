@@ -24,7 +24,8 @@ a time, and print one JSON document to stdout; ``-o yaml`` the same in YAML, ``-
 Exit codes: 0 when the command ran (pods may stay pending), 2 on unusable input (missing directory,
 invalid manifests or DRA objects, bad flags, an unknown ``--nodes`` name, a port in use, a cluster that
 cannot be read; with ``--strict`` also unknown fields and DeviceClass CEL that does not compile) with the
-message on stderr. Warnings (unknown fields, such CEL, a state without objects) go to stderr too.
+message on stderr. Warnings (unknown fields, such CEL, a state without objects) go to stderr too. Ctrl-C:
+130 (``app.cli.run``).
 """
 
 from __future__ import annotations

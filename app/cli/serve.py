@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import orjson
 
@@ -37,13 +38,15 @@ from app.cli.runtime import (
 from app.config.logs import configure as configure_logging
 from app.config.settings import ServerSettings, Settings
 from app.http.metrics import Metrics
-from app.http.probes import LoopHeartbeat, start_probe_server
+from app.http.probes import ProbeListener
 from app.scheduling.service import SchedulingService
 
 __all__ = ["run_serve"]
 
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 def _banner(
@@ -143,34 +146,34 @@ def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -
     if runtime.watcher is not None:
         runtime.watcher.start()
     metrics = _serve_metrics(settings.server, Metrics(runtime.service))
-    heartbeat = _serve_probes(settings.server, lambda: True)
-    # One worker: the cluster state and the in-flight allocations live in this process.
-    serve(
-        create_app(runtime.service, settings, metrics=metrics, heartbeat=heartbeat),
-        sock,
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level=settings.server.log_level,
-        log_config=None,  # uvicorn's records go through the handler configure_logging installed
-        workers=1,
-        **server_config(),
-        **_ssl_options(settings.server),
-    )
+    with _serve_probes(settings.server, lambda: True) as probes:
+        # One worker: the cluster state and the in-flight allocations live in this process.
+        serve(
+            create_app(runtime.service, settings, metrics=metrics, heartbeat=probes),
+            sock,
+            host=settings.server.host,
+            port=settings.server.port,
+            log_level=settings.server.log_level,
+            log_config=None,  # uvicorn's records go through the handler configure_logging installed
+            workers=1,
+            **server_config(),
+            **_ssl_options(settings.server),
+        )
     return EXIT_OK
 
 
-def _serve_probes(server: ServerSettings, ready: Callable[[], bool]) -> LoopHeartbeat | None:
-    """Start the ``--health-probe-bind-address`` listener when asked for; returns the heartbeat the app's
-    event loop must tick. Raises StartupError when the address cannot be bound."""
+@contextlib.contextmanager
+def _serve_probes(server: ServerSettings, ready: Callable[[], bool]) -> Iterator[ProbeListener | None]:
+    """The ``--health-probe-bind-address`` listener while the block runs, when asked for: the app's event
+    loop must tick it. Raises StartupError when the address cannot be bound."""
+    from app.http.server import listen
+
     if server.health_probe_bind_address is None:
-        return None
-    heartbeat = LoopHeartbeat()
-    _listen_on(
-        "--health-probe-bind-address",
-        server.health_probe_bind_address,
-        lambda host, port: start_probe_server(host, port, heartbeat, ready),
-    )
-    return heartbeat
+        yield None
+        return
+    sock = _listen_on("--health-probe-bind-address", server.health_probe_bind_address, listen)
+    with ProbeListener(sock, ready) as probes:
+        yield probes
 
 
 def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Metrics:
@@ -187,12 +190,12 @@ def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Metrics:
     return metrics
 
 
-def _listen_on(flag: str, address: str, start: Callable[[str, int], object]) -> None:
+def _listen_on(flag: str, address: str, start: Callable[[str, int], _T]) -> _T:
     """``start(host, port)`` for a ``host:port`` flag value (IPv6 hosts in brackets); a bind failure is a
     StartupError naming the flag and the address."""
     host, _, port = address.rpartition(":")
     try:
-        start(host.strip("[]"), int(port))
+        return start(host.strip("[]"), int(port))
     except OSError as e:
         raise StartupError(f"{flag} {address}: {e.strerror or e}") from e
 
@@ -293,24 +296,25 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
     if server.delegated_auth:
         auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
     try:
-        serve(
-            create_app(
-                runtime.service,
-                settings,
-                ready=runtime.ready,
-                auth=auth,
-                metrics=_serve_metrics(server, Metrics(runtime.service, runtime.informers)),
-                heartbeat=_serve_probes(server, runtime.ready),
-            ),
-            sock,
-            host=server.host,
-            port=server.port,
-            log_level=server.log_level,
-            log_config=None,
-            workers=1,
-            **server_config(),
-            **_ssl_options(server),
-        )
+        with _serve_probes(server, runtime.ready) as probes:
+            serve(
+                create_app(
+                    runtime.service,
+                    settings,
+                    ready=runtime.ready,
+                    auth=auth,
+                    metrics=_serve_metrics(server, Metrics(runtime.service, runtime.informers)),
+                    heartbeat=probes,
+                ),
+                sock,
+                host=server.host,
+                port=server.port,
+                log_level=server.log_level,
+                log_config=None,
+                workers=1,
+                **server_config(),
+                **_ssl_options(server),
+            )
     finally:
         background.stop()
     return EXIT_OK

@@ -43,6 +43,7 @@ from app.state.statedir import load_yaml_document
 
 __all__ = [
     "DEFAULT_POLL_SECONDS",
+    "MAX_CONFIG_BYTES",
     "ConfigError",
     "ConfigWatcher",
     "ExtenderConfig",
@@ -52,6 +53,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+MAX_CONFIG_BYTES = 1 << 20
+"""1 MiB, the most a ConfigMap holds (where a deployment keeps this file): a larger file is refused before
+it is parsed (50 MB of YAML took a minute and 2 GB)."""
 
 DEFAULT_POLL_SECONDS = 2.0
 """How often ``serve`` looks at the config file's mtime: a changed file applies within 2 s, and a stat
@@ -161,9 +166,16 @@ def parse_config(data: Any, path: Path) -> ExtenderConfig:
 
 
 def load_config(path: Path) -> ExtenderConfig:
-    """Read and check the config file. Raises ConfigError (unreadable, not YAML, a bad field)."""
+    """Read and check the config file. Raises ConfigError (unreadable, larger than ``MAX_CONFIG_BYTES``,
+    not YAML, a bad field)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as file:
+            raw = file.read(MAX_CONFIG_BYTES + 1)  # no further: the path may name a device or a pipe
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB (the most a ConfigMap holds)"
+            )
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read the config file: {e}") from e
     try:

@@ -14,7 +14,9 @@ A versioned file carries every setting of ``serve`` besides the cluster-wide ``d
 value becomes the default of the command-line option it stands for (``FieldSpec.dest``, an ``argparse``
 destination), so a flag given on the command line overrides the file. ``server`` and ``cluster`` apply to
 ``serve``; ``scheduling`` to ``serve``, ``simulate`` and ``explain``. Values are checked for their type
-here (an error names the field's path) and for their range by ``app.config.settings`` (naming the setting).
+here, numbers also for their range (``app.config.settings.RANGES``), the score weights as the settings
+check them: an error names the field's path. The settings check the ranges again (naming the setting),
+since flags set them too.
 
 Reload: these sections are read once, at start; ``serve`` reloads only ``derivedAttributes`` when the file
 changes (a changed setting here needs a restart).
@@ -29,9 +31,9 @@ from typing import Any
 
 from allocator.alignment import DEVICE_SELECTION_POLICIES
 from allocator.features import parse_feature_gates
-from allocator.scoring import SCORING_POLICIES, parse_weights
+from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from app.config.logs import LOG_FORMATS
-from app.config.settings import CEL_ENGINES, LOG_LEVELS
+from app.config.settings import CEL_ENGINES, LOG_LEVELS, RANGES
 
 __all__ = ["API_VERSION", "COMMAND_SECTIONS", "FIELDS", "KIND", "SECTIONS", "FieldSpec", "parse_sections"]
 
@@ -55,6 +57,8 @@ class FieldSpec:
     doc: str
     flag: str = ""
     """The command-line option that overrides it ("" when there is none)."""
+    setting: str = ""
+    """The settings field it fills (``app.config.settings``), when its name is not ``dest``."""
 
 
 def _one_of(values: tuple[str, ...]) -> str:
@@ -90,7 +94,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "server.healthProbeBindAddress",
         "string",
         "health_probe_bind_address",
-        "host:port of a listener answering only the probes, from a thread of its own (default none)",
+        "host:port of a listener answering only the probes, from a process of its own (default none)",
         "--health-probe-bind-address",
     ),
     FieldSpec("server.sslCertFile", "path", "ssl_certfile", "PEM certificate: serve HTTPS", "--ssl-certfile"),
@@ -176,6 +180,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "binding_timeout",
         "how long a bind waits for binding conditions (default 600); httpTimeout must exceed it + 20 s",
         "--binding-timeout",
+        "binding_timeout_seconds",
     ),
     FieldSpec(
         "cluster.orphanGracePeriodSeconds",
@@ -183,6 +188,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "orphan_grace_period",
         "release an allocation whose pod is still unbound after this long (default 300)",
         "--orphan-grace-period",
+        "orphan_grace_period_seconds",
     ),
     FieldSpec(
         "cluster.bindTimeoutSeconds",
@@ -263,6 +269,9 @@ def _typed(spec: FieldSpec, value: Any) -> Any:
         numeric = isinstance(value, int) if kind == "integer" else isinstance(value, int | float)
         if isinstance(value, bool) or not numeric:
             raise ValueError(f"must be a{'n integer' if kind == 'integer' else ' number'}, got {value!r}")
+        problem = RANGES[spec.setting or spec.dest].problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
     if kind == "strings":
         if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
@@ -276,7 +285,9 @@ def _typed(spec: FieldSpec, value: Any) -> Any:
         return parse_feature_gates(",".join(f"{k}={str(v).lower()}" for k, v in value.items()))
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()):
         raise ValueError("every weight must be a number")
-    return parse_weights(",".join(f"{k}={v}" for k, v in value.items()))
+    weights = parse_weights(",".join(f"{k}={v}" for k, v in value.items()))
+    ScoringConfig(weights=weights)  # raises ValueError for weights it refuses
+    return weights
 
 
 _BY_SECTION: dict[str, dict[str, FieldSpec]] = {

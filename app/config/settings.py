@@ -7,11 +7,14 @@
 
 Every field documents its unit and why the default was chosen. ``__post_init__`` rejects values that
 cannot work (``ValueError`` naming the field), so a bad flag fails at startup, not on the first request.
+``RANGES`` holds what each numeric field accepts, for the config file to check its values by the same
+rules (``app.config.extenderconfig``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from allocator.alignment import DEVICE_SELECTION_POLICIES
@@ -23,7 +26,9 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEVICE_SELECTION_POLICIES",
     "LOG_LEVELS",
+    "RANGES",
     "ClusterSettings",
+    "Range",
     "SchedulingSettings",
     "ServerSettings",
     "Settings",
@@ -37,6 +42,68 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 CEL_ENGINES = ("cel-expr", "cel-python")
 """CEL engines (``app.cli.runtime.new_engine``): Google's C++ runtime via cel-expr-python, or cel-python."""
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """The values a numeric setting accepts: finite, above ``low`` (from it with ``closed``), at most
+    ``high``; integers only with ``integer``."""
+
+    low: float = 0.0
+    high: float = math.inf
+    closed: bool = False
+    integer: bool = False
+
+    def problem(self, value: float) -> str:
+        """Why ``value`` is out of the range (``must be positive, got 0``), or "" when it is in."""
+        if not math.isfinite(value):
+            return f"must be a finite number, got {value}"
+        if self.integer and value != int(value):
+            return f"must be an integer, got {value}"
+        if not (value >= self.low if self.closed else value > self.low) or value > self.high:
+            return f"must be {self._wording()}, got {value}"
+        return ""
+
+    def _wording(self) -> str:
+        if self.high < math.inf:
+            return f"in {self.low:g}..{self.high:g}"
+        return "positive" if self.low == 0 and not self.closed else f"at least {self.low:g}"
+
+
+_POSITIVE = Range()
+_POSITIVE_INTEGER = Range(integer=True)
+
+RANGES: dict[str, Range] = {
+    "port": Range(1, 65535, closed=True, integer=True),
+    "max_body_bytes": _POSITIVE_INTEGER,
+    "filter_time_budget_seconds": _POSITIVE,
+    "connect_timeout_seconds": _POSITIVE,
+    "request_timeout_seconds": _POSITIVE,
+    "watch_timeout_seconds": _POSITIVE_INTEGER,
+    "watch_idle_seconds": _POSITIVE,
+    "list_page_size": _POSITIVE_INTEGER,
+    "backoff_initial_seconds": _POSITIVE,
+    "backoff_max_seconds": _POSITIVE,
+    "backoff_jitter": Range(0, 1, closed=True),
+    "bind_timeout_seconds": _POSITIVE,
+    "binding_timeout_seconds": _POSITIVE,
+    "binding_poll_seconds": _POSITIVE,
+    "orphan_grace_period_seconds": _POSITIVE,
+    "orphan_check_interval_seconds": _POSITIVE,
+    "reservation_ttl_seconds": _POSITIVE,
+}
+"""Per numeric field of the settings below (by name), the values it accepts. Every one is finite: an
+infinite timeout or grace period never ends, and NaN compares false with everything."""
+
+
+def _check_ranges(settings: object) -> None:
+    """Every numeric field of ``settings`` (a dataclass above) that is set, against ``RANGES``. Raises
+    ValueError naming the field."""
+    for f in fields(settings):  # type: ignore[arg-type]
+        value = getattr(settings, f.name)
+        problem = RANGES[f.name].problem(value) if f.name in RANGES and value is not None else ""
+        if problem:
+            raise ValueError(f"{f.name}: {problem}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +140,8 @@ class ServerSettings:
     ``/metrics`` on the extender's port."""
 
     health_probe_bind_address: str | None = None
-    """``host:port`` of a listener answering only ``/livez``, ``/healthz`` and ``/readyz`` from a thread of
-    its own (``app.http.probes``), so probes stay fast while the event loop is busy. None: probes only on the
+    """``host:port`` of a listener answering only ``/livez``, ``/healthz`` and ``/readyz`` from a child
+    process (``app.http.probes``), so probes stay fast while the extender is busy. None: probes only on the
     extender's port."""
 
     ssl_certfile: Path | None = None
@@ -103,10 +170,7 @@ class ServerSettings:
             raise ValueError("ssl_certfile, ssl_keyfile: give both or neither")
         if self.ssl_ca_certs is not None and self.ssl_certfile is None:
             raise ValueError("ssl_ca_certs: client certificates need HTTPS (ssl_certfile, ssl_keyfile)")
-        if not 0 < self.port < 65536:
-            raise ValueError(f"port: must be in 1..65535, got {self.port}")
-        if self.max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes: must be positive, got {self.max_body_bytes}")
+        _check_ranges(self)
         for field_name in ("metrics_bind_address", "health_probe_bind_address"):
             address = getattr(self, field_name)
             if address is not None:
@@ -149,9 +213,7 @@ class SchedulingSettings:
     kube-scheduler's 5 s extender timeout for filter."""
 
     def __post_init__(self) -> None:
-        budget = self.filter_time_budget_seconds
-        if budget is not None and not budget > 0:
-            raise ValueError(f"filter_time_budget_seconds: must be positive, got {budget}")
+        _check_ranges(self)
         if self.cel_engine not in CEL_ENGINES:
             raise ValueError(f"cel_engine: must be one of {', '.join(CEL_ENGINES)}, got {self.cel_engine!r}")
         if self.device_selection not in DEVICE_SELECTION_POLICIES:
@@ -258,26 +320,7 @@ class ClusterSettings:
     warm and write nothing). None: this is the only replica."""
 
     def __post_init__(self) -> None:
-        positive = (
-            "connect_timeout_seconds",
-            "request_timeout_seconds",
-            "watch_timeout_seconds",
-            "watch_idle_seconds",
-            "list_page_size",
-            "backoff_initial_seconds",
-            "backoff_max_seconds",
-            "bind_timeout_seconds",
-            "binding_timeout_seconds",
-            "binding_poll_seconds",
-            "orphan_grace_period_seconds",
-            "orphan_check_interval_seconds",
-            "reservation_ttl_seconds",
-        )
-        for name in positive:
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: must be positive, got {getattr(self, name)}")
-        if not 0 <= self.backoff_jitter <= 1:
-            raise ValueError(f"backoff_jitter: must be in 0..1, got {self.backoff_jitter}")
+        _check_ranges(self)
         if self.backoff_max_seconds < self.backoff_initial_seconds:
             raise ValueError("backoff_max_seconds: must not be below backoff_initial_seconds")
         if not self.scheduler_names or not all(self.scheduler_names):

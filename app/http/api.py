@@ -57,7 +57,7 @@ from app.http.bodies import BodyBudget, BodyRejected, read_body
 from app.http.explain import explain_router
 from app.http.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.http.metrics import Metrics
-from app.http.probes import LoopHeartbeat
+from app.http.probes import ProbeListener
 from app.scheduling.binder import BindError
 from app.scheduling.preemption import preempt
 from app.scheduling.service import FilterOutcome, SchedulingService
@@ -227,7 +227,7 @@ def create_app(
     ready: Callable[[], bool] | None = None,
     auth: DelegatedAuth | None = None,
     metrics: Metrics | None = None,
-    heartbeat: LoopHeartbeat | None = None,
+    heartbeat: ProbeListener | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
     ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start).
@@ -322,7 +322,9 @@ def create_app(
             body = await read_body(request, limit, budget)
         except BodyRejected as e:
             log.info("%s: rejected: %s", verb, e.message)
-            return _json(wire.encode_error(e.message), e.status), False
+            refused = _json(wire.encode_error(e.message), e.status)
+            refused.headers.update(e.headers)
+            return refused, False
         except ClientDisconnect:
             # kube-scheduler gave up (httpTimeout); nobody reads this answer and nothing was decided.
             log.info("%s: client disconnected before sending the whole body", verb)

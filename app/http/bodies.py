@@ -22,7 +22,11 @@ its ``httpTimeout`` (5 s by default) anyway."""
 
 
 class BodyRejected(Refusal):
-    """The body was not read: too large, too slow, no room, or a bad Content-Length."""
+    """The body was not read: too large, too slow, no room, or a bad Content-Length. Answer with
+    ``headers``: the connection is closed after the answer, since the rest of the body would otherwise
+    still be received and thrown away (150 refused 7 MB bodies kept the event loop busy for seconds)."""
+
+    headers = {"connection": "close"}
 
 
 class BodyBudget:

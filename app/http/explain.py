@@ -134,7 +134,9 @@ def explain_router(service: SchedulingService, max_body_bytes: int, budget: Body
         try:
             body = await read_body(request, max_body_bytes, budget)
         except BodyRejected as e:
-            return _error(e.status, e.message)
+            refused = _error(e.status, e.message)
+            refused.headers.update(e.headers)
+            return refused
         # Parsed on a worker thread, in turn with the other explanations: a YAML body of megabytes takes
         # seconds, which on the event loop would hold every probe and filter.
         return await run_in_threadpool(alone, explain_what_if, service, body, node)

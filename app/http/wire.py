@@ -255,6 +255,8 @@ def _victims(value: Any, at: str, *, whole: bool) -> tuple[Victims, list[Obj]]:
     violations = found.get("NumPDBViolations") or 0
     if not isinstance(violations, int) or isinstance(violations, bool):
         raise WireError(f"{at}.NumPDBViolations: must be an integer, got {_type(violations)}")
+    if violations < 0:
+        raise WireError(f"{at}.NumPDBViolations: must not be negative, got {violations}")
     uids, pods = [], []
     for i, entry in enumerate(_expect(found.get("Pods"), list, f"{at}.Pods") or ()):
         where = f"{at}.Pods[{i}]"

@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -143,6 +144,27 @@ def kubeconfig_path(explicit: Path | None) -> Path | None:
     return Path(first) if first else None
 
 
+def _check_kubeconfig(path: Path) -> None:
+    """Raises ConfigException naming ``path`` when it cannot be a kubeconfig: unreadable, empty (comments
+    only), not YAML, not a mapping. kubernetes-asyncio's own messages say none of that ("'NoneType' object
+    does not support item assignment" for an empty file)."""
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise kube_config.ConfigException(
+            f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}"
+        ) from e
+    except yaml.YAMLError as e:
+        raise kube_config.ConfigException(f"{path}: not valid YAML: {' '.join(str(e).split())}") from e
+    if document is None:
+        raise kube_config.ConfigException(f"{path}: the kubeconfig file is empty")
+    if not isinstance(document, Mapping):
+        raise kube_config.ConfigException(
+            f"{path}: not a kubeconfig: expected a mapping (apiVersion, clusters, users, contexts), "
+            f"got a {type(document).__name__}"
+        )
+
+
 def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIError:
     reason, message = "", body.decode("utf-8", "replace")[:500]
     try:
@@ -200,6 +222,7 @@ class KubeClient:
         configuration = Configuration()
         path = None if in_cluster else kubeconfig_path(kubeconfig)
         if path is not None:
+            _check_kubeconfig(path)
             await kube_config.load_kube_config(
                 config_file=str(path),
                 context=context,

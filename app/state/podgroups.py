@@ -29,6 +29,7 @@ __all__ = [
     "GROUP",
     "POD_GROUP_VERSIONS",
     "check_pod_group",
+    "check_scheduling_group",
     "group_claim_entry",
     "group_reference",
     "owned_by_pod_group",
@@ -96,6 +97,19 @@ def reserves(reserved: Iterable[Obj], pod_uid: str, consumer: Obj | None) -> boo
         ):
             return True
     return False
+
+
+def check_scheduling_group(pod: Obj) -> None:
+    """A pod's ``spec.schedulingGroup``, when set: an object whose ``podGroupName`` is a string (anything
+    else would read as "in no group" and schedule the pod alone). Raises ConversionError naming the field."""
+    group = (pod.get("spec") or {}).get("schedulingGroup")
+    if group is None:
+        return
+    if not isinstance(group, Mapping):
+        raise ConversionError("spec.schedulingGroup", f"must be an object, got {group!r}")
+    name = group.get("podGroupName")
+    if name is not None and not isinstance(name, str):
+        raise ConversionError("spec.schedulingGroup.podGroupName", f"must be a string, got {name!r}")
 
 
 def check_pod_group(obj: Obj, api_version: str) -> None:

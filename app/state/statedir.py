@@ -56,7 +56,7 @@ import yaml
 from app.state.cluster import NAMESPACED_KINDS
 from app.state.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
 from app.state.knownfields import unknown_fields
-from app.state.podgroups import check_pod_group
+from app.state.podgroups import check_pod_group, check_scheduling_group
 
 __all__ = [
     "KIND_FIELDS",
@@ -280,7 +280,7 @@ class _Loader:
         template_at = _template_path(obj)
         if template_at is not None:
             raise StateLoadError(_TEMPLATE_PROBLEM, file=file, kind=kind, ref=ref, field_path=template_at)
-        self._check_name(obj, kind, ref, file)
+        self._check_metadata(obj, kind, ref, file)
         self._check_fields(obj, kind, ref, file)
         converted = self._convert(obj, kind, api_version, ref, file)
         if self._remember(converted, kind, file):
@@ -301,7 +301,7 @@ class _Loader:
             self.objects.unknown_fields.append(f"{file}: {kind} {ref}: {path}: unknown field")
 
     @staticmethod
-    def _check_name(obj: Obj, kind: str, ref: str, file: Path) -> None:
+    def _check_metadata(obj: Obj, kind: str, ref: str, file: Path) -> None:
         metadata = obj.get("metadata")
         if (
             not isinstance(metadata, dict)
@@ -309,6 +309,15 @@ class _Loader:
             or not metadata["name"]
         ):
             raise StateLoadError("Required value", file=file, kind=kind, ref=ref, field_path="metadata.name")
+        namespace = metadata.get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise StateLoadError(
+                f"must be a string, got {namespace!r}",
+                file=file,
+                kind=kind,
+                ref=ref,
+                field_path="metadata.namespace",
+            )
 
     @staticmethod
     def _convert(obj: Obj, kind: str, api_version: str, ref: str, file: Path) -> Obj:
@@ -376,6 +385,7 @@ def _core_object(obj: Obj, kind: str, api_version: str) -> Obj:
         raise ConversionError("metadata.labels", "must be a map of strings to strings (quote numbers)")
     if kind == "Pod":
         _check_pod_claims(obj)
+        check_scheduling_group(obj)
     return _deep_copy(obj)
 
 

@@ -4,16 +4,24 @@ that never send a request (issue 14, item 10)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
 from starlette.requests import Request
 
+from allocator.cel.expr_engine import ExprEngine
+from allocator.selectors import SelectorCache
+from app.config.settings import ServerSettings, Settings
+from app.http.api import create_app
 from app.http.bodies import BodyBudget, BodyRejected, read_body
 from app.http.server import server_config
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
 
 
 def request(chunks: list[bytes], then_wait: asyncio.Event | None = None) -> Request:
@@ -56,14 +64,10 @@ async def test_a_body_that_stops_arriving_is_refused_after_the_read_time():
     assert budget.in_use == 0
 
 
-@pytest.fixture
-async def served() -> AsyncIterator[int]:
-    """A real uvicorn server on 127.0.0.1 with the extender's connection settings (1 s idle limit)."""
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
-
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[int]:
+    """``app`` on a real uvicorn server on 127.0.0.1 with the extender's connection settings (1 s idle
+    limit) while the block runs; yields the port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, log_level="warning", lifespan="off", **server_config(idle_seconds=1))
@@ -74,6 +78,16 @@ async def served() -> AsyncIterator[int]:
     yield sock.getsockname()[1]
     server.should_exit = True
     await task
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[int]:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async with serving(app) as port:
+        yield port
 
 
 async def _closed_by_server(port: int, send: bytes, drip: bytes = b"") -> bool:
@@ -115,3 +129,38 @@ async def test_a_declared_body_without_room_is_refused_before_it_is_read():
         await read_body(Request(scope, receive), 800, budget)
     assert refused.value.status == 503
     assert budget.in_use == 600
+
+
+@pytest.mark.parametrize("path", ["/scheduler/filter", "/api/v1/explain"])
+async def test_a_refused_body_closes_the_connection_instead_of_receiving_the_rest(path):
+    # 150 clients sending 7 MB bodies the budget had no room for: each refused body was still received
+    # to its end and thrown away, which kept the event loop (and every request on it) busy for seconds.
+    service = SchedulingService(ClusterState.from_objects([]), SelectorCache(ExprEngine()))
+    app = create_app(service, Settings(Path("unused"), ServerSettings(max_body_bytes=1000)))
+    async with serving(app) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n".encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head.lower()
+        try:
+            # The body keeps coming, as the attack's did: the server closes long before its end.
+            assert await _closed_while_sending(reader, writer, seconds=4)
+        finally:
+            writer.close()
+
+
+async def _closed_while_sending(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seconds: float
+) -> bool:
+    """Send 100 bytes every 0.2 s for up to ``seconds``; whether the server closed the connection."""
+    for _ in range(int(seconds / 0.2)):
+        try:
+            writer.write(b"x" * 100)
+            await writer.drain()
+            if await asyncio.wait_for(reader.read(65536), 0.2) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except ConnectionError:
+            return True
+    return False

@@ -139,12 +139,6 @@ def test_a_bad_field_is_an_error_naming_its_path(tmp_path, capsys, document, mes
     assert message in capsys.readouterr().err
 
 
-def test_a_range_error_names_the_setting(tmp_path, capsys):
-    config = _write(tmp_path, {**HEADER, "scheduling": {"filterTimeBudgetSeconds": 0}})
-    assert cli.main(["simulate", "--state", "examples/cluster", "--config", str(config)]) == 2
-    assert "filter_time_budget_seconds: must be positive, got 0" in capsys.readouterr().err
-
-
 def test_validate_accepts_a_versioned_file(tmp_path, capsys):
     config = _write(tmp_path, FULL)
     assert cli.main(["validate", "--config", str(config)]) == 0
@@ -158,3 +152,69 @@ def test_the_readme_documents_every_field():
             f"| `{spec.path}` | {spec.kind.replace('|', chr(92) + '|')} | {spec.flag and f'`{spec.flag}`'} |"
         )
         assert row in readme, row
+
+
+NUMERIC = [spec for spec in FIELDS if spec.kind in ("integer", "number")]
+
+
+@pytest.mark.parametrize("spec", NUMERIC, ids=lambda spec: spec.path)
+@pytest.mark.parametrize("value", [-1, 0, float("inf"), float("nan"), 70_000.5])
+def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path, spec, value):
+    """No numeric setting takes a negative, zero (jitter aside), infinite or NaN value, and none takes
+    70,000.5 seconds of jitter or a fraction where an integer is meant (the port's range ends at 65535)."""
+    section, name = spec.path.split(".")
+    config = _write(tmp_path, {**HEADER, section: {name: value}})
+    if value == 0 and spec.path == "cluster.backoffJitter":
+        load_config(config)  # no jitter at all is fine
+        return
+    if value == 70_000.5 and spec.kind == "number" and spec.path != "cluster.backoffJitter":
+        load_config(config)  # a long time, but a time
+        return
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert str(error.value).startswith(f"{config}: {spec.path}: must be"), str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"scheduling": {"filterTimeBudgetSeconds": float("inf")}}, "must be a finite number, got inf"),
+        ({"scheduling": {"filterTimeBudgetSeconds": -2}}, "must be positive, got -2"),
+        ({"cluster": {"backoffJitter": 1.5}}, "must be in 0..1, got 1.5"),
+        ({"cluster": {"listPageSize": 0}}, "must be positive, got 0"),
+        ({"server": {"port": 70000}}, "must be in 1..65535, got 70000"),
+        ({"scheduling": {"scoreWeights": {"numa": -1}}}, "score weights: must be finite and >= 0"),
+    ],
+)
+def test_validate_and_every_command_refuse_a_value_out_of_range(tmp_path, capsys, fields, message):
+    (section,) = fields
+    (name,) = fields[section]
+    config = _write(tmp_path, {**HEADER, **fields})
+    for argv in (["validate"], ["simulate", "--state", "examples/cluster"]):
+        assert cli.main([*argv, "--config", str(config)]) == 2
+        assert f"{config}: {section}.{name}: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "setting"),
+    [
+        ("--orphan-grace-period", "inf", "orphan_grace_period_seconds: must be a finite number, got inf"),
+        ("--binding-timeout", "nan", "binding_timeout_seconds: must be a finite number, got nan"),
+        ("--binding-timeout", "-5", "binding_timeout_seconds: must be positive, got -5.0"),
+    ],
+)
+def test_a_flag_out_of_range_names_the_setting(tmp_path, capsys, monkeypatch, flag, value, setting):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "unused"))
+    assert cli.main(["serve", flag, value]) == 2
+    assert setting in capsys.readouterr().err
+
+
+def test_a_config_file_larger_than_a_configmap_is_refused_unread(tmp_path):
+    config = tmp_path / "huge.yaml"
+    config.write_text(yaml.safe_dump(HEADER) + ("# " + "x" * 1021 + "\n") * 1025)  # 1 KiB lines: > 1 MiB
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert str(error.value) == f"{config}: larger than 1 MiB (the most a ConfigMap holds)"
+    # A file that never ends is read no further than that either.
+    with pytest.raises(ConfigError, match="larger than 1 MiB"):
+        load_config(Path("/dev/zero"))

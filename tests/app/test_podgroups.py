@@ -220,6 +220,27 @@ def test_a_pod_group_section_that_is_no_object_names_it(tmp_path, section):
         build_runtime(_state_dir(tmp_path, group), ON)
 
 
+def test_a_pod_group_namespace_that_is_no_string_names_the_field(tmp_path):
+    group = pod_group("train", [])
+    group["metadata"]["namespace"] = 12
+    with pytest.raises(
+        StartupError, match=re.escape("PodGroup 12/train: metadata.namespace: must be a string")
+    ):
+        build_runtime(_state_dir(tmp_path, group), ON)
+
+
+def test_a_scheduling_group_that_is_no_object_is_an_error_not_no_group(tmp_path):
+    pod_ = member("w0", "train", gpu="one-gpu")
+    pod_["spec"]["schedulingGroup"] = "train"
+    state = _state_dir(
+        tmp_path, pod_group("train", [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]), pod_
+    )
+    with pytest.raises(
+        StartupError, match=re.escape(f"Pod {NS}/w0: spec.schedulingGroup: must be an object")
+    ):
+        build_runtime(state, ON)
+
+
 def test_explain_names_the_group_of_a_group_claim(tmp_path):
     runtime = build_runtime(_group_of_three(tmp_path), ON)
     explanation = explain_pod(runtime.service, NS, "w1")

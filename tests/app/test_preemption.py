@@ -238,6 +238,10 @@ def test_whole_victim_pods_are_decoded_by_uid():
         ({"n1": {"Pods": [{"UID": 7}]}}, "NodeNameToMetaVictims.n1.Pods[0].UID: must be a string, got"),
         ({"n1": {"Pods": {}}}, "NodeNameToMetaVictims.n1.Pods: must be an array, got object"),
         ({"n1": {"NumPDBViolations": "1"}}, "NodeNameToMetaVictims.n1.NumPDBViolations: must be an integer"),
+        (
+            {"n1": {"NumPDBViolations": -3}},
+            "NodeNameToMetaVictims.n1.NumPDBViolations: must not be negative, got -3",
+        ),
         ({"n1": None}, "NodeNameToMetaVictims.n1: must be an object, got null"),
     ],
 )
@@ -271,11 +275,18 @@ async def test_the_preempt_route_answers_meta_victims():
     async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
         response = await client.post("/scheduler/preempt", content=body)
         bad = await client.post("/scheduler/preempt", content=b'{"Pod": {"metadata": {"name": 1}}}')
+        negative = body.replace(b'"NumPDBViolations":0', b'"NumPDBViolations":-1')
+        echoed = await client.post("/scheduler/preempt", content=negative)
     # gpu-0 stays held by the high-priority pod's claim: evicting low frees nothing.
     assert response.status_code == 200
     assert response.json() == {"NodeNameToMetaVictims": {}}
     assert bad.status_code == 400
     assert bad.json() == {"Error": "Pod.metadata.name: must be a string, got number"}
+    # kube-scheduler counts PodDisruptionBudget violations: a negative count is no count, not echoed back.
+    assert echoed.status_code == 400
+    assert echoed.json() == {
+        "Error": "NodeNameToMetaVictims.n1.NumPDBViolations: must not be negative, got -1"
+    }
 
 
 def test_a_node_short_of_free_devices_is_offered_to_preemption_and_kept_by_it():

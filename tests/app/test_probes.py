@@ -1,97 +1,208 @@
-"""Health probes on their own listener (``app.http.probes``, ``serve --health-probe-bind-address``)."""
+"""Health probes on their own listener (``app.http.probes``, ``serve --health-probe-bind-address``): a child
+process answers them from the ticks of the extender's event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import socket
+import subprocess
+import sys
+import textwrap
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from app.cli.main import main
 from app.http import server as httpserver
-from app.http.probes import STALL_SECONDS, LoopHeartbeat, probe_answer, start_probe_server
+from app.http.probechild import answer
+from app.http.probes import ProbeListener
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def get(url: str) -> tuple[int, dict]:
+def get(url: str, timeout: float = 5) -> tuple[int, dict]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
 
 
-def test_answers_follow_the_heartbeat_and_readiness():
-    clock = Clock()
-    heartbeat = LoopHeartbeat(clock)
+def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
+    """``check`` holds within ``seconds`` (the child reads ticks on its own time)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.05)
+
+
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+@pytest.fixture
+def listen() -> Iterator[Callable[..., ProbeListener]]:
+    def start(ready: Callable[[], bool] = lambda: True, **limits: float) -> ProbeListener:
+        probes = ProbeListener(httpserver.listen("127.0.0.1", 0), ready, **limits)
+        started.append(probes)
+        return probes
+
+    started: list[ProbeListener] = []
+    yield start
+    for probes in started:
+        if probes.sock.fileno() != -1:
+            probes.close()
+
+
+def url(probes: ProbeListener, path: str = "/livez") -> str:
+    return f"http://127.0.0.1:{probes.sock.getsockname()[1]}{path}"
+
+
+def test_answers_by_path_time_since_the_last_tick_and_readiness():
+    assert answer("/livez", 0.5, False, 30) == (200, b'{"status":"ok"}')
+    assert answer("/healthz", 29.9, False, 30)[0] == 200
+    assert answer("/readyz", 0.5, False, 30) == (503, b'{"status":"syncing"}')
+    assert answer("/readyz", 0.5, True, 30)[0] == 200
+    assert answer("/scheduler/filter", 0.5, True, 30) == (404, b'{"status":"not found"}')
+    assert answer("/livez", 31.2, True, 30) == (500, b'{"status":"event loop stalled for 31 s"}')
+    assert answer("/readyz", 31.2, True, 30)[0] == 500
+
+
+def test_liveness_fails_once_the_ticks_stop_and_recovers_with_the_next(listen):
+    probes = listen(stall_seconds=1.0)
+    probes.tick()
+    assert get(url(probes)) == (200, {"status": "ok"})
+    eventually(lambda: get(url(probes))[0] == 500)
+    assert get(url(probes))[1]["status"].startswith("event loop stalled for ")
+    probes.tick()
+    eventually(lambda: get(url(probes)) == (200, {"status": "ok"}))
+
+
+def test_readiness_follows_what_the_last_tick_said(listen):
     ready = [False]
-    assert probe_answer("/livez", heartbeat, lambda: ready[0]) == (200, b'{"status":"ok"}')
-    assert probe_answer("/healthz", heartbeat, lambda: ready[0])[0] == 200
-    assert probe_answer("/readyz", heartbeat, lambda: ready[0]) == (503, b'{"status":"syncing"}')
+    probes = listen(lambda: ready[0])
+    probes.tick()
+    eventually(lambda: get(url(probes, "/readyz")) == (503, {"status": "syncing"}))
+    assert get(url(probes, "/livez")) == (200, {"status": "ok"})
     ready[0] = True
-    assert probe_answer("/readyz", heartbeat, lambda: ready[0])[0] == 200
-    assert probe_answer("/scheduler/filter", heartbeat, lambda: True)[0] == 404
-    # The event loop has not ticked for longer than the limit: liveness and readiness fail, naming why.
-    clock.now += STALL_SECONDS + 1
-    stalled = (500, b'{"status":"event loop stalled for 31 s"}')
-    assert probe_answer("/livez", heartbeat, lambda: True) == stalled
-    assert probe_answer("/readyz", heartbeat, lambda: True)[0] == 500
+    probes.tick()
+    eventually(lambda: get(url(probes, "/readyz")) == (200, {"status": "ok"}))
 
 
-def test_the_loop_ticks_the_heartbeat():
-    clock = Clock()
-    heartbeat = LoopHeartbeat(clock)
+def test_the_loop_ticks_at_once_when_started(listen):
+    probes = listen()
 
     async def run() -> None:
-        clock.now += 100  # before the loop ticks, it looks stalled
-        assert heartbeat.stalled_for() == 100
-        heartbeat.start()
-        assert heartbeat.stalled_for() == 0
+        probes.start()
 
     asyncio.run(run())
+    eventually(lambda: get(url(probes, "/readyz"))[0] == 200)
 
 
-def test_the_listener_answers_from_its_own_thread_while_the_loop_is_blocked():
-    clock = Clock()
-    heartbeat = LoopHeartbeat(clock)
-    server = start_probe_server("127.0.0.1", 0, heartbeat, lambda: True)
-    url = f"http://127.0.0.1:{server.server_address[1]}"
+def test_a_child_that_died_is_started_again_on_the_next_tick(listen):
+    probes = listen()
+    first = probes.process
+    first.kill()
+    first.wait()
+    probes.tick()
+    assert probes.process.pid != first.pid
+    eventually(lambda: get(url(probes, "/readyz"))[0] == 200)
+
+
+CLIENT = textwrap.dedent(
+    """
+    import sys, urllib.request
+    with urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])) as response:
+        print(response.status)
+    """
+)
+
+
+def test_probes_answer_while_the_extenders_main_thread_holds_the_gil(listen):
+    probes = listen()
+    probes.tick()
+    eventually(lambda: get(url(probes))[0] == 200)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(60)  # no other thread of this process gets the GIL while the loop below runs
     try:
-        # No event loop runs here at all (as if it were blocked): the probe still answers at once...
-        assert get(f"{url}/livez") == (200, {"status": "ok"})
-        # ... and says so once the loop has been silent too long.
-        clock.now += STALL_SECONDS + 5
-        assert get(f"{url}/livez") == (500, {"status": "event loop stalled for 35 s"})
+        client = subprocess.Popen(
+            [sys.executable, "-c", CLIENT, url(probes), "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        busy_until = time.monotonic() + 6
+        while time.monotonic() < busy_until:
+            pass
     finally:
-        server.shutdown()
-        server.server_close()
+        sys.setswitchinterval(switch)
+    out, err = client.communicate(timeout=30)
+    assert (client.returncode, out.strip()) == (0, b"200"), err.decode()[-500:]
 
 
-def test_a_silent_connection_is_closed_and_probes_still_answer(monkeypatch):
-    monkeypatch.setattr("app.http.probes.IDLE_SECONDS", 0.2)
-    server = start_probe_server("127.0.0.1", 0, LoopHeartbeat(), lambda: True)
-    address = ("127.0.0.1", server.server_address[1])
-    try:
-        with socket.create_connection(address) as silent:
-            silent.settimeout(5)
-            assert silent.recv(1) == b""  # closed by the server, not by the client
-        assert get(f"http://127.0.0.1:{address[1]}/livez")[0] == 200
-    finally:
-        server.shutdown()
-        server.server_close()
+PARENT = textwrap.dedent(
+    """
+    import sys, time
+    from app.http.probes import ProbeListener
+    from app.http.server import listen
+    probes = ProbeListener(listen("127.0.0.1", 0), lambda: True)
+    probes.tick()
+    print(probes.sock.getsockname()[1], flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_the_child_exits_when_the_extender_is_killed():
+    with subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, cwd=ROOT) as parent:
+        try:
+            port = int(parent.stdout.readline())
+            eventually(lambda: get(f"http://127.0.0.1:{port}/livez")[0] == 200)
+        finally:
+            parent.send_signal(signal.SIGKILL)  # nothing of the extender runs: only the pipe's end tells
+    # The port closes once the child, its last holder, has exited.
+    eventually(lambda: refused(port))
+
+
+def test_a_silent_connection_is_closed_and_probes_still_answer(listen):
+    probes = listen(idle_seconds=0.2)
+    with socket.create_connection(probes.sock.getsockname()) as silent:
+        silent.settimeout(5)
+        assert silent.recv(1) == b""  # closed by the server, not by the client
+    assert get(url(probes))[0] == 200
+
+
+GARBAGE = (
+    b"GET /livez\r\n",  # HTTP/0.9
+    b"PUT /livez\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(256)) + b"\r\n\r\n",  # a TLS hello
+    b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n",
+    b"GET /livez HTTP/9.9\r\n\r\n",
+    b"\r\n\r\n",
+)
+
+
+def test_garbage_gets_an_answer_or_a_close_and_nothing_is_logged(listen, capfd):
+    probes = listen()
+    for payload in GARBAGE:
+        with socket.create_connection(probes.sock.getsockname()) as conn:
+            conn.settimeout(5)
+            conn.sendall(payload)
+            conn.shutdown(socket.SHUT_WR)
+            with contextlib.suppress(ConnectionResetError):  # closed with the rest of a long line unread
+                while conn.recv(65536):
+                    pass
+    assert get(url(probes))[0] == 200
+    probes.close()  # the child has written all it ever will
+    assert capfd.readouterr().err == ""
 
 
 def test_a_probe_address_in_use_exits_2_naming_the_flag(capsys, monkeypatch):
@@ -105,19 +216,31 @@ def test_a_probe_address_in_use_exits_2_naming_the_flag(capsys, monkeypatch):
     assert f"--health-probe-bind-address {address}: Address already in use" in capsys.readouterr().err
 
 
-def test_serve_starts_the_probe_listener_and_hands_the_heartbeat_to_the_app(monkeypatch):
-    served = []
+def free_ports(count: int) -> Iterator[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return iter(ports)
+
+
+def test_serve_answers_probes_until_it_stops(monkeypatch):
+    port, serve_port = free_ports(2)
+    answers = []
 
     def record(app, sock, **options):
-        served.append(app)
         sock.close()
 
+        async def run() -> None:
+            async with app.router.lifespan_context(app):  # the app's loop starts ticking
+                answers.append(get(f"http://127.0.0.1:{port}/readyz"))
+
+        asyncio.run(run())
+
     monkeypatch.setattr(httpserver, "serve", record)
-    with socket.socket() as free, socket.socket() as other:
-        free.bind(("127.0.0.1", 0))
-        other.bind(("127.0.0.1", 0))
-        port, serve_port = free.getsockname()[1], other.getsockname()[1]
     argv = ["serve", "--state", str(ROOT / "examples/cluster"), "--port", str(serve_port)]
     assert main([*argv, "--health-probe-bind-address", f"127.0.0.1:{port}"]) == 0
-    assert get(f"http://127.0.0.1:{port}/readyz") == (200, {"status": "ok"})
-    assert len(served) == 1
+    assert answers == [(200, {"status": "ok"})]
+    assert refused(port)  # serve returned: the listener is gone with it

@@ -293,6 +293,29 @@ def test_error_message_names_file_kind_object_field_and_problem(tmp_path: Path) 
             "Node n: apiVersion: Node must be apiVersion v1, got 'v2'",
             id="node-api-version",
         ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: 5}\nspec: {containers: []}\n",
+            "Pod 5/p: metadata.namespace: must be a string, got 5",
+            id="numeric-namespace",
+        ),
+        pytest.param(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c, namespace: [ml]}\n"
+            "spec: {devices: {requests: []}}\n",
+            "ResourceClaim ['ml']/c: metadata.namespace: must be a string, got ['ml']",
+            id="list-namespace",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+            "spec: {schedulingGroup: train, containers: []}\n",
+            "Pod default/p: spec.schedulingGroup: must be an object, got 'train'",
+            id="scheduling-group-no-object",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+            "spec: {schedulingGroup: {podGroupName: 7}, containers: []}\n",
+            "Pod default/p: spec.schedulingGroup.podGroupName: must be a string, got 7",
+            id="pod-group-name-no-string",
+        ),
     ],
 )
 def test_invalid_input_raises_with_the_reason(tmp_path: Path, text: str, expected: str) -> None:

@@ -96,6 +96,37 @@ class _Watch:
     queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
 
 
+class FaultPlan:
+    """Faults to inject into requests, by method and path pattern, each for a number of requests: ``fail``
+    (answer an error status), ``disconnect`` (close the connection without an answer), ``gate`` (hold
+    the request until an event is set). The fake API server has them, and so has the chaos run's proxy in
+    front of a real one (``loadtests.faultproxy``)."""
+
+    def __init__(self) -> None:
+        self.faults: list[Fault] = []
+
+    def fail(
+        self, method: str, pattern: str, status: int, times: int = 1, message: str = "", reason: str = ""
+    ) -> None:
+        self.faults.append(Fault(method, re.compile(pattern), times, status, message or "injected", reason))
+
+    def disconnect(self, method: str, pattern: str, times: int = 1) -> None:
+        self.faults.append(Fault(method, re.compile(pattern), times, disconnect=True))
+
+    def gate(self, method: str, pattern: str, times: int = 1) -> asyncio.Event:
+        event = asyncio.Event()
+        self.faults.append(Fault(method, re.compile(pattern), times, gate=event))
+        return event
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        """The first fault left for this request, counted as used; None when there is none."""
+        for fault in self.faults:
+            if fault.times > 0 and fault.method == method and fault.pattern.search(path):
+                fault.times -= 1
+                return fault
+        return None
+
+
 def status_body(code: int, reason: str, message: str) -> Obj:
     return {
         "kind": "Status",
@@ -108,14 +139,21 @@ def status_body(code: int, reason: str, message: str) -> Obj:
     }
 
 
-class FakeKubeAPI:
+def drop(request: web.Request) -> web.StreamResponse:
+    """Close the request's connection without an answer (the response returned is never sent)."""
+    assert request.transport is not None
+    request.transport.close()
+    return web.Response(status=500)
+
+
+class FakeKubeAPI(FaultPlan):
     def __init__(self, dra_versions: dict[str, list[str]] | None = None) -> None:
+        super().__init__()
         self.dra_versions = dra_versions or _DEFAULT_DRA
         self.rv = 100
         self.store: dict[ResKey, dict[tuple[str, str], Obj]] = {}
         self.log: dict[ResKey, list[tuple[int, str, Obj]]] = {}
         self.compacted: dict[ResKey, int] = {}
-        self.faults: list[Fault] = []
         self.requests: list[Recorded] = []
         self.watches: list[_Watch] = []
         self.down = False
@@ -225,19 +263,6 @@ class FakeKubeAPI:
 
     # --- faults ---------------------------------------------------------------------------------------------
 
-    def fail(
-        self, method: str, pattern: str, status: int, times: int = 1, message: str = "", reason: str = ""
-    ) -> None:
-        self.faults.append(Fault(method, re.compile(pattern), times, status, message or "injected", reason))
-
-    def disconnect(self, method: str, pattern: str, times: int = 1) -> None:
-        self.faults.append(Fault(method, re.compile(pattern), times, disconnect=True))
-
-    def gate(self, method: str, pattern: str, times: int = 1) -> asyncio.Event:
-        event = asyncio.Event()
-        self.faults.append(Fault(method, re.compile(pattern), times, gate=event))
-        return event
-
     def replay(self, kind: str, event_type: str, obj: Obj) -> None:
         """Send ``obj`` as-is to the open watches of ``kind`` (a stale or duplicate event, as a watch cache
         or a proxy may deliver); the store and the event log are unchanged."""
@@ -295,23 +320,15 @@ class FakeKubeAPI:
         request[_BODY] = body
         self.requests.append(Recorded(request.method, request.path, dict(request.query), body))
         if self.down:
-            return self._drop(request)
-        for fault in self.faults:
-            if fault.times > 0 and fault.method == request.method and fault.pattern.search(request.path):
-                fault.times -= 1
-                if fault.gate is not None:
-                    await fault.gate.wait()
-                    break
-                if fault.disconnect:
-                    return self._drop(request)
-                return self._error(fault.status, fault.reason or "Injected", fault.message)
+            return drop(request)
+        fault = self.take_fault(request.method, request.path)
+        if fault is not None and fault.gate is not None:
+            await fault.gate.wait()
+        elif fault is not None and fault.disconnect:
+            return drop(request)
+        elif fault is not None:
+            return self._error(fault.status, fault.reason or "Injected", fault.message)
         return await handler(request)
-
-    @staticmethod
-    def _drop(request: web.Request) -> web.StreamResponse:
-        assert request.transport is not None
-        request.transport.close()
-        return web.Response(status=500)
 
     @staticmethod
     def _error(code: int, reason: str, message: str) -> web.Response:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from app.scheduling.binder import FINALIZER
 from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.builders import claim, device, pod, request, resource_slice
@@ -195,3 +196,52 @@ async def test_derived_attribute_errors_are_logged_once_per_attribute_as_they_ch
         f"derived attribute example.com/numa: failed on 4 devices, e.g. {where}",
         "derived attribute example.com/numa: no longer fails on any device",
     ]
+
+
+async def test_an_extended_resource_claim_a_crashed_bind_left_is_released_and_made_anew(
+    api, start_runtime, clock
+):
+    # Found by the chaos run: the extender stopped after writing x's extended-resource claim and before
+    # the binding. The next filter deletes the claim, as upstream's PostFilter does, but its finalizer
+    # keeps it (allocated) until the grace period passes; then it is released, and x fits again.
+    seed_cluster(api)
+    add_extended_pod(api, "x")
+    name, request_name = "x-extended-resources-abcde", "container-0-request-0"
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": f"uid-pod-{NS}-x", "controller": True}
+    meta = {
+        "name": name,
+        "namespace": NS,
+        "finalizers": [FINALIZER],
+        "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+        "ownerReferences": [owner],
+    }
+    api.add("ResourceClaim", claim(NS, name, [request(request_name, "gpu")]) | {"metadata": meta})
+    left = api.get("ResourceClaim", NS, name)
+    on_n1 = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+    left["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": request_name, "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]
+            },
+            "nodeSelector": {"nodeSelectorTerms": on_n1},
+        },
+        "reservedFor": [{"resource": "pods", "name": "x", "uid": f"uid-pod-{NS}-x"}],
+    }
+    api.put("ResourceClaim", left)
+    x = api.get("Pod", NS, "x")
+    mapping = {"containerName": "main", "resourceName": "deviceclass.resource.kubernetes.io/gpu"}
+    x["status"]["extendedResourceClaimStatus"] = {
+        "resourceClaimName": name,
+        "requestMappings": [{**mapping, "requestName": request_name}],
+    }
+    api.put("Pod", x)
+    runtime = await start_runtime()
+    x = runtime.state.get("Pod", f"{NS}/x")
+    assert (await asyncio.to_thread(runtime.service.filter, x, ["n1", "n2"])).passed == []
+    assert api.get("ResourceClaim", NS, name)["metadata"].get("deletionTimestamp")
+    assert await runtime.releaser.sweep() == []  # first seen now
+    clock.advance(301)
+    assert await runtime.releaser.sweep() == [f"{NS}/{name}"]
+    assert api.get("ResourceClaim", NS, name) is None  # the finalizer was all that kept it
+    await eventually(lambda: not runtime.state.inventory.is_allocated((DRIVER, "n1", "gpu-0")))
+    await eventually(lambda: runtime.service.filter(x, ["n1", "n2"]).passed == ["n1", "n2"])

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from app.cli.main import main
 from tests.app.kube.conftest import DRIVER, NS, seed_cluster
@@ -96,3 +97,25 @@ async def test_state_and_live_cluster_flags(tmp_path: Path):
     assert code == 2 and "simulate needs --state DIR, or a live cluster" in err
     code, _, err = await _cli("simulate", "--kubeconfig", str(tmp_path / "absent"))
     assert code == 2 and "cannot load the Kubernetes client configuration" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "the kubeconfig file is empty"),
+        ("\n# nothing here yet\n", "the kubeconfig file is empty"),
+        ("[]\n", "not a kubeconfig: expected a mapping (apiVersion, clusters, users, contexts), got a list"),
+        ("clusters: [\n", "not valid YAML: "),
+    ],
+)
+async def test_an_unusable_kubeconfig_file_is_named_with_what_is_wrong(tmp_path, text, problem):
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(text)
+    expected = f"dra-extender: cannot load the Kubernetes client configuration: {kubeconfig}: {problem}"
+    code, _, err = await _cli("simulate", "--kubeconfig", str(kubeconfig))
+    assert code == 2 and err.startswith(expected), err
+    with socket.socket() as free:  # serve reads it the same way
+        free.bind(("127.0.0.1", 0))
+        port = str(free.getsockname()[1])
+    code, _, err = await _cli("serve", "--kubeconfig", str(kubeconfig), "--port", port)
+    assert code == 2 and expected in err, err
