@@ -1,9 +1,9 @@
 """An inventory seen as if some claims had released their devices: what evicting pods would free.
 
 Preemption asks whether a pod fits once the claims of its victims are deallocated. The view answers the
-in-use questions the search asks (``is_allocated``, ``is_exclusively_allocated``, ``consumed_capacity``)
-without those claims' uses and passes everything else to the real inventory, which is never
-changed (concurrent filters keep their cached decisions). Bind reservations are never released. The
+in-use questions the search asks (``is_allocated``, ``is_shared``, ``is_exclusively_allocated``,
+``consumed_capacity``) without those claims' uses and passes everything else to the real inventory, which
+is never changed (concurrent filters keep their cached decisions). Bind reservations are never released. The
 counters of an allocated device its driver no longer publishes stay consumed (a conservative answer: such
 a device cannot be handed out again anyway).
 """
@@ -40,6 +40,14 @@ class ReleasedView:
     def is_allocated(self, device_id: DeviceID) -> bool:
         rest = self._rest(device_id)
         return self._inventory.is_allocated(device_id) if rest is None else bool(rest)
+
+    def is_shared(self, device_id: DeviceID) -> bool:
+        rest = self._rest(device_id)
+        return (
+            self._inventory.is_shared(device_id)
+            if rest is None
+            else any(h.consumed is not None for h in rest)
+        )
 
     def is_exclusively_allocated(self, device_id: DeviceID) -> bool:
         rest = self._rest(device_id)

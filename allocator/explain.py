@@ -282,7 +282,7 @@ def _capacity_rejection(inventory: Inventory, device: Device, alt: DeviceRequest
 def _counter_rejection(
     inventory: Inventory, pool: PoolView, device: Device, left: Mapping[str, Mapping[str, Fraction]]
 ) -> Rejection | None:
-    if device.allow_multiple_allocations and inventory.is_allocated(device.id):
+    if device.allow_multiple_allocations and inventory.is_shared(device.id):
         return None  # counters are consumed once, by the device's first share
     for consumption in device.consumes_counters:
         available = left.get(consumption.counter_set, {})

@@ -587,6 +587,11 @@ class Inventory:
         entry = self._holders.get(device_id)
         return entry is not None and bool(entry.exclusive)
 
+    def is_shared(self, device_id: DeviceID) -> bool:
+        """Whether some allocation holds a share of the device (a result with shareID)."""
+        entry = self._holders.get(device_id)
+        return entry is not None and bool(entry.shares)
+
     def is_allocated(self, device_id: DeviceID) -> bool:
         """Upstream ``IsDeviceAllocated``: exclusively allocated, or any share or capacity in use."""
         return device_id in self._holders

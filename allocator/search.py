@@ -681,8 +681,10 @@ class Allocator:
     def _take_counters(self, candidate: Candidate) -> Callable[[], None] | None:
         """Add the device's counter consumption to its pool and check every counter stays >= 0 (§11)."""
         device, pool = candidate.device, candidate.pool
-        if self._multi(device) and (self.inventory.is_allocated(device.id) or self._shares[device.id]):
-            return lambda: None  # counters are consumed once, by the device's first share
+        # Counters are consumed once, by the device's first share; an allocation without shareID is no
+        # share, so a share beside it (adminAccess) consumes them again, as upstream's deviceCapacityInUse.
+        if self._multi(device) and (self.inventory.is_shared(device.id) or self._shares[device.id]):
+            return lambda: None
         groups_undo = (
             self._join_compatibility_groups(candidate) if self.gates.DRADeviceCompatibilityGroups else _noop
         )

@@ -85,6 +85,12 @@ ADMIN_CLAIM = claim(("g", 1))
 ADMIN_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
 GIB = {"memory": {"value": "1Gi"}}
 TWO_GIB = {"memory": {"value": "2Gi"}}
+COUNTED_MULTI_D0 = {
+    "name": "d0",
+    "allowMultipleAllocations": True,
+    "capacity": GIB,
+    "consumesCounters": [{"counterSet": "set", "counters": {"c": {"value": "1"}}}],
+}
 
 SHARE_OF_D0 = {
     "request": "x",
@@ -368,6 +374,22 @@ CASES |= {
     "a constraint on an attribute another request derives still needs it on this request's devices": (
         state([slice_("s", [device(f"d{i}", m=str(i)) for i in range(14)])], [DERIVED_ELSEWHERE_CLAIM]),
         ("nofit", []),
+    ),
+    # An allocation without shareID is no share (deviceCapacityInUse): the adminAccess share beside it
+    # consumes d0's counters again, and the counter set has no room; the product let every later share
+    # skip the counters once the device was allocated at all (make oracle N=100000 SEED=25).
+    "an adminAccess share beside an allocation without shareID consumes the device's counters": (
+        state(
+            [
+                slice_("s0", count=2, sharedCounters=[{"name": "set", "counters": {"c": {"value": "1"}}}]),
+                slice_("s1", [COUNTED_MULTI_D0, device("d1")], count=2),
+            ],
+            [ADMIN_CLAIM],
+            allocated=[
+                {"devices": {"results": [{"request": "x", "driver": DRIVER, "pool": "p", "device": "d0"}]}}
+            ],
+        ),
+        ("results", [("g", "d1")]),
     ),
     "an unrequested capacity above validRange.max does not fit": (
         state(
