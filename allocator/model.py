@@ -11,11 +11,14 @@ DeviceTaintRule.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from allocator.cel import AttributeValue, CELDevice, Version
 from allocator.cel.library import SemverError, parse_semver
@@ -285,9 +288,9 @@ class Device:
     binding_conditions: tuple[str, ...]
     binding_failure_conditions: tuple[str, ...]
     allow_multiple_allocations: bool
-    raw: Mapping[str, Any]
-    """The API dict it was parsed from: an unchanged device in a slice update keeps its parsed object,
-    and with it every cached selector result."""
+    digest: bytes
+    """Of the API dict it was parsed from (``_digest``): a slice update republishing the device unchanged
+    keeps this parsed object, and with it every cached selector result, without the dict being kept."""
 
     @property
     def driver(self) -> str:
@@ -414,7 +417,7 @@ def _request_policy(raw: Any, at: _Path) -> RequestPolicy | None:
     )
 
 
-def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
+def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) -> Device:
     data = _mapping(raw, at, required=True)
     name = _str(data.get("name"), at / "name", required=True)
     if "basic" in data:
@@ -452,7 +455,7 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
             data.get("bindingFailureConditions"), at / "bindingFailureConditions"
         ),
         allow_multiple_allocations=multi,
-        raw=data,
+        digest=digest,
     )
 
 
@@ -528,10 +531,24 @@ def _parse_devices(
     devices = []
     for i, data in enumerate(_list(raw, at)):
         old = known.get(data.get("name")) if isinstance(data, Mapping) else None
+        digest = _digest(data)
         devices.append(
-            old if old is not None and old.raw == data else _parse_device(data, driver, pool, at / i)
+            old
+            if old is not None and old.digest == digest
+            else _parse_device(data, driver, pool, at / i, digest)
         )
     return tuple(devices)
+
+
+def _digest(data: Any) -> bytes:
+    """128 bits of the device's API dict as serialized, key order included (an API server writes fields in
+    one order; another order only costs a re-parse). A dict orjson cannot write (an integer beyond 64 bits)
+    is digested from its repr, marked apart so that the two forms never meet."""
+    try:
+        text = b"j" + orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        text = b"r" + repr(data).encode()
+    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None = None) -> ResourceSlice:

@@ -69,7 +69,12 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
 
 
 class ClusterState:
-    """API objects by kind and key, and the inventory derived from them. Not thread-safe by itself."""
+    """API objects by kind and key, and the inventory derived from them. Not thread-safe by itself.
+
+    A ResourceSlice is kept without the devices the inventory holds parsed (``_kept_slice``): its
+    ``spec.devices`` lists only those publishing ``nodeAllocatableResources``, read as published at filter
+    and bind (``app.scheduling.nodeallocatable``).
+    """
 
     def __init__(self, gates: FeatureGates | None = None) -> None:
         self.gates = gates or FeatureGates()
@@ -103,8 +108,8 @@ class ClusterState:
                 self.reject(kind, obj, str(e))
                 raise
             self.inventory.upsert_slice(parsed)
-            devices = (obj.get("spec") or {}).get("devices") or ()
-            if any(isinstance(d, Mapping) and d.get("nodeAllocatableResources") for d in devices):
+            obj = _kept_slice(obj)
+            if obj["spec"]["devices"]:
                 self.node_allocatable_slices.add(key)
             else:
                 self.node_allocatable_slices.discard(key)
@@ -191,6 +196,15 @@ class ClusterState:
                 object_key("Pod", p),
             ),
         )
+
+
+def _kept_slice(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` (parsed: its spec is an object, its devices a list) without the devices that publish no
+    ``nodeAllocatableResources``: the raw form of the others would be most of the extender's memory at
+    cluster scale, read by nothing."""
+    spec = obj["spec"]
+    devices = [d for d in spec.get("devices") or () if d.get("nodeAllocatableResources")]
+    return {**obj, "spec": {**spec, "devices": devices}}
 
 
 def _check_claim_status(status: Mapping[str, Any], where: str) -> None:

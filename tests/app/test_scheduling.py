@@ -402,12 +402,10 @@ def test_cached_answers_equal_a_fresh_decision_through_binds_and_changes():
         if step % 9 == 8:  # a node changes its labels: only that node's decisions are redone
             svc.state.apply("Node", node(rng.choice(nodes), {"step": str(step)}))
         got = svc.filter(svc.state.get("Pod", f"ml/{name}"), nodes)
+        # The slices as given: the state keeps them without their devices.
         fresh_state = ClusterState.from_objects(
-            [
-                (k, o)
-                for k in ("Node", "DeviceClass", "ResourceSlice", "ResourceClaim", "Pod")
-                for o in svc.state.objects[k].values()
-            ]
+            [(k, o) for k, o in objects if k != "Node"]
+            + [(k, o) for k in ("Node", "ResourceClaim", "Pod") for o in svc.state.objects[k].values()]
         )
         fresh = SchedulingService(fresh_state, SelectorCache(ExprEngine()))
         want = fresh.filter(fresh.state.get("Pod", f"ml/{name}"), nodes)
