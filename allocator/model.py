@@ -22,6 +22,7 @@ import orjson
 
 from allocator.cel import AttributeValue, CELDevice, Version
 from allocator.cel.library import SemverError, parse_semver
+from allocator.cel.reads import attribute_key
 from allocator.errors import InvalidInputError
 from allocator.nodeselector import NodeSelector, parse_node_selector
 from allocator.quantity import Quantity, QuantityError, parse_quantity
@@ -426,7 +427,7 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) ->
     cel_attributes: dict[str, dict[str, AttributeValue]] = {}
     for key, value in _mapping(data.get("attributes"), at / "attributes").items():
         qualified = _qualify(key, driver)
-        parsed = _attribute_value(value, at / "attributes" / key)
+        parsed = _shared_value(_attribute_value(value, at / "attributes" / key))
         attributes[qualified] = parsed
         domain, ident = _split(qualified)
         cel_attributes.setdefault(domain, {})[ident] = parsed
@@ -441,7 +442,7 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) ->
         id=(driver, pool, name),
         attributes=attributes,
         capacity=capacity,
-        cel=CELDevice(driver, cel_attributes, cel_capacity, multi),
+        cel=CELDevice(driver, {d: _shared_domain(v) for d, v in cel_attributes.items()}, cel_capacity, multi),
         taints=tuple(
             _parse_taint(t, at / "taints" / i) for i, t in enumerate(_list(data.get("taints"), at / "taints"))
         ),
@@ -457,6 +458,44 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) ->
         allow_multiple_allocations=multi,
         digest=digest,
     )
+
+
+MAX_SHARED_VERSIONS = 4096
+"""Distinct ``version`` attribute values held once (``_shared_value``)."""
+
+MAX_SHARED_DOMAINS = 4096
+"""Distinct per-domain attribute maps held once (``_shared_domain``)."""
+
+_VERSIONS: dict[str, Version] = {}
+_DOMAINS: dict[tuple[object, ...], dict[str, AttributeValue]] = {}
+
+
+# Alike devices (one model on every node) publish equal values: each is held once. Strings are interned (they
+# live as long as a device holds them), versions kept in a bounded table.
+def _shared_value(value: AttributeValue) -> AttributeValue:
+    if type(value) is str:
+        return sys.intern(value)
+    if type(value) is Version:
+        shared = _VERSIONS.get(value.text)
+        if shared is None:
+            if len(_VERSIONS) >= MAX_SHARED_VERSIONS:
+                _VERSIONS.clear()
+            shared = _VERSIONS[value.text] = value
+        return shared
+    return value
+
+
+def _shared_domain(values: dict[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """One map for every device with these values of one domain (read-only; what differs between alike
+    devices, a uuid or a PCIe root, is usually in a domain of its own or in a few distinct values), at most
+    ``MAX_SHARED_DOMAINS`` of them."""
+    key = tuple((name, attribute_key(value)) for name, value in values.items())
+    shared = _DOMAINS.get(key)
+    if shared is None:
+        if len(_DOMAINS) >= MAX_SHARED_DOMAINS:
+            _DOMAINS.clear()
+        shared = _DOMAINS[key] = values
+    return shared
 
 
 MAX_SHARED_CAPACITIES = 4096

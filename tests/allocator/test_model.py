@@ -38,6 +38,17 @@ def test_a_device_beyond_what_json_holds_is_reused_too():
     assert new.devices[0] is old.devices[0]
 
 
+def test_alike_devices_hold_equal_values_once():
+    a, b = (
+        # Each value built apart, as a JSON decoder does.
+        parse_resource_slice(slice_(f"s{i}", DRIVER_A, f"node-{i}", [device("gpu-0", model="H" + str(100))]))
+        for i in (1, 2)
+    )
+    first, second = a.devices[0], b.devices[0]
+    assert first.cel.attributes[DRIVER_A] is second.cel.attributes[DRIVER_A]
+    assert first.attribute(f"{DRIVER_A}/model") is second.attribute(f"{DRIVER_A}/model")
+
+
 def test_devices_of_another_pool_are_not_reused():
     old = parse_resource_slice(slice_("s1", DRIVER_A, "pool-a", [device("gpu-0")]))
     new = parse_resource_slice(slice_("s1", DRIVER_A, "pool-b", [device("gpu-0")]), old)
