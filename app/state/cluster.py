@@ -22,6 +22,7 @@ from allocator.model import (
     parse_resource_slice,
 )
 from allocator.nodeselector import Node, parse_node_selector
+from app.state.compact import SharedParts, kept_slice
 
 __all__ = ["KINDS", "NAMESPACED_KINDS", "ClusterState", "is_pending", "node_from_api", "object_key"]
 
@@ -71,9 +72,9 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
 class ClusterState:
     """API objects by kind and key, and the inventory derived from them. Not thread-safe by itself.
 
-    A ResourceSlice is kept without the devices the inventory holds parsed (``_kept_slice``): its
-    ``spec.devices`` lists only those publishing ``nodeAllocatableResources``, read as published at filter
-    and bind (``app.scheduling.nodeallocatable``).
+    Objects are kept as ``app.state.compact`` says: a ResourceSlice's ``spec.devices`` lists only those
+    publishing ``nodeAllocatableResources`` (the inventory holds every device parsed), and equal parts of
+    claims and pods are one object. Stored objects are never edited in place.
     """
 
     def __init__(self, gates: FeatureGates | None = None) -> None:
@@ -81,6 +82,7 @@ class ClusterState:
         self.inventory = Inventory(self.gates)
         self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
         self._claims: dict[str, tuple[str, Claim | InvalidInputError]] = {}
+        self._shared = SharedParts()
         self.node_allocatable_slices: set[str] = set()
         """ResourceSlices with devices that publish ``nodeAllocatableResources``
         (``app.scheduling.nodeallocatable``):
@@ -108,7 +110,7 @@ class ClusterState:
                 self.reject(kind, obj, str(e))
                 raise
             self.inventory.upsert_slice(parsed)
-            obj = _kept_slice(obj)
+            obj = kept_slice(obj)
             if obj["spec"]["devices"]:
                 self.node_allocatable_slices.add(key)
             else:
@@ -126,7 +128,7 @@ class ClusterState:
             self.inventory.set_allocation(key, devices)
         elif kind not in self.objects:
             raise InvalidInputError(f"unsupported kind {kind}")
-        self.objects[kind][key] = dict(obj)
+        self.objects[kind][key] = self._shared.kept(kind, obj)
 
     def reject(self, kind: str, obj: Mapping[str, Any], reason: str) -> None:
         """A new revision of ``obj`` that cannot be used (``reason``). For a ResourceSlice the previous
@@ -196,15 +198,6 @@ class ClusterState:
                 object_key("Pod", p),
             ),
         )
-
-
-def _kept_slice(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """``obj`` (parsed: its spec is an object, its devices a list) without the devices that publish no
-    ``nodeAllocatableResources``: the raw form of the others would be most of the extender's memory at
-    cluster scale, read by nothing."""
-    spec = obj["spec"]
-    devices = [d for d in spec.get("devices") or () if d.get("nodeAllocatableResources")]
-    return {**obj, "spec": {**spec, "devices": devices}}
 
 
 def _check_claim_status(status: Mapping[str, Any], where: str) -> None:
