@@ -272,12 +272,11 @@ class CounterConsumption:
 class Device:
     """One device of a ResourceSlice; compared and hashed by identity (caches key on it).
 
-    ``attributes`` maps fully qualified names (``domain/id``; bare names are filed under the driver's
-    domain) to values; ``cel`` is the selector view of the same data.
+    Attributes are held once, by domain, in ``cel`` (the selector view; bare names are filed under the
+    driver's domain): ``attribute`` looks one up by its fully qualified name (``domain/id``).
     """
 
     id: DeviceID
-    attributes: Mapping[str, AttributeValue]
     capacity: Mapping[str, DeviceCapacity]
     cel: CELDevice
     taints: tuple[Taint, ...]
@@ -307,7 +306,15 @@ class Device:
 
     def attribute(self, qualified_name: str) -> AttributeValue | None:
         """A constraint lookup (``matchAttribute``): the fully qualified name, driver domain included."""
-        return self.attributes.get(qualified_name)
+        domain, slash, ident = qualified_name.rpartition("/")
+        values = self.cel.attributes.get(domain) if slash else None
+        return values.get(ident) if values is not None else None
+
+    @property
+    def attributes(self) -> dict[str, AttributeValue]:
+        """Every attribute by fully qualified name, built on each call (a second map per device would be
+        a fifth of the inventory's memory; readers of every attribute are rare)."""
+        return {f"{d}/{i}": v for d, values in self.cel.attributes.items() for i, v in values.items()}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -385,12 +392,12 @@ def _attribute_value(raw: Any, at: _Path) -> AttributeValue:
     return found[0]
 
 
-# Attribute names repeat on every device of a driver: interned, tens of thousands of devices share one
-# string per name instead of holding copies.
 def _qualify(name: str, driver: str) -> str:
-    return sys.intern(name if "/" in name else f"{driver}/{name}")
+    return name if "/" in name else f"{driver}/{name}"
 
 
+# Attribute names repeat on every device of a driver: interned, tens of thousands of devices share one
+# string per domain and name instead of holding copies.
 def _split(qualified: str) -> tuple[str, str]:
     domain, _, ident = qualified.rpartition("/")
     return sys.intern(domain), sys.intern(ident)
@@ -423,13 +430,10 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) ->
     name = _str(data.get("name"), at / "name", required=True)
     if "basic" in data:
         raise (at / "basic").error("the v1beta1 'basic' wrapper is not part of resource.k8s.io/v1")
-    attributes: dict[str, AttributeValue] = {}
     cel_attributes: dict[str, dict[str, AttributeValue]] = {}
     for key, value in _mapping(data.get("attributes"), at / "attributes").items():
-        qualified = _qualify(key, driver)
         parsed = _shared_value(_attribute_value(value, at / "attributes" / key))
-        attributes[qualified] = parsed
-        domain, ident = _split(qualified)
+        domain, ident = _split(_qualify(key, driver))
         cel_attributes.setdefault(domain, {})[ident] = parsed
     capacity, cel_capacity = _capacities(data.get("capacity"), driver, at / "capacity")
     consumes = tuple(
@@ -440,7 +444,6 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) ->
     selector = data.get("nodeSelector")
     return Device(
         id=(driver, pool, name),
-        attributes=attributes,
         capacity=capacity,
         cel=CELDevice(driver, {d: _shared_domain(v) for d, v in cel_attributes.items()}, cel_capacity, multi),
         taints=tuple(
