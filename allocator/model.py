@@ -443,7 +443,7 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) ->
     multi = _bool(data.get("allowMultipleAllocations"), at / "allowMultipleAllocations")
     selector = data.get("nodeSelector")
     return Device(
-        id=(driver, pool, name),
+        id=(driver, pool, sys.intern(name)),  # names repeat on every node (gpu-0, gpu-1, ...)
         capacity=capacity,
         cel=CELDevice(driver, {d: _shared_domain(v) for d, v in cel_attributes.items()}, cel_capacity, multi),
         taints=tuple(
@@ -463,29 +463,28 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) ->
     )
 
 
-MAX_SHARED_VERSIONS = 4096
-"""Distinct ``version`` attribute values held once (``_shared_value``)."""
+MAX_SHARED_VALUES = 4096
+"""Distinct string and ``version`` attribute values held once (``_shared_value``)."""
 
 MAX_SHARED_DOMAINS = 4096
 """Distinct per-domain attribute maps held once (``_shared_domain``)."""
 
-_VERSIONS: dict[str, Version] = {}
+_VALUES: dict[str | Version, str | Version] = {}
 _DOMAINS: dict[tuple[object, ...], dict[str, AttributeValue]] = {}
 
 
-# Alike devices (one model on every node) publish equal values: each is held once. Strings are interned (they
-# live as long as a device holds them), versions kept in a bounded table.
 def _shared_value(value: AttributeValue) -> AttributeValue:
-    if type(value) is str:
-        return sys.intern(value)
-    if type(value) is Version:
-        shared = _VERSIONS.get(value.text)
-        if shared is None:
-            if len(_VERSIONS) >= MAX_SHARED_VERSIONS:
-                _VERSIONS.clear()
-            shared = _VERSIONS[value.text] = value
-        return shared
-    return value
+    """Alike devices (one model on every node) publish equal values: each is held once, at most
+    ``MAX_SHARED_VALUES`` of them (a bounded table, not ``sys.intern``: unique values, uuids and serials,
+    would each cost an entry for nothing)."""
+    if type(value) is not str and type(value) is not Version:
+        return value
+    shared = _VALUES.get(value)
+    if shared is None:
+        if len(_VALUES) >= MAX_SHARED_VALUES:
+            _VALUES.clear()
+        shared = _VALUES[value] = value
+    return shared
 
 
 def _shared_domain(values: dict[str, AttributeValue]) -> dict[str, AttributeValue]:
