@@ -313,8 +313,27 @@ def encode_filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> bytes:
 
 
 def encode_host_priorities(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
-    """``HostPriorityList``: a bare array ``[{"Host": node, "Score": 0..10}]``, one entry per host."""
-    return orjson.dumps([{"Host": host, "Score": score} for host, score in zip(hosts, scores, strict=True)])
+    """``HostPriorityList``: a bare array ``[{"Host": node, "Score": 0..10}]``, one entry per host.
+
+    kube-scheduler asks for every passing node: a dict per host would cost more than the decision. The
+    names are encoded at once and the entries formed around them by C-speed replaces and one format, byte
+    for byte what encoding the dicts gives; names needing an escape (no node name does) take that way."""
+    if len(hosts) != len(scores):
+        raise ValueError(f"{len(hosts)} hosts, {len(scores)} scores")
+    names = orjson.dumps(hosts)
+    if not hosts or b"\\" in names:
+        return orjson.dumps(
+            [{"Host": host, "Score": score} for host, score in zip(hosts, scores, strict=True)]
+        )
+    # Without escapes no name holds a quote: '","' occurs only between two names.
+    between = names[2:-2]
+    distinct = set(scores)
+    if len(distinct) == 1:
+        (score,) = distinct
+        tail = b'","Score":%d}' % score
+        return b'[{"Host":"' + between.replace(b'","', tail + b',{"Host":"') + tail + b"]"
+    template = between.replace(b"%", b"%%").replace(b'","', b'","Score":%d},{"Host":"')
+    return (b'[{"Host":"' + template + b'","Score":%d}]') % tuple(scores)
 
 
 def encode_binding_result(error: str = "") -> bytes:
