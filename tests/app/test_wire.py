@@ -302,6 +302,12 @@ def test_encode_prioritize_equals_encoding_one_object_per_host(hosts_and_scores)
     )
 
 
+def test_encode_filter_every_node_passing_answers_the_names_as_sent():
+    args = decode_extender_args(FILTER_NODE_NAMES)
+    outcome = FilterOutcome(passed=[n.encode().decode() for n in args.candidate_names])  # equal, not the same
+    assert orjson.loads(encode_filter_result(args, outcome))["NodeNames"] == args.candidate_names
+
+
 def test_encode_bind_and_error():
     assert encode_binding_result() == b'{"Error":""}'
     assert encode_binding_result("claim ml/trainer-0-gpu-7xk2p: conflict") == (
