@@ -13,11 +13,12 @@ Sharing is sound because a stored object is never edited in place: a change arri
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_SHARED_PARTS", "SharedParts", "kept_slice"]
+__all__ = ["MAX_SHARED_PARTS", "SharedParts", "editable_copy", "kept_slice"]
 
 MAX_SHARED_PARTS = 16_384
 """Distinct parts ``SharedParts`` remembers (about 100 B each besides the part, which the objects hold
@@ -72,3 +73,20 @@ class SharedParts:
                 self._parts.clear()
             shared = self._parts[key] = value
         return shared
+
+
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def editable_copy(value: Any) -> Any:
+    """A deep copy of (part of) a stored object for a writer to edit: what ``copy.deepcopy`` gives for API
+    data (dicts, lists and JSON scalars; anything else through it), several times faster (a bind copies a
+    claim and a pod)."""
+    kind = type(value)
+    if kind is dict:
+        return {key: editable_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [editable_copy(item) for item in value]
+    if kind in _IMMUTABLE:
+        return value
+    return copy.deepcopy(value)

@@ -1,8 +1,11 @@
-"""What the state keeps of API objects (``app.state.compact``): equal parts held once, nothing read changed."""
+"""What the state keeps of API objects (``app.state.compact``): equal parts once, nothing read changed."""
 
 from __future__ import annotations
 
+import copy
+
 from app.state.cluster import ClusterState
+from app.state.compact import editable_copy
 from tests.builders import claim, device, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"
@@ -38,3 +41,16 @@ def test_a_slice_keeps_only_the_devices_read_as_published():
     assert state.get("ResourceSlice", "n1-gpus")["spec"]["devices"] == [mapped]
     assert [d.name for d in state.inventory.slice("n1-gpus").devices] == ["gpu-0", "gpu-1"]
     assert state.node_allocatable_slices == {"n1-gpus"}
+
+
+def test_an_editable_copy_is_a_deep_copy():
+    obj = {
+        "spec": {"devices": [{"name": "gpu-0", "count": 1, "ratio": 1.5, "on": True}]},
+        "big": 2**70,
+        "t": (1, [2]),
+    }
+    copied = editable_copy(obj)
+    assert copied == copy.deepcopy(obj)
+    copied["spec"]["devices"][0]["count"] = 2
+    copied["t"][1].append(3)
+    assert obj["spec"]["devices"][0]["count"] == 1 and obj["t"] == (1, [2])
