@@ -338,6 +338,8 @@ class ResourceSlice:
     uses_compatibility_groups: bool = False
     """A device declares ``compatibilityGroups`` on a counter consumption (``allocator.pools``: such slices
     are ignored while DRADeviceCompatibilityGroups is off); found once, when the slice is parsed."""
+    devices_digest: bytes = b""
+    """Of ``spec.devices`` as published (``_parse_devices``)."""
 
     @property
     def pool_id(self) -> tuple[str, str]:
@@ -563,12 +565,16 @@ def _counters(raw: Any, at: _Path) -> dict[str, Quantity]:
 
 def _parse_devices(
     raw: Any, driver: str, pool: str, at: _Path, previous: ResourceSlice | None
-) -> tuple[Device, ...]:
-    known = (
-        {d.name: d for d in previous.devices}
-        if previous is not None and previous.pool_id == (driver, pool)
-        else {}
-    )
+) -> tuple[tuple[Device, ...], bytes]:
+    """The devices and the digest of their list. A slice republished with the same list (a new
+    resourceVersion, other fields changed) keeps every parsed device for one digest; else each device is
+    matched by name and digest."""
+    listed = _digest(raw)
+    known: dict[str, Device] = {}
+    if previous is not None and previous.pool_id == (driver, pool):
+        if previous.devices_digest == listed:
+            return previous.devices, listed
+        known = {d.name: d for d in previous.devices}
     devices = []
     for i, data in enumerate(_list(raw, at)):
         old = known.get(data.get("name")) if isinstance(data, Mapping) else None
@@ -578,7 +584,7 @@ def _parse_devices(
             if old is not None and old.digest == digest
             else _parse_device(data, driver, pool, at / i, digest)
         )
-    return tuple(devices)
+    return tuple(devices), listed
 
 
 def _digest(data: Any) -> bytes:
@@ -620,7 +626,9 @@ def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None 
             raise (entry_at / "name").error(f"duplicate counter set name {set_name}")
         shared[set_name] = _counters(data.get("counters"), entry_at / "counters")
     meta = obj.get("metadata") or {}
-    devices = _parse_devices(spec.get("devices"), driver, pool_name, at / "spec" / "devices", previous)
+    devices, devices_digest = _parse_devices(
+        spec.get("devices"), driver, pool_name, at / "spec" / "devices", previous
+    )
     return ResourceSlice(
         name=name,
         driver=driver,
@@ -638,6 +646,7 @@ def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None 
         resource_version=str(meta.get("resourceVersion") or ""),
         skip_node_operations=_strings(spec.get("skipNodeOperations"), at / "spec" / "skipNodeOperations"),
         uses_compatibility_groups=any(c.compatibility_groups for d in devices for c in d.consumes_counters),
+        devices_digest=devices_digest,
     )
 
 

@@ -22,6 +22,13 @@ def test_unchanged_devices_are_reused_by_a_slice_update_and_changed_ones_reparse
     assert new.devices[1].attribute(f"{DRIVER_A}/numa") == 0
 
 
+def test_a_slice_republished_with_the_same_devices_keeps_them_all():
+    old = parse_resource_slice(slice_("s1", DRIVER_A, "node-1", [device("gpu-0"), device("gpu-1")]))
+    update = slice_("s1", DRIVER_A, "node-1", [device("gpu-0"), device("gpu-1")])
+    update["metadata"]["resourceVersion"] = "2"
+    assert parse_resource_slice(update, old).devices is old.devices
+
+
 def test_a_value_republished_with_another_type_is_parsed_again():
     # 1 == True in Python: the republished device is compared as published, and the bool is refused.
     old = parse_resource_slice(slice_("s1", DRIVER_A, "node-1", [device("gpu-0", numa=1)]))
