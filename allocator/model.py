@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -471,6 +471,8 @@ MAX_SHARED_VALUES = 4096
 MAX_SHARED_DOMAINS = 4096
 """Distinct per-domain attribute maps held once (``_shared_domain``)."""
 
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
 _VALUES: dict[str | Version, str | Version] = {}
 _DOMAINS: dict[tuple[object, ...], dict[str, AttributeValue]] = {}
 
@@ -481,12 +483,7 @@ def _shared_value(value: AttributeValue) -> AttributeValue:
     would each cost an entry for nothing)."""
     if type(value) is not str and type(value) is not Version:
         return value
-    shared = _VALUES.get(value)
-    if shared is None:
-        if len(_VALUES) >= MAX_SHARED_VALUES:
-            _VALUES.clear()
-        shared = _VALUES[value] = value
-    return shared
+    return _held_once(_VALUES, value, value, MAX_SHARED_VALUES)
 
 
 def _shared_domain(values: dict[str, AttributeValue]) -> dict[str, AttributeValue]:
@@ -494,12 +491,17 @@ def _shared_domain(values: dict[str, AttributeValue]) -> dict[str, AttributeValu
     devices, a uuid or a PCIe root, is usually in a domain of its own or in a few distinct values), at most
     ``MAX_SHARED_DOMAINS`` of them."""
     key = tuple((name, attribute_key(value)) for name, value in values.items())
-    shared = _DOMAINS.get(key)
-    if shared is None:
-        if len(_DOMAINS) >= MAX_SHARED_DOMAINS:
-            _DOMAINS.clear()
-        shared = _DOMAINS[key] = values
-    return shared
+    return _held_once(_DOMAINS, key, values, MAX_SHARED_DOMAINS)
+
+
+def _held_once(table: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
+    """What ``table`` holds for ``key``, else ``value``, remembered (the table starts over at ``limit``)."""
+    held = table.get(key)
+    if held is None:
+        if len(table) >= limit:
+            table.clear()
+        held = table[key] = value
+    return held
 
 
 MAX_SHARED_CAPACITIES = 4096
