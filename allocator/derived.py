@@ -277,14 +277,12 @@ class ClusterDerivation:
 
 
 def _with_attributes(device: Device, values: Mapping[str, AttributeValue]) -> Device:
-    """A copy of ``device`` whose attributes (constraint view and CEL view) include ``values``."""
-    attributes = {**device.attributes, **values}
+    """A copy of ``device`` whose attributes include ``values``."""
     cel_attributes = dict(device.cel.attributes)  # only the domains that gain a value are copied
     for qualified, value in values.items():
         domain, _, ident = qualified.rpartition("/")
         cel_attributes[domain] = {**cel_attributes.get(domain, {}), ident: value}
-    cel = dataclasses.replace(device.cel, attributes=cel_attributes)
-    return dataclasses.replace(device, attributes=attributes, cel=cel)
+    return dataclasses.replace(device, cel=dataclasses.replace(device.cel, attributes=cel_attributes))
 
 
 def _compile(selectors: SelectorCache, expression: str, owner: str) -> None:

@@ -39,10 +39,12 @@ numbers are never reused, so equal numbers always mean equal layouts).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from allocator.alignment import Topology
+from allocator.cel import AttributeValue
 from allocator.cel.reads import Reads, attribute_key
 from allocator.compatibility import groups_in_use
 from allocator.inventory import Inventory, counters_left
@@ -80,12 +82,12 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class _AttributeView:
-    """The attributes a claims shape can see: ``names`` (qualified: the keys of CEL lookups
-    ``device.attributes[domain][id]`` are ``domain/id``, then constraint and topology names) and
+    """The attributes a claims shape can see: ``names`` as (domain, id) (CEL lookups
+    ``device.attributes[domain][id]``, constraint and topology names split at their last ``/``) and
     ``domains`` read as whole maps; ``every`` when some expression's reads are unknown. Capacity is
     always part of a device's description."""
 
-    names: tuple[str, ...]
+    names: tuple[tuple[str, str], ...]
     domains: tuple[str, ...]
     every: bool
 
@@ -119,7 +121,9 @@ def _attribute_view(
                     read(selectors.reads(expression))
                 for derived in alt.derived_attributes:
                     read(selectors.value_reads(derived.expression))
-    return _AttributeView(tuple(sorted(names)), tuple(sorted(domains)), every)
+    # A name without a domain is no device's attribute (``Device.attribute``): it tells no nodes apart.
+    split = (name.rpartition("/") for name in sorted(names) if "/" in name)
+    return _AttributeView(tuple((domain, ident) for domain, _, ident in split), tuple(sorted(domains)), every)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,12 +314,16 @@ class ShapeTable:
         self.cache.stats["kept"] += 1
 
 
+_NO_VALUES: Mapping[str, AttributeValue] = MappingProxyType({})
+
+
 def _attributes(devices: tuple[Device, ...], view: _AttributeView) -> Hashable:
     """The values the shape reads of each device, with their types (``1`` is not ``true`` in CEL)."""
     if view.every:
         return tuple(tuple(sorted((n, attribute_key(v)) for n, v in d.attributes.items())) for d in devices)
-    names = view.names
-    values = tuple(itertools.chain.from_iterable(map(d.attributes.get, names) for d in devices))
+    values = tuple(
+        d.cel.attributes.get(domain, _NO_VALUES).get(ident) for d in devices for domain, ident in view.names
+    )
     types = tuple(map(type, values))
     if tuple in types:  # list values: their elements' types count too
         values = tuple(map(attribute_key, values))

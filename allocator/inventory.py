@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
@@ -70,6 +70,9 @@ class AllocatedDevice:
     consumed_capacity: Mapping[str, Fraction]
 
 
+_NOTHING_CONSUMED: Mapping[str, Fraction] = MappingProxyType({})
+
+
 def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple[AllocatedDevice, ...]:
     """Read ``status.allocation`` of a claim. Raises InvalidInputError naming ``where`` and the field."""
     if not allocation:
@@ -85,7 +88,7 @@ def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple
             isinstance(entry.get(k), str) and entry.get(k) for k in ("driver", "pool", "device")
         ):
             raise InvalidInputError(f"{at}: driver, pool and device are required strings")
-        consumed = {}
+        consumed: dict[str, Fraction] = {}
         for name, value in (entry.get("consumedCapacity") or {}).items():
             try:
                 consumed[name] = parse_quantity(value).value
@@ -96,7 +99,7 @@ def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple
                 id=(entry["driver"], entry["pool"], entry["device"]),
                 admin_access=entry.get("adminAccess") is True,
                 share_id=str(entry.get("shareID") or ""),
-                consumed_capacity=consumed,
+                consumed_capacity=consumed or _NOTHING_CONSUMED,  # one empty map for every exclusive device
             )
         )
     return tuple(parsed)
@@ -120,12 +123,36 @@ class Hold:
     consumed: Mapping[str, Fraction] | None
 
 
-@dataclass(slots=True)
-class _Holders:
-    """Who uses one device: exclusive holders and shares (share id -> consumed capacity)."""
+_NO_SHARES: Mapping[tuple[str, str], Mapping[str, Fraction]] = MappingProxyType({})
 
-    exclusive: set[str] = field(default_factory=set)
-    shares: dict[tuple[str, str], Mapping[str, Fraction]] = field(default_factory=dict)
+
+class _Holders:
+    """Who uses one device: exclusive holders and shares ((holder, share id) -> consumed capacity). One per
+    allocated device: usually a single holder, so a tuple, and the shares map only once there is one."""
+
+    __slots__ = ("exclusive", "shares")
+
+    def __init__(self) -> None:
+        self.exclusive: tuple[str, ...] = ()
+        self.shares: Mapping[tuple[str, str], Mapping[str, Fraction]] = _NO_SHARES
+
+    def add(self, holder: str, share_id: str, consumed: Mapping[str, Fraction]) -> None:
+        if share_id:
+            shares = self.shares if isinstance(self.shares, dict) else {}
+            # A result repeated in one allocation (API validation allows it) consumes once per result, as
+            # kube-scheduler's aggregated capacity adds up every result.
+            earlier = shares.get((holder, share_id))
+            shares[holder, share_id] = consumed if earlier is None else _summed(earlier, consumed)
+            self.shares = shares
+        elif holder not in self.exclusive:
+            self.exclusive += (holder,)
+
+    def remove(self, holder: str, share_id: str) -> None:
+        self.exclusive = tuple(h for h in self.exclusive if h != holder)
+        if isinstance(self.shares, dict):
+            self.shares.pop((holder, share_id), None)
+            if not self.shares:
+                self.shares = _NO_SHARES
 
 
 MAX_LOGGED_CHANGES = 100_000
@@ -552,25 +579,14 @@ class Inventory:
         for old in previous:
             entry = self._holders.get(old.id)
             if entry is not None:
-                entry.exclusive.discard(holder)
-                entry.shares.pop((holder, old.share_id), None)
+                entry.remove(holder, old.share_id)
                 if not entry.exclusive and not entry.shares:
                     del self._holders[old.id]
                     self._unpublished.pop(old.id, None)
         for new in devices:
             if new.admin_access:
                 continue
-            entry = self._holders[new.id]
-            if new.share_id:
-                # A result repeated in one allocation (API validation allows it) consumes once per result,
-                # as kube-scheduler's aggregated capacity adds up every result.
-                share = (holder, new.share_id)
-                earlier = entry.shares.get(share)
-                entry.shares[share] = (
-                    new.consumed_capacity if earlier is None else _summed(earlier, new.consumed_capacity)
-                )
-            else:
-                entry.exclusive.add(holder)
+            self._holders[new.id].add(holder, new.share_id, new.consumed_capacity)
         if devices:
             table[key] = devices
         self._touch_pools({(d.id[0], d.id[1]) for d in (*previous, *devices)})
@@ -638,7 +654,7 @@ class Inventory:
         entry = self._holders.get(device_id)
         if entry is None:
             return []
-        keys = entry.exclusive | {h for h, _ in entry.shares}
+        keys = {*entry.exclusive, *(h for h, _ in entry.shares)}
         return sorted(k.partition(":")[2] for k in keys)
 
 

@@ -15,14 +15,18 @@ errors, as upstream's one ``types.go`` does.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+import orjson
 
 from allocator.cel import AttributeValue, CELDevice, Version
 from allocator.cel.library import SemverError, parse_semver
+from allocator.cel.reads import attribute_key
 from allocator.errors import InvalidInputError
 from allocator.nodeselector import NodeSelector, parse_node_selector
 from allocator.quantity import Quantity, QuantityError, parse_quantity
@@ -272,12 +276,11 @@ class CounterConsumption:
 class Device:
     """One device of a ResourceSlice; compared and hashed by identity (caches key on it).
 
-    ``attributes`` maps fully qualified names (``domain/id``; bare names are filed under the driver's
-    domain) to values; ``cel`` is the selector view of the same data.
+    Attributes are held once, by domain, in ``cel`` (the selector view; bare names are filed under the
+    driver's domain): ``attribute`` looks one up by its fully qualified name (``domain/id``).
     """
 
     id: DeviceID
-    attributes: Mapping[str, AttributeValue]
     capacity: Mapping[str, DeviceCapacity]
     cel: CELDevice
     taints: tuple[Taint, ...]
@@ -289,9 +292,9 @@ class Device:
     binding_conditions: tuple[str, ...]
     binding_failure_conditions: tuple[str, ...]
     allow_multiple_allocations: bool
-    raw: Mapping[str, Any]
-    """The API dict it was parsed from: an unchanged device in a slice update keeps its parsed object,
-    and with it every cached selector result."""
+    digest: bytes
+    """Of the API dict it was parsed from (``_digest``): a slice update republishing the device unchanged
+    keeps this parsed object, and with it every cached selector result, without the dict being kept."""
 
     @property
     def driver(self) -> str:
@@ -307,7 +310,15 @@ class Device:
 
     def attribute(self, qualified_name: str) -> AttributeValue | None:
         """A constraint lookup (``matchAttribute``): the fully qualified name, driver domain included."""
-        return self.attributes.get(qualified_name)
+        domain, slash, ident = qualified_name.rpartition("/")
+        values = self.cel.attributes.get(domain) if slash else None
+        return values.get(ident) if values is not None else None
+
+    @property
+    def attributes(self) -> dict[str, AttributeValue]:
+        """Every attribute by fully qualified name, built on each call (a second map per device would be
+        a fifth of the inventory's memory; readers of every attribute are rare)."""
+        return {f"{d}/{i}": v for d, values in self.cel.attributes.items() for i, v in values.items()}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -331,6 +342,8 @@ class ResourceSlice:
     uses_compatibility_groups: bool = False
     """A device declares ``compatibilityGroups`` on a counter consumption (``allocator.pools``: such slices
     are ignored while DRADeviceCompatibilityGroups is off); found once, when the slice is parsed."""
+    devices_digest: bytes = b""
+    """Of ``spec.devices`` as published (``_parse_devices``)."""
 
     @property
     def pool_id(self) -> tuple[str, str]:
@@ -385,12 +398,12 @@ def _attribute_value(raw: Any, at: _Path) -> AttributeValue:
     return found[0]
 
 
-# Attribute names repeat on every device of a driver: interned, tens of thousands of devices share one
-# string per name instead of holding copies.
 def _qualify(name: str, driver: str) -> str:
-    return sys.intern(name if "/" in name else f"{driver}/{name}")
+    return name if "/" in name else f"{driver}/{name}"
 
 
+# Attribute names repeat on every device of a driver: interned, tens of thousands of devices share one
+# string per domain and name instead of holding copies.
 def _split(qualified: str) -> tuple[str, str]:
     domain, _, ident = qualified.rpartition("/")
     return sys.intern(domain), sys.intern(ident)
@@ -418,18 +431,15 @@ def _request_policy(raw: Any, at: _Path) -> RequestPolicy | None:
     )
 
 
-def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
+def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) -> Device:
     data = _mapping(raw, at, required=True)
     name = _str(data.get("name"), at / "name", required=True)
     if "basic" in data:
         raise (at / "basic").error("the v1beta1 'basic' wrapper is not part of resource.k8s.io/v1")
-    attributes: dict[str, AttributeValue] = {}
     cel_attributes: dict[str, dict[str, AttributeValue]] = {}
     for key, value in _mapping(data.get("attributes"), at / "attributes").items():
-        qualified = _qualify(key, driver)
-        parsed = _attribute_value(value, at / "attributes" / key)
-        attributes[qualified] = parsed
-        domain, ident = _split(qualified)
+        parsed = _shared_value(_attribute_value(value, at / "attributes" / key))
+        domain, ident = _split(_qualify(key, driver))
         cel_attributes.setdefault(domain, {})[ident] = parsed
     capacity, cel_capacity = _capacities(data.get("capacity"), driver, at / "capacity")
     consumes = tuple(
@@ -439,10 +449,9 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
     multi = _bool(data.get("allowMultipleAllocations"), at / "allowMultipleAllocations")
     selector = data.get("nodeSelector")
     return Device(
-        id=(driver, pool, name),
-        attributes=attributes,
+        id=(driver, pool, sys.intern(name)),  # names repeat on every node (gpu-0, gpu-1, ...)
         capacity=capacity,
-        cel=CELDevice(driver, cel_attributes, cel_capacity, multi),
+        cel=CELDevice(driver, {d: _shared_domain(v) for d, v in cel_attributes.items()}, cel_capacity, multi),
         taints=tuple(
             _parse_taint(t, at / "taints" / i) for i, t in enumerate(_list(data.get("taints"), at / "taints"))
         ),
@@ -456,8 +465,47 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path) -> Device:
             data.get("bindingFailureConditions"), at / "bindingFailureConditions"
         ),
         allow_multiple_allocations=multi,
-        raw=data,
+        digest=digest,
     )
+
+
+MAX_SHARED_VALUES = 4096
+"""Distinct string and ``version`` attribute values held once (``_shared_value``)."""
+
+MAX_SHARED_DOMAINS = 4096
+"""Distinct per-domain attribute maps held once (``_shared_domain``)."""
+
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+_VALUES: dict[str | Version, str | Version] = {}
+_DOMAINS: dict[tuple[object, ...], dict[str, AttributeValue]] = {}
+
+
+def _shared_value(value: AttributeValue) -> AttributeValue:
+    """Alike devices (one model on every node) publish equal values: each is held once, at most
+    ``MAX_SHARED_VALUES`` of them (a bounded table, not ``sys.intern``: unique values, uuids and serials,
+    would each cost an entry for nothing)."""
+    if type(value) is not str and type(value) is not Version:
+        return value
+    return _held_once(_VALUES, value, value, MAX_SHARED_VALUES)
+
+
+def _shared_domain(values: dict[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """One map for every device with these values of one domain (read-only; what differs between alike
+    devices, a uuid or a PCIe root, is usually in a domain of its own or in a few distinct values), at most
+    ``MAX_SHARED_DOMAINS`` of them."""
+    key = tuple((name, attribute_key(value)) for name, value in values.items())
+    return _held_once(_DOMAINS, key, values, MAX_SHARED_DOMAINS)
+
+
+def _held_once(table: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
+    """What ``table`` holds for ``key``, else ``value``, remembered (the table starts over at ``limit``)."""
+    held = table.get(key)
+    if held is None:
+        if len(table) >= limit:
+            table.clear()
+        held = table[key] = value
+    return held
 
 
 MAX_SHARED_CAPACITIES = 4096
@@ -523,19 +571,37 @@ def _counters(raw: Any, at: _Path) -> dict[str, Quantity]:
 
 def _parse_devices(
     raw: Any, driver: str, pool: str, at: _Path, previous: ResourceSlice | None
-) -> tuple[Device, ...]:
-    known = (
-        {d.name: d for d in previous.devices}
-        if previous is not None and previous.pool_id == (driver, pool)
-        else {}
-    )
+) -> tuple[tuple[Device, ...], bytes]:
+    """The devices and the digest of their list. A slice republished with the same list (a new
+    resourceVersion, other fields changed) keeps every parsed device for one digest; else each device is
+    matched by name and digest."""
+    listed = _digest(raw)
+    known: dict[str, Device] = {}
+    if previous is not None and previous.pool_id == (driver, pool):
+        if previous.devices_digest == listed:
+            return previous.devices, listed
+        known = {d.name: d for d in previous.devices}
     devices = []
     for i, data in enumerate(_list(raw, at)):
         old = known.get(data.get("name")) if isinstance(data, Mapping) else None
+        digest = _digest(data)
         devices.append(
-            old if old is not None and old.raw == data else _parse_device(data, driver, pool, at / i)
+            old
+            if old is not None and old.digest == digest
+            else _parse_device(data, driver, pool, at / i, digest)
         )
-    return tuple(devices)
+    return tuple(devices), listed
+
+
+def _digest(data: Any) -> bytes:
+    """128 bits of the device's API dict as serialized, key order included (an API server writes fields in
+    one order; another order only costs a re-parse). A dict orjson cannot write (an integer beyond 64 bits)
+    is digested from its repr, marked apart so that the two forms never meet."""
+    try:
+        text = b"j" + orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        text = b"r" + repr(data).encode()
+    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None = None) -> ResourceSlice:
@@ -566,7 +632,9 @@ def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None 
             raise (entry_at / "name").error(f"duplicate counter set name {set_name}")
         shared[set_name] = _counters(data.get("counters"), entry_at / "counters")
     meta = obj.get("metadata") or {}
-    devices = _parse_devices(spec.get("devices"), driver, pool_name, at / "spec" / "devices", previous)
+    devices, devices_digest = _parse_devices(
+        spec.get("devices"), driver, pool_name, at / "spec" / "devices", previous
+    )
     return ResourceSlice(
         name=name,
         driver=driver,
@@ -584,6 +652,7 @@ def parse_resource_slice(obj: Mapping[str, Any], previous: ResourceSlice | None 
         resource_version=str(meta.get("resourceVersion") or ""),
         skip_node_operations=_strings(spec.get("skipNodeOperations"), at / "spec" / "skipNodeOperations"),
         uses_compatibility_groups=any(c.compatibility_groups for d in devices for c in d.consumes_counters),
+        devices_digest=devices_digest,
     )
 
 

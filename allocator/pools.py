@@ -10,7 +10,7 @@ counter references) and an invalid pool is never allocated from.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from allocator.features import FeatureGates
@@ -81,21 +81,26 @@ _PARTITIONABLE_FIELDS = (
 )
 
 
-def ignored_slices(node: Node, candidates: Iterable[ResourceSlice], gates: FeatureGates) -> list[str]:
+def ignored_slices(node: Node, candidates: Sequence[ResourceSlice], gates: FeatureGates) -> list[str]:
     """Why slices that would target ``node`` with the gate of the fields they use on are left out."""
     reasons = []
-    if not gates.DRAPartitionableDevices:
+    # Asked for every node of a filter: the gates with one more on are made only for the few such slices.
+    partitionable = [s for s in candidates if _partitionable(s)] if not gates.DRAPartitionableDevices else []
+    if partitionable:
         on = replace(gates, DRAPartitionableDevices=True)
-        reasons += [
-            _ignored_reason(s) for s in candidates if _partitionable(s) and slice_on_node(s, node, on)
-        ]
-    if not gates.DRADeviceCompatibilityGroups:
+        reasons += [_ignored_reason(s) for s in partitionable if slice_on_node(s, node, on)]
+    grouped = (
+        [s for s in candidates if s.uses_compatibility_groups]
+        if not gates.DRADeviceCompatibilityGroups
+        else []
+    )
+    if grouped:
         on = replace(gates, DRADeviceCompatibilityGroups=True)
         reasons += [
             f"ResourceSlice {s.name} uses consumesCounters[].compatibilityGroups, which is ignored while the "
             "DRADeviceCompatibilityGroups feature is disabled (its pool counts as incomplete)"
-            for s in candidates
-            if s.uses_compatibility_groups and slice_on_node(s, node, on)
+            for s in grouped
+            if slice_on_node(s, node, on)
         ]
     return reasons
 

@@ -288,10 +288,24 @@ def _latency_rows(
     ]
 
 
+GROUPS = ("fill", "steady", "large", "slices", "rss")
+"""What ``--only`` can pick: fill-up, steady state (both at the small shape), the cycles at the large shape
+(first pod of a claim shape, per-verb latencies, the no-claim pod), ResourceSlice updates, peak RSS."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer cycles")
+    parser.add_argument(
+        "--only",
+        type=lambda text: text.split(","),
+        default=list(GROUPS),
+        help=f"comma-separated measures to run, of {', '.join(GROUPS)} (default: all)",
+    )
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.only) - set(GROUPS))
+    if unknown:
+        parser.error(f"--only: unknown {', '.join(unknown)} (known: {', '.join(GROUPS)})")
     # The issue's shapes count devices per node: GPUs only (pass --nics to bench.server for mixed nodes).
     small = Shape(100 if args.quick else 500, 10, nics=0)
     large = Shape(1000 if args.quick else 5000, 8, nics=0)
@@ -299,16 +313,6 @@ def main(argv: list[str] | None = None) -> int:
     claims = 4_000 if args.quick else 20_000
     # The issue's memory bound: 20,000 nodes x 8 devices holding 50,000 allocated claims.
     huge, huge_claims = (Shape(4000, 8, nics=0), 10_000) if args.quick else (Shape(20_000, 8, nics=0), 50_000)
-
-    with _servers(small) as clients:
-        fill = fill_up(clients, small, small.nodes * small.gpus + 1)
-    with _servers(small) as clients:
-        steady = steady_state(clients, small, cycles)
-    with _servers(large) as clients:
-        # The first pod of a claim shape decides every node once; it is reported apart from the others.
-        first = large_cycles(clients, large, 1)
-        big = large_cycles(clients, large, cycles)
-        plain = no_claim_filter(clients, large, cycles)
     ext, flo = "extender", "floor"
     small_name, large_name = f"{small.nodes}x{small.gpus}", f"{large.nodes}x{large.gpus}"
 
@@ -316,40 +320,62 @@ def main(argv: list[str] | None = None) -> int:
         ext_values, floor_values = getattr(runs[ext], verb), getattr(runs[flo], verb)
         return Row(f"{name}: {verb} p50", "ms", _ms(ext_values, 0.5), _ms(floor_values, 0.5), target)
 
-    def once(name: str, verb: str) -> Row:
-        return Row(
-            f"{name}: {verb}",
-            "ms",
-            1000 * getattr(first[ext], verb)[0],
-            1000 * getattr(first[flo], verb)[0],
-            "",
-        )
+    rows: list[Row] = []
+    if "fill" in args.only:
+        with _servers(small) as clients:
+            fill = fill_up(clients, small, small.nodes * small.gpus + 1)
+        fill_name = f"fill-up {small_name}"
+        rows += [
+            Row(f"{fill_name}: pods placed", "pods", fill[ext].placed, fill[flo].placed, ""),
+            Row(fill_name, "pods/s", fill[ext].pods_per_second, fill[flo].pods_per_second, ">= 0.7x"),
+            p50(fill_name, fill, "filter", "<= 1.5x"),
+            p50(fill_name, fill, "prioritize", "<= 1.5x"),
+            p50(fill_name, fill, "bind", "<= 2x"),
+        ]
+    if "steady" in args.only:
+        with _servers(small) as clients:
+            steady = steady_state(clients, small, cycles)
+        steady_name = f"steady 90% {small_name}"
+        rows += [
+            Row(steady_name, "pods/s", steady[ext].pods_per_second, steady[flo].pods_per_second, ""),
+            p50(steady_name, steady, "filter", "<= 2x"),
+        ]
+    if "large" in args.only:
+        with _servers(large) as clients:
+            # The first pod of a claim shape decides every node once; it is reported apart from the others.
+            first = large_cycles(clients, large, 1)
+            big = large_cycles(clients, large, cycles)
+            plain = no_claim_filter(clients, large, cycles)
 
-    fill_name, steady_name = f"fill-up {small_name}", f"steady 90% {small_name}"
-    rows = [
-        Row(f"{fill_name}: pods placed", "pods", fill[ext].placed, fill[flo].placed, ""),
-        Row(fill_name, "pods/s", fill[ext].pods_per_second, fill[flo].pods_per_second, ">= 0.7x"),
-        p50(fill_name, fill, "filter", "<= 1.5x"),
-        p50(fill_name, fill, "prioritize", "<= 1.5x"),
-        p50(fill_name, fill, "bind", "<= 2x"),
-        Row(steady_name, "pods/s", steady[ext].pods_per_second, steady[flo].pods_per_second, ""),
-        p50(steady_name, steady, "filter", "<= 2x"),
-        *_latency_rows(f"{large_name} filter", big[ext].filter, big[flo].filter, "<= 1.5x", "<= 10 ms (p99)"),
-        *_latency_rows(f"{large_name} prioritize", big[ext].prioritize, big[flo].prioritize, "<= 1.5x"),
-        *_latency_rows(f"{large_name} bind", big[ext].bind, big[flo].bind, "<= 2x"),
-        once(f"{large_name} first pod of a claim shape", "filter"),
-        once(f"{large_name} first pod of a claim shape", "prioritize"),
-        *_latency_rows(f"no-claim pod, {large.nodes} nodes: filter", plain[ext], plain[flo], "<= 1.2x"),
-        Row("ResourceSlice update applied", "µs", 1e6 / slice_updates(large, 20_000), None, "<= 100 µs"),
-        Row(f"peak RSS {large_name}, {claims:,} claims", "MB", peak_rss_mb(large, claims), None, "<= 500 MB"),
-        Row(
-            f"peak RSS {huge.nodes}x{huge.gpus}, {huge_claims:,} claims",
-            "MB",
-            peak_rss_mb(huge, huge_claims),
-            None,
-            "<= 500 MB",
-        ),
-    ]
+        def once(verb: str) -> Row:
+            ext_ms, floor_ms = (1000 * getattr(first[label], verb)[0] for label in (ext, flo))
+            return Row(f"{large_name} first pod of a claim shape: {verb}", "ms", ext_ms, floor_ms, "")
+
+        rows += [
+            *_latency_rows(
+                f"{large_name} filter", big[ext].filter, big[flo].filter, "<= 1.5x", "<= 10 ms (p99)"
+            ),
+            *_latency_rows(f"{large_name} prioritize", big[ext].prioritize, big[flo].prioritize, "<= 1.5x"),
+            *_latency_rows(f"{large_name} bind", big[ext].bind, big[flo].bind, "<= 2x"),
+            once("filter"),
+            once("prioritize"),
+            *_latency_rows(f"no-claim pod, {large.nodes} nodes: filter", plain[ext], plain[flo], "<= 1.2x"),
+        ]
+    if "slices" in args.only:
+        rows.append(
+            Row("ResourceSlice update applied", "µs", 1e6 / slice_updates(large, 20_000), None, "<= 100 µs")
+        )
+    if "rss" in args.only:
+        for shape, count in ((large, claims), (huge, huge_claims)):
+            rows.append(
+                Row(
+                    f"peak RSS {shape.nodes}x{shape.gpus}, {count:,} claims",
+                    "MB",
+                    peak_rss_mb(shape, count),
+                    None,
+                    "<= 500 MB",
+                )
+            )
     table = [["measure", "extender", "floor", "ratio", "target"], *(row.cells() for row in rows)]
     width = [max(len(line[i]) for line in table) for i in range(5)]
     for line in table:

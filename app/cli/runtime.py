@@ -227,11 +227,11 @@ def _class_selector_problems(objects: ClusterObjects, selectors: SelectorCache) 
 
 def state_summary(state: ClusterState) -> dict[str, int]:
     """Counts for the startup banner: nodes, ResourceSlices, devices in them, claims, pending pods."""
-    slices = state.objects["ResourceSlice"].values()
+    inventory = state.inventory.report()
     return {
         "nodes": len(state.objects["Node"]),
-        "resource_slices": len(slices),
-        "devices": sum(len((s.get("spec") or {}).get("devices") or ()) for s in slices),
+        "resource_slices": inventory["slices"],
+        "devices": inventory["devices"],
         "resource_claims": len(state.objects["ResourceClaim"]),
         "pending_pods": len(state.pending_pods()),
     }

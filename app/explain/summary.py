@@ -87,6 +87,10 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
         if pod is None:
             raise NotFound(f"pod {namespace}/{name} not found")
         names = sorted(service.state.objects["Node"])
+    # Scored first, every node: each equivalence class is decided once with its score, and filter then
+    # answers from those decisions (filter first would decide by counts, and prioritize look every node
+    # up again for its score).
+    score = dict(zip(names, service.prioritize(pod, names), strict=True))
     outcome = service.filter(pod, names)
     verdicts: list[tuple[str, Verdict, str]] = [(n, "fits", "") for n in outcome.passed]
     verdicts += [(n, "does-not-fit", r) for n, r in outcome.failed.items()]
@@ -95,7 +99,7 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
     if outcome.error or not outcome.passed:
         chosen = _representatives(groups, best)
     else:
-        scores = service.prioritize(pod, outcome.passed) if len(outcome.passed) > 1 else [0]
+        scores = [score[n] for n in outcome.passed] if len(outcome.passed) > 1 else [0]
         ranked = sorted(zip(outcome.passed, scores, strict=True), key=lambda item: (-item[1], item[0]))
         chosen = [node for node, _ in ranked[:best]]
     details = [explain_pod(service, namespace, name, node) for node in chosen]

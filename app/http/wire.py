@@ -17,6 +17,7 @@ failure maps, and a bare array for prioritize.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -296,17 +297,13 @@ def encode_filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> bytes:
     order, and ``NodeNames`` null. ``Error`` is the fatal error text or "".
     """
     result: Obj = {"Nodes": None, "NodeNames": None}
-    if outcome.passed is args.candidate_names:  # every node passed (a pod that needs no devices)
-        passed_all = True
-    else:
-        passed_all, passed = False, set(outcome.passed)
+    candidates = args.candidate_names
     if args.node_cache_capable:
-        # Only names from the input: kube-scheduler fails the pod on a name it did not send.
-        result["NodeNames"] = (
-            args.candidate_names if passed_all else list(filter(passed.__contains__, args.candidate_names))
-        )
+        # Only names from the input, in its order: kube-scheduler fails the pod on a name it did not send.
+        result["NodeNames"] = _passed_names(candidates, outcome)
     else:
-        items = [node for node in args.nodes or () if passed_all or node["metadata"]["name"] in passed]
+        passed = None if outcome.passed is candidates else set(outcome.passed)
+        items = [node for node in args.nodes or () if passed is None or node["metadata"]["name"] in passed]
         result["Nodes"] = {"metadata": {}, "items": items}
     result["FailedNodes"] = outcome.failed
     result["FailedAndUnresolvableNodes"] = outcome.unresolvable
@@ -314,9 +311,42 @@ def encode_filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> bytes:
     return orjson.dumps(result)
 
 
+def _passed_names(candidates: list[str], outcome: FilterOutcome) -> list[str]:
+    """The candidates that ``outcome`` passes, in candidate order. The service answers in that order,
+    usually every candidate but a few: checking that guess (C-speed comparisons) costs less than looking
+    every candidate up among thousands of passing names, which is done when the guess is wrong."""
+    passed = outcome.passed
+    if passed is candidates or passed == candidates:
+        return candidates
+    failed = outcome.failed.keys() | outcome.unresolvable.keys()
+    guess = list(itertools.filterfalse(failed.__contains__, candidates))
+    if passed == guess:
+        return guess
+    return list(filter(set(passed).__contains__, candidates))
+
+
 def encode_host_priorities(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
-    """``HostPriorityList``: a bare array ``[{"Host": node, "Score": 0..10}]``, one entry per host."""
-    return orjson.dumps([{"Host": host, "Score": score} for host, score in zip(hosts, scores, strict=True)])
+    """``HostPriorityList``: a bare array ``[{"Host": node, "Score": 0..10}]``, one entry per host.
+
+    kube-scheduler asks for every passing node: a dict per host would cost more than the decision. The
+    names are encoded at once and the entries formed around them by C-speed replaces and one format, byte
+    for byte what encoding the dicts gives; names needing an escape (no node name does) take that way."""
+    if len(hosts) != len(scores):
+        raise ValueError(f"{len(hosts)} hosts, {len(scores)} scores")
+    names = orjson.dumps(hosts)
+    if not hosts or b"\\" in names:
+        return orjson.dumps(
+            [{"Host": host, "Score": score} for host, score in zip(hosts, scores, strict=True)]
+        )
+    # Without escapes no name holds a quote: '","' occurs only between two names.
+    between = names[2:-2]
+    distinct = set(scores)
+    if len(distinct) == 1:
+        (score,) = distinct
+        tail = b'","Score":%d}' % score
+        return b'[{"Host":"' + between.replace(b'","', tail + b',{"Host":"') + tail + b"]"
+    template = between.replace(b"%", b"%%").replace(b'","', b'","Score":%d},{"Host":"')
+    return (b'[{"Host":"' + template + b'","Score":%d}]') % tuple(scores)
 
 
 def encode_binding_result(error: str = "") -> bytes:

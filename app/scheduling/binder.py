@@ -20,7 +20,6 @@ attempt, as kube-scheduler's PostFilter does.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +29,7 @@ from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from app.scheduling.nodeallocatable import ClaimUse, claim_statuses
 from app.state.cluster import ClusterState, object_key
+from app.state.compact import editable_copy
 from app.state.podclaims import PodClaim
 from app.state.podgroups import reserves
 
@@ -109,10 +109,10 @@ def claim_after_bind(
     """A copy of ``claim`` with the finalizer, the allocation (if new) and the pod in ``reservedFor``, or
     ``consumer`` (the pod's PodGroup, ``PodClaim.consumer``) instead once for all its pods."""
     meta = pod.get("metadata") or {}
-    updated = copy.deepcopy(dict(claim))
+    updated = editable_copy(dict(claim))
     status = updated.setdefault("status", {})
     if allocation is not None:
-        status["allocation"] = copy.deepcopy(allocation)
+        status["allocation"] = editable_copy(allocation)
         finalizers = updated.setdefault("metadata", {}).setdefault("finalizers", [])
         if FINALIZER not in finalizers:
             finalizers.append(FINALIZER)
@@ -157,7 +157,7 @@ class StateBinder:
         self.lock = lock
 
     def bind(self, plan: BindPlan) -> None:
-        pod = copy.deepcopy(dict(plan.pod))
+        pod = editable_copy(dict(plan.pod))
         pod.setdefault("spec", {})["nodeName"] = plan.node
         created = None
         if plan.extended is not None:
@@ -167,7 +167,7 @@ class StateBinder:
             status = pod.get("status")
             if not isinstance(status, dict):
                 status = pod["status"] = {}
-            status["extendedResourceClaimStatus"] = copy.deepcopy(plan.extended.pod_status)
+            status["extendedResourceClaimStatus"] = editable_copy(plan.extended.pod_status)
         with self.lock:
             try:
                 statuses = node_allocatable_statuses(self.state, plan)

@@ -208,7 +208,6 @@ class FilterDecisions:
         inventory = self.state.inventory
         view, pending = asked.view, asked.pending
         seq = inventory.change_seq
-        names_key = hash(tuple(node_names))
         last = self._outcomes.get(view.shape)
         if select:
             if quick and not _quick_enough(inventory, node_names, pending):
@@ -218,6 +217,7 @@ class FilterDecisions:
                 covered = [n for n in node_names if last.covers(n)]
                 last.record(covered, self._decisions.get(view.shape, {}), inventory.node_versions())
             return outcome
+        names_key = hash(tuple(node_names))
         changed = None
         if last is not None and last.names_key == names_key:
             changed = inventory.nodes_changed_since(last.seq, last.global_version)
@@ -242,6 +242,7 @@ class FilterDecisions:
             return now
         last.record(redo, self._decisions.get(view.shape, {}), inventory.node_versions())
         last.seq = seq
+        last.order(node_names)
         outcome.passed = list(last.passed)
         outcome.failed = all_with_names(last.failed, pending)
         outcome.unresolvable = all_with_names(last.unresolvable, pending)

@@ -22,6 +22,7 @@ from allocator.model import (
     parse_resource_slice,
 )
 from allocator.nodeselector import Node, parse_node_selector
+from app.state.compact import SharedParts, kept_slice
 
 __all__ = ["KINDS", "NAMESPACED_KINDS", "ClusterState", "is_pending", "node_from_api", "object_key"]
 
@@ -69,13 +70,19 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
 
 
 class ClusterState:
-    """API objects by kind and key, and the inventory derived from them. Not thread-safe by itself."""
+    """API objects by kind and key, and the inventory derived from them. Not thread-safe by itself.
+
+    Objects are kept as ``app.state.compact`` says: a ResourceSlice's ``spec.devices`` lists only those
+    publishing ``nodeAllocatableResources`` (the inventory holds every device parsed), and equal parts of
+    claims and pods are one object. Stored objects are never edited in place.
+    """
 
     def __init__(self, gates: FeatureGates | None = None) -> None:
         self.gates = gates or FeatureGates()
         self.inventory = Inventory(self.gates)
         self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
         self._claims: dict[str, tuple[str, Claim | InvalidInputError]] = {}
+        self._shared = SharedParts()
         self.node_allocatable_slices: set[str] = set()
         """ResourceSlices with devices that publish ``nodeAllocatableResources``
         (``app.scheduling.nodeallocatable``):
@@ -103,8 +110,8 @@ class ClusterState:
                 self.reject(kind, obj, str(e))
                 raise
             self.inventory.upsert_slice(parsed)
-            devices = (obj.get("spec") or {}).get("devices") or ()
-            if any(isinstance(d, Mapping) and d.get("nodeAllocatableResources") for d in devices):
+            obj = kept_slice(obj)
+            if obj["spec"]["devices"]:
                 self.node_allocatable_slices.add(key)
             else:
                 self.node_allocatable_slices.discard(key)
@@ -121,7 +128,7 @@ class ClusterState:
             self.inventory.set_allocation(key, devices)
         elif kind not in self.objects:
             raise InvalidInputError(f"unsupported kind {kind}")
-        self.objects[kind][key] = dict(obj)
+        self.objects[kind][key] = self._shared.kept(kind, obj)
 
     def reject(self, kind: str, obj: Mapping[str, Any], reason: str) -> None:
         """A new revision of ``obj`` that cannot be used (``reason``). For a ResourceSlice the previous

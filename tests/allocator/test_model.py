@@ -22,6 +22,40 @@ def test_unchanged_devices_are_reused_by_a_slice_update_and_changed_ones_reparse
     assert new.devices[1].attribute(f"{DRIVER_A}/numa") == 0
 
 
+def test_a_slice_republished_with_the_same_devices_keeps_them_all():
+    old = parse_resource_slice(slice_("s1", DRIVER_A, "node-1", [device("gpu-0"), device("gpu-1")]))
+    update = slice_("s1", DRIVER_A, "node-1", [device("gpu-0"), device("gpu-1")])
+    update["metadata"]["resourceVersion"] = "2"
+    assert parse_resource_slice(update, old).devices is old.devices
+
+
+def test_a_value_republished_with_another_type_is_parsed_again():
+    # 1 == True in Python: the republished device is compared as published, and the bool is refused.
+    old = parse_resource_slice(slice_("s1", DRIVER_A, "node-1", [device("gpu-0", numa=1)]))
+    update = slice_("s1", DRIVER_A, "node-1", [device("gpu-0", numa=1)])
+    update["spec"]["devices"][0]["attributes"]["numa"] = {"int": True}
+    with pytest.raises(InvalidInputError, match=r"attributes\.numa\.int: must be of type int"):
+        parse_resource_slice(update, old)
+
+
+def test_a_device_beyond_what_json_holds_is_reused_too():
+    big = {**device("gpu-0"), "capacity": {"memory": {"value": 2**70}}}  # an integer beyond 64 bits
+    old = parse_resource_slice(slice_("s1", DRIVER_A, "node-1", [big]))
+    new = parse_resource_slice(slice_("s1", DRIVER_A, "node-1", [copy.deepcopy(big)]), old)
+    assert new.devices[0] is old.devices[0]
+
+
+def test_alike_devices_hold_equal_values_once():
+    a, b = (
+        # Each value built apart, as a JSON decoder does.
+        parse_resource_slice(slice_(f"s{i}", DRIVER_A, f"node-{i}", [device("gpu-0", model="H" + str(100))]))
+        for i in (1, 2)
+    )
+    first, second = a.devices[0], b.devices[0]
+    assert first.cel.attributes[DRIVER_A] is second.cel.attributes[DRIVER_A]
+    assert first.attribute(f"{DRIVER_A}/model") is second.attribute(f"{DRIVER_A}/model")
+
+
 def test_devices_of_another_pool_are_not_reused():
     old = parse_resource_slice(slice_("s1", DRIVER_A, "pool-a", [device("gpu-0")]))
     new = parse_resource_slice(slice_("s1", DRIVER_A, "pool-b", [device("gpu-0")]), old)

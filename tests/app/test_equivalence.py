@@ -34,8 +34,14 @@ def service_of(objects: list[tuple[str, dict]]) -> SchedulingService:
     return service
 
 
-def state_objects(svc: SchedulingService) -> list[tuple[str, dict]]:
-    return [(kind, obj) for kind in KINDS for obj in svc.state.objects[kind].values()]
+def state_objects(svc: SchedulingService, given: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The service's objects, its ResourceSlices as ``given`` (the state keeps them without their devices)."""
+    slices = [obj for kind, obj in given if kind == "ResourceSlice"]
+    return [
+        (kind, obj)
+        for kind in KINDS
+        for obj in (slices if kind == "ResourceSlice" else svc.state.objects[kind].values())
+    ]
 
 
 def cluster(nodes: dict[str, list[dict]], *extra: tuple[str, dict]) -> list[tuple[str, dict]]:
@@ -273,7 +279,7 @@ def test_shared_decisions_equal_per_node_decisions(scenario):
         obj["metadata"].update(name=name, uid=f"uid-claim-{name}")
         svc.state.apply("ResourceClaim", obj)
         svc.state.apply("Pod", pod("ml", name, [name]))
-        now = state_objects(svc)
+        now = state_objects(svc, objects)
         want = per_node(now, name, names)
         the_pod = svc.state.get("Pod", f"ml/{name}")
         outcome = svc.filter(the_pod, names)

@@ -404,12 +404,10 @@ def test_cached_answers_equal_a_fresh_decision_through_binds_and_changes():
         if step % 9 == 8:  # a node changes its labels: only that node's decisions are redone
             svc.state.apply("Node", node(rng.choice(nodes), {"step": str(step)}))
         got = svc.filter(svc.state.get("Pod", f"ml/{name}"), nodes)
+        # The slices as given: the state keeps them without their devices.
         fresh_state = ClusterState.from_objects(
-            [
-                (k, o)
-                for k in ("Node", "DeviceClass", "ResourceSlice", "ResourceClaim", "Pod")
-                for o in svc.state.objects[k].values()
-            ]
+            [(k, o) for k, o in objects if k != "Node"]
+            + [(k, o) for k in ("Node", "ResourceClaim", "Pod") for o in svc.state.objects[k].values()]
         )
         fresh = SchedulingService(fresh_state, SelectorCache(ExprEngine()))
         want = fresh.filter(fresh.state.get("Pod", f"ml/{name}"), nodes)
@@ -658,3 +656,30 @@ def test_a_bind_for_a_claim_that_never_shows_up_fails_with_the_reason():
         "kube-scheduler will retry the pod"
     )
     assert svc.state.objects == before
+
+
+def test_a_patched_answer_keeps_the_order_of_the_node_list():
+    # The wire layer sends the candidates minus the failed nodes when filter's answer is in their order.
+    objects: list[tuple[str, dict[str, Any]]] = [
+        ("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"'))
+    ]
+    for n in ("n1", "n2", "n3"):
+        objects += [
+            ("Node", node(n)),
+            ("ResourceSlice", resource_slice(f"{n}-gpus", DRIVER, n, [device("gpu-0"), device("gpu-1")])),
+        ]
+    svc = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
+    names = ["n1", "n2", "n3"]
+
+    def filtered(name: str) -> list[str]:
+        svc.state.apply("ResourceClaim", claim("ml", name, [request("gpu", "gpu")]))
+        svc.state.apply("Pod", pod("ml", name, [name]))
+        return svc.filter(svc.state.get("Pod", f"ml/{name}"), names).passed
+
+    assert filtered("a") == names
+    svc.bind("ml", "a", "uid-pod-ml-a", "n1")  # n1 decided again: it still passes, in its place
+    assert filtered("b") == names
+    svc.bind("ml", "b", "uid-pod-ml-b", "n1")  # n1 is full
+    assert filtered("c") == ["n2", "n3"]
+    svc.state.remove("ResourceClaim", "ml/a")  # n1 passes again
+    assert filtered("d") == names

@@ -6,6 +6,8 @@ import re
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.http.wire import (
     WireError,
@@ -284,6 +286,26 @@ def test_encode_prioritize_is_a_bare_array():
         b'[{"Host":"node-a","Score":7},{"Host":"node-d","Score":3}]'
     )
     assert encode_host_priorities([], []) == b"[]"
+
+
+@given(
+    st.lists(
+        st.tuples(st.text(alphabet='ab-.,"%d\\\u00e9\n', max_size=4), st.integers(0, 10)), max_size=6
+    ).map(lambda pairs: ([h for h, _ in pairs], [s for _, s in pairs]))
+)
+def test_encode_prioritize_equals_encoding_one_object_per_host(hosts_and_scores):
+    hosts, scores = hosts_and_scores
+    expected = orjson.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores, strict=True)])
+    assert encode_host_priorities(hosts, scores) == expected
+    assert encode_host_priorities(hosts, [5] * len(hosts)) == orjson.dumps(
+        [{"Host": h, "Score": 5} for h in hosts]
+    )
+
+
+def test_encode_filter_every_node_passing_answers_the_names_as_sent():
+    args = decode_extender_args(FILTER_NODE_NAMES)
+    outcome = FilterOutcome(passed=[n.encode().decode() for n in args.candidate_names])  # equal, not the same
+    assert orjson.loads(encode_filter_result(args, outcome))["NodeNames"] == args.candidate_names
 
 
 def test_encode_bind_and_error():

@@ -95,7 +95,7 @@ async def test_watch_events_update_the_index_incrementally(api, start_runtime):
     changed = api.get("ResourceSlice", "", "n3-gpus")
     changed["spec"]["devices"] = [device("gpu-0")]
     api.put("ResourceSlice", changed)
-    await eventually(lambda: len(runtime.state.get("ResourceSlice", "n3-gpus")["spec"]["devices"]) == 1)
+    await eventually(lambda: len(runtime.state.inventory.slice("n3-gpus").devices) == 1)
     assert runtime.service.filter(p, ["n1", "n3"]).passed == ["n1"]
     assert informer.stats.lists == 1 and informer.stats.gone == 0
 
