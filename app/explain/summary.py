@@ -9,9 +9,10 @@ this pod pending", answered by the summary:
 * ``best``: the full explanation of the ``best`` nodes: the fitting ones with the highest prioritize
   score (ties by name), or, when none fits, one node of each of the largest groups (its funnel shows why).
 
-The verdicts are filter's own (``SchedulingService.filter`` on every node, then ``prioritize`` on those
-that passed: what kube-scheduler would get from the extender), so they cost what filter costs, and only
-the ``best`` nodes are explained in full. A what-if claim is summarized through a pod using it, added
+The verdicts and scores are filter's and prioritize's own (what kube-scheduler would get from the
+extender: ``SchedulingService.prioritize`` then ``filter`` on every node, so that each equivalence class
+is decided once, with its score), so they cost what one filter costs, and only the ``best`` nodes are
+explained in full. A what-if claim is summarized through a pod using it, added
 to the command line's copy of the state (``summarize_what_if``).
 
 Nothing is written: offline (a state directory or a cluster snapshot) there is no binder, so filter
@@ -87,9 +88,7 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
         if pod is None:
             raise NotFound(f"pod {namespace}/{name} not found")
         names = sorted(service.state.objects["Node"])
-    # Scored first, every node: each equivalence class is decided once with its score, and filter then
-    # answers from those decisions (filter first would decide by counts, and prioritize look every node
-    # up again for its score).
+    # Scored first: filter first would decide by counts, and prioritize then look every node up again.
     score = dict(zip(names, service.prioritize(pod, names), strict=True))
     outcome = service.filter(pod, names)
     verdicts: list[tuple[str, Verdict, str]] = [(n, "fits", "") for n in outcome.passed]
