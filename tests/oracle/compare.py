@@ -3,7 +3,9 @@
 Compared (issue 12): the outcome kind; per claim the results in order (request, device, adminAccess,
 tolerations, consumedCapacity, shareID present, binding conditions, skipNodeOperations) and the
 nodeSelector; for fatal errors the error class. Not compared: share IDs themselves (random UUIDs), error
-wording.
+wording. An upstream search still running at kube-scheduler's 10 s filter timeout gives no answer to
+compare with (how far it gets depends on the machine): the product agrees by not placing the claims
+either, whether its search ends as no fit or at its own step limit; a fit there stays a disagreement.
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ def agrees(oracle: Oracle, state: dict[str, Any], expected: dict[str, Any], actu
     one of those orders: for such states upstream is asked again until it gives the product's answer."""
     if outcome(actual) == outcome(expected):
         return True
+    if expected["kind"] == "timeout":
+        return actual["kind"] in ("nofit", "limit")
     pools = {(s["spec"]["driver"], s["spec"]["pool"]["name"]) for s in state["slices"]}
     if not state_gates(state).stable_allocator or len(pools) < 2:
         return False

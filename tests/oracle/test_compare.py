@@ -1,0 +1,23 @@
+"""The comparison rule for an upstream search cut off by kube-scheduler's filter timeout."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.oracle.compare import agrees
+
+TIMED_OUT = {"kind": "timeout", "error": "filter operation aborted: context deadline exceeded"}
+STATE = {"gates": {}, "slices": []}
+
+
+@pytest.mark.parametrize(
+    ("product", "agreed"),
+    [
+        ({"kind": "nofit"}, True),
+        ({"kind": "limit", "error": "search limit reached after 50000 steps"}, True),
+        ({"kind": "results", "results": []}, False),
+        ({"kind": "error", "error": "x", "class": "input"}, False),
+    ],
+)
+def test_an_upstream_timeout_agrees_only_with_not_placing(product: dict, agreed: bool) -> None:
+    assert agrees(None, STATE, TIMED_OUT, product) is agreed  # type: ignore[arg-type]
