@@ -448,10 +448,7 @@ class Allocator:
                         usable = [c.device for c in plan.all_devices[alt.name]]
                         needed = min(needed, len(usable))
                     else:
-                        counts = self._usable_counts(plan.claim, alt)
-                        usable = [
-                            c.device for i, c in enumerate(self._candidates) if counts[i] != counts[i + 1]
-                        ]
+                        usable = [c.device for _, c in self._usable_candidates(plan.claim, alt)]
                         needed = min(needed, alt.count)
                     devices.update(d.id for d in usable)
                     shareable.update(d.id for d in usable if self._multi(d))
@@ -479,10 +476,7 @@ class Allocator:
             # A firstAvailable request may take a subrequest the constraint does not name: then it needs none.
             needed += min(alt.count if constraint.applies_to(alt) else 0 for alt in request.alternatives)
             for alt in alternatives:
-                counts = self._usable_counts(claim, alt)
-                for index, candidate in enumerate(self._candidates):
-                    if counts[index] != counts[index + 1]:
-                        usable[index] = candidate
+                usable.update(self._usable_candidates(claim, alt))
         per_value: dict[tuple[type, object], int] = defaultdict(int)
         for candidate in usable.values():
             value = candidate.device.attribute(name)
@@ -495,6 +489,11 @@ class Allocator:
         if constraint.distinct_attribute:
             return needed > len(per_value)
         return needed > max(per_value.values(), default=0)
+
+    def _usable_candidates(self, claim: Claim, alt: DeviceRequest) -> list[tuple[int, Candidate]]:
+        """(index, candidate) of every candidate ``alt`` might take (``_usable_counts`` steps there)."""
+        counts = self._usable_counts(claim, alt)
+        return [(i, c) for i, c in enumerate(self._candidates) if counts[i] != counts[i + 1]]
 
     def _usable_counts(self, claim: Claim, alt: DeviceRequest) -> list[int]:
         """For each candidate index, how many candidates from there on ``alt`` might take: an upper bound
