@@ -45,7 +45,7 @@ from allocator.model import (
     Taint,
 )
 from allocator.nodeselector import Node
-from allocator.pools import PoolID, PoolView, gather_pools, ignored_slices
+from allocator.pools import PoolID, PoolView, counters_seen_everywhere, gather_pools, ignored_slices
 from allocator.quantity import QuantityError, parse_quantity
 from allocator.selectors import SelectorCache
 
@@ -228,7 +228,7 @@ class Inventory:
         slice_ = self._derived_slice(slice_, known)
         self._slices[slice_.name] = slice_
         self._pool_slices[slice_.pool_id][slice_.name] = slice_
-        if slice_.node_name:
+        if self._one_node_only(slice_):
             self._node_slices[slice_.node_name][slice_.name] = slice_
         else:
             self._global_slices[slice_.name] = slice_
@@ -440,7 +440,7 @@ class Inventory:
         nodes = set(also)
         for pool_id in pool_ids:
             slices = self._pool_slices.get(pool_id, {}).values()
-            if any(not s.node_name for s in slices):
+            if not all(self._one_node_only(s) for s in slices):
                 self._global_version += 1
                 return
             nodes.update(s.node_name for s in slices)
@@ -449,12 +449,16 @@ class Inventory:
             self.change_seq += 1
             self._changes.append((self.change_seq, node))
 
+    def _one_node_only(self, slice_: ResourceSlice) -> bool:
+        """Whether only the node the slice names can see it."""
+        return bool(slice_.node_name) and not counters_seen_everywhere(slice_, self.gates)
+
     def _pools_changed(self, slice_: ResourceSlice) -> None:
-        if slice_.node_name:
+        if self._one_node_only(slice_):
             self._touch_pools([slice_.pool_id], also=[slice_.node_name])
         else:
             self._touch_all()
-        if not slice_.node_name or self._global_slices:
+        if not self._one_node_only(slice_) or self._global_slices:
             self._pools_by_node.clear()
             return
         # A pool's completeness depends on all its slices: drop every node that sees one of them.

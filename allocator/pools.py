@@ -18,7 +18,14 @@ from allocator.model import Device, ResourceSlice
 from allocator.nodeselector import Node
 from allocator.quantity import Quantity
 
-__all__ = ["PoolView", "device_on_node", "gather_pools", "ignored_slices", "slice_on_node"]
+__all__ = [
+    "PoolView",
+    "counters_seen_everywhere",
+    "device_on_node",
+    "gather_pools",
+    "ignored_slices",
+    "slice_on_node",
+]
 
 PoolID = tuple[str, str]
 
@@ -88,7 +95,11 @@ def ignored_slices(node: Node, candidates: Sequence[ResourceSlice], gates: Featu
     partitionable = [s for s in candidates if _partitionable(s)] if not gates.DRAPartitionableDevices else []
     if partitionable:
         on = replace(gates, DRAPartitionableDevices=True)
-        reasons += [_ignored_reason(s) for s in partitionable if slice_on_node(s, node, on)]
+        # Named only to the nodes it selects: a counter slice is relevant everywhere, but its reason
+        # belongs with its node's devices.
+        reasons += [
+            _ignored_reason(s) for s in partitionable if slice_on_node(s, node, on) and selects_node(s, node)
+        ]
     grouped = (
         [s for s in candidates if s.uses_compatibility_groups]
         if not gates.DRADeviceCompatibilityGroups
@@ -118,6 +129,21 @@ def slice_on_node(slice_: ResourceSlice, node: Node, gates: FeatureGates) -> boo
         return False
     if _ignored_for_compatibility_groups(slice_, gates):
         return False
+    return counters_seen_everywhere(slice_, gates) or selects_node(slice_, node)
+
+
+def counters_seen_everywhere(slice_: ResourceSlice, gates: FeatureGates) -> bool:
+    """Whether the slice is relevant for every node because it holds shared counters, whatever its node
+    selection says: so upstream's stable allocator gathers pools (the incubating and experimental ones
+    take counter slices only into pools that some slice for the node brings). From a node the slice does
+    not select, its pool then shows and counts it towards completeness: a pool whose other slices are not
+    all published is incomplete there, which an ``All`` request reports as its pool being updated."""
+    return gates.stable_allocator and bool(slice_.shared_counters)
+
+
+def selects_node(slice_: ResourceSlice, node: Node) -> bool:
+    """Whether the slice's node selection (nodeName, allNodes, nodeSelector, perDeviceNodeSelection)
+    takes ``node``."""
     if slice_.node_name:
         return slice_.node_name == node.name
     if slice_.all_nodes:
@@ -137,8 +163,9 @@ def gather_pools(
 ) -> list[PoolView]:
     """Pools visible from ``node``, sorted by (driver, pool), pools with binding conditions last.
 
-    ``candidates``: slices that might target the node (its nodeName slices plus all slices that use
-    nodeSelector, allNodes or perDeviceNodeSelection); ``pool_slices``: every slice by pool and name.
+    ``candidates``: slices that might be relevant for the node (its nodeName slices plus all slices that
+    use nodeSelector, allNodes or perDeviceNodeSelection or hold shared counters); ``pool_slices``: every
+    slice by pool and name.
     """
     kept: dict[PoolID, list[ResourceSlice]] = {}
     for slice_ in candidates:

@@ -113,6 +113,15 @@ FIRST_AVAILABLE_CLAIM["spec"]["devices"]["requests"][0] = {
 }
 
 
+COUNTERS_FOR_NODE_2 = slice_(
+    "q0",
+    count=2,
+    pool="q",
+    nodeName="node-2",
+    sharedCounters=[{"name": "set", "counters": {"c": {"value": "1"}}}],
+)
+
+
 def named_claim(name: str, *requests: tuple[str, int]) -> dict[str, Any]:
     return claim(*requests) | {"metadata": {"name": name, "namespace": "default", "uid": name}}
 
@@ -390,6 +399,22 @@ CASES |= {
             ],
         ),
         ("results", [("g", "d1")]),
+    ),
+    # The stable allocator's GatherPools takes a slice of shared counters into its pool on every node,
+    # whatever node it names: pool "q" has one of its two slices, published for node-2, so from node-1 it
+    # is incomplete and an All request stops on it; the product left the slice out of node-1's view and
+    # answered no fit (make oracle N=100000 SEED=26, 3 states).
+    "an All request stops at a pool left incomplete by another node's counter slice": (
+        state([slice_("s", [device("d0")]), COUNTERS_FOR_NODE_2], [claim(("all", 0))], gates=STABLE),
+        ("error", "input"),
+    ),
+    "the incubating and experimental allocators leave another node's counter slice out": (
+        state([slice_("s", [device("d0")]), COUNTERS_FOR_NODE_2], [claim(("all", 0))]),
+        ("results", [("all", "d0")]),
+    ),
+    "an ExactCount request takes devices beside a pool left incomplete by another node's counter slice": (
+        state([slice_("s", [device("d0")]), COUNTERS_FOR_NODE_2], [claim(("one", 1))], gates=STABLE),
+        ("results", [("one", "d0")]),
     ),
     "an unrequested capacity above validRange.max does not fit": (
         state(
