@@ -7,7 +7,8 @@ ResourceSlice of 8 devices each, then pods that each take one device through a R
 created in bulk. Each run has its own driver, DeviceClass and namespace on fresh nodes, and everything is
 deleted before the next run, so the two never share devices or node counts. Measured from the client:
 pods/s from the first pod created to the last one bound, and per-pod latency (created -> bound, seen on a
-watch); plus CPU seconds each component used during the run, which says where the time goes."""
+watch); plus CPU seconds each component used during the run and, for the extender, the mean time it took
+to answer each verb (its own request-duration metric): which says where the time goes."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ import os
 import statistics
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bench_cel import table
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
@@ -45,6 +49,8 @@ class Run:
     seconds: float
     latencies: list[float]
     cpu: dict[str, float] = field(default_factory=dict)
+    answer_ms: dict[str, float] = field(default_factory=dict)
+    """The extender's mean time to answer each verb in this run, from its metrics (extender runs only)."""
 
     @property
     def rate(self) -> float:
@@ -63,6 +69,37 @@ def _cpu(plane: ControlPlane) -> dict[str, float]:
         if component and component.process and component.process.poll() is None:
             used[name] = _cpu_seconds(component.process.pid)
     return used
+
+
+VERBS = ("filter", "prioritize", "bind")
+REQUEST_METRIC = "dra_extender_request_duration_seconds"
+
+
+Answered = dict[str, tuple[float, float]]
+"""Per verb, the extender's total seconds answering and the number of answers so far."""
+
+
+def _answered(plane: ControlPlane) -> Answered:
+    with urllib.request.urlopen(f"{plane.extender_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    totals = {verb: [0.0, 0.0] for verb in VERBS}
+    for family in text_string_to_metric_families(text):
+        if family.name != REQUEST_METRIC:
+            continue
+        for sample in family.samples:
+            verb = sample.labels.get("verb")
+            if verb in totals and sample.name.endswith(("_sum", "_count")):
+                totals[verb][sample.name.endswith("_count")] += sample.value
+    return {verb: (seconds, count) for verb, (seconds, count) in totals.items()}
+
+
+def _mean_ms(before: Answered, after: Answered) -> dict[str, float]:
+    means = {}
+    for verb in VERBS:
+        seconds, count = (a - b for a, b in zip(after[verb], before[verb], strict=True))
+        if count:
+            means[verb] = 1000 * seconds / count
+    return means
 
 
 class BoundWatch:
@@ -103,6 +140,7 @@ def _one_run(
     time.sleep(1.0)  # the watch is open and the informers have seen the slices
     created: dict[str, float] = {}
     cpu_before = _cpu(plane)
+    answered_before = _answered(plane) if mode == "extender" else None
 
     def create(i: int) -> None:
         name = f"pod-{i}"
@@ -118,6 +156,8 @@ def _one_run(
     watch.stop()
     latencies = [watch.bound[n] - created[n] for n in created if n in watch.bound]
     run = Run(mode, pods, seconds, latencies, {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after})
+    if answered_before is not None:
+        run.answer_ms = _mean_ms(answered_before, _answered(plane))
     print(f"{label}: {run.pods} pods in {run.seconds:.1f} s ({run.rate:.1f}/s)", flush=True)
     _clean(sc)
     return run
@@ -170,6 +210,9 @@ def report(runs: list[Run], nodes: int, devices: int, target: str) -> str:
         theirs = median_of("in-tree", lambda r: r.cpu.get(name, 0.0))  # noqa: B023
         if ours or theirs:
             rows.append([f"CPU s: {name}", f"{ours:.1f}", f"{theirs:.1f}", "", ""])
+    for verb in VERBS:
+        ms = median_of("extender", lambda r: r.answer_ms.get(verb, 0.0))  # noqa: B023
+        rows.append([f"extender answering {verb} (mean)", f"{ms:.1f} ms", "", "", ""])
     headers = ["measure", "extender", "in-tree plugin", "ratio (>1: extender better)", "target"]
     return table(headers, rows)
 
