@@ -28,6 +28,7 @@ __all__ = [
     "KeptDecision",
     "PodView",
     "ShapeOutcome",
+    "set_key",
 ]
 
 
@@ -61,11 +62,17 @@ class KeptDecision:
 
 @dataclass(slots=True)
 class ShapeOutcome:
-    """A claims shape's answer for one node list (``names_key``) as of inventory change ``seq``; reasons
-    keep the claim-name placeholders of the shared decisions. ``undecided`` nodes (time budget, unknown
-    node) are decided again on every call."""
+    """A claims shape's answer for one set of nodes as of inventory change ``seq``; reasons keep the
+    claim-name placeholders of the shared decisions. ``undecided`` nodes (time budget, unknown node) are
+    decided again on every call.
 
-    names_key: int
+    The set is what is kept: kube-scheduler filters nodes in parallel and sends the feasible ones in the
+    order they finished, so one set comes in many orders. ``order_key`` identifies the last order (the
+    one ``passed`` is in, once ``ordered``); another order of the same set costs one reordering."""
+
+    order_key: int
+    set_key: tuple[int, int]
+    """Hash and size of the node set."""
     global_version: int
     seq: int
     passed: dict[str, int | None] = field(default_factory=dict)
@@ -76,6 +83,15 @@ class ShapeOutcome:
     ordered: bool = False
     """``passed`` is in the order of the node list: the answer is that list without the others, which the
     wire layer then checks at C speed instead of filtering every name (``order``)."""
+
+    def answers(self, names: Sequence[str], order_key: int) -> bool:
+        """Whether this is the answer for the nodes ``names`` (whose tuple hash is ``order_key``), in any
+        order; in another order, ``passed`` is to be ordered again."""
+        if order_key != self.order_key:
+            if set_key(names) != self.set_key:
+                return False
+            self.order_key, self.ordered = order_key, False
+        return True
 
     def covers(self, name: str) -> bool:
         return (
@@ -108,6 +124,11 @@ class ShapeOutcome:
         if not self.ordered:
             self.passed = {name: self.passed[name] for name in names if name in self.passed}
             self.ordered = True
+
+
+def set_key(names: Sequence[str]) -> tuple[int, int]:
+    """``ShapeOutcome.set_key`` of a node list."""
+    return hash(frozenset(names)), len(names)
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from app.scheduling.decisions import (
     all_with_names,
     claims_shape,
     has_share,
+    set_key,
     spec_key,
     with_names,
     with_placeholders,
@@ -217,16 +218,18 @@ class FilterDecisions:
                 covered = [n for n in node_names if last.covers(n)]
                 last.record(covered, self._decisions.get(view.shape, {}), inventory.node_versions())
             return outcome
-        names_key = hash(tuple(node_names))
+        order_key = hash(tuple(node_names))
         changed = None
-        if last is not None and last.names_key == names_key:
+        if last is not None and last.answers(node_names, order_key):
             changed = inventory.nodes_changed_since(last.seq, last.global_version)
         if changed is None:
             if quick:
                 raise NotQuick
             self._decide_nodes(outcome, node_names, asked, select=False, quick=False)
             if not outcome.error:
-                last = ShapeOutcome(names_key, inventory.node_versions().global_version, seq)
+                last = ShapeOutcome(
+                    order_key, set_key(node_names), inventory.node_versions().global_version, seq
+                )
                 last.record(node_names, self._decisions.get(view.shape, {}), inventory.node_versions())
                 self._outcomes[view.shape] = last
                 if len(self._outcomes) > MAX_SHAPES:

@@ -90,6 +90,29 @@ def test_identical_nodes_are_decided_once_and_a_bind_redecides_only_its_node():
     assert (stats["misses"] - before["misses"], stats["hits"] - before["hits"]) == (1, 0)
 
 
+def test_the_same_nodes_in_another_order_are_answered_from_the_shapes_answer_in_that_order():
+    # kube-scheduler filters nodes in parallel and sends the feasible ones in the order they finished.
+    names = [f"n{i}" for i in range(20)]
+    svc = service_of(
+        cluster(
+            {n: [gpu(0, n), gpu(1, n)] for n in names},
+            *(("ResourceClaim", claim("ml", c, [request("gpu", "gpu", 2)])) for c in "abc"),
+            *(("Pod", pod("ml", c, [c])) for c in "abc"),
+        )
+    )
+    assert svc.filter(svc.state.get("Pod", "ml/a"), names).passed == names
+    svc.bind("ml", "a", "uid-pod-ml-a", "n3")  # both GPUs of n3: it no longer fits two
+    stats = dict(svc._equivalence.stats)
+    shuffled = names[::2] + names[1::2]
+    outcome = svc.filter_quick(svc.state.get("Pod", "ml/b"), shuffled)
+    assert outcome is not None  # no worker thread needed: only n3 is decided again
+    assert outcome.passed == [n for n in shuffled if n != "n3"]
+    assert list(outcome.failed) == ["n3"]
+    assert svc._equivalence.stats["misses"] - stats["misses"] == 1
+    # A list of other nodes is not the same answer.
+    assert svc.filter_quick(svc.state.get("Pod", "ml/c"), names[:10]) is None
+
+
 def test_a_selector_reading_the_uuid_makes_every_node_distinct():
     names = ["n1", "n2", "n3"]
     pending = with_selector(
