@@ -43,6 +43,7 @@ lenient modes) are one contract, and every error names the file, object and fiel
 from __future__ import annotations
 
 import logging
+import math
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -466,19 +467,54 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _parse_file(file: Path) -> list[Any]:
-    """The documents of one file. Raises StateLoadError for unreadable, template or malformed files."""
+MAX_FILE_BYTES = 64 << 20
+"""64 MiB per state file. Parsing YAML takes ~10 bytes of memory and ~0.4 µs per byte (a 64 MiB file:
+~650 MB and ~30 s), so a stray dump or a sparse multi-GB file would exhaust memory or seem to hang; a
+single document that size is refused anyway (``MAX_DOCUMENT_NODES``). Larger states are split into
+several files."""
+
+
+def _read_text(file: Path) -> str:
+    """The file's text, refused before reading when ``stat`` says it is above ``MAX_FILE_BYTES``, and
+    while reading when more arrives than stat said (a growing file, /proc)."""
     try:
-        text = file.read_text(encoding="utf-8")
+        size = file.stat().st_size
+        if size <= MAX_FILE_BYTES:
+            with file.open("rb") as handle:
+                data = handle.read(MAX_FILE_BYTES + 1)
+            size = max(size, len(data))
+        if size > MAX_FILE_BYTES:
+            raise StateLoadError(
+                f"larger than {_bytes(MAX_FILE_BYTES)} ({size} bytes or more): split it into several files",
+                file=file,
+            )
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise StateLoadError(f"cannot read: {err}", file=file) from err
+
+
+def _bytes(count: int) -> str:
+    return f"{count >> 20} MiB" if count % (1 << 20) == 0 else f"{count} bytes"
+
+
+def _parse_file(file: Path) -> list[Any]:
+    """The documents of one file. Raises StateLoadError for unreadable, oversized, template or malformed
+    files."""
+    text = _read_text(file)
     if file.suffix.lower() == ".json":
         try:
-            return [orjson.loads(text)]
+            documents = [orjson.loads(text)]
         except orjson.JSONDecodeError as err:
             raise StateLoadError(f"not valid JSON: {err}", file=file) from err
+        problem = _json_problem(documents[0])
+        if problem:
+            raise StateLoadError(problem, file=file)
+        return documents
     try:
         documents = list(yaml.load_all(text, Loader=_YamlLoader))
+    except RecursionError as err:
+        # Constructing a document recurses once per level; libyaml alone allows 1000 levels.
+        raise StateLoadError(_TOO_DEEP, file=file) from err
     except yaml.YAMLError as err:
         template = _TEMPLATE_LINE.search(text)
         if template:
@@ -497,6 +533,14 @@ MAX_DOCUMENT_NODES = 1_000_000
 """Values in one YAML document once aliases are expanded; a few thousand devices need ~10^5. Guards
 against alias bombs (a few lines expanding to billions of values)."""
 
+MAX_DEPTH = 200
+"""Levels of nesting in one document (the document is level 1). Kubernetes objects need a few dozen (deep
+CRD schemas, skipped but parsed, under a hundred); the copies and digests of objects are encoded by orjson,
+which stops at 255 levels, and every walk over an object recurses per level."""
+
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"
+_INT64 = range(-(1 << 63), 1 << 63)
+
 
 def load_yaml_document(text: str | bytes, what: str) -> Any:
     """One YAML (or JSON) document as plain JSON data, with the state loader's rules: string keys, no
@@ -504,6 +548,8 @@ def load_yaml_document(text: str | bytes, what: str) -> Any:
     Raises ValueError naming ``what`` (for bodies and files other than a state directory)."""
     try:
         document = yaml.load(text, Loader=_YamlLoader)
+    except RecursionError as err:
+        raise ValueError(f"{what}: {_TOO_DEEP}") from err
     except yaml.YAMLError as err:
         raise ValueError(f"{what}: {_yaml_problem(err, text if isinstance(text, str) else '')}") from err
     problem = _json_problem(document)
@@ -513,35 +559,53 @@ def load_yaml_document(text: str | bytes, what: str) -> Any:
 
 
 def _json_problem(document: object) -> str:
-    """Why a parsed document is not plain JSON data (binary, sets, cycles, alias bombs), or ''."""
-    sizes: dict[int, int] = {}
+    """Why a parsed document is not plain JSON data (binary, sets, cycles, alias bombs, nesting deeper
+    than ``MAX_DEPTH``, numbers JSON and the API cannot hold), or ''."""
+    # Per container (by id: aliases share one object): its values and its height. Aliases can stack a
+    # deep document from flat text, so a shared container's height counts wherever it appears.
+    sizes: dict[int, tuple[int, int]] = {}
     in_progress: set[int] = set()
 
-    def size(value: object) -> int:
-        if value is None or isinstance(value, (str, bool, int, float)):
-            return 1
+    def size(value: object, depth: int) -> tuple[int, int]:
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return 1, 0
+        if isinstance(value, int):
+            if value not in _INT64:  # the API's integers are int64; orjson cannot encode larger ones
+                raise ValueError(f"integer out of range (64-bit): {value}")
+            return 1, 0
+        if isinstance(value, float):
+            if not math.isfinite(value):  # YAML's .inf / .nan; orjson would write null
+                raise ValueError(f"{value} is not a JSON number")
+            return 1, 0
         if not isinstance(value, (dict, list)):
             raise ValueError(f"unsupported YAML value of type {type(value).__name__} (plain JSON data only)")
+        if depth > MAX_DEPTH:
+            raise ValueError(_TOO_DEEP)
         key = id(value)
         if key in sizes:
-            return sizes[key]
+            total, height = sizes[key]
+            if depth + height - 1 > MAX_DEPTH:  # its deepest container
+                raise ValueError(_TOO_DEEP)
+            return total, height
         if key in in_progress:
             raise ValueError("a YAML alias refers to itself")
         in_progress.add(key)
         children = value.values() if isinstance(value, dict) else value
-        total = 1
+        total, height = 1, 1
         for child in children:
-            total += size(child)
+            child_total, child_height = size(child, depth + 1)
+            total += child_total
+            height = max(height, child_height + 1)
             if total > MAX_DOCUMENT_NODES:
                 raise ValueError(f"more than {MAX_DOCUMENT_NODES} values once aliases are expanded")
         in_progress.discard(key)
-        sizes[key] = total
-        return total
+        sizes[key] = total, height
+        return total, height
 
     try:
-        size(document)
-    except (ValueError, RecursionError) as err:
-        return str(err) if isinstance(err, ValueError) else "nested too deeply"
+        size(document, 1)
+    except ValueError as err:
+        return str(err)
     return ""
 
 

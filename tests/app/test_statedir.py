@@ -448,3 +448,97 @@ def test_alias_bomb_is_rejected_quickly(tmp_path: Path) -> None:
         "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec:\n  " + "\n  ".join(lines),
     )
     assert "values once aliases are expanded" in load_error(tmp_path)
+
+
+def _nested(depth: int) -> dict:
+    """A mapping ``depth`` levels deep (the outermost one counts as 1)."""
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [300, 900])
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_deeply_nested_documents_are_refused_naming_the_limit(
+    tmp_path: Path, depth: int, suffix: str
+) -> None:
+    # 300 levels passed the parser and then broke the copy (orjson stops at 255 levels); 900 levels of YAML
+    # overflowed the Python stack while the document was constructed. Both were tracebacks.
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}, "spec": _nested(depth)}
+    (tmp_path / f"deep{suffix}").write_text(json.dumps(node))
+    message = load_error(tmp_path)
+    assert f"deep{suffix}" in message
+    assert "nested more than 200 levels deep" in message
+
+
+def test_aliases_cannot_build_a_deep_document(tmp_path: Path) -> None:
+    # Each anchor wraps the previous one: flat text, a document 250 levels deep once the aliases resolve.
+    lines = ["a0: &a0 {x: 1}"] + [f"a{i}: &a{i} {{x: *a{i - 1}}}" for i in range(1, 250)]
+    write(
+        tmp_path,
+        "chain.yaml",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec:\n  " + "\n  ".join(lines),
+    )
+    assert "nested more than 200 levels deep" in load_error(tmp_path)
+
+
+def test_a_document_of_200_levels_loads(tmp_path: Path) -> None:
+    # The document itself is level 1, spec level 2: 198 more levels below spec make 200.
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}, "spec": _nested(199)}
+    (tmp_path / "deep.json").write_text(json.dumps(node))
+    assert names(load_state(tmp_path).nodes) == ["n"]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("1180591620717411303424", "integer out of range"),  # 2**70
+        ("-9223372036854775809", "integer out of range"),  # -2**63 - 1
+        (".inf", "not a JSON number"),
+        (".nan", "not a JSON number"),
+    ],
+)
+def test_numbers_json_cannot_hold_are_refused(tmp_path: Path, value: str, problem: str) -> None:
+    # orjson refused 2**70 with a traceback and wrote inf / nan as null, silently changing the value.
+    write(tmp_path, "n.yaml", f"apiVersion: v1\nkind: Node\nmetadata: {{name: n}}\nspec: {{x: {value}}}\n")
+    message = load_error(tmp_path)
+    assert "n.yaml" in message and problem in message
+
+
+def test_the_largest_int64_loads(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "n.yaml",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {x: 9223372036854775807}\n",
+    )
+    assert load_state(tmp_path).nodes[0]["spec"]["x"] == 2**63 - 1
+
+
+def test_a_file_over_the_size_cap_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    # A 5 GiB sparse file: reading it whole would take 5 GiB of memory (and minutes for YAML).
+    big = tmp_path / "huge.yaml"
+    with big.open("wb") as handle:
+        handle.truncate(5 << 30)
+    message = load_error(tmp_path)
+    assert str(big) in message
+    assert "larger than 64 MiB" in message and "5368709120 bytes" in message
+
+
+def test_the_cap_holds_when_the_size_on_disk_says_less(monkeypatch) -> None:
+    # /proc files report size 0 and have content: what is read counts, not what stat says.
+    from app.state import statedir
+
+    maps = Path("/proc/self/maps")
+    if not maps.is_file() or maps.stat().st_size != 0:
+        pytest.skip("needs Linux /proc")
+    monkeypatch.setattr(statedir, "MAX_FILE_BYTES", 100)
+    assert "larger than" in load_error(maps)
+
+
+@pytest.mark.parametrize("depth", [300, 900])
+def test_deep_yaml_bodies_are_a_value_error_naming_the_source(depth: int) -> None:
+    from app.state.statedir import load_yaml_document
+
+    with pytest.raises(ValueError, match=r"^body: nested more than 200 levels deep$"):
+        load_yaml_document(json.dumps(_nested(depth)), "body")
