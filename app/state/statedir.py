@@ -56,7 +56,7 @@ import yaml
 
 from app.state.cluster import NAMESPACED_KINDS
 from app.state.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
-from app.state.knownfields import unknown_fields
+from app.state.knownfields import unknown_fields, wrong_types
 from app.state.podgroups import check_pod_group, check_scheduling_group
 
 __all__ = [
@@ -387,6 +387,11 @@ def _core_object(obj: Obj, kind: str, api_version: str) -> Obj:
     if kind == "Pod":
         _check_pod_claims(obj)
         check_scheduling_group(obj)
+    # The readers of Nodes and Pods (extended resources, node-allocatable fit, preemption, claim
+    # generation) trust the API's shapes, as the objects of a live cluster have them: a file's
+    # `status: true` is refused here, where the file and field can be named.
+    for path, problem in wrong_types(obj)[:1]:
+        raise ConversionError(path, problem)
     return _deep_copy(obj)
 
 

@@ -542,3 +542,59 @@ def test_deep_yaml_bodies_are_a_value_error_naming_the_source(depth: int) -> Non
 
     with pytest.raises(ValueError, match=r"^body: nested more than 200 levels deep$"):
         load_yaml_document(json.dumps(_nested(depth)), "body")
+
+
+_POD_WITH = (
+    "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns}}\nspec: {{{spec}}}\nstatus: {status}\n"
+)
+_CONTAINER = "containers: [{{name: c, image: i, resources: {resources}}}]"
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        # Each was a traceback further on (simulate, serve): the readers trust the API's shapes.
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: true\n",
+            "Node n: status: must be an object, got boolean",
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {declaredFeatures: 5}\n",
+            "Node n: status.declaredFeatures: must be a list, got number",
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {allocatable: [cpu]}\n",
+            "Node n: status.allocatable: must be a map, got list",
+        ),
+        (
+            _POD_WITH.format(spec="containers: 1.5", status="{}"),
+            "Pod ns/p: spec.containers: must be a list, got number",
+        ),
+        (
+            _POD_WITH.format(spec=_CONTAINER.format(resources="str"), status="{}"),
+            "Pod ns/p: spec.containers[0].resources: must be an object, got string",
+        ),
+        (
+            _POD_WITH.format(spec=_CONTAINER.format(resources="{limits: -1}"), status="{}"),
+            "Pod ns/p: spec.containers[0].resources.limits: must be a map, got number",
+        ),
+        (
+            _POD_WITH.format(spec="containers: []", status="1000000000000"),
+            "Pod ns/p: status: must be an object, got number",
+        ),
+        (
+            _POD_WITH.format(spec="containers: [], tolerations: [5]", status="{}"),
+            "Pod ns/p: spec.tolerations[0]: must be an object, got number",
+        ),
+    ],
+)
+def test_core_objects_with_fields_of_the_wrong_shape_name_the_field(
+    tmp_path: Path, document: str, expected: str
+) -> None:
+    write(tmp_path, "bad.yaml", document)
+    assert load_error(tmp_path) == f"{tmp_path / 'bad.yaml'}: {expected}"
+
+
+def test_null_fields_of_core_objects_are_the_zero_value(tmp_path: Path) -> None:
+    write(tmp_path, "ok.yaml", _POD_WITH.format(spec="containers: null, tolerations: null", status="null"))
+    assert names(load_state(tmp_path).pods) == ["p"]
