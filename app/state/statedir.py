@@ -417,6 +417,10 @@ def _check_pod_claims(pod: Obj) -> None:
             )
         if not isinstance(claim.get("name"), str) or not claim["name"]:
             raise ConversionError(f"{path}.name", "Required value")
+        for key in ("resourceClaimName", "resourceClaimTemplateName"):
+            value = claim.get(key)
+            if value is not None and not isinstance(value, str):  # a key of claims and templates
+                raise ConversionError(f"{path}.{key}", f"must be a string, got {value!r}")
         targets = [key for key in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(key)]
         if len(targets) != 1:
             raise ConversionError(

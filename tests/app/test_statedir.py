@@ -289,6 +289,19 @@ def test_error_message_names_file_kind_object_field_and_problem(tmp_path: Path) 
             id="pod-claim-both",
         ),
         pytest.param(
+            # Was a traceback (unhashable dict) in template claim generation.
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+            "spec: {resourceClaims: [{name: gpu, resourceClaimTemplateName: {a: 1}}]}\n",
+            "Pod default/p: spec.resourceClaims[0].resourceClaimTemplateName: must be a string, got {'a': 1}",
+            id="pod-claim-template-not-a-string",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+            "spec: {resourceClaims: [{name: gpu, resourceClaimName: 7}]}\n",
+            "Pod default/p: spec.resourceClaims[0].resourceClaimName: must be a string, got 7",
+            id="pod-claim-name-not-a-string",
+        ),
+        pytest.param(
             "apiVersion: v2\nkind: Node\nmetadata: {name: n}\n",
             "Node n: apiVersion: Node must be apiVersion v1, got 'v2'",
             id="node-api-version",
