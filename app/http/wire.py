@@ -10,7 +10,7 @@ field it equals case-insensitively (``pod``, ``NODENAMES``); unknown keys are ig
 select the same field the last one wins. Only what the extender reads is validated: a wrong type there is
 a ``WireError`` naming the field (``Pod.metadata.name: must be a string, got int``), never a 500. Whole Pods
 are not validated (they are large and the service reads a handful of fields), except that the Pod and the
-Nodes must be shallow enough to be encoded again (``MAX_ENCODED_DEPTH``).
+Nodes must be shallow enough to be encoded again (``app.state.statedir.MAX_ENCODED_DEPTH``).
 
 Encoding produces exactly the Go names, ``null`` for the list kube-scheduler must ignore, ``{}`` for empty
 failure maps, and a bare array for prioritize.
@@ -27,6 +27,7 @@ import orjson
 
 from app.scheduling.preemption import Victims
 from app.scheduling.service import FilterOutcome
+from app.state.statedir import check_encodable
 
 __all__ = [
     "ExtenderArgs",
@@ -153,19 +154,14 @@ def _expect(value: Any, kind: type, path: str, *, optional: bool = True) -> Any:
     return value
 
 
-MAX_ENCODED_DEPTH = 254
-"""Levels of nesting orjson encodes (it reads 1024). The service encodes the pod (its spec digest) and
-filter's answer the received Nodes, so a deeper body is refused here instead of failing there."""
-
-
 def _encodable(value: Any, path: str) -> None:
-    """WireError naming ``path`` when ``value`` is nested too deeply to be encoded again. One C-speed
-    encode (~1 ms per MiB): cheaper than a depth walk in Python, and nothing else can fail it (orjson
-    read the value)."""
+    """WireError naming ``path`` when ``value`` is nested too deeply to be encoded again
+    (``MAX_ENCODED_DEPTH``): the service encodes the pod (its spec digest) and filter's answer the
+    received Nodes. One C-speed encode, cheaper than a depth walk in Python."""
     try:
-        orjson.dumps(value)
-    except orjson.JSONEncodeError as e:
-        raise WireError(f"{path}: nested more than {MAX_ENCODED_DEPTH} levels deep") from e
+        check_encodable(value, path)
+    except ValueError as e:
+        raise WireError(str(e)) from e
 
 
 def _metadata_name(obj: Mapping[str, Any], path: str) -> str:
