@@ -207,7 +207,9 @@ def _state_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise StateLoadError("no such file or directory", file=path)
+        # A FIFO or a device exists: saying "no such file" would send the user looking for a typo.
+        problem = "not a regular file or directory" if path.exists() else "no such file or directory"
+        raise StateLoadError(problem, file=path)
     return sorted(
         file
         for file in path.rglob("*")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from textwrap import dedent
 
@@ -399,6 +400,17 @@ def test_duplicate_in_the_same_file(tmp_path: Path) -> None:
 
 def test_missing_path(tmp_path: Path) -> None:
     assert load_error(tmp_path / "nope") == f"{tmp_path / 'nope'}: no such file or directory"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_state_path_that_is_neither_a_file_nor_a_directory_says_so(tmp_path: Path, kind: str) -> None:
+    # It exists: "no such file or directory" sent the user looking for a typo.
+    path = tmp_path / "state.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/null")
+    assert load_error(path) == f"{path}: not a regular file or directory"
 
 
 def test_non_strict_turns_errors_into_warnings_and_keeps_the_rest(tmp_path: Path) -> None:
