@@ -183,7 +183,8 @@ def load_config(path: Path) -> ExtenderConfig:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read the config file: {e}") from e
     try:
-        data = load_yaml_document(text, str(path))
+        # Numbers are checked per setting, naming the field (`must be a finite number, got inf`).
+        data = load_yaml_document(text, str(path), json_numbers=False)
     except ValueError as e:
         raise ConfigError(str(e)) from e
     return parse_config(data, Path(path))

@@ -570,25 +570,27 @@ def check_encodable(document: object, what: str) -> None:
         raise ValueError(f"{what}: nested more than {MAX_ENCODED_DEPTH} levels deep") from err
 
 
-def load_yaml_document(text: str | bytes, what: str) -> Any:
+def load_yaml_document(text: str | bytes, what: str, *, json_numbers: bool = True) -> Any:
     """One YAML (or JSON) document as plain JSON data, with the state loader's rules: string keys, no
-    duplicate keys, timestamps kept as strings, no binary/sets, no self-referencing or exploding aliases.
-    Raises ValueError naming ``what`` (for bodies and files other than a state directory)."""
+    duplicate keys, timestamps kept as strings, no binary/sets, no self-referencing or exploding aliases,
+    no nesting deeper than ``MAX_DEPTH``, and with ``json_numbers`` no number JSON cannot hold (beyond
+    int64, .inf, .nan; False: the caller checks its numbers, naming their fields). Raises ValueError
+    naming ``what`` (for bodies and files other than a state directory)."""
     try:
         document = yaml.load(text, Loader=_YamlLoader)
     except RecursionError as err:
         raise ValueError(f"{what}: {_TOO_DEEP}") from err
     except yaml.YAMLError as err:
         raise ValueError(f"{what}: {_yaml_problem(err, text if isinstance(text, str) else '')}") from err
-    problem = _json_problem(document)
+    problem = _json_problem(document, json_numbers=json_numbers)
     if problem:
         raise ValueError(f"{what}: {problem}")
     return document
 
 
-def _json_problem(document: object) -> str:
+def _json_problem(document: object, *, json_numbers: bool = True) -> str:
     """Why a parsed document is not plain JSON data (binary, sets, cycles, alias bombs, nesting deeper
-    than ``MAX_DEPTH``, numbers JSON and the API cannot hold), or ''."""
+    than ``MAX_DEPTH``, with ``json_numbers`` numbers JSON and the API cannot hold), or ''."""
     # Per container (by id: aliases share one object): its values and its height. Aliases can stack a
     # deep document from flat text, so a shared container's height counts wherever it appears.
     sizes: dict[int, tuple[int, int]] = {}
@@ -598,11 +600,13 @@ def _json_problem(document: object) -> str:
         if isinstance(value, bool) or value is None or isinstance(value, str):
             return 1, 0
         if isinstance(value, int):
-            if value not in _INT64:  # the API's integers are int64; orjson cannot encode larger ones
+            if (
+                json_numbers and value not in _INT64
+            ):  # the API's integers are int64; orjson cannot encode larger ones
                 raise ValueError(f"integer out of range (64-bit): {value}")
             return 1, 0
         if isinstance(value, float):
-            if not math.isfinite(value):  # YAML's .inf / .nan; orjson would write null
+            if json_numbers and not math.isfinite(value):  # YAML's .inf / .nan; orjson would write null
                 raise ValueError(f"{value} is not a JSON number")
             return 1, 0
         if not isinstance(value, (dict, list)):
