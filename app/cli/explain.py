@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from allocator.explain import STAGE_TITLES, STAGES
 from app.cli.output import Output, Table, add_output_flag, positive_int, write_document
 from app.cli.runtime import EXIT_OK, EXIT_USAGE
+from app.config.settings import DEFAULT_MAX_BODY_BYTES
 from app.explain.models import BadObject, NodeVerdict, NotFound, PodExplanation, WhatIfExplanation
 from app.explain.pod import explain_object, explain_pod, parse_object
 from app.explain.summary import ExplanationSummary, summarize_pod, summarize_what_if
@@ -95,7 +96,7 @@ def run_explain(args: argparse.Namespace, service: SchedulingService, out: TextI
         path = Path(target)
         explanation: PodExplanation | WhatIfExplanation | ExplanationSummary
         if path.is_file():
-            obj = parse_object(path.read_bytes())
+            obj = parse_object(_read_what_if(path))
             if full:
                 explanation = explain_object(service, obj, args.node)
             else:
@@ -118,6 +119,23 @@ def run_explain(args: argparse.Namespace, service: SchedulingService, out: TextI
         render_explanation(explanation, out)
     out.flush()
     return EXIT_OK
+
+
+def _read_what_if(path: Path) -> bytes:
+    """The what-if file, at most the body ``serve`` takes (``DEFAULT_MAX_BODY_BYTES``): refused before
+    it is read when larger (a sparse multi-GB file would be read into memory), and while reading when
+    more arrives than its size said. Raises BadObject or OSError."""
+    size = path.stat().st_size
+    if size <= DEFAULT_MAX_BODY_BYTES:
+        with path.open("rb") as file:
+            data = file.read(DEFAULT_MAX_BODY_BYTES + 1)
+        size = max(size, len(data))
+    if size > DEFAULT_MAX_BODY_BYTES:
+        raise BadObject(
+            f"{path}: larger than {DEFAULT_MAX_BODY_BYTES >> 20} MiB ({size} bytes), the largest what-if "
+            "serve takes"
+        )
+    return data
 
 
 def _render_header(o: Output, explanation: PodExplanation | ExplanationSummary) -> None:

@@ -165,9 +165,9 @@ def build_runtime(
         objects, Path(path), gates, strict_fields=strict_fields, cel_engine=cel_engine, config=config
     )
     if objects.count() == 0:
-        found = f"{objects.files} manifest file(s), none with" if objects.files else "no manifest files, no"
+        found = f"{objects.files} manifest file(s), none with a" if objects.files else "no manifest files, no"
         runtime.warnings.append(
-            f"{path}: {found} a Node, Pod or DRA object (resource.k8s.io): is this the state directory?"
+            f"{path}: {found} Node, Pod or DRA object (resource.k8s.io): is this the state directory?"
         )
     return runtime
 

@@ -17,8 +17,10 @@ import contextlib
 import dataclasses
 import logging
 import socket
+import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -217,11 +219,8 @@ def _check_tls(server: ServerSettings) -> None:
         "--ssl-ca-certs": server.ssl_ca_certs,
     }
     for flag, path in files.items():
-        try:
-            if path is not None:
-                path.read_bytes()
-        except OSError as e:
-            raise StartupError(f"{flag} {path}: cannot read it: {e.strerror or e}") from e
+        if path is not None:
+            _check_tls_file(flag, path)
     for flag in ("--ssl-certfile", "--ssl-ca-certs"):
         try:  # as a trust store: fails unless the file holds PEM certificates
             if files[flag] is not None:
@@ -237,6 +236,30 @@ def _check_tls(server: ServerSettings) -> None:
             f"--ssl-keyfile {server.ssl_keyfile}: not a PEM private key of the certificate "
             f"{server.ssl_certfile} ({e.reason or e})"
         ) from e
+
+
+MAX_TLS_FILE_BYTES = 4 << 20
+"""4 MiB: a CA bundle of every public root is ~250 KiB. OpenSSL reads the whole file, and a device or a
+sparse file would be read into memory."""
+
+
+def _check_tls_file(flag: str, path: Path) -> None:
+    """A TLS file must be a readable regular file of at most ``MAX_TLS_FILE_BYTES``: OpenSSL (and uvicorn,
+    which opens it again) waits forever on a FIFO without a writer and reads /dev/zero without end.
+    Raises StartupError naming the flag and the file."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise StartupError(f"{flag} {path}: not a regular file")
+        if info.st_size > MAX_TLS_FILE_BYTES:
+            raise StartupError(
+                f"{flag} {path}: larger than {MAX_TLS_FILE_BYTES >> 20} MiB ({info.st_size} bytes): "
+                "not a PEM file"
+            )
+        with path.open("rb") as file:
+            file.read(1)
+    except OSError as e:
+        raise StartupError(f"{flag} {path}: cannot read it: {e.strerror or e}") from e
 
 
 def _ssl_options(server: ServerSettings) -> dict[str, Any]:

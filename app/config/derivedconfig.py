@@ -169,7 +169,11 @@ def load_config(path: Path) -> ExtenderConfig:
     """Read and check the config file. Raises ConfigError (unreadable, larger than ``MAX_CONFIG_BYTES``,
     not YAML, a bad field)."""
     try:
-        with Path(path).open("rb") as file:
+        # Opened without waiting: a FIFO nobody writes to would block open() forever (and it reads as
+        # empty); then blocking again, so a pipe's writer (`--config <(...)`) is waited for.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as file:
+            os.set_blocking(fd, True)
             raw = file.read(MAX_CONFIG_BYTES + 1)  # no further: the path may name a device or a pipe
         if len(raw) > MAX_CONFIG_BYTES:
             raise ConfigError(
@@ -179,7 +183,8 @@ def load_config(path: Path) -> ExtenderConfig:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read the config file: {e}") from e
     try:
-        data = load_yaml_document(text, str(path))
+        # Numbers are checked per setting, naming the field (`must be a finite number, got inf`).
+        data = load_yaml_document(text, str(path), json_numbers=False)
     except ValueError as e:
         raise ConfigError(str(e)) from e
     return parse_config(data, Path(path))

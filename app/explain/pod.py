@@ -58,7 +58,7 @@ from app.scheduling.extended import ExtendedClaim
 from app.scheduling.service import SchedulingService
 from app.state.convert import ConversionError, to_v1
 from app.state.podclaims import ClaimNotReady, PodClaim, state_pod_claims
-from app.state.statedir import load_yaml_document
+from app.state.statedir import check_encodable, load_yaml_document
 
 __all__ = ["explain_object", "explain_pod", "parse_object", "what_if"]
 
@@ -323,6 +323,11 @@ def parse_object(body: bytes | str) -> dict[str, Any]:
             obj = load_yaml_document(body, "body")
         except ValueError as e:
             raise BadObject(f"body is neither JSON nor YAML: {e}") from None
+    else:
+        try:
+            check_encodable(obj, "body")  # the claim is copied and digested by encoding it
+        except ValueError as e:
+            raise BadObject(str(e)) from None
     if not isinstance(obj, dict):
         raise BadObject("body must be one ResourceClaim or ResourceClaimTemplate object")
     spec = obj.get("spec")

@@ -16,12 +16,17 @@ extender does not need its 100 MB of schemas at run time). The reduced form::
      "defs": {"<definition>": {"<field>": <spec>}}}
 
     <spec> = "<definition>"      a closed object: only its fields are known
-           | {"items": <spec>}   a list
+           | {"items": <spec>}   a list (``{"items": null}``: of scalars, or of anything)
            | {"values": <spec>}  a map with free keys (labels, attributes, capacity)
            | null                anything goes: scalars, quantities, RawExtension (opaque parameters)
 
 Kinds without a schema (``resource.k8s.io/v1alpha3`` ResourceSlice of Kubernetes 1.31-1.33) are not
 checked.
+
+``wrong_types(obj)`` lists the fields whose value is not the shape the schema gives them (an object, a
+list, a map; null is allowed, as Go decodes it to the zero value), as kubectl's decoding refuses them. The
+state loader applies it to Nodes and Pods, whose readers trust the shapes (the DRA kinds have a converter
+and structure check of their own).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["KINDS", "SCHEMA_FILE", "generate", "unknown_fields"]
+__all__ = ["KINDS", "SCHEMA_FILE", "generate", "unknown_fields", "wrong_types"]
 
 SCHEMA_FILE = Path(__file__).with_name("knownfields.json")
 KUBERNETES_VERSION = "1.37.0"
@@ -107,6 +112,52 @@ def _walk(value: object, spec: Any, path: str, defs: Mapping[str, Any]) -> Itera
             yield from _walk(item, spec["values"], f"{path}[{key}]", defs)
 
 
+def wrong_types(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field path, problem)`` for the fields of ``obj`` whose value has another shape than its schema
+    gives (``must be an object, got string``), at most 20, in document order; [] for a kind without a
+    schema. Unknown fields are not looked into (``unknown_fields`` reports them)."""
+    schema = _schema()
+    root = schema["roots"].get(f"{obj.get('apiVersion')} {obj.get('kind')}")
+    if root is None:
+        return []
+    found: list[tuple[str, str]] = []
+    for problem in _shapes(obj, root, "", schema["defs"]):
+        found.append(problem)
+        if len(found) == _MAX_REPORTED:
+            break
+    return found
+
+
+def _shapes(value: object, spec: Any, path: str, defs: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    if spec is None or value is None:
+        return
+    if isinstance(spec, str) or "values" in spec:
+        if not isinstance(value, dict):
+            shape = "an object" if isinstance(spec, str) else "a map"
+            yield path or ".", f"must be {shape}, got {_json_type(value)}"
+            return
+        for key, item in value.items():
+            if isinstance(spec, str):
+                fields = defs[spec]
+                if key in fields:
+                    yield from _shapes(item, fields[key], f"{path}.{key}" if path else str(key), defs)
+            else:
+                yield from _shapes(item, spec["values"], f"{path}[{key}]", defs)
+    elif not isinstance(value, list):
+        yield path, f"must be a list, got {_json_type(value)}"
+    else:
+        for i, item in enumerate(value):
+            yield from _shapes(item, spec["items"], f"{path}[{i}]", defs)
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "list", dict: "object"}.get(type(value), type(value).__name__)
+
+
 # --- generation (development only: needs kubernetes-validate) ----------------------------------------------
 
 
@@ -122,13 +173,12 @@ def generate() -> dict[str, Any]:
         ref = schema.get("$ref")
         if ref is not None:
             return define(str(ref).rsplit("/", 1)[-1])
+        # Lists and maps stay such even when their values are free: wrong_types checks their shape.
         if "items" in schema:
-            items = reduce(schema["items"])
-            return None if items is None else {"items": items}
+            return {"items": reduce(schema["items"])}
         extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            values = reduce(extra)
-            return None if values is None else {"values": values}
+        if isinstance(extra, dict) and "object" in (schema.get("type") or ()):
+            return {"values": reduce(extra)}
         return None
 
     def define(name: str) -> str | None:

@@ -43,6 +43,7 @@ lenient modes) are one contract, and every error names the file, object and fiel
 from __future__ import annotations
 
 import logging
+import math
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -55,14 +56,16 @@ import yaml
 
 from app.state.cluster import NAMESPACED_KINDS
 from app.state.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
-from app.state.knownfields import unknown_fields
+from app.state.knownfields import unknown_fields, wrong_types
 from app.state.podgroups import check_pod_group, check_scheduling_group
 
 __all__ = [
     "KIND_FIELDS",
+    "MAX_ENCODED_DEPTH",
     "NAMESPACED_KINDS",
     "ClusterObjects",
     "StateLoadError",
+    "check_encodable",
     "load_documents",
     "load_state",
     "load_yaml_document",
@@ -204,7 +207,9 @@ def _state_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise StateLoadError("no such file or directory", file=path)
+        # A FIFO or a device exists: saying "no such file" would send the user looking for a typo.
+        problem = "not a regular file or directory" if path.exists() else "no such file or directory"
+        raise StateLoadError(problem, file=path)
     return sorted(
         file
         for file in path.rglob("*")
@@ -386,6 +391,11 @@ def _core_object(obj: Obj, kind: str, api_version: str) -> Obj:
     if kind == "Pod":
         _check_pod_claims(obj)
         check_scheduling_group(obj)
+    # The readers of Nodes and Pods (extended resources, node-allocatable fit, preemption, claim
+    # generation) trust the API's shapes, as the objects of a live cluster have them: a file's
+    # `status: true` is refused here, where the file and field can be named.
+    for path, problem in wrong_types(obj)[:1]:
+        raise ConversionError(path, problem)
     return _deep_copy(obj)
 
 
@@ -411,6 +421,10 @@ def _check_pod_claims(pod: Obj) -> None:
             )
         if not isinstance(claim.get("name"), str) or not claim["name"]:
             raise ConversionError(f"{path}.name", "Required value")
+        for key in ("resourceClaimName", "resourceClaimTemplateName"):
+            value = claim.get(key)
+            if value is not None and not isinstance(value, str):  # a key of claims and templates
+                raise ConversionError(f"{path}.{key}", f"must be a string, got {value!r}")
         targets = [key for key in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(key)]
         if len(targets) != 1:
             raise ConversionError(
@@ -466,19 +480,54 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _parse_file(file: Path) -> list[Any]:
-    """The documents of one file. Raises StateLoadError for unreadable, template or malformed files."""
+MAX_FILE_BYTES = 64 << 20
+"""64 MiB per state file. Parsing YAML takes ~10 bytes of memory and ~0.4 µs per byte (a 64 MiB file:
+~650 MB and ~30 s), so a stray dump or a sparse multi-GB file would exhaust memory or seem to hang; a
+single document that size is refused anyway (``MAX_DOCUMENT_NODES``). Larger states are split into
+several files."""
+
+
+def _read_text(file: Path) -> str:
+    """The file's text, refused before reading when ``stat`` says it is above ``MAX_FILE_BYTES``, and
+    while reading when more arrives than stat said (a growing file, /proc)."""
     try:
-        text = file.read_text(encoding="utf-8")
+        size = file.stat().st_size
+        if size <= MAX_FILE_BYTES:
+            with file.open("rb") as handle:
+                data = handle.read(MAX_FILE_BYTES + 1)
+            size = max(size, len(data))
+        if size > MAX_FILE_BYTES:
+            raise StateLoadError(
+                f"larger than {_bytes(MAX_FILE_BYTES)} ({size} bytes or more): split it into several files",
+                file=file,
+            )
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise StateLoadError(f"cannot read: {err}", file=file) from err
+
+
+def _bytes(count: int) -> str:
+    return f"{count >> 20} MiB" if count % (1 << 20) == 0 else f"{count} bytes"
+
+
+def _parse_file(file: Path) -> list[Any]:
+    """The documents of one file. Raises StateLoadError for unreadable, oversized, template or malformed
+    files."""
+    text = _read_text(file)
     if file.suffix.lower() == ".json":
         try:
-            return [orjson.loads(text)]
+            documents = [orjson.loads(text)]
         except orjson.JSONDecodeError as err:
             raise StateLoadError(f"not valid JSON: {err}", file=file) from err
+        problem = _json_problem(documents[0])
+        if problem:
+            raise StateLoadError(problem, file=file)
+        return documents
     try:
         documents = list(yaml.load_all(text, Loader=_YamlLoader))
+    except RecursionError as err:
+        # Constructing a document recurses once per level; libyaml alone allows 1000 levels.
+        raise StateLoadError(_TOO_DEEP, file=file) from err
     except yaml.YAMLError as err:
         template = _TEMPLATE_LINE.search(text)
         if template:
@@ -497,51 +546,98 @@ MAX_DOCUMENT_NODES = 1_000_000
 """Values in one YAML document once aliases are expanded; a few thousand devices need ~10^5. Guards
 against alias bombs (a few lines expanding to billions of values)."""
 
+MAX_DEPTH = 200
+"""Levels of nesting in one document (the document is level 1). Kubernetes objects need a few dozen (deep
+CRD schemas, skipped but parsed, under a hundred); the copies and digests of objects are encoded by orjson,
+which stops at 255 levels, and every walk over an object recurses per level."""
 
-def load_yaml_document(text: str | bytes, what: str) -> Any:
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+MAX_ENCODED_DEPTH = 254
+"""Levels of nesting orjson encodes; it reads 1024. Objects from JSON bodies are copied and digested by
+encoding them, so the HTTP layer refuses what it could not encode again (at C speed: a Python walk to hold
+them to ``MAX_DEPTH`` would cost ~5x the parse of an 8 MiB body)."""
+
+
+def check_encodable(document: object, what: str) -> None:
+    """ValueError naming ``what`` when a document read from JSON is nested too deeply to be encoded
+    again (nothing else can fail it: orjson read it). One encode, ~1 ms per MiB."""
+    try:
+        orjson.dumps(document)
+    except orjson.JSONEncodeError as err:
+        raise ValueError(f"{what}: nested more than {MAX_ENCODED_DEPTH} levels deep") from err
+
+
+def load_yaml_document(text: str | bytes, what: str, *, json_numbers: bool = True) -> Any:
     """One YAML (or JSON) document as plain JSON data, with the state loader's rules: string keys, no
-    duplicate keys, timestamps kept as strings, no binary/sets, no self-referencing or exploding aliases.
-    Raises ValueError naming ``what`` (for bodies and files other than a state directory)."""
+    duplicate keys, timestamps kept as strings, no binary/sets, no self-referencing or exploding aliases,
+    no nesting deeper than ``MAX_DEPTH``, and with ``json_numbers`` no number JSON cannot hold (beyond
+    int64, .inf, .nan; False: the caller checks its numbers, naming their fields). Raises ValueError
+    naming ``what`` (for bodies and files other than a state directory)."""
     try:
         document = yaml.load(text, Loader=_YamlLoader)
+    except RecursionError as err:
+        raise ValueError(f"{what}: {_TOO_DEEP}") from err
     except yaml.YAMLError as err:
         raise ValueError(f"{what}: {_yaml_problem(err, text if isinstance(text, str) else '')}") from err
-    problem = _json_problem(document)
+    problem = _json_problem(document, json_numbers=json_numbers)
     if problem:
         raise ValueError(f"{what}: {problem}")
     return document
 
 
-def _json_problem(document: object) -> str:
-    """Why a parsed document is not plain JSON data (binary, sets, cycles, alias bombs), or ''."""
-    sizes: dict[int, int] = {}
+def _json_problem(document: object, *, json_numbers: bool = True) -> str:
+    """Why a parsed document is not plain JSON data (binary, sets, cycles, alias bombs, nesting deeper
+    than ``MAX_DEPTH``, with ``json_numbers`` numbers JSON and the API cannot hold), or ''."""
+    # Per container (by id: aliases share one object): its values and its height. Aliases can stack a
+    # deep document from flat text, so a shared container's height counts wherever it appears.
+    sizes: dict[int, tuple[int, int]] = {}
     in_progress: set[int] = set()
 
-    def size(value: object) -> int:
-        if value is None or isinstance(value, (str, bool, int, float)):
-            return 1
+    def size(value: object, depth: int) -> tuple[int, int]:
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return 1, 0
+        if isinstance(value, int):
+            if (
+                json_numbers and value not in _INT64
+            ):  # the API's integers are int64; orjson cannot encode larger ones
+                raise ValueError(f"integer out of range (64-bit): {value}")
+            return 1, 0
+        if isinstance(value, float):
+            if json_numbers and not math.isfinite(value):  # YAML's .inf / .nan; orjson would write null
+                raise ValueError(f"{value} is not a JSON number")
+            return 1, 0
         if not isinstance(value, (dict, list)):
             raise ValueError(f"unsupported YAML value of type {type(value).__name__} (plain JSON data only)")
+        if depth > MAX_DEPTH:
+            raise ValueError(_TOO_DEEP)
         key = id(value)
         if key in sizes:
-            return sizes[key]
+            total, height = sizes[key]
+            if depth + height - 1 > MAX_DEPTH:  # its deepest container
+                raise ValueError(_TOO_DEEP)
+            return total, height
         if key in in_progress:
             raise ValueError("a YAML alias refers to itself")
         in_progress.add(key)
         children = value.values() if isinstance(value, dict) else value
-        total = 1
+        total, height = 1, 1
         for child in children:
-            total += size(child)
+            child_total, child_height = size(child, depth + 1)
+            total += child_total
+            height = max(height, child_height + 1)
             if total > MAX_DOCUMENT_NODES:
                 raise ValueError(f"more than {MAX_DOCUMENT_NODES} values once aliases are expanded")
         in_progress.discard(key)
-        sizes[key] = total
-        return total
+        sizes[key] = total, height
+        return total, height
 
     try:
-        size(document)
-    except (ValueError, RecursionError) as err:
-        return str(err) if isinstance(err, ValueError) else "nested too deeply"
+        size(document, 1)
+    except ValueError as err:
+        return str(err)
     return ""
 
 

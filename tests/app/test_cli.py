@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -329,6 +330,52 @@ def test_serve_with_an_unusable_tls_file_exits_2_naming_the_flag_before_loading_
     err = capsys.readouterr().err
     assert f"{flag} {files[flag]}" in err
     assert "Traceback" not in err
+
+
+def _special_file(tmp_path: Path, kind: str) -> Path:
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo.pem")
+        return tmp_path / "fifo.pem"
+    if kind == "device":
+        (tmp_path / "zero.pem").symlink_to("/dev/zero")
+        return tmp_path / "zero.pem"
+    sparse = tmp_path / "huge.pem"
+    with sparse.open("wb") as handle:
+        handle.truncate(5 << 30)
+    return sparse
+
+
+@pytest.mark.parametrize(
+    ("kind", "problem"),
+    [
+        # A FIFO hung the command in open(); /dev/zero and a 5 GiB sparse file were read whole into memory.
+        ("fifo", "not a regular file"),
+        ("device", "not a regular file"),
+        ("sparse", "larger than 4 MiB (5368709120 bytes): not a PEM file"),
+    ],
+)
+@pytest.mark.parametrize("flag", ["--ssl-certfile", "--ssl-keyfile", "--ssl-ca-certs"])
+def test_serve_with_a_tls_file_that_is_not_a_small_regular_file_exits_2_at_once(
+    capsys, monkeypatch, state_dir, tmp_path, flag, kind, problem
+):
+    monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("must not serve"))
+    cert, key, ca, _ = tls_files(tmp_path)
+    files = {"--ssl-certfile": cert, "--ssl-keyfile": key, "--ssl-ca-certs": ca}
+    files[flag] = _special_file(tmp_path, kind)
+    argv = [part for name, path in files.items() for part in (name, str(path))]
+
+    def hung(*_: object) -> None:
+        raise TimeoutError(f"serve waited on {files[flag]}")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        code = main(["serve", "--state", str(state_dir), *argv])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert code == 2
+    assert f"{flag} {files[flag]}: {problem}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["--port", "0"], ["--max-body-bytes", "0"], ["--log-level", "loud"]])

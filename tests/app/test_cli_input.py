@@ -89,7 +89,7 @@ def test_empty_state_directory_is_a_warning(capsys, tmp_path):
     code, out, err = run(capsys, "simulate", "--state", str(tmp_path))
     assert code == 0
     assert orjson.loads(out) == {"pods": []}
-    assert f"dra-extender: warning: {tmp_path}: no manifest files" in err
+    assert f"dra-extender: warning: {tmp_path}: no manifest files, no Node, Pod or DRA object" in err
 
 
 def test_state_without_kubernetes_objects_the_extender_uses_is_a_warning(capsys, tmp_path):

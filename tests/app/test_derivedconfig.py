@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -150,6 +152,48 @@ def test_empty_and_missing_files(tmp_path: Path):
     assert load_config(write(tmp_path / "empty.yaml", text="")).attributes == ()
     with pytest.raises(ConfigError, match="cannot read the config file"):
         load_config(tmp_path / "absent.yaml")
+
+
+def _load_in_thread(path: Path) -> tuple[threading.Thread, list[Any]]:
+    result: list[Any] = []
+
+    def load() -> None:
+        try:
+            result.append(load_config(path))
+        except ConfigError as e:
+            result.append(e)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_a_fifo_nobody_writes_is_read_at_once_as_empty(tmp_path: Path):
+    # open() of a FIFO waits for a writer: `--config` naming one hung the command forever, silently.
+    fifo = tmp_path / "extender.yaml"
+    os.mkfifo(fifo)
+    thread, result = _load_in_thread(fifo)
+    thread.join(timeout=5)
+    if thread.is_alive():
+        with fifo.open("wb"):  # release the blocked open, so the test run can end
+            pass
+        thread.join(timeout=5)
+        pytest.fail("load_config waited for a writer")
+    assert result[0].attributes == ()
+
+
+def test_a_pipe_with_a_writer_is_read_whole(tmp_path: Path):
+    # `--config <(kubectl get configmap ...)`: the writer may send after the open.
+    fifo = tmp_path / "extender.yaml"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # holds the FIFO open for writing without blocking
+    thread, result = _load_in_thread(fifo)
+    time.sleep(0.2)
+    os.write(writer, b"derivedAttributes:\n- {name: example.com/numa, expression: '1'}\n")
+    os.close(writer)
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert [a.name for a in result[0].attributes] == ["example.com/numa"]
 
 
 # --- reload ----------------------------------------------------------------------------------------------

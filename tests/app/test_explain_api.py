@@ -561,6 +561,42 @@ async def test_what_if_rejects_bombs_and_malformed_metadata_with_400(client, bod
     assert problem in response.json()["Error"]
 
 
+def _claim_with_parameters(levels: int, api_version: str = "resource.k8s.io/v1") -> bytes:
+    """A what-if claim whose opaque config parameters are ``levels`` objects deep (the claim is level 1,
+    spec 2, devices 3, config 4, the entry 5, opaque 6, parameters 7)."""
+    exactly = {"exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    if api_version != "resource.k8s.io/v1":
+        exactly = {"deviceClassName": "gpu.nvidia.com"}
+    claim = {
+        "apiVersion": api_version,
+        "kind": "ResourceClaim",
+        "metadata": {"name": "deep", "namespace": "demo"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", **exactly}],
+                "config": [{"opaque": {"driver": "gpu.nvidia.com", "parameters": "@"}}],
+            }
+        },
+    }
+    nested = b'{"k":' * (levels - 6) + b"1" + b"}" * (levels - 6)
+    return orjson.dumps(claim).replace(b'"@"', nested)
+
+
+@pytest.mark.parametrize("api_version", ["resource.k8s.io/v1", "resource.k8s.io/v1beta1"])
+@pytest.mark.parametrize("levels", [300, 1000])
+async def test_what_if_json_nested_deeper_than_the_extender_encodes_is_a_400(client, api_version, levels):
+    # orjson reads 1024 levels and writes 254: the copies made of the claim failed, a bare 500.
+    response = await client.post("/api/v1/explain", content=_claim_with_parameters(levels, api_version))
+    assert response.status_code == 400
+    assert response.json()["Error"] == "body: nested more than 254 levels deep"
+
+
+async def test_a_what_if_200_levels_deep_is_explained(client):
+    response = await client.post("/api/v1/explain", content=_claim_with_parameters(200))
+    assert response.status_code == 200, response.text
+    assert response.json()["error"] == ""
+
+
 async def test_what_if_accepts_a_v1beta1_claim(client):
     claim = {
         "apiVersion": "resource.k8s.io/v1beta1",

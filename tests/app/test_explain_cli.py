@@ -80,6 +80,19 @@ def test_explain_what_if_claim_file(capsys, tmp_path):
     assert "== gpu-node-1: fits" in out
 
 
+def test_explain_what_if_file_over_the_body_cap_exits_2_unread(capsys, tmp_path):
+    # A 5 GiB sparse file was read whole into memory before anything looked at it.
+    path = tmp_path / "claim.json"
+    with path.open("wb") as handle:
+        handle.truncate(5 << 30)
+    code, out, err = run(capsys, "explain", "--state", str(DEMO), str(path))
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"dra-extender: {path}: larger than 8 MiB (5368709120 bytes), the largest what-if serve takes\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("target", "message"),
     [("demo/nope", "pod demo/nope not found"), ("nope", "pod default/nope not found")],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from textwrap import dedent
 
@@ -289,6 +290,19 @@ def test_error_message_names_file_kind_object_field_and_problem(tmp_path: Path) 
             id="pod-claim-both",
         ),
         pytest.param(
+            # Was a traceback (unhashable dict) in template claim generation.
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+            "spec: {resourceClaims: [{name: gpu, resourceClaimTemplateName: {a: 1}}]}\n",
+            "Pod default/p: spec.resourceClaims[0].resourceClaimTemplateName: must be a string, got {'a': 1}",
+            id="pod-claim-template-not-a-string",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+            "spec: {resourceClaims: [{name: gpu, resourceClaimName: 7}]}\n",
+            "Pod default/p: spec.resourceClaims[0].resourceClaimName: must be a string, got 7",
+            id="pod-claim-name-not-a-string",
+        ),
+        pytest.param(
             "apiVersion: v2\nkind: Node\nmetadata: {name: n}\n",
             "Node n: apiVersion: Node must be apiVersion v1, got 'v2'",
             id="node-api-version",
@@ -388,6 +402,17 @@ def test_missing_path(tmp_path: Path) -> None:
     assert load_error(tmp_path / "nope") == f"{tmp_path / 'nope'}: no such file or directory"
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_state_path_that_is_neither_a_file_nor_a_directory_says_so(tmp_path: Path, kind: str) -> None:
+    # It exists: "no such file or directory" sent the user looking for a typo.
+    path = tmp_path / "state.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/null")
+    assert load_error(path) == f"{path}: not a regular file or directory"
+
+
 def test_non_strict_turns_errors_into_warnings_and_keeps_the_rest(tmp_path: Path) -> None:
     bad_file = write(tmp_path, "a-template.yaml", "name: {{ .Values.name }}\n")
     mixed = write(tmp_path, "b.yaml", NODE, "apiVersion: v1\nkind: Node\nmetadata: {}\n", CLASS, CLASS)
@@ -448,3 +473,153 @@ def test_alias_bomb_is_rejected_quickly(tmp_path: Path) -> None:
         "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec:\n  " + "\n  ".join(lines),
     )
     assert "values once aliases are expanded" in load_error(tmp_path)
+
+
+def _nested(depth: int) -> dict:
+    """A mapping ``depth`` levels deep (the outermost one counts as 1)."""
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [300, 900])
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_deeply_nested_documents_are_refused_naming_the_limit(
+    tmp_path: Path, depth: int, suffix: str
+) -> None:
+    # 300 levels passed the parser and then broke the copy (orjson stops at 255 levels); 900 levels of YAML
+    # overflowed the Python stack while the document was constructed. Both were tracebacks.
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}, "spec": _nested(depth)}
+    (tmp_path / f"deep{suffix}").write_text(json.dumps(node))
+    message = load_error(tmp_path)
+    assert f"deep{suffix}" in message
+    assert "nested more than 200 levels deep" in message
+
+
+def test_aliases_cannot_build_a_deep_document(tmp_path: Path) -> None:
+    # Each anchor wraps the previous one: flat text, a document 250 levels deep once the aliases resolve.
+    lines = ["a0: &a0 {x: 1}"] + [f"a{i}: &a{i} {{x: *a{i - 1}}}" for i in range(1, 250)]
+    write(
+        tmp_path,
+        "chain.yaml",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec:\n  " + "\n  ".join(lines),
+    )
+    assert "nested more than 200 levels deep" in load_error(tmp_path)
+
+
+def test_a_document_of_200_levels_loads(tmp_path: Path) -> None:
+    # The document itself is level 1, spec level 2: 198 more levels below spec make 200.
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}, "spec": _nested(199)}
+    (tmp_path / "deep.json").write_text(json.dumps(node))
+    assert names(load_state(tmp_path).nodes) == ["n"]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("1180591620717411303424", "integer out of range"),  # 2**70
+        ("-9223372036854775809", "integer out of range"),  # -2**63 - 1
+        (".inf", "not a JSON number"),
+        (".nan", "not a JSON number"),
+    ],
+)
+def test_numbers_json_cannot_hold_are_refused(tmp_path: Path, value: str, problem: str) -> None:
+    # orjson refused 2**70 with a traceback and wrote inf / nan as null, silently changing the value.
+    write(tmp_path, "n.yaml", f"apiVersion: v1\nkind: Node\nmetadata: {{name: n}}\nspec: {{x: {value}}}\n")
+    message = load_error(tmp_path)
+    assert "n.yaml" in message and problem in message
+
+
+def test_the_largest_int64_loads(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "n.yaml",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {x: 9223372036854775807}\n",
+    )
+    assert load_state(tmp_path).nodes[0]["spec"]["x"] == 2**63 - 1
+
+
+def test_a_file_over_the_size_cap_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    # A 5 GiB sparse file: reading it whole would take 5 GiB of memory (and minutes for YAML).
+    big = tmp_path / "huge.yaml"
+    with big.open("wb") as handle:
+        handle.truncate(5 << 30)
+    message = load_error(tmp_path)
+    assert str(big) in message
+    assert "larger than 64 MiB" in message and "5368709120 bytes" in message
+
+
+def test_the_cap_holds_when_the_size_on_disk_says_less(monkeypatch) -> None:
+    # /proc files report size 0 and have content: what is read counts, not what stat says.
+    from app.state import statedir
+
+    maps = Path("/proc/self/maps")
+    if not maps.is_file() or maps.stat().st_size != 0:
+        pytest.skip("needs Linux /proc")
+    monkeypatch.setattr(statedir, "MAX_FILE_BYTES", 100)
+    assert "larger than" in load_error(maps)
+
+
+@pytest.mark.parametrize("depth", [300, 900])
+def test_deep_yaml_bodies_are_a_value_error_naming_the_source(depth: int) -> None:
+    from app.state.statedir import load_yaml_document
+
+    with pytest.raises(ValueError, match=r"^body: nested more than 200 levels deep$"):
+        load_yaml_document(json.dumps(_nested(depth)), "body")
+
+
+_POD_WITH = (
+    "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ns}}\nspec: {{{spec}}}\nstatus: {status}\n"
+)
+_CONTAINER = "containers: [{{name: c, image: i, resources: {resources}}}]"
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        # Each was a traceback further on (simulate, serve): the readers trust the API's shapes.
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: true\n",
+            "Node n: status: must be an object, got boolean",
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {declaredFeatures: 5}\n",
+            "Node n: status.declaredFeatures: must be a list, got number",
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {allocatable: [cpu]}\n",
+            "Node n: status.allocatable: must be a map, got list",
+        ),
+        (
+            _POD_WITH.format(spec="containers: 1.5", status="{}"),
+            "Pod ns/p: spec.containers: must be a list, got number",
+        ),
+        (
+            _POD_WITH.format(spec=_CONTAINER.format(resources="str"), status="{}"),
+            "Pod ns/p: spec.containers[0].resources: must be an object, got string",
+        ),
+        (
+            _POD_WITH.format(spec=_CONTAINER.format(resources="{limits: -1}"), status="{}"),
+            "Pod ns/p: spec.containers[0].resources.limits: must be a map, got number",
+        ),
+        (
+            _POD_WITH.format(spec="containers: []", status="1000000000000"),
+            "Pod ns/p: status: must be an object, got number",
+        ),
+        (
+            _POD_WITH.format(spec="containers: [], tolerations: [5]", status="{}"),
+            "Pod ns/p: spec.tolerations[0]: must be an object, got number",
+        ),
+    ],
+)
+def test_core_objects_with_fields_of_the_wrong_shape_name_the_field(
+    tmp_path: Path, document: str, expected: str
+) -> None:
+    write(tmp_path, "bad.yaml", document)
+    assert load_error(tmp_path) == f"{tmp_path / 'bad.yaml'}: {expected}"
+
+
+def test_null_fields_of_core_objects_are_the_zero_value(tmp_path: Path) -> None:
+    write(tmp_path, "ok.yaml", _POD_WITH.format(spec="containers: null, tolerations: null", status="null"))
+    assert names(load_state(tmp_path).pods) == ["p"]

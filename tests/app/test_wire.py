@@ -13,6 +13,7 @@ from app.http.wire import (
     WireError,
     decode_binding_args,
     decode_extender_args,
+    decode_preemption_args,
     encode_binding_result,
     encode_error,
     encode_filter_result,
@@ -331,3 +332,37 @@ def test_container_resources_are_checked_where_extended_resources_are_read(pod_s
     body = orjson.dumps({"Pod": {"metadata": {"name": "p"}, "spec": pod_spec}, "NodeNames": ["n"]})
     with pytest.raises(WireError, match=re.escape(message)):
         decode_extender_args(body)
+
+
+def _deep(levels: int) -> bytes:
+    """A JSON value ``levels`` objects deep."""
+    return b'{"k":' * levels + b"1" + b"}" * levels
+
+
+@pytest.mark.parametrize("levels", [300, 1000])
+def test_a_pod_nested_deeper_than_the_extender_encodes_is_a_400_naming_it(levels):
+    # orjson reads 1024 levels but writes at most 254: the pod's spec digest (and the answer) broke with
+    # an internal error (500, a traceback in the log).
+    body = b'{"Pod": {"metadata": {"name": "p"}, "spec": {"x": ' + _deep(levels) + b'}}, "NodeNames": ["n"]}'
+    with pytest.raises(WireError, match=r"^Pod: nested more than 254 levels deep$"):
+        decode_extender_args(body)
+    with pytest.raises(WireError, match=r"^Pod: nested more than 254 levels deep$"):
+        decode_preemption_args(body)
+
+
+def test_nodes_nested_deeper_than_the_extender_encodes_are_a_400_naming_them():
+    # Filter answers with the received Node objects: encoding them was the 500.
+    body = (
+        b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": {"name": "n"}, "x": '
+        + _deep(300)
+        + b"}]}}"
+    )
+    with pytest.raises(WireError, match=r"^Nodes: nested more than 254 levels deep$"):
+        decode_extender_args(body)
+
+
+def test_a_pod_250_levels_deep_is_accepted():
+    # The pod is level 1, its spec 2, x 3: 250 levels in all, below orjson's limit.
+    body = b'{"Pod": {"metadata": {"name": "p"}, "spec": {"x": ' + _deep(248) + b'}}, "NodeNames": ["n"]}'
+    args = decode_extender_args(body)
+    assert orjson.dumps(args.pod)  # what the service will do with it
