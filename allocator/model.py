@@ -19,7 +19,7 @@ import hashlib
 import re
 import sys
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import orjson
@@ -913,10 +913,15 @@ def _request(raw: Any, at: _Path) -> Request:
     return Request(name, tuple(subs), first_available=True)
 
 
-def parse_claim(obj: Mapping[str, Any]) -> Claim:
-    """Convert a resource.k8s.io/v1 ResourceClaim dict (spec only). Raises InvalidInputError."""
+def parse_claim(obj: Mapping[str, Any], *, same_spec: Claim | None = None) -> Claim:
+    """Convert a resource.k8s.io/v1 ResourceClaim dict (spec only). Raises InvalidInputError.
+
+    ``same_spec``: a claim parsed from an equal spec (claims made from one template): its requests,
+    constraints and config are taken as they are, and only this claim's identity is read."""
     namespace, name, claim_at = _object_name("ResourceClaim", obj)
     uid = str((obj.get("metadata") or {}).get("uid") or "")
+    if same_spec is not None:
+        return replace(same_spec, namespace=namespace, name=name, uid=uid)
     at = claim_at / "spec"
     devices = _mapping(_mapping(obj.get("spec"), at).get("devices"), at / "devices")
     requests = tuple(

@@ -232,6 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         "plugin's claim writes go through it, the extender's do not)",
     )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take")
+    parser.add_argument(
+        "--scheduler-v",
+        type=int,
+        help="both kube-schedulers' --v (3 logs each scheduling attempt: the extender's access log and "
+        "kube-scheduler's then show where a cycle's time goes)",
+    )
     args = parser.parse_args(argv)
     pods = args.pods or args.nodes * args.devices // 4
     remove(RUN_DIR)
@@ -240,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plane.start()
         plane.start_extender()
-        plane.start_scheduler(qps=args.qps)
-        plane.start_scheduler(with_extender=False, qps=args.qps)
+        plane.start_scheduler(qps=args.qps, verbosity=args.scheduler_v)
+        plane.start_scheduler(with_extender=False, qps=args.qps, verbosity=args.scheduler_v)
         for round_ in range(args.rounds):
             order = ("in-tree", "extender") if round_ % 2 == 0 else ("extender", "in-tree")
             for mode in order:

@@ -330,6 +330,8 @@ def _passed_names(candidates: list[str], outcome: FilterOutcome) -> list[str]:
     usually every candidate but a few: checking that guess (C-speed comparisons) costs less than looking
     every candidate up among thousands of passing names, which is done when the guess is wrong."""
     passed = outcome.passed
+    if outcome.in_request_order:
+        return passed
     if passed is candidates or passed == candidates:
         return candidates
     failed = outcome.failed.keys() | outcome.unresolvable.keys()

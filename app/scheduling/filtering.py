@@ -247,6 +247,7 @@ class FilterDecisions:
         last.seq = seq
         last.order(node_names)
         outcome.passed = list(last.passed)
+        outcome.in_request_order = not last.undecided  # ``order`` walked the asked list
         outcome.failed = all_with_names(last.failed, pending)
         outcome.unresolvable = all_with_names(last.unresolvable, pending)
         # Nodes without a shared decision (time budget, unknown node, shares): this call's answer.

@@ -69,6 +69,11 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
     )
 
 
+MAX_PARSED_SPECS = 4_096
+"""Claim specs whose parse ``ClusterState`` keeps for the next claim with that spec (one per template in
+use; when full it starts over)."""
+
+
 class ClusterState:
     """API objects by kind and key, and the inventory derived from them. Not thread-safe by itself.
 
@@ -82,6 +87,9 @@ class ClusterState:
         self.inventory = Inventory(self.gates)
         self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
         self._claims: dict[str, tuple[str, Claim | InvalidInputError]] = {}
+        self._by_spec: dict[int, tuple[object, Claim]] = {}
+        """A claim parsed from each shared spec object (by its id, the object kept so the id stays its):
+        the next claim of the template is parsed for its identity only. At most MAX_PARSED_SPECS."""
         self._shared = SharedParts()
         self.node_allocatable_slices: set[str] = set()
         """ResourceSlices with devices that publish ``nodeAllocatableResources``
@@ -175,10 +183,19 @@ class ClusterState:
         version = str((obj.get("metadata") or {}).get("resourceVersion") or id(obj))
         cached = self._claims.get(key)
         if cached is None or cached[0] != version:
+            spec = obj.get("spec")
+            earlier = self._by_spec.get(id(spec))
             try:
-                parsed: Claim | InvalidInputError = parse_claim(obj)
+                parsed: Claim | InvalidInputError = parse_claim(
+                    obj, same_spec=earlier[1] if earlier is not None and earlier[0] is spec else None
+                )
             except InvalidInputError as e:
                 parsed = e
+            else:
+                if (earlier is None or earlier[0] is not spec) and isinstance(spec, Mapping):
+                    if len(self._by_spec) >= MAX_PARSED_SPECS:
+                        self._by_spec.clear()
+                    self._by_spec[id(spec)] = (spec, parsed)
             cached = (version, parsed)
             self._claims[key] = cached
         if isinstance(cached[1], InvalidInputError):

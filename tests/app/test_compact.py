@@ -22,6 +22,22 @@ def test_claims_of_one_spec_and_pods_of_one_workload_share_their_parts():
     assert pods["ml/a"]["metadata"]["name"] == "a" and pods["ml/b"]["metadata"]["name"] == "b"
 
 
+def test_claims_of_one_spec_are_parsed_once_each_with_its_own_identity():
+    state = ClusterState()
+    for name in ("a", "b"):
+        state.apply("ResourceClaim", claim("ml", name, [request("gpu", "gpu", 2)]))
+    state.apply("ResourceClaim", claim("ml", "c", [request("gpu", "gpu", 3)]))
+    a, b, c = (state.parsed_claim(f"ml/{name}") for name in "abc")
+    assert (b.namespace, b.name, b.uid) == (
+        "ml",
+        "b",
+        state.objects["ResourceClaim"]["ml/b"]["metadata"]["uid"],
+    )
+    assert b.uid != a.uid
+    assert b.requests is a.requests  # taken from a's parse
+    assert [alt.count for r in c.requests for alt in r.alternatives] == [3]
+
+
 def test_parts_equal_in_python_but_not_in_the_api_are_not_shared():
     state = ClusterState()
     counts = {"one": 1, "float": 1.0, "bool": True}  # 1 == 1.0 == True

@@ -107,6 +107,7 @@ def test_the_same_nodes_in_another_order_are_answered_from_the_shapes_answer_in_
     outcome = svc.filter_quick(svc.state.get("Pod", "ml/b"), shuffled)
     assert outcome is not None  # no worker thread needed: only n3 is decided again
     assert outcome.passed == [n for n in shuffled if n != "n3"]
+    assert outcome.in_request_order  # sent as it is
     assert list(outcome.failed) == ["n3"]
     assert svc._equivalence.stats["misses"] - stats["misses"] == 1
     # A list of other nodes is not the same answer.
