@@ -318,5 +318,9 @@ def test_shared_decisions_equal_per_node_decisions(scenario):
         alone = service_of(now)
         alone.bind("ml", name, f"uid-pod-ml-{name}", target)
         svc.bind("ml", name, f"uid-pod-ml-{name}", target)
-        chosen = svc.state.get("ResourceClaim", f"ml/{name}")["status"]["allocation"]
-        assert chosen == alone.state.get("ResourceClaim", f"ml/{name}")["status"]["allocation"], step
+        chosen, theirs = (
+            dict(s.state.get("ResourceClaim", f"ml/{name}")["status"]["allocation"]) for s in (svc, alone)
+        )
+        # Written a moment apart: their allocationTimestamps may fall in different seconds.
+        assert chosen.pop("allocationTimestamp") and theirs.pop("allocationTimestamp")
+        assert chosen == theirs, step
