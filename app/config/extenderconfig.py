@@ -218,7 +218,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "cluster.watchTimeoutSeconds",
         "integer",
         "watch_timeout_seconds",
-        "server-side watch timeout (default 300)",
+        "server-side watch timeout, at most one day (default 300)",
     ),
     FieldSpec(
         "cluster.watchIdleSeconds",
@@ -226,7 +226,12 @@ FIELDS: tuple[FieldSpec, ...] = (
         "watch_idle_seconds",
         "a watch silent this long is replaced (default 90)",
     ),
-    FieldSpec("cluster.listPageSize", "integer", "list_page_size", "objects per list page (default 500)"),
+    FieldSpec(
+        "cluster.listPageSize",
+        "integer",
+        "list_page_size",
+        "objects per list page, at most 10,000 (default 500)",
+    ),
     FieldSpec(
         "cluster.backoffInitialSeconds", "number", "backoff_initial_seconds", "first retry wait (default 0.5)"
     ),

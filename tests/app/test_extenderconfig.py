@@ -183,6 +183,14 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
         ({"cluster": {"backoffJitter": 1.5}}, "must be in 0..1, got 1.5"),
         ({"cluster": {"listPageSize": 0}}, "must be positive, got 0"),
         ({"server": {"port": 70000}}, "must be in 1..65535, got 70000"),
+        # An API list limit of 2**70 was sent as it is; beyond the page size's maximum is refused.
+        ({"cluster": {"listPageSize": 2**70}}, "must be at most 10000, got 1180591620717411303424"),
+        ({"cluster": {"listPageSize": 10001}}, "must be at most 10000, got 10001"),
+        ({"cluster": {"watchTimeoutSeconds": 86401}}, "must be at most 86400 (one day), got 86401"),
+        (
+            {"server": {"maxBodyBytes": 2**63}},
+            "must be at most 9223372036854775807, got 9223372036854775808",
+        ),
         ({"scheduling": {"scoreWeights": {"numa": -1}}}, "score weights: must be finite and >= 0"),
     ],
 )
@@ -195,9 +203,38 @@ def test_validate_and_every_command_refuse_a_value_out_of_range(tmp_path, capsys
         assert f"{config}: {section}.{name}: {message}" in capsys.readouterr().err
 
 
+INTEGER = [spec for spec in FIELDS if spec.kind == "integer"]
+
+
+@pytest.mark.parametrize("spec", INTEGER, ids=lambda spec: spec.path)
+@pytest.mark.parametrize("value", [2**63, 2**70, 10**400], ids=["2**63", "2**70", "10**400"])
+def test_every_integer_field_has_a_maximum_naming_it(tmp_path, spec, value):
+    """No integer setting takes more than int64 holds; 10**400, too large for a float, is refused the
+    same way (it was an OverflowError traceback)."""
+    section, name = spec.path.split(".")
+    config = _write(tmp_path, {**HEADER, section: {name: value}})
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert str(error.value).startswith(f"{config}: {spec.path}: must be "), str(error.value)
+
+
+def test_the_largest_list_page_is_taken(tmp_path):
+    config = _write(tmp_path, {**HEADER, "cluster": {"listPageSize": 10_000, "watchTimeoutSeconds": 86_400}})
+    assert load_config(config).settings["cluster"] == {
+        "list_page_size": 10_000,
+        "watch_timeout_seconds": 86_400,
+    }
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "setting"),
     [
+        ("--port", str(2**70), "port: must be in 1..65535, got 1180591620717411303424"),
+        (
+            "--max-body-bytes",
+            str(2**63),
+            "max_body_bytes: must be at most 9223372036854775807, got 9223372036854775808",
+        ),
         ("--orphan-grace-period", "inf", "orphan_grace_period_seconds: must be a finite number, got inf"),
         ("--binding-timeout", "nan", "binding_timeout_seconds: must be a finite number, got nan"),
         ("--binding-timeout", "-5", "binding_timeout_seconds: must be positive, got -5.0"),
