@@ -480,6 +480,20 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    try:
+        return loader.construct_yaml_int(node)  # type: ignore[no-any-return]
+    except ValueError:
+        # More digits than Python converts (sys.get_int_max_str_digits(), 4300): far beyond int64, and a
+        # ValueError without the file or line otherwise.
+        raise yaml.constructor.ConstructorError(
+            None, None, f"integer out of range (64-bit): {len(node.value)} digits", node.start_mark
+        ) from None
+
+
+_YamlLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
 MAX_FILE_BYTES = 64 << 20
 """64 MiB per state file. Parsing YAML takes ~10 bytes of memory and ~0.4 µs per byte (a 64 MiB file:
 ~650 MB and ~30 s), so a stray dump or a sparse multi-GB file would exhaust memory or seem to hang; a

@@ -218,6 +218,17 @@ def test_every_integer_field_has_a_maximum_naming_it(tmp_path, spec, value):
     assert str(error.value).startswith(f"{config}: {spec.path}: must be "), str(error.value)
 
 
+def test_an_integer_of_more_digits_than_python_converts_names_the_file_and_line(tmp_path, capsys):
+    # 5001 digits: Python's int() refuses more than 4300, which was a message naming neither.
+    config = tmp_path / "extender.yaml"
+    config.write_text(yaml.safe_dump(HEADER) + "cluster:\n  listPageSize: 1" + "0" * 5000 + "\n")
+    assert cli.main(["validate", "--config", str(config)]) == 2
+    assert (
+        f"{config}: line 4: not valid YAML: integer out of range (64-bit): 5001 digits"
+        in capsys.readouterr().err
+    )
+
+
 def test_the_largest_list_page_is_taken(tmp_path):
     config = _write(tmp_path, {**HEADER, "cluster": {"listPageSize": 10_000, "watchTimeoutSeconds": 86_400}})
     assert load_config(config).settings["cluster"] == {
