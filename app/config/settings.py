@@ -94,31 +94,32 @@ MAX_LIST_PAGE_SIZE = 10_000
 """``list_page_size``'s maximum (20x the API server's default page): a page of 10,000 Pods is already
 tens of MB of JSON held at once, and a larger one defeats paging."""
 
-_POSITIVE = Range()
+_SECONDS = Range(high=MAX_SECONDS, high_note="one day")
 _SECONDS_INTEGER = Range(high=MAX_SECONDS, integer=True, high_note="one day")
 
 RANGES: dict[str, Range] = {
     "port": Range(1, 65535, closed=True, integer=True),
     "max_body_bytes": Range(high=INT64_MAX, integer=True),
-    "filter_time_budget_seconds": _POSITIVE,
-    "connect_timeout_seconds": _POSITIVE,
-    "request_timeout_seconds": _POSITIVE,
+    "filter_time_budget_seconds": _SECONDS,
+    "connect_timeout_seconds": _SECONDS,
+    "request_timeout_seconds": _SECONDS,
     "watch_timeout_seconds": _SECONDS_INTEGER,
-    "watch_idle_seconds": _POSITIVE,
+    "watch_idle_seconds": _SECONDS,
     "list_page_size": Range(high=MAX_LIST_PAGE_SIZE, integer=True),
-    "backoff_initial_seconds": _POSITIVE,
-    "backoff_max_seconds": _POSITIVE,
+    "backoff_initial_seconds": _SECONDS,
+    "backoff_max_seconds": _SECONDS,
     "backoff_jitter": Range(0, 1, closed=True),
-    "bind_timeout_seconds": _POSITIVE,
-    "binding_timeout_seconds": _POSITIVE,
-    "binding_poll_seconds": _POSITIVE,
-    "orphan_grace_period_seconds": _POSITIVE,
-    "orphan_check_interval_seconds": _POSITIVE,
-    "reservation_ttl_seconds": _POSITIVE,
+    "bind_timeout_seconds": _SECONDS,
+    "binding_timeout_seconds": _SECONDS,
+    "binding_poll_seconds": _SECONDS,
+    "orphan_grace_period_seconds": _SECONDS,
+    "orphan_check_interval_seconds": _SECONDS,
+    "reservation_ttl_seconds": _SECONDS,
 }
 """Per numeric field of the settings below (by name), the values it accepts. Every one is finite: an
-infinite timeout or grace period never ends, and NaN compares false with everything. Every integer has a
-maximum, at most ``INT64_MAX``: a list limit of 2**70 would be sent to the API server as it is."""
+infinite timeout or grace period never ends, and NaN compares false with everything. Every one has a
+maximum: integers at most ``INT64_MAX`` (a list limit of 2**70 would be sent to the API server as it is),
+seconds at most one day (``MAX_SECONDS``: 1e300 s never ends either, and overflows a thread's wait)."""
 
 
 def _check_ranges(settings: object) -> None:

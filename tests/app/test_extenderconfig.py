@@ -3,6 +3,7 @@ a bad field is an error naming its path, and the README documents every field.""
 
 from __future__ import annotations
 
+import math
 import socket
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from app.cli import runtime as cli_runtime
 from app.cli.flags import cluster_settings
 from app.config.derivedconfig import ConfigError, load_config
 from app.config.extenderconfig import API_VERSION, FIELDS, KIND
+from app.config.settings import RANGES
 from app.http import server as httpserver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,6 +189,13 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
         ({"cluster": {"listPageSize": 2**70}}, "must be at most 10000, got 1180591620717411303424"),
         ({"cluster": {"listPageSize": 10001}}, "must be at most 10000, got 10001"),
         ({"cluster": {"watchTimeoutSeconds": 86401}}, "must be at most 86400 (one day), got 86401"),
+        # 1e300 seconds overflowed timers (threading's wait: OverflowError) or never ended.
+        ({"cluster": {"bindTimeoutSeconds": 1.0e300}}, "must be at most 86400 (one day), got 1e+300"),
+        (
+            {"scheduling": {"filterTimeBudgetSeconds": 86400.5}},
+            "must be at most 86400 (one day), got 86400.5",
+        ),
+        ({"cluster": {"backoffJitter": 1.0e300}}, "must be in 0..1, got 1e+300"),
         (
             {"server": {"maxBodyBytes": 2**63}},
             "must be at most 9223372036854775807, got 9223372036854775808",
@@ -237,9 +246,46 @@ def test_the_largest_list_page_is_taken(tmp_path):
     }
 
 
+NUMBER = [spec for spec in FIELDS if spec.kind == "number"]
+
+
+@pytest.mark.parametrize("spec", NUMBER, ids=lambda spec: spec.path)
+@pytest.mark.parametrize("value", [1.0e300, 86_400.5, 1.7976931348623157e308])
+def test_every_number_field_has_a_maximum_naming_it(tmp_path, spec, value):
+    """No duration takes more than one day (the jitter stays in 0..1)."""
+    section, name = spec.path.split(".")
+    config = _write(tmp_path, {**HEADER, section: {name: value}})
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert str(error.value).startswith(f"{config}: {spec.path}: must be "), str(error.value)
+
+
+def test_every_numeric_setting_is_bounded_above():
+    assert all(r.high < math.inf for r in RANGES.values()), RANGES
+
+
+@pytest.mark.parametrize(
+    "spec", [s for s in NUMBER if s.path != "cluster.backoffJitter"], ids=lambda s: s.path
+)
+def test_one_day_is_taken(tmp_path, spec):
+    section, name = spec.path.split(".")
+    config = _write(tmp_path, {**HEADER, section: {name: 86_400}})
+    assert list(load_config(config).settings[section].values()) == [86_400]
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "setting"),
     [
+        (
+            "--orphan-grace-period",
+            "1e300",
+            "orphan_grace_period_seconds: must be at most 86400 (one day), got 1e+300",
+        ),
+        (
+            "--binding-timeout",
+            "86401",
+            "binding_timeout_seconds: must be at most 86400 (one day), got 86401.0",
+        ),
         ("--port", str(2**70), "port: must be in 1..65535, got 1180591620717411303424"),
         (
             "--max-body-bytes",
