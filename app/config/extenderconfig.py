@@ -141,7 +141,8 @@ FIELDS: tuple[FieldSpec, ...] = (
         "scheduling.scoreWeights",
         "weights",
         "score_weights",
-        "weights of numa, pcie, packing, intact, prioritized (defaults 3, 2, 2, 1, 8; a subset is fine)",
+        "weights of numa, pcie, packing, intact, prioritized (defaults 3, 2, 2, 1, 8; a subset is fine; "
+        "each 0..1000)",
         "--score-weights",
     ),
     FieldSpec(

@@ -201,6 +201,10 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
             "must be at most 9223372036854775807, got 9223372036854775808",
         ),
         ({"scheduling": {"scoreWeights": {"numa": -1}}}, "score weights: must be finite and >= 0"),
+        (
+            {"scheduling": {"scoreWeights": {"numa": 1.0e300}}},
+            "score weights: at most 1000 each (only their ratios matter), got numa=1e+300",
+        ),
     ],
 )
 def test_validate_and_every_command_refuse_a_value_out_of_range(tmp_path, capsys, fields, message):
@@ -293,6 +297,11 @@ def test_one_day_is_taken(tmp_path, spec):
             "max_body_bytes: must be at most 9223372036854775807, got 9223372036854775808",
         ),
         ("--orphan-grace-period", "inf", "orphan_grace_period_seconds: must be a finite number, got inf"),
+        (
+            "--score-weights",
+            "pcie=1e308",
+            "score weights: at most 1000 each (only their ratios matter), got pcie=1e+308",
+        ),
         ("--binding-timeout", "nan", "binding_timeout_seconds: must be a finite number, got nan"),
         ("--binding-timeout", "-5", "binding_timeout_seconds: must be positive, got -5.0"),
     ],
