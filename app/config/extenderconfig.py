@@ -72,7 +72,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "server.maxBodyBytes",
         "integer",
         "max_body_bytes",
-        "largest request body (default 8 MiB)",
+        "largest request body, at most 32 MiB (default 8 MiB)",
         "--max-body-bytes",
     ),
     FieldSpec("server.logLevel", _one_of(LOG_LEVELS), "log_level", "log level (default info)", "--log-level"),

@@ -25,8 +25,8 @@ __all__ = [
     "CEL_ENGINES",
     "DEFAULT_MAX_BODY_BYTES",
     "DEVICE_SELECTION_POLICIES",
-    "INT64_MAX",
     "LOG_LEVELS",
+    "MAX_BODY_BYTES",
     "MAX_LIST_PAGE_SIZE",
     "MAX_SECONDS",
     "RANGES",
@@ -39,6 +39,11 @@ __all__ = [
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 """8 MiB: see ``ServerSettings.max_body_bytes``."""
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""32 MiB, the most ``max_body_bytes`` takes: a body parses to ~5.5 times its size (a 64 MiB NodeList:
+355 MiB), and four may be read at once (``app.http.api``), so four 32 MiB bodies come to ~850 MiB, beside
+the state within the manifests' 2 GiB memory limit. A larger value would take the limit away in effect."""
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 """Names accepted by both ``logging`` and uvicorn's ``--log-level``."""
@@ -84,9 +89,6 @@ def _bound(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-INT64_MAX = (1 << 63) - 1
-"""The largest integer the API (and orjson) holds: no integer setting goes above it."""
-
 MAX_SECONDS = 86_400
 """One day: the longest timeout, interval or grace period any setting takes."""
 
@@ -99,7 +101,7 @@ _SECONDS_INTEGER = Range(high=MAX_SECONDS, integer=True, high_note="one day")
 
 RANGES: dict[str, Range] = {
     "port": Range(1, 65535, closed=True, integer=True),
-    "max_body_bytes": Range(high=INT64_MAX, integer=True),
+    "max_body_bytes": Range(high=MAX_BODY_BYTES, integer=True, high_note="32 MiB"),
     "filter_time_budget_seconds": _SECONDS,
     "connect_timeout_seconds": _SECONDS,
     "request_timeout_seconds": _SECONDS,
@@ -118,7 +120,7 @@ RANGES: dict[str, Range] = {
 }
 """Per numeric field of the settings below (by name), the values it accepts. Every one is finite: an
 infinite timeout or grace period never ends, and NaN compares false with everything. Every one has a
-maximum: integers at most ``INT64_MAX`` (a list limit of 2**70 would be sent to the API server as it is),
+maximum: integers one well below int64 (a list limit of 2**70 would be sent to the API server as it is),
 seconds at most one day (``MAX_SECONDS``: 1e300 s never ends either, and overflows a thread's wait)."""
 
 
@@ -149,7 +151,7 @@ class ServerSettings:
     With ``nodeCacheCapable: false`` kube-scheduler sends the full Node objects (labels, capacity, conditions,
     images, ...) of every candidate node in each filter/prioritize call, a few KiB to tens of KiB per node,
     so a 100+ node cluster sends several MiB. 8 MiB admits that while capping memory a bogus client can make
-    the extender buffer and parse (uvicorn itself has no body limit)."""
+    the extender buffer and parse (uvicorn itself has no body limit). At most 32 MiB (``MAX_BODY_BYTES``)."""
 
     log_level: str = "info"
     """Python ``logging`` / uvicorn level name. ``info`` logs startup and one line per request."""

@@ -196,9 +196,14 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
             "must be at most 86400 (one day), got 86400.5",
         ),
         ({"cluster": {"backoffJitter": 1.0e300}}, "must be in 0..1, got 1e+300"),
+        # 10**15 bytes took the body limit away: 32 MiB at most (bodies parse to ~5.5x their size).
         (
-            {"server": {"maxBodyBytes": 2**63}},
-            "must be at most 9223372036854775807, got 9223372036854775808",
+            {"server": {"maxBodyBytes": 10**15}},
+            "must be at most 33554432 (32 MiB), got 1000000000000000",
+        ),
+        (
+            {"server": {"maxBodyBytes": 32 * 1024 * 1024 + 1}},
+            "must be at most 33554432 (32 MiB), got 33554433",
         ),
         ({"scheduling": {"scoreWeights": {"numa": -1}}}, "score weights: must be finite and >= 0"),
         (
@@ -240,6 +245,11 @@ def test_an_integer_of_more_digits_than_python_converts_names_the_file_and_line(
         f"{config}: line 4: not valid YAML: integer out of range (64-bit): 5001 digits"
         in capsys.readouterr().err
     )
+
+
+def test_the_largest_body_limit_is_taken(tmp_path):
+    config = _write(tmp_path, {**HEADER, "server": {"maxBodyBytes": 32 * 1024 * 1024}})
+    assert load_config(config).settings["server"] == {"max_body_bytes": 33_554_432}
 
 
 def test_the_largest_list_page_is_taken(tmp_path):
@@ -293,8 +303,8 @@ def test_one_day_is_taken(tmp_path, spec):
         ("--port", str(2**70), "port: must be in 1..65535, got 1180591620717411303424"),
         (
             "--max-body-bytes",
-            str(2**63),
-            "max_body_bytes: must be at most 9223372036854775807, got 9223372036854775808",
+            str(10**15),
+            "max_body_bytes: must be at most 33554432 (32 MiB), got 1000000000000000",
         ),
         ("--orphan-grace-period", "inf", "orphan_grace_period_seconds: must be a finite number, got inf"),
         (
