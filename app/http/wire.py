@@ -27,7 +27,7 @@ import orjson
 
 from app.scheduling.preemption import Victims
 from app.scheduling.service import FilterOutcome
-from app.state.statedir import check_encodable
+from app.state.statedir import check_encodable, pod_claim_source_problem
 
 __all__ = [
     "ExtenderArgs",
@@ -173,8 +173,8 @@ def _metadata_name(obj: Mapping[str, Any], path: str) -> str:
 
 
 def _check_pod(pod: Any) -> Obj:
-    """The Pod fields the service reads: metadata name/namespace/uid, spec.resourceClaims,
-    status.resourceClaimStatuses (``app.state.podclaims``)."""
+    """The Pod fields the service reads: metadata name/namespace/uid, spec.resourceClaims (each naming
+    exactly one source, as in a state file), status.resourceClaimStatuses (``app.state.podclaims``)."""
     if pod is None:
         raise WireError("Pod: required")
     pod = _expect(pod, dict, "Pod", optional=False)
@@ -187,6 +187,10 @@ def _check_pod(pod: Any) -> Obj:
         _expect(entry, dict, at, optional=False)
         for key in ("name", "resourceClaimName", "resourceClaimTemplateName"):
             _expect(entry.get(key), str, f"{at}.{key}")
+        # The API server refuses both (or neither); taking the claim name would decide a pod that cannot be.
+        problem = pod_claim_source_problem(entry)
+        if problem:
+            raise WireError(f"{at}: {problem}")
     for kind in ("containers", "initContainers"):  # their resources may name DRA-backed extended resources
         for i, container in enumerate(_expect(spec.get(kind), list, f"Pod.spec.{kind}") or ()):
             at = f"Pod.spec.{kind}[{i}]"

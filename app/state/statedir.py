@@ -69,6 +69,7 @@ __all__ = [
     "load_documents",
     "load_state",
     "load_yaml_document",
+    "pod_claim_source_problem",
     "stable_uid",
 ]
 
@@ -425,11 +426,18 @@ def _check_pod_claims(pod: Obj) -> None:
             value = claim.get(key)
             if value is not None and not isinstance(value, str):  # a key of claims and templates
                 raise ConversionError(f"{path}.{key}", f"must be a string, got {value!r}")
-        targets = [key for key in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(key)]
-        if len(targets) != 1:
-            raise ConversionError(
-                path, "exactly one of `resourceClaimName`, `resourceClaimTemplateName` is required"
-            )
+        problem = pod_claim_source_problem(claim)
+        if problem:
+            raise ConversionError(path, problem)
+
+
+def pod_claim_source_problem(claim: Mapping[str, Any]) -> str:
+    """Why a pod claim entry (``spec.resourceClaims[i]``) does not name exactly one source, as core/v1
+    validation requires, or "". Shared with the wire format (``app.http.wire``), so a state file and a
+    request are refused alike."""
+    if sum(1 for key in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(key)) != 1:
+        return "exactly one of `resourceClaimName`, `resourceClaimTemplateName` is required"
+    return ""
 
 
 def _deep_copy(obj: Obj) -> Obj:

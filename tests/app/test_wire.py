@@ -187,6 +187,18 @@ def test_bind_namespace_defaults_and_uid_is_optional():
             b'"NodeNames": []}',
             "Pod.status.resourceClaimStatuses[0].name: must be a string, got boolean",
         ),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}, "spec": {"resourceClaims": [{"name": "gpu", '
+            b'"resourceClaimName": "c", "resourceClaimTemplateName": "t"}]}}, "NodeNames": []}',
+            "Pod.spec.resourceClaims[0]: exactly one of `resourceClaimName`, `resourceClaimTemplateName` is "
+            "required",
+        ),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}, "spec": {"resourceClaims": [{"name": "gpu", '
+            b'"resourceClaimName": ""}]}}, "NodeNames": []}',
+            "Pod.spec.resourceClaims[0]: exactly one of `resourceClaimName`, `resourceClaimTemplateName` is "
+            "required",
+        ),
         (b'{"Pod": {"metadata": {"name": "p"}}}', "Nodes, NodeNames: one of them is required"),
         (
             b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": null, "NodeNames": null}',
