@@ -48,6 +48,7 @@ from allocator.selectors import SelectorCache
 
 __all__ = [
     "COMPONENTS",
+    "MAX_WEIGHT",
     "NEUTRAL",
     "SCORING_POLICIES",
     "ScoreBreakdown",
@@ -67,6 +68,9 @@ NEUTRAL = 0.5
 
 MAX_SCORE = 10
 """``MaxExtenderPriority``."""
+
+MAX_WEIGHT = 1000
+"""The largest weight of a component, 125 times the largest default: weights are relative."""
 
 SUBREQUEST_RANKS = 8
 """``FirstAvailableDeviceRequestMaxSize``: subrequest i of a request is worth 8 - i."""
@@ -101,6 +105,12 @@ class ScoringConfig:
             )
         if any(not math.isfinite(w) or w < 0 for w in self.weights.values()):
             raise ValueError("score weights: must be finite and >= 0")
+        # Two weights of 1e308 sum to inf, and the mean to inf / inf = nan: a bound keeps the sums finite.
+        heavy = [f"{name}={w:g}" for name, w in self.weights.items() if w > MAX_WEIGHT]
+        if heavy:
+            raise ValueError(
+                f"score weights: at most {MAX_WEIGHT} each (only their ratios matter), got {', '.join(heavy)}"
+            )
         if not any(self.weights.get(c, 0) > 0 for c in COMPONENTS):
             raise ValueError("score weights: at least one must be positive")
 

@@ -29,6 +29,7 @@ from app.config.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEVICE_SELECTION_POLICIES,
     LOG_LEVELS,
+    MAX_BODY_BYTES,
     ClusterSettings,
     SchedulingSettings,
     ServerSettings,
@@ -155,7 +156,7 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
         type=positive_int,
         default=DEFAULT_MAX_BODY_BYTES,
         metavar="N",
-        help=f"largest request body in bytes (default {DEFAULT_MAX_BODY_BYTES})",
+        help=f"largest request body in bytes (default {DEFAULT_MAX_BODY_BYTES}, at most {MAX_BODY_BYTES})",
     )
     _cluster_flags(serve)
 

@@ -72,7 +72,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "server.maxBodyBytes",
         "integer",
         "max_body_bytes",
-        "largest request body (default 8 MiB)",
+        "largest request body, at most 32 MiB (default 8 MiB)",
         "--max-body-bytes",
     ),
     FieldSpec("server.logLevel", _one_of(LOG_LEVELS), "log_level", "log level (default info)", "--log-level"),
@@ -141,7 +141,8 @@ FIELDS: tuple[FieldSpec, ...] = (
         "scheduling.scoreWeights",
         "weights",
         "score_weights",
-        "weights of numa, pcie, packing, intact, prioritized (defaults 3, 2, 2, 1, 8; a subset is fine)",
+        "weights of numa, pcie, packing, intact, prioritized (defaults 3, 2, 2, 1, 8; a subset is fine; "
+        "each 0..1000)",
         "--score-weights",
     ),
     FieldSpec(
@@ -218,7 +219,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "cluster.watchTimeoutSeconds",
         "integer",
         "watch_timeout_seconds",
-        "server-side watch timeout (default 300)",
+        "server-side watch timeout, at most one day (default 300)",
     ),
     FieldSpec(
         "cluster.watchIdleSeconds",
@@ -226,7 +227,12 @@ FIELDS: tuple[FieldSpec, ...] = (
         "watch_idle_seconds",
         "a watch silent this long is replaced (default 90)",
     ),
-    FieldSpec("cluster.listPageSize", "integer", "list_page_size", "objects per list page (default 500)"),
+    FieldSpec(
+        "cluster.listPageSize",
+        "integer",
+        "list_page_size",
+        "objects per list page, at most 10,000 (default 500)",
+    ),
     FieldSpec(
         "cluster.backoffInitialSeconds", "number", "backoff_initial_seconds", "first retry wait (default 0.5)"
     ),

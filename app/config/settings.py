@@ -26,6 +26,9 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEVICE_SELECTION_POLICIES",
     "LOG_LEVELS",
+    "MAX_BODY_BYTES",
+    "MAX_LIST_PAGE_SIZE",
+    "MAX_SECONDS",
     "RANGES",
     "ClusterSettings",
     "Range",
@@ -37,6 +40,11 @@ __all__ = [
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 """8 MiB: see ``ServerSettings.max_body_bytes``."""
 
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""32 MiB, the most ``max_body_bytes`` takes: a body parses to ~5.5 times its size (a 64 MiB NodeList:
+355 MiB), and four may be read at once (``app.http.api``), so four 32 MiB bodies come to ~850 MiB, beside
+the state within the manifests' 2 GiB memory limit. A larger value would take the limit away in effect."""
+
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 """Names accepted by both ``logging`` and uvicorn's ``--log-level``."""
 
@@ -47,53 +55,73 @@ CEL_ENGINES = ("cel-expr", "cel-python")
 @dataclass(frozen=True, slots=True)
 class Range:
     """The values a numeric setting accepts: finite, above ``low`` (from it with ``closed``), at most
-    ``high``; integers only with ``integer``."""
+    ``high`` (``high_note`` says what that is in messages: ``one day``); integers only with ``integer``."""
 
     low: float = 0.0
     high: float = math.inf
     closed: bool = False
     integer: bool = False
+    high_note: str = ""
 
     def problem(self, value: float) -> str:
         """Why ``value`` is out of the range (``must be positive, got 0``), or "" when it is in."""
-        if not math.isfinite(value):
+        # An int is finite and compares exactly as it is; math.isfinite would convert it to a float, which
+        # 10**400 overflows.
+        if not isinstance(value, int) and not math.isfinite(value):
             return f"must be a finite number, got {value}"
         if self.integer and value != int(value):
             return f"must be an integer, got {value}"
-        if not (value >= self.low if self.closed else value > self.low) or value > self.high:
-            return f"must be {self._wording()}, got {value}"
+        above_low = value >= self.low if self.closed else value > self.low
+        if self.closed and self.high < math.inf:
+            if not above_low or value > self.high:
+                return f"must be in {_bound(self.low)}..{_bound(self.high)}, got {value}"
+        elif not above_low:
+            wording = "positive" if self.low == 0 and not self.closed else f"at least {_bound(self.low)}"
+            return f"must be {wording}, got {value}"
+        elif value > self.high:
+            note = f" ({self.high_note})" if self.high_note else ""
+            return f"must be at most {_bound(self.high)}{note}, got {value}"
         return ""
 
-    def _wording(self) -> str:
-        if self.high < math.inf:
-            return f"in {self.low:g}..{self.high:g}"
-        return "positive" if self.low == 0 and not self.closed else f"at least {self.low:g}"
+
+def _bound(value: float) -> str:
+    # Integers as they are: 9223372036854775807 in :g format reads 9.22337e+18.
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-_POSITIVE = Range()
-_POSITIVE_INTEGER = Range(integer=True)
+MAX_SECONDS = 86_400
+"""One day: the longest timeout, interval or grace period any setting takes."""
+
+MAX_LIST_PAGE_SIZE = 10_000
+"""``list_page_size``'s maximum (20x the API server's default page): a page of 10,000 Pods is already
+tens of MB of JSON held at once, and a larger one defeats paging."""
+
+_SECONDS = Range(high=MAX_SECONDS, high_note="one day")
+_SECONDS_INTEGER = Range(high=MAX_SECONDS, integer=True, high_note="one day")
 
 RANGES: dict[str, Range] = {
     "port": Range(1, 65535, closed=True, integer=True),
-    "max_body_bytes": _POSITIVE_INTEGER,
-    "filter_time_budget_seconds": _POSITIVE,
-    "connect_timeout_seconds": _POSITIVE,
-    "request_timeout_seconds": _POSITIVE,
-    "watch_timeout_seconds": _POSITIVE_INTEGER,
-    "watch_idle_seconds": _POSITIVE,
-    "list_page_size": _POSITIVE_INTEGER,
-    "backoff_initial_seconds": _POSITIVE,
-    "backoff_max_seconds": _POSITIVE,
+    "max_body_bytes": Range(high=MAX_BODY_BYTES, integer=True, high_note="32 MiB"),
+    "filter_time_budget_seconds": _SECONDS,
+    "connect_timeout_seconds": _SECONDS,
+    "request_timeout_seconds": _SECONDS,
+    "watch_timeout_seconds": _SECONDS_INTEGER,
+    "watch_idle_seconds": _SECONDS,
+    "list_page_size": Range(high=MAX_LIST_PAGE_SIZE, integer=True),
+    "backoff_initial_seconds": _SECONDS,
+    "backoff_max_seconds": _SECONDS,
     "backoff_jitter": Range(0, 1, closed=True),
-    "bind_timeout_seconds": _POSITIVE,
-    "binding_timeout_seconds": _POSITIVE,
-    "binding_poll_seconds": _POSITIVE,
-    "orphan_grace_period_seconds": _POSITIVE,
-    "orphan_check_interval_seconds": _POSITIVE,
-    "reservation_ttl_seconds": _POSITIVE,
+    "bind_timeout_seconds": _SECONDS,
+    "binding_timeout_seconds": _SECONDS,
+    "binding_poll_seconds": _SECONDS,
+    "orphan_grace_period_seconds": _SECONDS,
+    "orphan_check_interval_seconds": _SECONDS,
+    "reservation_ttl_seconds": _SECONDS,
 }
 """Per numeric field of the settings below (by name), the values it accepts. Every one is finite: an
-infinite timeout or grace period never ends, and NaN compares false with everything."""
+infinite timeout or grace period never ends, and NaN compares false with everything. Every one has a
+maximum: integers one well below int64 (a list limit of 2**70 would be sent to the API server as it is),
+seconds at most one day (``MAX_SECONDS``: 1e300 s never ends either, and overflows a thread's wait)."""
 
 
 def _check_ranges(settings: object) -> None:
@@ -123,7 +151,7 @@ class ServerSettings:
     With ``nodeCacheCapable: false`` kube-scheduler sends the full Node objects (labels, capacity, conditions,
     images, ...) of every candidate node in each filter/prioritize call, a few KiB to tens of KiB per node,
     so a 100+ node cluster sends several MiB. 8 MiB admits that while capping memory a bogus client can make
-    the extender buffer and parse (uvicorn itself has no body limit)."""
+    the extender buffer and parse (uvicorn itself has no body limit). At most 32 MiB (``MAX_BODY_BYTES``)."""
 
     log_level: str = "info"
     """Python ``logging`` / uvicorn level name. ``info`` logs startup and one line per request."""
@@ -248,7 +276,8 @@ class ClusterSettings:
 
     watch_timeout_seconds: int = 300
     """Server-side ``timeoutSeconds`` of each watch; the stream then ends and is reopened from the last
-    resourceVersion (no relist). 300 s: longer values meet client-side timeouts (kubernetes-asyncio #259)."""
+    resourceVersion (no relist). 300 s: longer values meet client-side timeouts (kubernetes-asyncio #259).
+    At most one day (``MAX_SECONDS``)."""
 
     watch_idle_seconds: float = 90.0
     """No-event deadline of a watch, and its socket read timeout: a watch that delivers nothing (not even a
@@ -258,7 +287,7 @@ class ClusterSettings:
 
     list_page_size: int = 500
     """``limit`` of each list page (the API server default page size), so a relist of a large kind is many
-    small answers instead of one huge one."""
+    small answers instead of one huge one. At most 10,000 (``MAX_LIST_PAGE_SIZE``)."""
 
     backoff_initial_seconds: float = 0.5
     """First wait after a failed list or watch; doubles per consecutive failure."""

@@ -1,7 +1,9 @@
 """Load a cluster state from a directory (or one file) of Kubernetes manifests.
 
 ``load_state(path)`` reads every ``*.yaml``, ``*.yml`` and ``*.json`` file below ``path`` (recursively, in
-sorted order, hidden files and directories skipped) or the single file ``path``. A file may hold several YAML
+sorted order, hidden files and directories skipped; entries so named that are not regular files, such as
+FIFOs, devices, sockets, dangling links and links to directories, are skipped with a warning, unopened) or
+the single file ``path``. A file may hold several YAML
 documents; ``kind: List`` and typed ``<Kind>List`` objects are flattened through their ``items``.
 
 Kept kinds (plain dicts, each a private copy in the ``resource.k8s.io/v1`` / core ``v1`` shape)::
@@ -44,7 +46,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
+import stat
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -69,6 +73,7 @@ __all__ = [
     "load_documents",
     "load_state",
     "load_yaml_document",
+    "pod_claim_source_problem",
     "stable_uid",
 ]
 
@@ -185,7 +190,10 @@ def load_state(path: Path, *, strict: bool = True, strict_fields: bool = False) 
     Unknown fields are listed in ``ClusterObjects.unknown_fields``, or with ``strict_fields`` are errors.
     """
     loader = _Loader(strict=strict, strict_fields=strict_fields)
-    for file in _state_files(Path(path)):
+    files, skipped = _state_files(Path(path))
+    for message in skipped:
+        loader._warn(message)
+    for file in files:
         loader.load_file(file)
         loader.objects.files += 1
     return loader.objects
@@ -203,20 +211,52 @@ def load_documents(
     return loader.objects
 
 
-def _state_files(path: Path) -> list[Path]:
+def _state_files(path: Path) -> tuple[list[Path], list[str]]:
+    """The manifest files to load, and a warning per entry named like one that is not a regular file."""
     if path.is_file():
-        return [path]
+        return [path], []
     if not path.is_dir():
         # A FIFO or a device exists: saying "no such file" would send the user looking for a typo.
         problem = "not a regular file or directory" if path.exists() else "no such file or directory"
         raise StateLoadError(problem, file=path)
-    return sorted(
-        file
-        for file in path.rglob("*")
-        if file.is_file()
-        and file.suffix.lower() in STATE_SUFFIXES
-        and not any(part.startswith(".") for part in file.relative_to(path).parts)
-    )
+    files, skipped = [], []
+    for file in sorted(path.rglob("*")):
+        if file.suffix.lower() not in STATE_SUFFIXES or any(
+            part.startswith(".") for part in file.relative_to(path).parts
+        ):
+            continue
+        what = _not_regular(file)
+        if not what:
+            files.append(file)
+        elif what != "directory":
+            skipped.append(f"{file}: skipped ({what})")
+    return files, skipped
+
+
+_SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(file: Path) -> str:
+    """What ``file`` is when not a regular file (nor a link to one), for the warning; "" for a regular file,
+    ``directory`` for a directory ``rglob`` walks. Only stat: opening a FIFO nobody writes to would block
+    forever, and a device may never end."""
+    link = file.is_symlink()
+    try:
+        mode = file.stat().st_mode
+    except OSError as err:  # a dangling or looping link
+        return f"a symbolic link to {os.readlink(file)}: {err.strerror}" if link else f"{err.strerror}"
+    if stat.S_ISREG(mode):
+        return ""
+    if stat.S_ISDIR(mode):
+        # rglob does not follow a link to a directory: its manifests would be missing without a word.
+        return "a symbolic link to a directory, not followed" if link else "directory"
+    what = next((name for test, name in _SPECIAL_KINDS if test(mode)), "a special file")
+    return f"{'a symbolic link to ' if link else ''}{what}, not a regular file"
 
 
 class _Loader:
@@ -425,11 +465,18 @@ def _check_pod_claims(pod: Obj) -> None:
             value = claim.get(key)
             if value is not None and not isinstance(value, str):  # a key of claims and templates
                 raise ConversionError(f"{path}.{key}", f"must be a string, got {value!r}")
-        targets = [key for key in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(key)]
-        if len(targets) != 1:
-            raise ConversionError(
-                path, "exactly one of `resourceClaimName`, `resourceClaimTemplateName` is required"
-            )
+        problem = pod_claim_source_problem(claim)
+        if problem:
+            raise ConversionError(path, problem)
+
+
+def pod_claim_source_problem(claim: Mapping[str, Any]) -> str:
+    """Why a pod claim entry (``spec.resourceClaims[i]``) does not name exactly one source, as core/v1
+    validation requires, or "". Shared with the wire format (``app.http.wire``), so a state file and a
+    request are refused alike."""
+    if sum(1 for key in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(key)) != 1:
+        return "exactly one of `resourceClaimName`, `resourceClaimTemplateName` is required"
+    return ""
 
 
 def _deep_copy(obj: Obj) -> Obj:
@@ -478,6 +525,20 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 
 
 _YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    try:
+        return loader.construct_yaml_int(node)  # type: ignore[no-any-return]
+    except ValueError:
+        # More digits than Python converts (sys.get_int_max_str_digits(), 4300): far beyond int64, and a
+        # ValueError without the file or line otherwise.
+        raise yaml.constructor.ConstructorError(
+            None, None, f"integer out of range (64-bit): {len(node.value)} digits", node.start_mark
+        ) from None
+
+
+_YamlLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 MAX_FILE_BYTES = 64 << 20

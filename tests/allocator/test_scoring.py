@@ -217,6 +217,21 @@ def test_weights_change_the_mean():
     assert score(world, NODE1, c, *split, config=only_packing).score == 3  # 2/8 -> 2.5 -> 3 (half up)
 
 
+def test_weights_are_at_most_1000_so_their_sums_stay_finite():
+    # Two weights of 1e308 summed to inf: the mean was inf / inf = nan, and prioritize a ValueError.
+    message = (
+        r"^score weights: at most 1000 each \(only their ratios matter\), got numa=1e\+308, packing=1e\+308$"
+    )
+    with pytest.raises(ValueError, match=message):
+        ScoringConfig(weights={"numa": 1e308, "packing": 1e308})
+    world = World(slices=[gpus("node-1")])
+    c = claim("c", request("gpu", count=2))
+    split = [("gpu", DRIVER_A, "gpu-3"), ("gpu", DRIVER_A, "gpu-4")]
+    heaviest = ScoringConfig(weights={"numa": 1000, "pcie": 0, "packing": 1000, "intact": 0})
+    # numa 1/2, packing 2/8: (1000 * 0.5 + 1000 * 0.25) / 2000 = 0.375 -> 3.75 -> 4 (half up)
+    assert score(world, NODE1, c, *split, config=heaviest).score == 4
+
+
 def test_no_new_device_scores_zero():
     world = World(slices=[gpus("node-1")])
     assert score_allocation(world.inventory, world.selectors, NODE1, [], []).score == 0

@@ -276,6 +276,29 @@ BAD_ARGS = [
         "Pod.metadata.name: must be a string",
     ),
     (orjson.dumps({"Pod": POD_OK}), "Nodes, NodeNames"),
+    (
+        orjson.dumps({"Pod": POD_OK, "NodeNames": ["n1", "n2", "n1"]}),
+        "NodeNames[2]: duplicate node name 'n1'",
+    ),
+    # Both sources in one pod claim: the claim name won, where the API and the state loader refuse it.
+    (
+        orjson.dumps(
+            {
+                "Pod": {
+                    **POD_OK,
+                    "spec": {
+                        "resourceClaims": [
+                            {"name": "a", "resourceClaimName": "one"},
+                            {"name": "b", "resourceClaimName": "two", "resourceClaimTemplateName": "t"},
+                        ]
+                    },
+                },
+                "NodeNames": ["n1"],
+            }
+        ),
+        "Pod.spec.resourceClaims[1]: exactly one of `resourceClaimName`, `resourceClaimTemplateName` is "
+        "required",
+    ),
 ]
 BAD_BIND = [
     (b"{", "malformed JSON"),

@@ -3,6 +3,7 @@ a bad field is an error naming its path, and the README documents every field.""
 
 from __future__ import annotations
 
+import math
 import socket
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from app.cli import runtime as cli_runtime
 from app.cli.flags import cluster_settings
 from app.config.derivedconfig import ConfigError, load_config
 from app.config.extenderconfig import API_VERSION, FIELDS, KIND
+from app.config.settings import RANGES
 from app.http import server as httpserver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,7 +185,31 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
         ({"cluster": {"backoffJitter": 1.5}}, "must be in 0..1, got 1.5"),
         ({"cluster": {"listPageSize": 0}}, "must be positive, got 0"),
         ({"server": {"port": 70000}}, "must be in 1..65535, got 70000"),
+        # An API list limit of 2**70 was sent as it is; beyond the page size's maximum is refused.
+        ({"cluster": {"listPageSize": 2**70}}, "must be at most 10000, got 1180591620717411303424"),
+        ({"cluster": {"listPageSize": 10001}}, "must be at most 10000, got 10001"),
+        ({"cluster": {"watchTimeoutSeconds": 86401}}, "must be at most 86400 (one day), got 86401"),
+        # 1e300 seconds overflowed timers (threading's wait: OverflowError) or never ended.
+        ({"cluster": {"bindTimeoutSeconds": 1.0e300}}, "must be at most 86400 (one day), got 1e+300"),
+        (
+            {"scheduling": {"filterTimeBudgetSeconds": 86400.5}},
+            "must be at most 86400 (one day), got 86400.5",
+        ),
+        ({"cluster": {"backoffJitter": 1.0e300}}, "must be in 0..1, got 1e+300"),
+        # 10**15 bytes took the body limit away: 32 MiB at most (bodies parse to ~5.5x their size).
+        (
+            {"server": {"maxBodyBytes": 10**15}},
+            "must be at most 33554432 (32 MiB), got 1000000000000000",
+        ),
+        (
+            {"server": {"maxBodyBytes": 32 * 1024 * 1024 + 1}},
+            "must be at most 33554432 (32 MiB), got 33554433",
+        ),
         ({"scheduling": {"scoreWeights": {"numa": -1}}}, "score weights: must be finite and >= 0"),
+        (
+            {"scheduling": {"scoreWeights": {"numa": 1.0e300}}},
+            "score weights: at most 1000 each (only their ratios matter), got numa=1e+300",
+        ),
     ],
 )
 def test_validate_and_every_command_refuse_a_value_out_of_range(tmp_path, capsys, fields, message):
@@ -195,10 +221,97 @@ def test_validate_and_every_command_refuse_a_value_out_of_range(tmp_path, capsys
         assert f"{config}: {section}.{name}: {message}" in capsys.readouterr().err
 
 
+INTEGER = [spec for spec in FIELDS if spec.kind == "integer"]
+
+
+@pytest.mark.parametrize("spec", INTEGER, ids=lambda spec: spec.path)
+@pytest.mark.parametrize("value", [2**63, 2**70, 10**400], ids=["2**63", "2**70", "10**400"])
+def test_every_integer_field_has_a_maximum_naming_it(tmp_path, spec, value):
+    """No integer setting takes more than int64 holds; 10**400, too large for a float, is refused the
+    same way (it was an OverflowError traceback)."""
+    section, name = spec.path.split(".")
+    config = _write(tmp_path, {**HEADER, section: {name: value}})
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert str(error.value).startswith(f"{config}: {spec.path}: must be "), str(error.value)
+
+
+def test_an_integer_of_more_digits_than_python_converts_names_the_file_and_line(tmp_path, capsys):
+    # 5001 digits: Python's int() refuses more than 4300, which was a message naming neither.
+    config = tmp_path / "extender.yaml"
+    config.write_text(yaml.safe_dump(HEADER) + "cluster:\n  listPageSize: 1" + "0" * 5000 + "\n")
+    assert cli.main(["validate", "--config", str(config)]) == 2
+    assert (
+        f"{config}: line 4: not valid YAML: integer out of range (64-bit): 5001 digits"
+        in capsys.readouterr().err
+    )
+
+
+def test_the_largest_body_limit_is_taken(tmp_path):
+    config = _write(tmp_path, {**HEADER, "server": {"maxBodyBytes": 32 * 1024 * 1024}})
+    assert load_config(config).settings["server"] == {"max_body_bytes": 33_554_432}
+
+
+def test_the_largest_list_page_is_taken(tmp_path):
+    config = _write(tmp_path, {**HEADER, "cluster": {"listPageSize": 10_000, "watchTimeoutSeconds": 86_400}})
+    assert load_config(config).settings["cluster"] == {
+        "list_page_size": 10_000,
+        "watch_timeout_seconds": 86_400,
+    }
+
+
+NUMBER = [spec for spec in FIELDS if spec.kind == "number"]
+
+
+@pytest.mark.parametrize("spec", NUMBER, ids=lambda spec: spec.path)
+@pytest.mark.parametrize("value", [1.0e300, 86_400.5, 1.7976931348623157e308])
+def test_every_number_field_has_a_maximum_naming_it(tmp_path, spec, value):
+    """No duration takes more than one day (the jitter stays in 0..1)."""
+    section, name = spec.path.split(".")
+    config = _write(tmp_path, {**HEADER, section: {name: value}})
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert str(error.value).startswith(f"{config}: {spec.path}: must be "), str(error.value)
+
+
+def test_every_numeric_setting_is_bounded_above():
+    assert all(r.high < math.inf for r in RANGES.values()), RANGES
+
+
+@pytest.mark.parametrize(
+    "spec", [s for s in NUMBER if s.path != "cluster.backoffJitter"], ids=lambda s: s.path
+)
+def test_one_day_is_taken(tmp_path, spec):
+    section, name = spec.path.split(".")
+    config = _write(tmp_path, {**HEADER, section: {name: 86_400}})
+    assert list(load_config(config).settings[section].values()) == [86_400]
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "setting"),
     [
+        (
+            "--orphan-grace-period",
+            "1e300",
+            "orphan_grace_period_seconds: must be at most 86400 (one day), got 1e+300",
+        ),
+        (
+            "--binding-timeout",
+            "86401",
+            "binding_timeout_seconds: must be at most 86400 (one day), got 86401.0",
+        ),
+        ("--port", str(2**70), "port: must be in 1..65535, got 1180591620717411303424"),
+        (
+            "--max-body-bytes",
+            str(10**15),
+            "max_body_bytes: must be at most 33554432 (32 MiB), got 1000000000000000",
+        ),
         ("--orphan-grace-period", "inf", "orphan_grace_period_seconds: must be a finite number, got inf"),
+        (
+            "--score-weights",
+            "pcie=1e308",
+            "score weights: at most 1000 each (only their ratios matter), got pcie=1e+308",
+        ),
         ("--binding-timeout", "nan", "binding_timeout_seconds: must be a finite number, got nan"),
         ("--binding-timeout", "-5", "binding_timeout_seconds: must be positive, got -5.0"),
     ],

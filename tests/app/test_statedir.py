@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from pathlib import Path
 from textwrap import dedent
 
@@ -413,6 +414,40 @@ def test_a_state_path_that_is_neither_a_file_nor_a_directory_says_so(tmp_path: P
     assert load_error(path) == f"{path}: not a regular file or directory"
 
 
+def test_special_files_named_like_manifests_are_skipped_with_a_warning_unopened(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # They were skipped without a word; opening the FIFO (nobody writes to it) would block forever.
+    write(tmp_path, "a-node.yaml", NODE)
+    fifo = tmp_path / "b-fifo.yaml"
+    os.mkfifo(fifo)
+    device = tmp_path / "c-device.yaml"
+    device.symlink_to("/dev/null")
+    dangling = tmp_path / "d-dangling.yml"
+    dangling.symlink_to(tmp_path / "nowhere.yaml")
+    socket_path = tmp_path / "sub" / "e-socket.json"
+    socket_path.parent.mkdir()
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(socket_path))
+    linked_dir = tmp_path / "f-dir.yaml"
+    linked_dir.symlink_to(socket_path.parent)
+    os.mkfifo(tmp_path / "g-fifo.txt")  # not named like a manifest: not ours to mention
+    try:
+        with caplog.at_level(logging.WARNING, logger="app.state.statedir"):
+            objects = load_state(tmp_path)
+    finally:
+        server.close()
+    assert names(objects.nodes) == ["node-1"]
+    assert objects.warnings == [
+        f"{fifo}: skipped (a FIFO, not a regular file)",
+        f"{device}: skipped (a symbolic link to a character device, not a regular file)",
+        f"{dangling}: skipped (a symbolic link to {tmp_path / 'nowhere.yaml'}: No such file or directory)",
+        f"{linked_dir}: skipped (a symbolic link to a directory, not followed)",
+        f"{socket_path}: skipped (a socket, not a regular file)",
+    ]
+    assert [record.getMessage() for record in caplog.records] == objects.warnings
+
+
 def test_non_strict_turns_errors_into_warnings_and_keeps_the_rest(tmp_path: Path) -> None:
     bad_file = write(tmp_path, "a-template.yaml", "name: {{ .Values.name }}\n")
     mixed = write(tmp_path, "b.yaml", NODE, "apiVersion: v1\nkind: Node\nmetadata: {}\n", CLASS, CLASS)
@@ -520,6 +555,8 @@ def test_a_document_of_200_levels_loads(tmp_path: Path) -> None:
     [
         ("1180591620717411303424", "integer out of range"),  # 2**70
         ("-9223372036854775809", "integer out of range"),  # -2**63 - 1
+        # More digits than Python converts (4300): a ValueError traceback from the YAML constructor.
+        ("1" + "0" * 5000, "line 4: not valid YAML: integer out of range (64-bit): 5001 digits"),
         (".inf", "not a JSON number"),
         (".nan", "not a JSON number"),
     ],
