@@ -226,14 +226,6 @@ def _check_nodes(nodes: Any) -> list[Obj] | None:
     return items
 
 
-MAX_UNIQUE_LISTS = 256
-_unique_lists: set[int] = set()
-"""``hash(tuple(names))`` of recent ``NodeNames`` lists found without a duplicate (at most
-``MAX_UNIQUE_LISTS``, then it starts over). Filter's warm answer is for the same list as the last call, known
-by the same hash (``app.scheduling.filtering``): for it, one tuple hash (~35 us at 5000 names) instead of a
-set of the names (~250 us, as long as the rest of that answer). Only the event loop decodes these bodies."""
-
-
 def _check_node_names(names: Any) -> list[str] | None:
     if names is None:
         return None
@@ -243,24 +235,7 @@ def _check_node_names(names: Any) -> list[str] | None:
     except TypeError:
         for i, name in enumerate(names):
             _expect(name, str, f"NodeNames[{i}]", optional=False)
-    _check_unique(names)
     return names
-
-
-def _check_unique(names: list[str]) -> None:
-    """WireError naming the first repeated name: kube-scheduler sends each node once. Refused, not answered
-    once each: the answer is this very list (or the shape's for it) when every node passes."""
-    key = hash(tuple(names))
-    if key in _unique_lists:
-        return
-    if len(set(names)) != len(names):
-        first: dict[str, int] = {}
-        for i, name in enumerate(names):
-            if first.setdefault(name, i) != i:
-                raise WireError(f"NodeNames[{i}]: duplicate node name {name!r} (NodeNames[{first[name]}])")
-    if len(_unique_lists) >= MAX_UNIQUE_LISTS:
-        _unique_lists.clear()
-    _unique_lists.add(key)
 
 
 def decode_extender_args(body: bytes) -> ExtenderArgs:
@@ -271,15 +246,7 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     node_names = _check_node_names(found.get("NodeNames"))
     if nodes is None and node_names is None:
         raise WireError("Nodes, NodeNames: one of them is required")
-    args = ExtenderArgs(pod, nodes, node_names)
-    if nodes is not None and len(args.nodes_by_name or ()) != len(nodes):  # a repeated name is one key
-        first: dict[str, int] = {}
-        for i, node in enumerate(nodes):
-            name = node["metadata"]["name"]
-            if first.setdefault(name, i) != i:
-                at = f"Nodes.items[{i}].metadata.name"
-                raise WireError(f"{at}: duplicate node name {name!r} (Nodes.items[{first[name]}])")
-    return args
+    return ExtenderArgs(pod, nodes, node_names)
 
 
 def decode_binding_args(body: bytes) -> ExtenderBindingArgs:

@@ -276,10 +276,6 @@ BAD_ARGS = [
         "Pod.metadata.name: must be a string",
     ),
     (orjson.dumps({"Pod": POD_OK}), "Nodes, NodeNames"),
-    (
-        orjson.dumps({"Pod": POD_OK, "NodeNames": ["n1", "n2", "n1"]}),
-        "NodeNames[2]: duplicate node name 'n1'",
-    ),
     # Both sources in one pod claim: the claim name won, where the API and the state loader refuse it.
     (
         orjson.dumps(

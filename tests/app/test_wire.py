@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.http import wire
 from app.http.wire import (
     WireError,
     decode_binding_args,
@@ -210,16 +209,6 @@ def test_bind_namespace_defaults_and_uid_is_optional():
             "NodeNames: must be an array, got string",
         ),
         (b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", 2]}', "NodeNames[1]: must be a string"),
-        # kube-scheduler sends each node once; a repeated name was answered back repeated.
-        (
-            b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", "b", "c", "b", "a"]}',
-            "NodeNames[3]: duplicate node name 'b' (NodeNames[1])",
-        ),
-        (
-            b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": {"name": "n"}}, '
-            b'{"metadata": {"name": "m"}}, {"metadata": {"name": "n"}}]}}',
-            "Nodes.items[2].metadata.name: duplicate node name 'n' (Nodes.items[0])",
-        ),
         (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": []}', "Nodes: must be an object, got array"),
         (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": {}}}', "Nodes.items: must be an array"),
         (
@@ -236,16 +225,6 @@ def test_bind_namespace_defaults_and_uid_is_optional():
 def test_extender_args_errors_name_the_field(body, message):
     with pytest.raises(WireError, match="^" + re.escape(message)):
         decode_extender_args(body)
-
-
-def test_node_lists_found_without_duplicates_are_remembered_boundedly():
-    # A list seen before costs a tuple hash, not a set of its names; the memory of them stays bounded.
-    for i in range(wire.MAX_UNIQUE_LISTS + 10):
-        decode_extender_args(b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", "n%d"]}' % i)
-        assert 0 < len(wire._unique_lists) <= wire.MAX_UNIQUE_LISTS
-    assert hash(("a", f"n{wire.MAX_UNIQUE_LISTS + 9}")) in wire._unique_lists
-    with pytest.raises(WireError, match=re.escape("NodeNames[2]: duplicate node name 'a' (NodeNames[0])")):
-        decode_extender_args(b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", "n1", "a"]}')
 
 
 @pytest.mark.parametrize(
