@@ -12,10 +12,11 @@
 Both undo on backtrack (``remove``). Source: allocator-semantics §8.
 
 Derived attributes (KEP-6080, ``allocator.derived``): ``add`` receives the request's derived values for
-the device; the attribute is looked up there first, then among the device's static attributes. A
-comparison involving a derived value always uses the KEP-5491 set semantics (non-empty intersection for
-``matchAttribute``, disjoint for ``distinctAttribute``, a scalar is a one-element list), whatever
-DRAListTypeAttributes says; two static values follow the gate as before.
+the device; the attribute is looked up there first, then among the device's static attributes. A derived
+value compares exactly as a static one: the KEP-5491 set semantics (non-empty intersection for
+``matchAttribute``, disjoint for ``distinctAttribute``, a scalar is a one-element list) only with
+DRAListTypeAttributes, else upstream's scalar comparison, in which a derived list matches nothing either
+(the oracle showed this; an earlier reading had derived values always compare as sets).
 """
 
 from __future__ import annotations
@@ -42,13 +43,11 @@ class ConstraintState(Protocol):
 
 def lookup_attribute(
     name: str, device: Device, derived: Mapping[str, AttributeValue]
-) -> tuple[AttributeValue | None, bool]:
+) -> AttributeValue | None:
     """The value a constraint sees for ``name``: the request's derived attribute, else the device's static
-    attribute (qualified name; None when absent); the flag says whether it was derived."""
+    attribute (qualified name; None when absent)."""
     value = derived.get(name)
-    if value is not None:
-        return value, True
-    return device.attribute(name), False
+    return value if value is not None else device.attribute(name)
 
 
 def _as_set(value: AttributeValue) -> set[tuple[type, object]]:
@@ -63,37 +62,36 @@ def _equal(a: AttributeValue, b: AttributeValue, lists: bool) -> bool:
 
 
 class _MatchAttribute:
-    """Keeps, per added device, the first value, the values common to all devices so far and whether any
-    was derived (a stack, so ``remove`` undoes the latest ``add``)."""
+    """Keeps, per added device, the first value and the values common to all devices so far (a stack, so
+    ``remove`` undoes the latest ``add``)."""
 
     __slots__ = ("constraint", "lists", "stack")
 
     def __init__(self, constraint: Constraint, lists: bool) -> None:
         self.constraint = constraint
         self.lists = lists
-        self.stack: list[tuple[AttributeValue, frozenset[tuple[type, object]], bool]] = []
+        self.stack: list[tuple[AttributeValue, frozenset[tuple[type, object]]]] = []
 
     def add(
         self, request: DeviceRequest, device: Device, derived: Mapping[str, AttributeValue] = _NONE
     ) -> bool:
         if not self.constraint.applies_to(request):
             return True
-        value, is_derived = lookup_attribute(self.constraint.match_attribute, device, derived)
+        value = lookup_attribute(self.constraint.match_attribute, device, derived)
         if value is None:
             return False
         if not self.stack:
-            self.stack.append((value, frozenset(_as_set(value)), is_derived))
+            self.stack.append((value, frozenset(_as_set(value))))
             return True
-        first, common, any_derived = self.stack[-1]
-        any_derived = any_derived or is_derived
-        common = common & _as_set(value)
-        if self.lists or any_derived:
+        first, common = self.stack[-1]
+        if self.lists:
+            common = common & _as_set(value)
             if not common:  # KEP-5491: the intersection over every device must stay non-empty
                 return False
         elif isinstance(value, tuple) or not _equal(value, first, False):
             # Upstream compares scalars only while DRAListTypeAttributes is off: a list equals nothing.
             return False
-        self.stack.append((first, common, any_derived))
+        self.stack.append((first, common))
         return True
 
     def remove(self, request: DeviceRequest, device: Device) -> None:
@@ -107,24 +105,24 @@ class _DistinctAttribute:
     def __init__(self, constraint: Constraint, lists: bool) -> None:
         self.constraint = constraint
         self.lists = lists
-        self.values: dict[str, list[tuple[AttributeValue, bool]]] = {}
+        self.values: dict[str, list[AttributeValue]] = {}
 
     def add(
         self, request: DeviceRequest, device: Device, derived: Mapping[str, AttributeValue] = _NONE
     ) -> bool:
         if not self.constraint.applies_to(request):
             return True
-        value, is_derived = lookup_attribute(self.constraint.distinct_attribute, device, derived)
+        value = lookup_attribute(self.constraint.distinct_attribute, device, derived)
         if value is None:
             return False
         # Every device placed so far under the constraint, in any of its requests, not only the latest one.
         for stack in self.values.values():
-            for other, other_derived in stack:
-                if isinstance(value, tuple) and not (self.lists or is_derived):
+            for other in stack:
+                if isinstance(value, tuple) and not self.lists:
                     return False  # upstream's scalar comparison (gate off) takes a list as unknown
-                if _equal(value, other, self.lists or is_derived or other_derived):
+                if _equal(value, other, self.lists):
                     return False
-        self.values.setdefault(request.name, []).append((value, is_derived))
+        self.values.setdefault(request.name, []).append(value)
         return True
 
     def remove(self, request: DeviceRequest, device: Device) -> None:

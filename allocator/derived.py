@@ -4,16 +4,16 @@ Two sources, both evaluated in the selector environment (one variable ``device``
 
 * **Request derived attributes** (KEP-6080, ``requests[].exactly.derivedAttributes`` and inside
   ``firstAvailable`` subrequests, gate ``DRADerivedAttributes``). Evaluated after the request's selectors
-  admitted a device and never visible to selectors; ``constraints[].matchAttribute`` /
-  ``distinctAttribute`` look up the request's derived attribute first, then the device's static attribute
+  admitted a device and never visible to selectors; ``constraints[].matchAttribute`` / ``distinctAttribute``
+  look up the request's derived attribute first, then the device's static attribute
   (``allocator.constraints``), which evaluates it when it needs it. Names are qualified
-  (``app.state.validation`` refuses bare ones, as Kubernetes 1.37): a domain no driver uses keeps one local to
-  the claim, a driver's name shadows its attribute. Results: string, int, bool, semver or a list of one of
-  those (KEP-5491 set semantics in constraints). A runtime error on a device that reaches the constraint check
-  aborts the pod (``CELEvalError`` naming claim, request, attribute, device and expression); a compile error
-  is reported before the search (``CELCompileError`` naming claim, request, attribute and expression; the
-  engine's message carries the position). Values are cached per (expression, device) by
-  ``SelectorCache.value``.
+  (``app.state.validation`` refuses bare ones, as Kubernetes 1.37): a domain no driver uses keeps one local
+  to the claim, a driver's name shadows its attribute. Results: string, int, bool, semver or a list of one
+  of those (compared in constraints as static values are: set semantics only with DRAListTypeAttributes). A
+  runtime error on a device that reaches the constraint check aborts the pod (``CELEvalError`` naming claim,
+  request, attribute, device and expression); a compile error is reported before the search
+  (``CELCompileError`` naming claim, request, attribute and expression; the engine's message carries the
+  position). Values are cached per (expression, device) by ``SelectorCache.value``.
 
 * **Cluster-wide derived attributes** (this extender's config file, ``app.config.derivedconfig``). An operator
   defines ``name`` (qualified), ``expression`` and optionally ``driver`` / ``deviceClassName`` scopes;

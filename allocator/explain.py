@@ -567,15 +567,15 @@ def _constraint_value(
     selectors: SelectorCache, claim: Claim, alt: DeviceRequest, device: Device, name: str, lists: bool
 ) -> tuple[AttributeValue | None, tuple[_Key, ...]]:
     """What a constraint compares for ``name`` on ``device``: the request's derived attribute (KEP-6080),
-    else the device's own, and its comparison keys (list semantics for lists or derived values). Raises
-    CELEvalError when a derived attribute fails on the device."""
+    else the device's own, and its comparison keys (list semantics with ``lists``, DRAListTypeAttributes).
+    Raises CELEvalError when a derived attribute fails on the device."""
     derived = (
         request_derived_values(selectors, claim, alt, device) if alt.derived_attributes else NO_DERIVED_VALUES
     )
-    value, is_derived = lookup_attribute(name, device, derived)
+    value = lookup_attribute(name, device, derived)
     if value is None:
         return None, ()
-    return value, _values(value, lists or is_derived, device)
+    return value, _values(value, lists, device)
 
 
 def _constraint_stage(

@@ -81,6 +81,22 @@ DERIVED_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["derivedAttributes"] 
     {"name": "derived/mem", "expression": f'device.attributes["{DRIVER}"].mem'}
 ]
 
+
+def derived_list_claim(kind: str) -> dict[str, Any]:
+    """Two devices under ``kind`` (matchAttribute / distinctAttribute) over a derived list: ``[0]`` on
+    every device, or ``[i]`` on device ``d<i>`` (disjoint lists) for distinctAttribute."""
+    obj = claim(("r", 2), constraints=[{kind: "derived/l"}])
+    expression = "[0]" if kind == "matchAttribute" else f'[device.attributes["{DRIVER}"].i]'
+    obj["spec"]["devices"]["requests"][0]["exactly"]["derivedAttributes"] = [
+        {"name": "derived/l", "expression": expression}
+    ]
+    return obj
+
+
+def int_device(name: str, i: int) -> dict[str, Any]:
+    return {"name": name, "attributes": {"i": {"int": i}}}
+
+
 ADMIN_CLAIM = claim(("g", 1))
 ADMIN_CLAIM["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
 GIB = {"memory": {"value": "1Gi"}}
@@ -416,6 +432,22 @@ CASES |= {
         state([slice_("s", [device("d0")]), COUNTERS_FOR_NODE_2], [claim(("one", 1))], gates=STABLE),
         ("results", [("one", "d0")]),
     ),
+    # A derived value is compared as a static one: set semantics only with DRAListTypeAttributes, else
+    # upstream's scalar comparison, where a list matches nothing (experimental matchAttributeConstraint,
+    # distinctAttributeConstraint.matchesAttribute). The product used set semantics for derived values
+    # whatever the gate said (make oracle N=100000 SEED=26, 3 states).
+    **{
+        f"{kind} over a derived list with DRAListTypeAttributes {'on' if on else 'off'}": (
+            state(
+                [slice_("s", [int_device("d0", 0), int_device("d1", 1)])],
+                [derived_list_claim(kind)],
+                gates={"DRAListTypeAttributes": on},
+            ),
+            ("results", [("r", "d0"), ("r", "d1")]) if on else ("nofit", []),
+        )
+        for kind in ("matchAttribute", "distinctAttribute")
+        for on in (False, True)
+    },
     "an unrequested capacity above validRange.max does not fit": (
         state(
             [
