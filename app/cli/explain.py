@@ -27,6 +27,7 @@ from app.explain.models import BadObject, NodeVerdict, NotFound, PodExplanation,
 from app.explain.pod import explain_object, explain_pod, parse_object
 from app.explain.summary import ExplanationSummary, summarize_pod, summarize_what_if
 from app.scheduling.service import SchedulingService
+from app.state.statedir import read_at_most
 
 __all__ = [
     "add_explain_parser",
@@ -122,14 +123,9 @@ def run_explain(args: argparse.Namespace, service: SchedulingService, out: TextI
 
 
 def _read_what_if(path: Path) -> bytes:
-    """The what-if file, at most the body ``serve`` takes (``DEFAULT_MAX_BODY_BYTES``): refused before
-    it is read when larger (a sparse multi-GB file would be read into memory), and while reading when
-    more arrives than its size said. Raises BadObject or OSError."""
-    size = path.stat().st_size
-    if size <= DEFAULT_MAX_BODY_BYTES:
-        with path.open("rb") as file:
-            data = file.read(DEFAULT_MAX_BODY_BYTES + 1)
-        size = max(size, len(data))
+    """The what-if file, at most the body ``serve`` takes (``DEFAULT_MAX_BODY_BYTES``). Raises BadObject
+    or OSError."""
+    data, size = read_at_most(path, DEFAULT_MAX_BODY_BYTES)
     if size > DEFAULT_MAX_BODY_BYTES:
         raise BadObject(
             f"{path}: larger than {DEFAULT_MAX_BODY_BYTES >> 20} MiB ({size} bytes), the largest what-if "

@@ -74,6 +74,7 @@ __all__ = [
     "load_state",
     "load_yaml_document",
     "pod_claim_source_problem",
+    "read_at_most",
     "stable_uid",
 ]
 
@@ -548,15 +549,22 @@ single document that size is refused anyway (``MAX_DOCUMENT_NODES``). Larger sta
 several files."""
 
 
+def read_at_most(file: Path, limit: int) -> tuple[bytes, int]:
+    """The file's bytes and its size, or (b"", size) for a file above ``limit`` bytes: refused before
+    reading when ``stat`` says so (a sparse multi-GB file would be read into memory), and while reading
+    when more arrives than stat said (a growing file, /proc). Raises OSError."""
+    size = file.stat().st_size
+    if size > limit:
+        return b"", size
+    with file.open("rb") as handle:
+        data = handle.read(limit + 1)
+    return (b"", len(data)) if len(data) > limit else (data, max(size, len(data)))
+
+
 def _read_text(file: Path) -> str:
-    """The file's text, refused before reading when ``stat`` says it is above ``MAX_FILE_BYTES``, and
-    while reading when more arrives than stat said (a growing file, /proc)."""
+    """The file's text, refused above ``MAX_FILE_BYTES``."""
     try:
-        size = file.stat().st_size
-        if size <= MAX_FILE_BYTES:
-            with file.open("rb") as handle:
-                data = handle.read(MAX_FILE_BYTES + 1)
-            size = max(size, len(data))
+        data, size = read_at_most(file, MAX_FILE_BYTES)
         if size > MAX_FILE_BYTES:
             raise StateLoadError(
                 f"larger than {_bytes(MAX_FILE_BYTES)} ({size} bytes or more): split it into several files",
