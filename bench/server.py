@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
@@ -25,6 +24,7 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
 from app.config.settings import Settings
 from app.http.api import create_app
+from app.http.server import listen, serve
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from bench.synthetic import Shape, cluster_objects, gpu_pod, node_name
@@ -148,7 +148,8 @@ def main() -> None:
         gc.freeze()  # as `dra-extender serve` does after loading its state
         app = create_app(service, Settings(state_dir=Path("synthetic")))
         _bench_router(app, service)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, workers=1, log_level="warning", access_log=False)
+    # Both on the extender's own listening socket (TCP_NODELAY on every connection, app.http.server).
+    serve(app, listen("127.0.0.1", args.port), log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ def _server(
 ) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         timeout = idle_seconds  # a connection that sends nothing is closed: each one holds a thread
+        disable_nagle_algorithm = True  # the body, written after the headers, goes out at once
 
         def do_GET(self) -> None:
             stalled = time.monotonic() - heartbeat.last
