@@ -112,6 +112,10 @@ def _listen(server: ServerSettings) -> socket.socket:
         raise StartupError(f"cannot listen on {server.host}:{server.port}: {e.strerror or e}") from e
 
 
+SWITCH_INTERVAL_SECONDS = 0.0005
+"""How long a thread holding the GIL may keep it while another thread waits for it, in cluster mode."""
+
+
 def run_serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
@@ -302,6 +306,10 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
 
     if settings.config_file is not None:
         watch_config(settings.config_file, runtime.service).start()  # re-derive on change, as offline
+    # The informers' thread turns watch events into state while the event loop answers kube-scheduler:
+    # a loop thread back from a socket wait would otherwise wait up to the default 5 ms for the GIL, at
+    # every wait of every request.
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     background = BackgroundRuntime(runtime)
     try:
         background.start()
