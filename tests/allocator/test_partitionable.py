@@ -8,11 +8,12 @@ included) already subtracted.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
-from allocator.errors import NodeLocalError
+from allocator.errors import AllocatorError, NodeLocalError
 from allocator.features import FeatureGates
 from allocator.model import parse_resource_slice
 from tests.allocator.builders import (
@@ -301,6 +302,31 @@ def test_per_device_node_selection_shares_counters_across_nodes():
     )
     assert picked(world.allocate(claim("c", request("d")))) == [[("d", "on-node-1")]]
     assert world.allocate(claim("c", request("d", count=2))) is None
+
+
+def test_stable_allocator_sees_another_nodes_counter_slice_until_its_pool_is_complete():
+    # Upstream's stable GatherPools takes a counter slice into its pool on every node: pool-a, one of its
+    # two slices published (for node-2), is incomplete from node-1 too, so "all" stops there; once the
+    # second slice is published, the pool is complete and has no device for node-1.
+    stable = FeatureGates(
+        DRAConsumableCapacity=False,
+        DRADeviceBindingConditions=False,
+        DRAResourceClaimDeviceStatus=False,
+        DRAFractionalCapacityRange=False,
+        DRADerivedAttributes=False,
+    )
+    assert stable.stable_allocator
+    local = slice_("local", DRIVER_A, "pool-local", [device("d0")])
+    world = World(
+        slices=[local, counters("q0", ("cs", {"units": "1"}), count=2, node="node-2")], gates=stable
+    )
+    everything = claim("c", request("d", mode="All"))
+    updating = re.escape(f"resource pool {DRIVER_A}/{POOL} is currently being updated")
+    with pytest.raises(AllocatorError, match=updating):
+        world.allocate(everything)
+    assert picked(world.allocate(claim("c", request("d")))) == [[("d", "d0")]]
+    world.inventory.upsert_slice(parse_resource_slice(devices("q1", device("far"), count=2, node="node-2")))
+    assert picked(world.allocate(everything)) == [[("d", "d0")]]
 
 
 # --- feature gate and validity --------------------------------------------------------------------
