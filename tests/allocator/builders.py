@@ -28,6 +28,15 @@ NODE2 = Node("node-2", {"kubernetes.io/hostname": "node-2", "zone": "z2"})
 
 _ENGINE = ExprEngine()
 
+STABLE = FeatureGates(
+    DRAConsumableCapacity=False,
+    DRADeviceBindingConditions=False,
+    DRAResourceClaimDeviceStatus=False,
+    DRAFractionalCapacityRange=False,
+    DRADerivedAttributes=False,
+)
+"""Gates under which kube-scheduler runs upstream's stable allocator (``FeatureGates.stable_allocator``)."""
+
 
 def device(name: str, **attributes: Any) -> dict[str, Any]:
     """A device; keyword attributes become typed attribute values (int, bool, str)."""

@@ -12,7 +12,18 @@ import pytest
 
 from allocator.features import FeatureGates
 from allocator.model import InvalidInputError, parse_resource_slice
-from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, picked, request, result, slice_
+from tests.allocator.builders import (
+    DRIVER_A,
+    NODE1,
+    STABLE,
+    World,
+    claim,
+    device,
+    picked,
+    request,
+    result,
+    slice_,
+)
 
 POOL = "pool-a"
 ON = FeatureGates(DRADeviceCompatibilityGroups=True)
@@ -84,15 +95,8 @@ def test_gate_off_ignores_slices_with_groups_and_their_pool():
 
 def test_stable_allocator_ignores_slices_with_groups_too():
     # Upstream's stable allocator never has the feature and filters such slices like the others.
-    stable = FeatureGates(
-        DRAConsumableCapacity=False,
-        DRADeviceBindingConditions=False,
-        DRAResourceClaimDeviceStatus=False,
-        DRAFractionalCapacityRange=False,
-        DRADerivedAttributes=False,
-    )
-    assert stable.stable_allocator
-    world = World(slices=pool(part("d0", "cs", "a"), part("d1", "cs", "b")), gates=stable)
+    assert STABLE.stable_allocator
+    world = World(slices=pool(part("d0", "cs", "a"), part("d1", "cs", "b")), gates=STABLE)
     assert world.allocate(claim("c", request("gpu"))) is None
 
 

@@ -22,6 +22,7 @@ from tests.allocator.builders import (
     NODE1,
     NODE2,
     PINNED_NODE1,
+    STABLE,
     World,
     claim,
     device,
@@ -308,17 +309,10 @@ def test_stable_allocator_sees_another_nodes_counter_slice_until_its_pool_is_com
     # Upstream's stable GatherPools takes a counter slice into its pool on every node: pool-a, one of its
     # two slices published (for node-2), is incomplete from node-1 too, so "all" stops there; once the
     # second slice is published, the pool is complete and has no device for node-1.
-    stable = FeatureGates(
-        DRAConsumableCapacity=False,
-        DRADeviceBindingConditions=False,
-        DRAResourceClaimDeviceStatus=False,
-        DRAFractionalCapacityRange=False,
-        DRADerivedAttributes=False,
-    )
-    assert stable.stable_allocator
+    assert STABLE.stable_allocator
     local = slice_("local", DRIVER_A, "pool-local", [device("d0")])
     world = World(
-        slices=[local, counters("q0", ("cs", {"units": "1"}), count=2, node="node-2")], gates=stable
+        slices=[local, counters("q0", ("cs", {"units": "1"}), count=2, node="node-2")], gates=STABLE
     )
     everything = claim("c", request("d", mode="All"))
     updating = re.escape(f"resource pool {DRIVER_A}/{POOL} is currently being updated")
