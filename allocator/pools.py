@@ -91,15 +91,13 @@ _PARTITIONABLE_FIELDS = (
 def ignored_slices(node: Node, candidates: Sequence[ResourceSlice], gates: FeatureGates) -> list[str]:
     """Why slices that would target ``node`` with the gate of the fields they use on are left out."""
     reasons = []
-    # Asked for every node of a filter: the gates with one more on are made only for the few such slices.
     partitionable = [s for s in candidates if _partitionable(s)] if not gates.DRAPartitionableDevices else []
-    if partitionable:
-        on = replace(gates, DRAPartitionableDevices=True)
-        # Named only to the nodes it selects: a counter slice is relevant everywhere, but its reason
-        # belongs with its node's devices.
-        reasons += [
-            _ignored_reason(s) for s in partitionable if slice_on_node(s, node, on) and selects_node(s, node)
-        ]
+    # Named only to the nodes it selects, not to every node a counter slice is relevant for.
+    reasons += [
+        _ignored_reason(s)
+        for s in partitionable
+        if selects_node(s, node) and not _ignored_for_compatibility_groups(s, gates)
+    ]
     grouped = (
         [s for s in candidates if s.uses_compatibility_groups]
         if not gates.DRADeviceCompatibilityGroups
