@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import threading
 import time
 import urllib.request
@@ -24,11 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bench_cel import table
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
-from e2e.kube import Kube, poll
+from e2e.kube import Kube, poll, tls_context
 from e2e.workload import EXTENDER_SCHEDULER, IN_TREE_SCHEDULER, Scenario
 
 RUN_DIR = ROOT / ".cache" / "bench-k8s"
@@ -102,6 +105,41 @@ def _mean_ms(before: Answered, after: Answered) -> dict[str, float]:
     return means
 
 
+class SchedulerProfile:
+    """A Go CPU profile of one kube-scheduler over the first ``seconds`` of a run, taken in the background
+    from its ``/debug/pprof/profile`` and written to ``path``."""
+
+    def __init__(self, url: str, seconds: int, path: Path) -> None:
+        self.path = path
+        self._thread = threading.Thread(target=self._take, args=(url, seconds), daemon=True)
+        self._thread.start()
+
+    def _take(self, url: str, seconds: int) -> None:
+        response = httpx.get(
+            f"{url}/debug/pprof/profile",
+            params={"seconds": str(seconds)},
+            verify=tls_context(None),
+            timeout=seconds + 30,
+        )
+        response.raise_for_status()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_bytes(response.content)
+
+    def summary(self, lines: int = 25) -> str:
+        """``go tool pprof -top`` of the profile, by cumulative time (what each call path costs)."""
+        self._thread.join()
+        go = shutil.which("go")
+        if go is None or not self.path.exists():
+            return f"no profile summary: {'go is not on PATH' if go is None else 'no profile taken'}"
+        top = subprocess.run(
+            [go, "tool", "pprof", "-top", "-cum", f"-nodecount={lines}", str(self.path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return top.stdout or top.stderr
+
+
 class BoundWatch:
     """Watches a namespace's pods and records when each first shows a ``spec.nodeName``."""
 
@@ -130,7 +168,14 @@ class BoundWatch:
 
 
 def _one_run(
-    plane: ControlPlane, mode: str, label: str, nodes: int, devices: int, pods: int, timeout: float
+    plane: ControlPlane,
+    mode: str,
+    label: str,
+    nodes: int,
+    devices: int,
+    pods: int,
+    timeout: float,
+    profile_seconds: int = 0,
 ) -> Run:
     sc = Scenario.create(plane, label)
     sc.add_nodes(nodes, devices)
@@ -148,6 +193,11 @@ def _one_run(
         created[name] = time.monotonic()
 
     start = time.monotonic()
+    profile = None
+    if profile_seconds:
+        name = "kube-scheduler-in-tree" if mode == "in-tree" else "kube-scheduler"
+        path = RUN_DIR / "profiles" / f"{label}-{name}.pprof"
+        profile = SchedulerProfile(plane.scheduler_urls[name], profile_seconds, path)
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(create, range(pods)))
     poll(lambda: len(watch.bound) >= pods, timeout=timeout, interval=0.2, what=f"{label}: {pods} pods bound")
@@ -159,6 +209,8 @@ def _one_run(
     if answered_before is not None:
         run.answer_ms = _mean_ms(answered_before, _answered(plane))
     print(f"{label}: {run.pods} pods in {run.seconds:.1f} s ({run.rate:.1f}/s)", flush=True)
+    if profile is not None:
+        print(f"{label}: kube-scheduler CPU profile {profile.path}\n{profile.summary()}", flush=True)
     _clean(sc)
     return run
 
@@ -238,6 +290,21 @@ def main(argv: list[str] | None = None) -> int:
         help="both kube-schedulers' --v (3 logs each scheduling attempt: the extender's access log and "
         "kube-scheduler's then show where a cycle's time goes)",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="take a CPU profile of each run's kube-scheduler over its first SECONDS and print its top "
+        "call paths (go tool pprof)",
+    )
+    parser.add_argument(
+        "--nodes-to-score",
+        type=int,
+        metavar="PERCENT",
+        help="the extender's kube-scheduler's percentageOfNodesToScore instead of the shipped 100 (0: "
+        "kube-scheduler's adaptive default, as the in-tree run uses)",
+    )
     args = parser.parse_args(argv)
     pods = args.pods or args.nodes * args.devices // 4
     remove(RUN_DIR)
@@ -246,16 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plane.start()
         plane.start_extender()
-        plane.start_scheduler(qps=args.qps, verbosity=args.scheduler_v)
-        plane.start_scheduler(with_extender=False, qps=args.qps, verbosity=args.scheduler_v)
+        common = {"qps": args.qps, "verbosity": args.scheduler_v, "profiling": bool(args.profile)}
+        plane.start_scheduler(nodes_to_score=args.nodes_to_score, **common)
+        plane.start_scheduler(with_extender=False, **common)
         for round_ in range(args.rounds):
             order = ("in-tree", "extender") if round_ % 2 == 0 else ("extender", "in-tree")
             for mode in order:
                 label = f"r{round_}-{mode}"
-                runs.append(_one_run(plane, mode, label, args.nodes, args.devices, pods, args.timeout))
+                runs.append(
+                    _one_run(plane, mode, label, args.nodes, args.devices, pods, args.timeout, args.profile)
+                )
     finally:
         plane.stop()
     target = ">= 1.0x" if args.nodes <= 500 else ">= 1.5x"
+    if args.nodes_to_score is not None:
+        print(f"the extender's kube-scheduler ran with percentageOfNodesToScore: {args.nodes_to_score}")
     print(report(runs, args.nodes, args.devices, target))
     print(f"component logs: {RUN_DIR / 'logs'}")
     return 0

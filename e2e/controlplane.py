@@ -194,6 +194,8 @@ class ControlPlane:
     """ServiceAccount name -> the token its kubeconfig holds."""
     extender_urls: dict[str, str] = field(default_factory=dict)
     """Extender component name -> its URL (``extender_url`` is the one kube-scheduler calls)."""
+    scheduler_urls: dict[str, str] = field(default_factory=dict)
+    """kube-scheduler component name -> its secure port's URL."""
     _watchdog_stop: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -395,13 +397,22 @@ class ControlPlane:
         )
 
     def start_scheduler(
-        self, *, with_extender: bool = True, qps: float | None = None, verbosity: int | None = None
+        self,
+        *,
+        with_extender: bool = True,
+        qps: float | None = None,
+        verbosity: int | None = None,
+        profiling: bool = False,
+        nodes_to_score: int | None = None,
     ) -> Component:
         """kube-scheduler with the shipped configuration and the flags of the Deployment's kube-scheduler
         container (``with_extender``), or kube-scheduler's defaults
         with its in-tree DynamicResources plugin, under the name ``kube-scheduler-in-tree``. ``qps`` sets
         the client's rate limit (burst: twice that) instead of kube-scheduler's default 50; ``verbosity``
-        its ``--v`` instead of 2 (3 logs every scheduling attempt)."""
+        its ``--v`` instead of 2 (3 logs every scheduling attempt); ``profiling`` serves
+        ``/debug/pprof/`` without authentication (at ``scheduler_urls[name]``); ``nodes_to_score``
+        replaces the configuration's ``percentageOfNodesToScore`` (0: kube-scheduler's adaptive
+        default)."""
         port = free_port()
         if with_extender:
             config = yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
@@ -425,6 +436,11 @@ class ControlPlane:
             config["clientConnection"].update(qps=qps, burst=int(2 * qps))
         if verbosity is not None:
             flags = [f for f in flags if not f.startswith("--v=")] + [f"--v={verbosity}"]
+        if profiling:
+            flags.append("--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*")
+        if nodes_to_score is not None:
+            config["percentageOfNodesToScore"] = nodes_to_score
+        self.scheduler_urls[name] = f"https://127.0.0.1:{port}"
         path = self.directory / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
         return self._add(

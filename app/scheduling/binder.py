@@ -142,7 +142,7 @@ def node_allocatable_statuses(state: ClusterState, plan: BindPlan) -> list[dict[
     ]
     if plan.extended is not None:
         uses.append(ClaimUse(plan.extended.key, None, plan.extended.allocation))
-    return claim_statuses(plan.pod, uses, state.objects["ResourceSlice"].values())
+    return claim_statuses(plan.pod, uses, state.node_allocatable_slice_objects())
 
 
 def _allocation(claim: Mapping[str, Any]) -> Mapping[str, Any]:

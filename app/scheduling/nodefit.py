@@ -48,7 +48,7 @@ def fit_node_allocatable(
             if not status.get("allocation"):
                 continue
             mine = reserves(status.get("reservedFor") or [], uid, pc.consumer)
-            reason = shared_mapped_claim(pc.key, pc.claim, mine, state.objects["ResourceSlice"].values())
+            reason = shared_mapped_claim(pc.key, pc.claim, mine, state.node_allocatable_slice_objects())
             if reason:
                 outcome.unresolvable.update(dict.fromkeys(outcome.passed, reason))
                 outcome.passed = []

@@ -138,6 +138,12 @@ class ClusterState:
             raise InvalidInputError(f"unsupported kind {kind}")
         self.objects[kind][key] = self._shared.kept(kind, obj)
 
+    def node_allocatable_slice_objects(self) -> list[dict[str, Any]]:
+        """The kept ResourceSlices listed in ``node_allocatable_slices``: all a bind or a fit needs to find
+        the devices that publish ``nodeAllocatableResources``, without a walk over every slice."""
+        slices = self.objects["ResourceSlice"]
+        return [slices[key] for key in self.node_allocatable_slices if key in slices]
+
     def reject(self, kind: str, obj: Mapping[str, Any], reason: str) -> None:
         """A new revision of ``obj`` that cannot be used (``reason``). For a ResourceSlice the previous
         revision goes too: it is gone from the API, and keeping its devices would allocate what the driver

@@ -57,6 +57,10 @@ def test_a_slice_keeps_only_the_devices_read_as_published():
     assert state.get("ResourceSlice", "n1-gpus")["spec"]["devices"] == [mapped]
     assert [d.name for d in state.inventory.slice("n1-gpus").devices] == ["gpu-0", "gpu-1"]
     assert state.node_allocatable_slices == {"n1-gpus"}
+    state.apply("ResourceSlice", resource_slice("n2-gpus", DRIVER, "n2", [device("gpu-0")]))
+    assert state.node_allocatable_slice_objects() == [state.get("ResourceSlice", "n1-gpus")]
+    state.remove("ResourceSlice", "n1-gpus")
+    assert state.node_allocatable_slice_objects() == []
 
 
 def test_an_editable_copy_is_a_deep_copy():
