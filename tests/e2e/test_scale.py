@@ -10,6 +10,8 @@ from collections import Counter
 
 import pytest
 
+from bench.bench_k8s import SchedulerProfile
+from e2e.controlplane import ControlPlane
 from e2e.kube import poll
 from e2e.workload import (
     IN_TREE_SCHEDULER,
@@ -90,8 +92,7 @@ def test_in_tree_plugin_agrees(scenario: Scenario) -> None:
     driver and namespace, so the two runs never share devices): the same number bound and unschedulable,
     and each pod's outcome the same."""
     plane = scenario.plane
-    if "kube-scheduler-in-tree" not in plane.components:
-        plane.start_scheduler(with_extender=False)
+    _in_tree_scheduler(plane)
     twin = Scenario.create(plane, f"{scenario.name}-in-tree")
     for sc in (scenario, twin):
         sc.add_nodes(10, 4)
@@ -144,3 +145,19 @@ def test_devices_published_after_the_pods(scenario: Scenario) -> None:
     waited = time.monotonic() - published
     scenario.notes.append(f"4 pods bound {waited:.1f} s after their devices were published")
     assert_bound_pods_hold_their_claims(scenario)
+
+
+def _in_tree_scheduler(plane: ControlPlane) -> str:
+    """The in-tree kube-scheduler's URL, started (with profiling, as bench-k8s --profile does) if not yet."""
+    if "kube-scheduler-in-tree" not in plane.components:
+        plane.start_scheduler(with_extender=False, profiling=True)
+    return plane.scheduler_urls["kube-scheduler-in-tree"]
+
+
+def test_bench_k8s_profiles_a_kube_scheduler(scenario: Scenario, tmp_path) -> None:
+    """bench-k8s --profile: kube-scheduler serves a CPU profile without credentials, written as pprof's
+    gzipped protobuf."""
+    profile = SchedulerProfile(_in_tree_scheduler(scenario.plane), 1, tmp_path / "in-tree.pprof")
+    summary = profile.summary(lines=5)
+    assert profile.path.read_bytes()[:2] == b"\x1f\x8b"
+    assert "Type: cpu" in summary, summary
