@@ -410,7 +410,7 @@ class ControlPlane:
         with its in-tree DynamicResources plugin, under the name ``kube-scheduler-in-tree``. ``qps`` sets
         the client's rate limit (burst: twice that) instead of kube-scheduler's default 50; ``verbosity``
         its ``--v`` instead of 2 (3 logs every scheduling attempt); ``profiling`` serves
-        ``/debug/pprof/`` without authentication (at ``scheduler_urls[name]``); ``nodes_to_score``
+        ``/debug/pprof/`` to requests without credentials (at ``scheduler_urls[name]``); ``nodes_to_score``
         replaces the configuration's ``percentageOfNodesToScore`` (0: kube-scheduler's adaptive
         default)."""
         port = free_port()
