@@ -305,14 +305,22 @@ def main(argv: list[str] | None = None) -> int:
         help="the extender's kube-scheduler's percentageOfNodesToScore instead of the shipped 100 (0: "
         "kube-scheduler's adaptive default, as the in-tree run uses)",
     )
+    parser.add_argument(
+        "--extender-nodes-to-score",
+        type=int,
+        metavar="PERCENT",
+        help="the extender's --percentage-of-nodes-to-score instead of its default 0 (adaptive; 100: it "
+        "passes on every node that fits)",
+    )
     args = parser.parse_args(argv)
     pods = args.pods or args.nodes * args.devices // 4
+    sampling = args.extender_nodes_to_score
     remove(RUN_DIR)
     plane = ControlPlane(RUN_DIR, build_binaries())
     runs: list[Run] = []
     try:
         plane.start()
-        plane.start_extender()
+        plane.start_extender(*([] if sampling is None else [f"--percentage-of-nodes-to-score={sampling}"]))
         common = {"qps": args.qps, "verbosity": args.scheduler_v, "profiling": bool(args.profile)}
         plane.start_scheduler(nodes_to_score=args.nodes_to_score, **common)
         plane.start_scheduler(with_extender=False, **common)
@@ -328,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     target = ">= 1.0x" if args.nodes <= 500 else ">= 1.5x"
     if args.nodes_to_score is not None:
         print(f"the extender's kube-scheduler ran with percentageOfNodesToScore: {args.nodes_to_score}")
+    if sampling is not None:
+        print(f"the extender ran with --percentage-of-nodes-to-score={sampling}")
     print(report(runs, args.nodes, args.devices, target))
     print(f"component logs: {RUN_DIR / 'logs'}")
     return 0

@@ -22,7 +22,7 @@ from fastapi.responses import Response
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
-from app.config.settings import Settings
+from app.config.settings import SchedulingSettings, Settings
 from app.http.api import create_app
 from app.http.server import listen, serve
 from app.scheduling.service import SchedulingService
@@ -146,7 +146,10 @@ def main() -> None:
         service = build_service(Shape(args.nodes, args.gpus, args.nics), args.allocated)
         gc.collect()
         gc.freeze()  # as `dra-extender serve` does after loading its state
-        app = create_app(service, Settings(state_dir=Path("synthetic")))
+        # Every fitting node passed on, as the floor answers every node: a sample would shorten the answer
+        # the floor is measured against.
+        everything = SchedulingSettings(percentage_of_nodes_to_score=100)
+        app = create_app(service, Settings(state_dir=Path("synthetic"), scheduling=everything))
         _bench_router(app, service)
     # Both on the extender's own listening socket (TCP_NODELAY on every connection, app.http.server).
     serve(app, listen("127.0.0.1", args.port), log_level="warning", access_log=False)

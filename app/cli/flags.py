@@ -158,6 +158,14 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
         metavar="N",
         help=f"largest request body in bytes (default {DEFAULT_MAX_BODY_BYTES}, at most {MAX_BODY_BYTES})",
     )
+    serve.add_argument(
+        "--percentage-of-nodes-to-score",
+        type=int,
+        default=0,
+        metavar="P",
+        help="share of the nodes that fit that filter passes on to kube-scheduler's scoring, as "
+        "kube-scheduler's percentageOfNodesToScore (default 0: adaptive, 100: every node)",
+    )
     _cluster_flags(serve)
 
     sim = commands.add_parser("simulate", help="schedule the pending pods offline")
@@ -293,6 +301,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             cel_engine=args.cel_engine,
             # set only by a config file (app.config.extenderconfig), like the cluster settings without a flag
             filter_time_budget_seconds=getattr(args, "filter_time_budget_seconds", None),
+            percentage_of_nodes_to_score=getattr(args, "percentage_of_nodes_to_score", 0),
         )
         if args.command == "serve":
             server = ServerSettings(

@@ -158,6 +158,14 @@ FIELDS: tuple[FieldSpec, ...] = (
         "filter_time_budget_seconds",
         "longest one filter call searches; undecided nodes fail saying so (default 3; kube-scheduler: 5)",
     ),
+    FieldSpec(
+        "scheduling.percentageOfNodesToScore",
+        "integer",
+        "percentage_of_nodes_to_score",
+        "share of the nodes that fit passed on to kube-scheduler's scoring, kube-scheduler's meaning "
+        "(default 0: adaptive; 100: all)",
+        "--percentage-of-nodes-to-score",
+    ),
     FieldSpec("cluster.kubeconfig", "path", "kubeconfig", "kubeconfig file (cluster mode)", "--kubeconfig"),
     FieldSpec("cluster.context", "string", "context", "kubeconfig context", "--context"),
     FieldSpec("cluster.inCluster", "boolean", "in_cluster", "use the pod's service account", "--in-cluster"),

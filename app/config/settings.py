@@ -103,6 +103,7 @@ RANGES: dict[str, Range] = {
     "port": Range(1, 65535, closed=True, integer=True),
     "max_body_bytes": Range(high=MAX_BODY_BYTES, integer=True, high_note="32 MiB"),
     "filter_time_budget_seconds": _SECONDS,
+    "percentage_of_nodes_to_score": Range(0, 100, closed=True, integer=True),
     "connect_timeout_seconds": _SECONDS,
     "request_timeout_seconds": _SECONDS,
     "watch_timeout_seconds": _SECONDS_INTEGER,
@@ -239,6 +240,12 @@ class SchedulingSettings:
     """Longest one filter call searches; nodes not decided by then fail with a reason saying so and are
     decided on the next call. None: the service's 3 s (``app.scheduling.service.FILTER_TIME_BUDGET``), below
     kube-scheduler's 5 s extender timeout for filter."""
+
+    percentage_of_nodes_to_score: int = 0
+    """How many of the nodes that fit filter passes on to kube-scheduler's scoring, with kube-scheduler's
+    meaning of ``percentageOfNodesToScore`` (``app.scheduling.sampling``): 0 (default) adaptive, as
+    kube-scheduler's default; 100 every node. The extender samples after the device check, so the shipped
+    KubeSchedulerConfiguration sets 100 for kube-scheduler itself."""
 
     def __post_init__(self) -> None:
         _check_ranges(self)

@@ -60,6 +60,7 @@ from app.http.metrics import Metrics
 from app.http.probes import ProbeListener
 from app.scheduling.binder import BindError
 from app.scheduling.preemption import preempt
+from app.scheduling.sampling import NodeSampler
 from app.scheduling.service import FilterOutcome, SchedulingService
 
 __all__ = ["create_app"]
@@ -239,6 +240,7 @@ def create_app(
     # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
     budget = BodyBudget(4 * limit)
     metrics = metrics or Metrics(service)
+    sampler = NodeSampler(settings.scheduling.percentage_of_nodes_to_score)
 
     # Swagger UI and ReDoc from the fastapi-offline package's files, not a CDN: /docs works air-gapped.
     @contextlib.asynccontextmanager
@@ -264,15 +266,17 @@ def create_app(
         return None if outcome is None else _filter_answer(args, outcome)
 
     def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome) -> Answer:
+        metrics.observe_filter(len(outcome.passed), len(outcome.failed), len(outcome.unresolvable))
+        sampled = sampler.sample(outcome, args.candidate_names)
         log.debug(
-            "filter: %d nodes, %d passed, error %r",
+            "filter: %d nodes, %d fit, %d passed on, error %r",
             len(args.candidate_names),
             len(outcome.passed),
+            len(sampled.passed),
             outcome.error,
             extra={"pod": _pod_ref(args.pod)},
         )
-        metrics.observe_filter(len(outcome.passed), len(outcome.failed), len(outcome.unresolvable))
-        return wire.encode_filter_result(args, outcome), not outcome.error
+        return wire.encode_filter_result(args, sampled), not outcome.error
 
     def prioritize(args: wire.ExtenderArgs) -> Answer:
         names = args.candidate_names

@@ -15,7 +15,7 @@ import pytest
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
-from app.config.settings import ServerSettings, Settings
+from app.config.settings import SchedulingSettings, ServerSettings, Settings
 from app.http.api import create_app
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
@@ -404,3 +404,19 @@ async def test_docs_load_every_asset_from_the_extender(client, page):
         assert answer.status_code == 200 and answer.content, url
     scripts = [u for u in urls if u.endswith(".js")]
     assert scripts, html
+
+
+async def test_filter_passes_on_as_many_nodes_as_kube_scheduler_would_score(service):
+    """300 candidates, every one fits: kube-scheduler's adaptive share of 300 is 48 %, 144 nodes, and
+    the next pod gets the next 144, the third the last 12 and the first 132. With 100 % every node."""
+    names = [f"n{i}" for i in range(300)]
+    async with _client(create_app(service, Settings(Path("unused")))) as client:
+        first = (await _post(client, "filter", _args(service, "p-free", names))).json()
+        second = (await _post(client, "filter", _args(service, "p-free", names))).json()
+        third = (await _post(client, "filter", _args(service, "p-free", names))).json()
+    assert first["NodeNames"] == names[:144]
+    assert second["NodeNames"] == names[144:288]
+    assert third["NodeNames"] == names[:132] + names[288:]
+    everything = Settings(Path("unused"), scheduling=SchedulingSettings(percentage_of_nodes_to_score=100))
+    async with _client(create_app(service, everything)) as client:
+        assert (await _post(client, "filter", _args(service, "p-free", names))).json()["NodeNames"] == names

@@ -166,8 +166,8 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
     70,000.5 seconds of jitter or a fraction where an integer is meant (the port's range ends at 65535)."""
     section, name = spec.path.split(".")
     config = _write(tmp_path, {**HEADER, section: {name: value}})
-    if value == 0 and spec.path == "cluster.backoffJitter":
-        load_config(config)  # no jitter at all is fine
+    if value == 0 and spec.path in ("cluster.backoffJitter", "scheduling.percentageOfNodesToScore"):
+        load_config(config)  # no jitter at all is fine; 0 % to score is kube-scheduler's adaptive default
         return
     if value == 70_000.5 and spec.kind == "number" and spec.path != "cluster.backoffJitter":
         load_config(config)  # a long time, but a time
@@ -183,6 +183,8 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
         ({"scheduling": {"filterTimeBudgetSeconds": float("inf")}}, "must be a finite number, got inf"),
         ({"scheduling": {"filterTimeBudgetSeconds": -2}}, "must be positive, got -2"),
         ({"cluster": {"backoffJitter": 1.5}}, "must be in 0..1, got 1.5"),
+        ({"scheduling": {"percentageOfNodesToScore": 101}}, "must be in 0..100, got 101"),
+        ({"scheduling": {"percentageOfNodesToScore": 12.5}}, "must be an integer, got 12.5"),
         ({"cluster": {"listPageSize": 0}}, "must be positive, got 0"),
         ({"server": {"port": 70000}}, "must be in 1..65535, got 70000"),
         # An API list limit of 2**70 was sent as it is; beyond the page size's maximum is refused.
