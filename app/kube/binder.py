@@ -23,7 +23,8 @@ it fails when one of the device's ``bindingFailureConditions`` is ``True``, when
 the claim goes away, or after ``binding_timeout_seconds``. The wait has its own budget (not
 ``bind_timeout_seconds``), runs without the service lock, and the devices stay reserved meanwhile. Last, each
 claim of the pod is re-read (it must still have the UID the bind wrote, an allocation and the pod in
-``reservedFor``: a claim deleted and recreated under its name fails the bind), and
+``reservedFor``: a claim deleted and recreated under its name fails the bind), but the one whose write was
+the last request (its answer is as fresh), and
 ``POST pods/{name}/binding`` is sent with the pod's UID as precondition; a 409 "already assigned to node
 X" is success only when X is the chosen node.
 
@@ -124,6 +125,9 @@ class _Journal:
     reserved: list[tuple[str, str, Mapping[str, Any] | None]] = field(default_factory=list)
     """(key, UID, consumer) of every claim of the pod found or written reserved for it (or for the
     consumer, its PodGroup), checked before the binding."""
+    fresh: str = ""
+    """The claim whose status write was the bind's last request: its answer says as much as a re-read
+    before the binding would (a wrong UID or a deleted claim fails the write), so it is not read again."""
 
     def entry(self, key: str, uid: str) -> _Written:
         for written in self.claims:
@@ -330,7 +334,7 @@ class KubeBinder:
                     await self._bind_extended(plan.extended, plan, journal)
                 await self._patch_node_allocatable(plan, journal)
                 if not journal.waits:
-                    await self._check_before_binding(plan, journal, ())
+                    await self._check_before_binding(plan, journal, {journal.fresh})
                     await self._post_binding(plan, journal)
             if journal.waits:
                 await self._await_binding_conditions(plan, journal)
@@ -451,6 +455,7 @@ class KubeBinder:
                     raise unanswered
                 self._note_wait(journal, key, written.uid, body["status"]["allocation"], consumer)
                 journal.reserved.append((key, written.uid, consumer))
+                journal.fresh = key
                 return
             except ConflictError as e:
                 last = e
@@ -497,6 +502,7 @@ class KubeBinder:
             return
         namespace, name = _split(pod_key(plan.pod))
         body = {"status": {"nodeAllocatableResourceClaimStatuses": statuses}}
+        journal.fresh = ""
         await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
         journal.node_allocatable_patched = True
 
@@ -518,6 +524,7 @@ class KubeBinder:
         async with self._writing(key):
             await self._bind_claim(key, created, extended.allocation, plan, journal, created=True)
         pod_namespace, pod_name = _split(pod_key(plan.pod))
+        journal.fresh = ""
         await self.client.patch(
             CORE_PODS,
             pod_namespace,
@@ -598,9 +605,9 @@ class KubeBinder:
         return pending
 
     async def _check_before_binding(self, plan: BindPlan, journal: _Journal, read: Container[str]) -> None:
-        """Re-read every claim of the pod (but those just ``read``) right before the binding. A claim deleted
-        and recreated under its name (or released) meanwhile would let the pod start without its devices:
-        raises BindError."""
+        """Re-read every claim of the pod (but those just ``read`` or written) right before the binding. A
+        claim deleted and recreated under its name (or released) meanwhile would let the pod start without
+        its devices: raises BindError."""
         pod_uid = _uid(plan.pod)
         for key, uid, consumer in journal.reserved:
             if key in read:

@@ -72,6 +72,8 @@ async def test_happy_path_writes_finalizer_then_status_then_binding(api, start_r
         "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
     }
     assert api.get("Pod", NS, "p")["spec"]["nodeName"] == "n1"
+    # The status write was the last request before the binding: the claim is not read again.
+    assert api.count("GET", r"resourceclaims/p-gpu$") == 0
     # The watch brings the writes back: the claim holds the device, no reservation is left.
     await eventually(lambda: runtime.state.get("Pod", f"{NS}/p")["spec"].get("nodeName") == "n1")
     await eventually(lambda: not runtime.reservations.keys())
@@ -84,8 +86,8 @@ async def test_conflict_on_status_rereads_and_retries(api, start_runtime):
     runtime = await start_runtime()
     api.fail("PUT", r"resourceclaims/p-gpu/status$", 409, times=2, reason="Conflict", message="modified")
     assert await bind(runtime, "p", "n1") is None
-    # A fresh read before each retry, and one before the binding.
-    assert api.count("GET", r"resourceclaims/p-gpu$") == 3
+    # A fresh read before each retry; none before the binding: the last write's answer is as fresh.
+    assert api.count("GET", r"resourceclaims/p-gpu$") == 2
     assert writes(api).count(("PUT", "claims/p-gpu/status")) == 3
     assert (claim_in_api(api, "p-gpu")["status"]["reservedFor"])[0]["name"] == "p"
 
