@@ -259,24 +259,24 @@ def create_app(
     app.openapi = _openapi(app)  # type: ignore[method-assign]
 
     def filter_(args: wire.ExtenderArgs) -> Answer:
-        return _filter_answer(args, service.filter(args.pod, args.candidate_names, args.nodes_by_name))
+        outcome = service.filter(args.pod, args.candidate_names, args.nodes_by_name, sampler=sampler)
+        return _filter_answer(args, outcome)
 
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
-        outcome = service.filter_quick(args.pod, args.candidate_names, args.nodes_by_name)
+        outcome = service.filter_quick(args.pod, args.candidate_names, args.nodes_by_name, sampler=sampler)
         return None if outcome is None else _filter_answer(args, outcome)
 
     def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome) -> Answer:
-        metrics.observe_filter(len(outcome.passed), len(outcome.failed), len(outcome.unresolvable))
-        sampled = sampler.sample(outcome, args.candidate_names)
+        outcome = sampler.sample(outcome, args.candidate_names)
         log.debug(
-            "filter: %d nodes, %d fit, %d passed on, error %r",
+            "filter: %d nodes, %d passed on, error %r",
             len(args.candidate_names),
             len(outcome.passed),
-            len(sampled.passed),
             outcome.error,
             extra={"pod": _pod_ref(args.pod)},
         )
-        return wire.encode_filter_result(args, sampled), not outcome.error
+        metrics.observe_filter(len(outcome.passed), len(outcome.failed), len(outcome.unresolvable))
+        return wire.encode_filter_result(args, outcome), not outcome.error
 
     def prioritize(args: wire.ExtenderArgs) -> Answer:
         names = args.candidate_names

@@ -47,6 +47,9 @@ class FilterOutcome:
     in_request_order: bool = False
     """``passed`` is the asked names that pass, in the order asked, each once: built by walking the asked
     list, so the answer needs no check (``app.http.wire``)."""
+    sampled: bool = False
+    """``passed`` is already the sample passed on to kube-scheduler's scoring
+    (``app.scheduling.sampling``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from app.scheduling.decisions import (
     with_placeholders,
 )
 from app.scheduling.extended import ExtendedClaim
+from app.scheduling.sampling import NodeSampler
 from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
 
 __all__ = ["QUICK_DEVICE_CHECKS", "QUICK_NODES", "FilterDecisions", "NotQuick"]
@@ -80,12 +81,15 @@ class FilterDecisions:
         select: bool = False,
         choose: bool = False,
         beside: frozenset[str] = frozenset(),
+        sampler: NodeSampler | None = None,
     ) -> FilterOutcome:
         """Filter under the lock. ``quick``: raise NotQuick or SearchNeeded (before changing anything
         of the pod's) rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow. ``select``:
         score every passing node (for prioritize) where filter alone may decide by counts; ``choose``
         (bind): also choose its devices where the score came from an equivalent node.
-        ``beside``: claims other pods' binds are writing on the nodes asked (``_filter_beside``)."""
+        ``beside``: claims other pods' binds are writing on the nodes asked (``_filter_beside``).
+        ``sampler``: where the shape's kept answer serves, pass on only its sample
+        (``app.scheduling.sampling``), without ordering every passing node first."""
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
         bound = self._bound_node(pod)
@@ -152,7 +156,13 @@ class FilterDecisions:
         view = self._view(uid, pending_claims, pod, shared, keep=select)
         if shared:
             return self._filter_shared(
-                outcome, node_names, Asked(pod, view, pending), quick=quick, select=select, choose=choose
+                outcome,
+                node_names,
+                Asked(pod, view, pending),
+                quick=quick,
+                select=select,
+                choose=choose,
+                sampler=sampler,
             )
         asked = Asked(pod, view, pending, allocated, extended, nodes)
         self._decide_nodes(outcome, node_names, asked, select=True, quick=False)
@@ -200,6 +210,7 @@ class FilterDecisions:
         quick: bool,
         select: bool,
         choose: bool,
+        sampler: NodeSampler | None = None,
     ) -> FilterOutcome:
         """Filter from the shape's previous answer for the same node list, deciding again only the
         nodes whose version changed since (usually just the node of the last bind).
@@ -245,9 +256,17 @@ class FilterDecisions:
             return now
         last.record(redo, self._decisions.get(view.shape, {}), inventory.node_versions())
         last.seq = seq
-        last.order(node_names)
-        outcome.passed = list(last.passed)
-        outcome.in_request_order = not last.undecided  # ``order`` walked the asked list
+        sample = (
+            None if sampler is None or last.undecided else sampler.take(node_names, last.passed.__contains__)
+        )
+        if sample is not None:
+            # The sample walks the asked list: ordering all passing nodes for it would be wasted.
+            outcome.passed, outcome.sampled = sample, True
+            outcome.in_request_order = True
+        else:
+            last.order(node_names)
+            outcome.passed = list(last.passed)
+            outcome.in_request_order = not last.undecided  # ``order`` walked the asked list
         outcome.failed = all_with_names(last.failed, pending)
         outcome.unresolvable = all_with_names(last.unresolvable, pending)
         # Nodes without a shared decision (time budget, unknown node, shares): this call's answer.

@@ -5,17 +5,19 @@ feasible and scores only those (``0``, its default: 50 % minus one point per 125
 fewer than 100 nodes). Sampling there would happen before the extender sees the devices, and a sample
 without a free device fails the pod although another node has one, so the shipped
 KubeSchedulerConfiguration scores every node (``percentageOfNodesToScore: 100``) and the extender samples
-instead, after the device check: it passes on the number of nodes kube-scheduler would have scored, taken
-in turn around the passing list (kube-scheduler rotates its first node the same way), so consecutive pods
-see different nodes. Every node that fits still counts: a pod fails only when none does. Without this,
-kube-scheduler's score plugins and its decoding of the extender's answers run over every node for every
-pod, which at 5000 nodes costs more than the in-tree plugin's whole cycle.
+instead, after the device check: it passes on the number of nodes kube-scheduler would have scored, the
+first that fit walking the asked list from where the last walk stopped (as kube-scheduler walks its nodes
+from ``nextStartNodeIndex``), so consecutive pods see different nodes. Every node that fits still counts:
+a pod fails only when none does. Without this, kube-scheduler's score plugins and its decoding of the
+extender's answers run over every node for every pod, which at 5000 nodes cost more than the in-tree
+plugin's whole cycle.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 
 from app.scheduling.decisions import FilterOutcome
 
@@ -38,25 +40,41 @@ def nodes_to_score(percentage: int, nodes: int) -> int:
 
 
 class NodeSampler:
-    """Cuts filter's passing nodes to ``nodes_to_score``, starting each answer where the last one ended."""
+    """Walks the asked nodes from where the last walk ended, keeping the first ``nodes_to_score`` that fit,
+    as kube-scheduler walks its node list from ``nextStartNodeIndex``."""
 
     def __init__(self, percentage: int) -> None:
         self.percentage = percentage
         self._start = 0
-        """Where the next sample starts. Filters run on several threads; two reading the same start give
+        """Where the next walk starts. Filters run on several threads; two reading the same start give
         two pods the same sample, which is what kube-scheduler would do without rotating: no lock."""
 
-    def sample(self, outcome: FilterOutcome, asked: Sequence[str]) -> FilterOutcome:
-        """``outcome`` with at most ``nodes_to_score(percentage, len(asked))`` passing nodes (a copy when
-        cut: the outcome may be a kept answer)."""
-        passed = outcome.passed
+    def take(self, asked: Sequence[str], fits: Callable[[str], bool]) -> list[str] | None:
+        """The sample of ``asked`` among the nodes that ``fits``, in the order asked; None when every node
+        asked may be scored (nothing to cut)."""
         limit = nodes_to_score(self.percentage, len(asked))
-        if len(passed) <= limit:
+        if limit >= len(asked):
+            return None
+        start = self._start % len(asked)
+        tail = list(itertools.islice(filter(fits, itertools.islice(asked, start, None)), limit))
+        head: list[str] = []
+        if len(tail) < limit:
+            head = list(itertools.islice(filter(fits, itertools.islice(asked, start)), limit - len(tail)))
+        # The next walk starts after the last node kept (kube-scheduler: after the last one checked).
+        # When fewer than ``limit`` fit, every node was checked, and the next walk starts where this did.
+        if len(tail) == limit:
+            self._start = asked.index(tail[-1], start) + 1
+        elif head and len(head) + len(tail) == limit:
+            self._start = asked.index(head[-1], 0, start) + 1
+        return head + tail
+
+    def sample(self, outcome: FilterOutcome, asked: Sequence[str]) -> FilterOutcome:
+        """``outcome`` with its passing nodes cut to the sample (a copy when cut: the outcome may be a kept
+        answer); as it is when it was cut already (``FilterOutcome.sampled``) or nothing is to be cut."""
+        if outcome.sampled or len(outcome.passed) <= nodes_to_score(self.percentage, len(asked)):
             return outcome
-        start = self._start % len(passed)
-        end = start + limit
-        self._start = end
-        # A window that wraps is taken as its two ends in passing order, so an answer in the order asked
-        # stays in that order (``FilterOutcome.in_request_order``).
-        chosen = passed[start:end] if end <= len(passed) else passed[: end - len(passed)] + passed[start:]
-        return dataclasses.replace(outcome, passed=chosen)
+        passing = set(outcome.passed)
+        chosen = self.take(asked, passing.__contains__)
+        if chosen is None:
+            return outcome
+        return dataclasses.replace(outcome, passed=chosen, in_request_order=True, sampled=True)

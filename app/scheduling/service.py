@@ -70,6 +70,7 @@ from app.scheduling.decisions import (
 from app.scheduling.extended import PodExtendedResources, pod_extended_resources
 from app.scheduling.filtering import FilterDecisions, NotQuick
 from app.scheduling.nodefit import fit_node_allocatable
+from app.scheduling.sampling import NodeSampler
 from app.state.cluster import ClusterState, node_from_api, object_key
 from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
 
@@ -233,17 +234,20 @@ class SchedulingService(FilterDecisions, BindCoordination):
         pod: Mapping[str, Any],
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
+        sampler: NodeSampler | None = None,
     ) -> FilterOutcome:
-        """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them."""
+        """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them.
+        ``sampler``: the answer may pass on only the sample (``FilterOutcome.sampled``) where that saves
+        work; the caller samples the rest (``NodeSampler.sample``)."""
         if needs_no_devices(pod):
             return _passes_all(node_names)
         with self.lock:
             pod = self._with_state_status(pod)
-            outcome = self._filter(pod, node_names, nodes)
+            outcome = self._filter(pod, node_names, nodes, sampler=sampler)
         if outcome.stale_claims and self._delete_stale_claims(outcome.stale_claims):
             # kube-scheduler's PostFilter deleted the claim and the pod is tried again: do that attempt now.
             with self.lock:
-                outcome = self._filter(pod, node_names, nodes)
+                outcome = self._filter(pod, node_names, nodes, sampler=sampler)
         if outcome.unusable is not None:
             self._release_unusable(outcome, pod)
         if (
@@ -285,6 +289,7 @@ class SchedulingService(FilterDecisions, BindCoordination):
         pod: Mapping[str, Any],
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
+        sampler: NodeSampler | None = None,
     ) -> FilterOutcome | None:
         """``filter`` when its answer needs no search and few device checks, and the lock is free
         (a pod without devices; the claims shape's answer for this node list patched for the few nodes
@@ -294,7 +299,7 @@ class SchedulingService(FilterDecisions, BindCoordination):
         if self.state.gates.DRANodeAllocatableResources and self.state.node_allocatable_slices:
             return None  # node fit reads every pod of the node: a worker thread's job
         outcome = self._quickly(
-            lambda: self._filter(self._with_state_status(pod), node_names, nodes, quick=True)
+            lambda: self._filter(self._with_state_status(pod), node_names, nodes, quick=True, sampler=sampler)
         )
         # Deleting a leftover extended-resource claim is a write: it belongs on a worker thread.
         return None if outcome is None or outcome.stale_claims else outcome

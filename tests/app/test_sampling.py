@@ -1,13 +1,19 @@
 """Filter passes on as many fitting nodes as kube-scheduler would score (its ``numFeasibleNodesToFind``),
-in turn around the passing list. Expected counts worked out by hand from kube-scheduler v1.37.2's rule:
-below 100 nodes all; ``percentage`` 0 is 50 minus nodes/125 (at least 5); never fewer than 100."""
+walking the asked nodes from where the last walk stopped. Expected counts worked out by hand from
+kube-scheduler v1.37.2's rule: below 100 nodes all; ``percentage`` 0 is 50 minus nodes/125 (at least 5);
+never fewer than 100."""
 
 from __future__ import annotations
 
 import pytest
 
+from allocator.cel.expr_engine import ExprEngine
+from allocator.selectors import SelectorCache
 from app.scheduling.decisions import FilterOutcome
 from app.scheduling.sampling import NodeSampler, nodes_to_score
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
+from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 
 @pytest.mark.parametrize(
@@ -15,6 +21,7 @@ from app.scheduling.sampling import NodeSampler, nodes_to_score
     [
         (0, 99, 99),  # under 100 nodes: every one
         (0, 150, 100),  # 49 % is 73: raised to 100
+        (0, 300, 144),  # 48 %
         (0, 500, 230),  # 46 %
         (0, 5000, 500),  # 10 %
         (0, 10_000, 500),  # 50 - 80 is below 5: 5 %
@@ -31,17 +38,21 @@ def _names(count: int) -> list[str]:
     return [f"n{i}" for i in range(count)]
 
 
-def test_samples_rotate_around_the_passing_nodes_in_the_order_asked():
+def test_each_walk_starts_after_the_last_node_the_one_before_kept():
     asked = _names(250)  # adaptive: 48 % of 250 is 120
-    passed = [n for i, n in enumerate(asked) if i % 50 != 7]  # 245 fit
+    failing = {f"n{i}" for i in (7, 57, 107, 157, 207)}
+    passed = [n for n in asked if n not in failing]
     sampler = NodeSampler(0)
-    first = sampler.sample(FilterOutcome(passed=passed, in_request_order=True), asked)
-    assert first.passed == passed[:120] and first.in_request_order
+    # n0..n122 hold 120 that fit (n7, n57, n107 do not).
+    first = sampler.sample(FilterOutcome(passed=passed), asked)
+    assert first.passed == [n for n in asked[:123] if n not in failing]
+    assert first.sampled and first.in_request_order
+    # From n123: n123..n244 hold 120 that fit (n157, n207 do not).
     second = sampler.sample(FilterOutcome(passed=passed), asked)
-    assert second.passed == passed[120:240]
+    assert second.passed == [n for n in asked[123:245] if n not in failing]
+    # From n245: 5 to the end, then 115 from the start (n0..n117, without n7, n57, n107); in the order asked.
     third = sampler.sample(FilterOutcome(passed=passed), asked)
-    # 240..244, then from the start again: kept in passing order
-    assert third.passed == passed[:115] + passed[240:]
+    assert third.passed == [n for n in asked[:118] if n not in failing] + asked[245:]
 
 
 def test_every_fitting_node_is_passed_on_when_they_are_few():
@@ -56,8 +67,40 @@ def test_percentage_100_passes_on_every_node():
     assert NodeSampler(100).sample(outcome, asked).passed == asked
 
 
-def test_a_cut_leaves_the_kept_outcome_alone():
+def test_a_cut_leaves_the_kept_outcome_alone_and_keeps_the_reasons():
     asked = _names(300)
-    outcome = FilterOutcome(passed=list(asked), failed={})
+    outcome = FilterOutcome(passed=asked[1:], failed={"n0": "no free device"})
     cut = NodeSampler(0).sample(outcome, asked)
-    assert len(cut.passed) == 144 and outcome.passed == asked  # 48 % of 300
+    assert cut.passed == asked[1:145] and cut.failed == {"n0": "no free device"}  # 48 % of 300: 144
+    assert outcome.passed == asked[1:] and not outcome.sampled
+
+
+def test_a_sample_taken_while_filtering_is_not_cut_again():
+    asked = _names(300)
+    outcome = FilterOutcome(passed=asked[:150], sampled=True)
+    assert NodeSampler(0).sample(outcome, asked) is outcome
+
+
+def test_the_kept_answer_of_a_claim_shape_passes_on_only_the_sample():
+    """Two pods with equal claims on 300 nodes, n0..n9 without devices. The first pod is decided node by
+    node and sampled afterwards (n10..n153: 144 that fit); the second is answered from the shape's kept
+    answer, walking on from n154 without ordering the 290 that fit: n154..n297."""
+    names = _names(300)
+    objects = [("Node", node(n)) for n in names]
+    objects += [
+        ("ResourceSlice", resource_slice(f"{n}-gpus", "gpu.example.com", n, [device("gpu-0")]))
+        for n in names[10:]
+    ]
+    objects.append(("DeviceClass", device_class("gpu", 'device.driver == "gpu.example.com"')))
+    for name in ("a", "b"):
+        objects.append(("ResourceClaim", claim("ml", f"{name}-gpu", [request("gpu", "gpu")])))
+        objects.append(("Pod", pod("ml", name, [f"{name}-gpu"])))
+    state = ClusterState.from_objects(objects)
+    service = SchedulingService(state, SelectorCache(ExprEngine()))
+    sampler = NodeSampler(0)
+    first = service.filter(state.get("Pod", "ml/a"), names, sampler=sampler)
+    assert not first.sampled and first.passed == names[10:]
+    assert sampler.sample(first, names).passed == names[10:154]
+    second = service.filter(state.get("Pod", "ml/b"), names, sampler=sampler)
+    assert second.sampled and second.passed == names[154:298]
+    assert sorted({**second.failed, **second.unresolvable}) == sorted(names[:10])
