@@ -240,7 +240,9 @@ def create_app(
     # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
     budget = BodyBudget(4 * limit)
     metrics = metrics or Metrics(service)
-    sampler = NodeSampler(settings.scheduling.percentage_of_nodes_to_score)
+    sampler = NodeSampler(
+        settings.scheduling.percentage_of_nodes_to_score, lambda: len(service.state.objects["Node"])
+    )
 
     # Swagger UI and ReDoc from the fastapi-offline package's files, not a CDN: /docs works air-gapped.
     @contextlib.asynccontextmanager

@@ -325,6 +325,9 @@ class KubeBinder:
         try:
             async with self.clock.timeout(self.settings.bind_timeout_seconds):
                 for pod_claim, allocation in plan.claims:
+                    journal.fresh = (
+                        ""  # a wait for this claim's turn, or a read of it, comes after that write
+                    )
                     async with self._writing(pod_claim.key):
                         consumer = pod_claim.consumer
                         await self._bind_claim(
@@ -518,6 +521,7 @@ class KubeBinder:
         body["kind"] = "ResourceClaim"
         body.pop("status", None)
         namespace = str(_meta(body).get("namespace") or "default")
+        journal.fresh = ""
         created = await self.client.create(self.claims, namespace, body)
         key = f"{namespace}/{_meta(created).get('name')}"
         journal.entry(key, _uid(created)).created = True

@@ -43,8 +43,11 @@ class NodeSampler:
     """Walks the asked nodes from where the last walk ended, keeping the first ``nodes_to_score`` that fit,
     as kube-scheduler walks its node list from ``nextStartNodeIndex``."""
 
-    def __init__(self, percentage: int) -> None:
+    def __init__(self, percentage: int, cluster_nodes: Callable[[], int] | None = None) -> None:
         self.percentage = percentage
+        self.cluster_nodes = cluster_nodes
+        """How many nodes the cluster has: kube-scheduler sizes its sample from all its nodes, not only those
+        its own filters passed (which it asks about). None: the nodes asked."""
         self._start = 0
         """Where the next walk starts. Filters run on several threads; two reading the same start give
         two pods the same sample, which is what kube-scheduler would do without rotating: no lock."""
@@ -52,7 +55,7 @@ class NodeSampler:
     def take(self, asked: Sequence[str], fits: Callable[[str], bool]) -> list[str] | None:
         """The sample of ``asked`` among the nodes that ``fits``, in the order asked; None when every node
         asked may be scored (nothing to cut)."""
-        limit = nodes_to_score(self.percentage, len(asked))
+        limit = self._limit(asked)
         if limit >= len(asked):
             return None
         start = self._start % len(asked)
@@ -71,10 +74,14 @@ class NodeSampler:
     def sample(self, outcome: FilterOutcome, asked: Sequence[str]) -> FilterOutcome:
         """``outcome`` with its passing nodes cut to the sample (a copy when cut: the outcome may be a kept
         answer); as it is when it was cut already (``FilterOutcome.sampled``) or nothing is to be cut."""
-        if outcome.sampled or len(outcome.passed) <= nodes_to_score(self.percentage, len(asked)):
+        if outcome.sampled or len(outcome.passed) <= self._limit(asked):
             return outcome
         passing = set(outcome.passed)
         chosen = self.take(asked, passing.__contains__)
         if chosen is None:
             return outcome
         return dataclasses.replace(outcome, passed=chosen, in_request_order=True, sampled=True)
+
+    def _limit(self, asked: Sequence[str]) -> int:
+        nodes = len(asked) if self.cluster_nodes is None else max(len(asked), self.cluster_nodes())
+        return nodes_to_score(self.percentage, nodes)

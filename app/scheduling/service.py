@@ -241,6 +241,8 @@ class SchedulingService(FilterDecisions, BindCoordination):
         work; the caller samples the rest (``NodeSampler.sample``)."""
         if needs_no_devices(pod):
             return _passes_all(node_names)
+        if self.state.gates.DRANodeAllocatableResources and self.state.node_allocatable_slices:
+            sampler = None  # the node fit below may drop passing nodes: sample after it (the caller does)
         with self.lock:
             pod = self._with_state_status(pod)
             outcome = self._filter(pod, node_names, nodes, sampler=sampler)

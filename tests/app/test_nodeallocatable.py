@@ -16,6 +16,7 @@ from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
 from app.scheduling.nodeallocatable import ClaimUse, claim_statuses, pod_demand
+from app.scheduling.sampling import NodeSampler
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
@@ -227,3 +228,31 @@ def test_bad_mappings_name_the_claim_and_device(mapping, message):
     allocation = {"devices": {"results": [{"driver": "d", "pool": "p", "device": "x"}]}}
     with pytest.raises(InvalidInputError, match=f"ResourceClaim ml/c, device x.*{message}"):
         claim_statuses({"spec": {}}, [ClaimUse("ml/c", "c", allocation)], slices)
+
+
+def test_the_node_fit_runs_before_the_sample():
+    """300 nodes with one CCX each; n0..n199 have 2 CPUs (a pod of 2 CPUs and one 4-CPU-mapped CCX does
+    not fit), n200..n299 have 8. Two pods with equal claims: the second is answered from the shape's kept
+    answer, and its sample must be taken among the 100 nodes that still fit after the node fit, not cut
+    to 144 of the 300 first (then the fit left none)."""
+    names = [f"n{i}" for i in range(300)]
+    # A selector reading a per-node attribute keeps the nodes from being equivalent.
+    objects = [
+        (
+            "DeviceClass",
+            device_class("ccx", f'device.driver == "{CPU}" && device.attributes["{CPU}"].serial >= 0'),
+        )
+    ]
+    for i, name in enumerate(names):
+        objects.append(("Node", with_allocatable(name, cpu="8" if i >= 200 else "2", memory="32Gi")))
+        serial = dict(ccx("ccx-0"), attributes={"serial": {"int": i}})
+        objects.append(("ResourceSlice", resource_slice(f"{name}-ccx", CPU, name, [serial])))
+    objects += _pod("a", 1, "2") + _pod("b", 1, "2")
+    state = ClusterState.from_objects(objects, ON)
+    service = SchedulingService(state, SelectorCache(ExprEngine()))
+    sampler = NodeSampler(0)
+    for name in ("a", "b"):
+        outcome = sampler.sample(
+            service.filter(state.get("Pod", f"{NS}/{name}"), names, sampler=sampler), names
+        )
+        assert outcome.passed == names[200:], name  # 100 fit: fewer than 144, every one passed on

@@ -104,3 +104,11 @@ def test_the_kept_answer_of_a_claim_shape_passes_on_only_the_sample():
     second = service.filter(state.get("Pod", "ml/b"), names, sampler=sampler)
     assert second.sampled and second.passed == names[154:298]
     assert sorted({**second.failed, **second.unresolvable}) == sorted(names[:10])
+
+
+def test_the_sample_is_sized_from_every_node_of_the_cluster():
+    """kube-scheduler sizes its sample from all its nodes: in a 1000-node cluster (42 %: 420) where its
+    own filters passed only 300, it scores all 300, and so does the extender."""
+    asked = _names(300)
+    assert NodeSampler(0, lambda: 1000).take(asked, bool) is None
+    assert NodeSampler(0).take(asked, bool) == asked[:144]  # sized from the 300 asked

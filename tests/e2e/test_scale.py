@@ -1,6 +1,7 @@
 """Scenarios 6-9 at scale: a fill-up of 50 nodes x 8 devices with 400 pods created at once, churn
-(deleted pods free devices for waiting ones), restarts of the extender and of kube-apiserver in the
-middle of a fill-up, and the same workload through kube-scheduler's in-tree DynamicResources plugin."""
+(deleted pods free devices for waiting ones), a fill-up of more nodes than kube-scheduler's sample,
+restarts of the extender and of kube-apiserver in the middle of a fill-up, and the same workload through
+kube-scheduler's in-tree DynamicResources plugin."""
 
 from __future__ import annotations
 
@@ -66,6 +67,19 @@ def test_fill_up_and_churn(scenario: Scenario) -> None:
     assert devices_in_two_claims(scenario.kube) == {}
     assert_bound_pods_hold_their_claims(scenario)
     scenario.notes.append(f"churn: 10 waiting pods bound {waited:.1f} s after their devices were freed")
+
+
+def test_fill_up_beyond_the_sample(scenario: Scenario) -> None:
+    """150 nodes of one device: more than the 100 nodes kube-scheduler would score, so while most fit the
+    extender passes on a sample of them (``app.scheduling.sampling``). Every device still gets a pod: once
+    fewer fit than the sample's size, every one that fits is passed on."""
+    scenario.add_nodes(150, 1)
+    scenario.add_template("one-gpu")
+    _fill(scenario, 150)
+    states = scenario.wait_settled(timeout=600, expect_bound=150)
+    assert Counter(states.values()) == {"bound": 150}
+    assert devices_in_two_claims(scenario.kube) == {}
+    assert_bound_pods_hold_their_claims(scenario)
 
 
 def test_restarts_mid_fill_up(scenario: Scenario) -> None:

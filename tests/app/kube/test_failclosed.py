@@ -116,6 +116,44 @@ async def test_a_claim_replaced_during_the_bind_stops_the_binding(api, start_run
     assert not (api.get("ResourceClaim", NS, "c2").get("status") or {}).get("allocation")
 
 
+async def test_a_claim_replaced_while_the_bind_waits_its_turn_on_a_shared_claim_stops_the_binding(
+    api, start_runtime
+):
+    """p has c1 (to allocate) and c2 (shared, already reserved for p); q's bind is writing c2 when p's bind
+    has written c1 and waits its turn on c2. c1 is replaced meanwhile. p's turn on c2 needs no request, but
+    c1's write is no longer fresh: c1 is read again and the bind fails."""
+    seed_cluster(api)
+    api.add("ResourceClaim", claim(NS, "c1", [request("gpu", "gpu")]))
+    api.add("ResourceClaim", claim(NS, "c2", [request("gpu", "gpu")]))
+    api.add("Pod", pod(NS, "s", ["c2"]))
+    runtime = await start_runtime()
+    assert await bind(runtime, "s", "n1") is None
+    c2 = api.get("ResourceClaim", NS, "c2")
+    c2["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": f"uid-pod-{NS}-p"}]
+    api.put("ResourceClaim", c2)  # as an earlier attempt of p's bind left it
+    api.add("Pod", pod(NS, "p", ["c1", "c2"]))
+    api.add("Pod", pod(NS, "q", ["c2"]))
+    await eventually(lambda: runtime.state.get("Pod", f"{NS}/q"))
+    await eventually(
+        lambda: runtime.state.get("ResourceClaim", f"{NS}/c2")["status"]["reservedFor"][0]["name"] == "p"
+    )
+    await eventually(lambda: not runtime.reservations.keys())
+    gate = api.gate("PUT", r"resourceclaims/c2/status$")  # q's write of c2
+    q = asyncio.create_task(bind(runtime, "q", "n1"))
+    await eventually(lambda: api.count("PUT", r"resourceclaims/c2/status$") == 2)
+    p = asyncio.create_task(bind(runtime, "p", "n1"))
+    await eventually(lambda: api.count("PUT", r"resourceclaims/c1/status$"))
+    assert api.get("ResourceClaim", NS, "c1")["status"]["allocation"]
+    api.remove("ResourceClaim", NS, "c1")
+    replacement = claim(NS, "c1", [request("gpu", "gpu")])
+    replacement["metadata"]["uid"] = "uid-c1-new"
+    api.add("ResourceClaim", replacement)
+    gate.set()
+    assert await q is None
+    assert await p == "pod ml/p: ResourceClaim ml/c1 was replaced by a new claim of the same name"
+    assert not api.get("Pod", NS, "p")["spec"].get("nodeName")
+
+
 async def test_a_slice_update_that_fails_validation_drops_the_old_devices_and_says_why(api, start_runtime):
     seed_cluster(api)
     a = add_pod(api, "a")
