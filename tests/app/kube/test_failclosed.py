@@ -92,6 +92,15 @@ async def test_an_event_older_than_the_indexed_claim_does_not_roll_the_allocatio
     assert runtime.service.filter(b, ["n1", "n2"]).passed == ["n1"]
 
 
+def _replace_written_claim(api: FakeKubeAPI, name: str) -> None:
+    """The allocated claim ``name`` deleted and recreated under its name: a new UID, no allocation."""
+    assert api.get("ResourceClaim", NS, name)["status"]["allocation"]
+    api.remove("ResourceClaim", NS, name)
+    replacement = claim(NS, name, [request("gpu", "gpu")])
+    replacement["metadata"]["uid"] = f"uid-{name}-new"
+    api.add("ResourceClaim", replacement)
+
+
 async def test_a_claim_replaced_during_the_bind_stops_the_binding(api, start_runtime):
     # c1 is written, then deleted and recreated under its name (new UID, no allocation) while the bind
     # writes c2. Binding the pod now would start it with an unallocated claim: the bind must fail instead.
@@ -103,11 +112,7 @@ async def test_a_claim_replaced_during_the_bind_stops_the_binding(api, start_run
     gate = api.gate("PUT", r"resourceclaims/c2$")
     task = asyncio.create_task(bind(runtime, "p", "n1"))
     await eventually(lambda: api.count("PUT", r"resourceclaims/c2$"))
-    assert api.get("ResourceClaim", NS, "c1")["status"]["allocation"]
-    api.remove("ResourceClaim", NS, "c1")
-    replacement = claim(NS, "c1", [request("gpu", "gpu")])
-    replacement["metadata"]["uid"] = "uid-c1-new"
-    api.add("ResourceClaim", replacement)
+    _replace_written_claim(api, "c1")
     gate.set()
     error = await task
     assert error == "pod ml/p: ResourceClaim ml/c1 was replaced by a new claim of the same name"
@@ -143,11 +148,7 @@ async def test_a_claim_replaced_while_the_bind_waits_its_turn_on_a_shared_claim_
     await eventually(lambda: api.count("PUT", r"resourceclaims/c2/status$") == 2)
     p = asyncio.create_task(bind(runtime, "p", "n1"))
     await eventually(lambda: api.count("PUT", r"resourceclaims/c1/status$"))
-    assert api.get("ResourceClaim", NS, "c1")["status"]["allocation"]
-    api.remove("ResourceClaim", NS, "c1")
-    replacement = claim(NS, "c1", [request("gpu", "gpu")])
-    replacement["metadata"]["uid"] = "uid-c1-new"
-    api.add("ResourceClaim", replacement)
+    _replace_written_claim(api, "c1")
     gate.set()
     assert await q is None
     assert await p == "pod ml/p: ResourceClaim ml/c1 was replaced by a new claim of the same name"
