@@ -325,9 +325,8 @@ class KubeBinder:
         try:
             async with self.clock.timeout(self.settings.bind_timeout_seconds):
                 for pod_claim, allocation in plan.claims:
-                    journal.fresh = (
-                        ""  # a wait for this claim's turn, or a read of it, comes after that write
-                    )
+                    # A wait for this claim's turn, or a read of it, comes after the last write.
+                    journal.fresh = ""
                     async with self._writing(pod_claim.key):
                         consumer = pod_claim.consumer
                         await self._bind_claim(
