@@ -58,7 +58,7 @@ def fit_node_allocatable(
         asked = [n for n, found in slices_of.items() if has_node_allocatable(found)]
         if not asked:
             return
-        service._filter(pod, asked, nodes, select=True)  # devices chosen where counts decided
+        service._filter(pod, asked, nodes, select=True, choose=True)  # devices chosen on each node
         requested = node_requests(state.objects["Pod"].values(), asked, uid)
         failed: dict[str, tuple[str, bool]] = {}
         for name in asked:

@@ -256,3 +256,21 @@ def test_the_node_fit_runs_before_the_sample():
             service.filter(state.get("Pod", f"{NS}/{name}"), names, sampler=sampler), names
         )
         assert outcome.passed == names[200:], name  # 100 fit: fewer than 144, every one passed on
+
+
+def test_alike_nodes_are_each_fitted():
+    """Three alike 2-CPU nodes with one CCX each (4 CPUs mapped): a pod of 2 CPUs and one CCX needs 6 on
+    each, so none fits. The decision shared between alike nodes chose devices only on the first; the
+    others must be fitted too."""
+    names = ["n0", "n1", "n2"]
+    objects = [("DeviceClass", device_class("ccx", f'device.driver == "{CPU}"'))]
+    for name in names:
+        objects.append(("Node", with_allocatable(name, cpu="2", memory="32Gi")))
+        objects.append(("ResourceSlice", resource_slice(f"{name}-ccx", CPU, name, [ccx("ccx-0")])))
+    objects += _pod("a", 1, "2")
+    state = ClusterState.from_objects(objects, ON)
+    service = SchedulingService(state, SelectorCache(ExprEngine()))
+    outcome = service.filter(state.get("Pod", f"{NS}/a"), names)
+    assert outcome.passed == []
+    assert sorted(outcome.unresolvable) == names
+    assert all("Insufficient cpu" in reason for reason in outcome.unresolvable.values())
