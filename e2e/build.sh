@@ -29,7 +29,7 @@ if [ "$complete" = 1 ]; then
   exit 0
 fi
 
-echo "e2e: building ${binaries[*]} (Kubernetes $version) into $out; a cold build takes about 12-15 minutes on 2 cores" >&2
+echo "e2e: building ${binaries[*]} (Kubernetes $version) into $out; a cold build takes about 12 minutes on 2 cores" >&2
 start=$(date +%s)
 mkdir -p "$out.partial"
 # The version the components report (and derive their default feature gates' emulation version from).

@@ -163,8 +163,8 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
         type=int,
         default=0,
         metavar="P",
-        help="share of the nodes that fit that filter passes on to kube-scheduler's scoring, as "
-        "kube-scheduler's percentageOfNodesToScore (default 0: adaptive, 100: every node)",
+        help="filter passes on as many of the nodes that fit as kube-scheduler would score with "
+        "percentageOfNodesToScore P, P %% of all nodes (default 0: adaptive; 100: every node that fits)",
     )
     _cluster_flags(serve)
 

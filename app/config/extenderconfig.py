@@ -162,8 +162,8 @@ FIELDS: tuple[FieldSpec, ...] = (
         "scheduling.percentageOfNodesToScore",
         "integer",
         "percentage_of_nodes_to_score",
-        "share of the nodes that fit passed on to kube-scheduler's scoring, kube-scheduler's meaning "
-        "(default 0: adaptive; 100: all)",
+        "filter passes on as many nodes that fit as kube-scheduler would score: this % of all nodes "
+        "(default 0: adaptive; 100: every node that fits)",
         "--percentage-of-nodes-to-score",
     ),
     FieldSpec("cluster.kubeconfig", "path", "kubeconfig", "kubeconfig file (cluster mode)", "--kubeconfig"),
