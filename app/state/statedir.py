@@ -588,7 +588,7 @@ def _parse_file(file: Path) -> list[Any]:
             documents = [orjson.loads(text)]
         except orjson.JSONDecodeError as err:
             raise StateLoadError(f"not valid JSON: {err}", file=file) from err
-        problem = _json_problem(documents[0])
+        problem = _json_problem(documents[0], max_values=_value_bound(text))
         if problem:
             raise StateLoadError(problem, file=file)
         return documents
@@ -605,15 +605,22 @@ def _parse_file(file: Path) -> list[Any]:
             raise StateLoadError(f"line {line}: {_TEMPLATE_PROBLEM}", file=file) from err
         raise StateLoadError(_yaml_problem(err, text), file=file) from err
     for index, document in enumerate(documents):
-        problem = _json_problem(document)
+        problem = _json_problem(document, max_values=_value_bound(text))
         if problem:
             raise StateLoadError(f"document {index}: {problem}", file=file)
     return documents
 
 
 MAX_DOCUMENT_NODES = 1_000_000
-"""Values in one YAML document once aliases are expanded; a few thousand devices need ~10^5. Guards
-against alias bombs (a few lines expanding to billions of values)."""
+"""Values in one YAML document once aliases are expanded, unless its text is longer: every value takes at
+least one character of the text, so only aliases expand past it (a large cluster's dump holds millions of
+values, each written out). Guards against alias bombs (a few lines expanding to billions of values)."""
+
+
+def _value_bound(text: str) -> int:
+    """The most values a document of ``text`` may hold once aliases are expanded (``MAX_DOCUMENT_NODES``)."""
+    return max(MAX_DOCUMENT_NODES, len(text))
+
 
 MAX_DEPTH = 200
 """Levels of nesting in one document (the document is level 1). Kubernetes objects need a few dozen (deep
@@ -651,15 +658,19 @@ def load_yaml_document(text: str | bytes, what: str, *, json_numbers: bool = Tru
         raise ValueError(f"{what}: {_TOO_DEEP}") from err
     except yaml.YAMLError as err:
         raise ValueError(f"{what}: {_yaml_problem(err, text if isinstance(text, str) else '')}") from err
-    problem = _json_problem(document, json_numbers=json_numbers)
+    bound = _value_bound(text if isinstance(text, str) else text.decode("utf-8", "replace"))
+    problem = _json_problem(document, json_numbers=json_numbers, max_values=bound)
     if problem:
         raise ValueError(f"{what}: {problem}")
     return document
 
 
-def _json_problem(document: object, *, json_numbers: bool = True) -> str:
-    """Why a parsed document is not plain JSON data (binary, sets, cycles, alias bombs, nesting deeper
-    than ``MAX_DEPTH``, with ``json_numbers`` numbers JSON and the API cannot hold), or ''."""
+def _json_problem(
+    document: object, *, json_numbers: bool = True, max_values: int = MAX_DOCUMENT_NODES
+) -> str:
+    """Why a parsed document is not plain JSON data (binary, sets, cycles, alias bombs: more than
+    ``max_values`` values, nesting deeper than ``MAX_DEPTH``, with ``json_numbers`` numbers JSON and the
+    API cannot hold), or ''."""
     # Per container (by id: aliases share one object): its values and its height. Aliases can stack a
     # deep document from flat text, so a shared container's height counts wherever it appears.
     sizes: dict[int, tuple[int, int]] = {}
@@ -697,8 +708,8 @@ def _json_problem(document: object, *, json_numbers: bool = True) -> str:
             child_total, child_height = size(child, depth + 1)
             total += child_total
             height = max(height, child_height + 1)
-            if total > MAX_DOCUMENT_NODES:
-                raise ValueError(f"more than {MAX_DOCUMENT_NODES} values once aliases are expanded")
+            if total > max_values:
+                raise ValueError(f"more than {max_values} values once aliases are expanded")
         in_progress.discard(key)
         sizes[key] = total, height
         return total, height

@@ -510,6 +510,19 @@ def test_alias_bomb_is_rejected_quickly(tmp_path: Path) -> None:
     assert "values once aliases are expanded" in load_error(tmp_path)
 
 
+def test_a_large_cluster_dump_without_aliases_loads(tmp_path: Path) -> None:
+    # `kubectl get nodes -o json` of a large cluster is one List document: 2,000 Nodes of 600 labels hold
+    # 1.2 million values, over the alias bound. Without aliases every value is written out in the text,
+    # so it loads (`make bench-cli`'s 5000-node state was refused).
+    labels = {f"example.com/label-{i}": "x" for i in range(600)}
+    items = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i}", "labels": labels}}
+        for i in range(2000)
+    ]
+    (tmp_path / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    assert len(load_state(tmp_path).nodes) == 2000
+
+
 def _nested(depth: int) -> dict:
     """A mapping ``depth`` levels deep (the outermost one counts as 1)."""
     value: dict = {}
