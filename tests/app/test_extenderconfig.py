@@ -316,6 +316,7 @@ def test_one_day_is_taken(tmp_path, spec):
         ),
         ("--binding-timeout", "nan", "binding_timeout_seconds: must be a finite number, got nan"),
         ("--binding-timeout", "-5", "binding_timeout_seconds: must be positive, got -5.0"),
+        ("--percentage-of-nodes-to-score", "101", "percentage_of_nodes_to_score: must be in 0..100, got 101"),
     ],
 )
 def test_a_flag_out_of_range_names_the_setting(tmp_path, capsys, monkeypatch, flag, value, setting):
