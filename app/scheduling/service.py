@@ -241,7 +241,8 @@ class SchedulingService(FilterDecisions, BindCoordination):
         work; the caller samples the rest (``NodeSampler.sample``)."""
         if needs_no_devices(pod):
             return _passes_all(node_names)
-        if self.state.gates.DRANodeAllocatableResources and self.state.node_allocatable_slices:
+        fits_nodes = self._fits_node_allocatable()
+        if fits_nodes:
             sampler = None  # the node fit below may drop passing nodes: sample after it (the caller does)
         with self.lock:
             pod = self._with_state_status(pod)
@@ -252,14 +253,15 @@ class SchedulingService(FilterDecisions, BindCoordination):
                 outcome = self._filter(pod, node_names, nodes, sampler=sampler)
         if outcome.unusable is not None:
             self._release_unusable(outcome, pod)
-        if (
-            self.state.gates.DRANodeAllocatableResources
-            and self.state.node_allocatable_slices
-            and outcome.passed
-        ):
+        if fits_nodes and outcome.passed:
             with self.lock:
                 fit_node_allocatable(self, pod, outcome, nodes)
         return outcome
+
+    def _fits_node_allocatable(self) -> bool:
+        """Whether filter's answer goes through the node-allocatable fit (``app.scheduling.nodefit``): the
+        gate is on and some ResourceSlice publishes ``nodeAllocatableResources``."""
+        return bool(self.state.gates.DRANodeAllocatableResources and self.state.node_allocatable_slices)
 
     def _release_unusable(self, outcome: FilterOutcome, pod: Mapping[str, Any]) -> None:
         """Deallocate ``outcome.unusable`` through the binder when nobody else holds it, and say so in the
@@ -298,7 +300,7 @@ class SchedulingService(FilterDecisions, BindCoordination):
         changed since); else None, and the caller runs ``filter`` on a worker thread. Never does I/O."""
         if needs_no_devices(pod):
             return _passes_all(node_names)
-        if self.state.gates.DRANodeAllocatableResources and self.state.node_allocatable_slices:
+        if self._fits_node_allocatable():
             return None  # node fit reads every pod of the node: a worker thread's job
         outcome = self._quickly(
             lambda: self._filter(self._with_state_status(pod), node_names, nodes, quick=True, sampler=sampler)

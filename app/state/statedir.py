@@ -617,8 +617,9 @@ least one character of the text, so only aliases expand past it (a large cluster
 values, each written out). Guards against alias bombs (a few lines expanding to billions of values)."""
 
 
-def _value_bound(text: str) -> int:
-    """The most values a document of ``text`` may hold once aliases are expanded (``MAX_DOCUMENT_NODES``)."""
+def _value_bound(text: str | bytes) -> int:
+    """The most values a document of ``text`` may hold once aliases are expanded (``MAX_DOCUMENT_NODES``);
+    bytes count as characters do (a value takes at least one of either)."""
     return max(MAX_DOCUMENT_NODES, len(text))
 
 
@@ -658,8 +659,7 @@ def load_yaml_document(text: str | bytes, what: str, *, json_numbers: bool = Tru
         raise ValueError(f"{what}: {_TOO_DEEP}") from err
     except yaml.YAMLError as err:
         raise ValueError(f"{what}: {_yaml_problem(err, text if isinstance(text, str) else '')}") from err
-    bound = _value_bound(text if isinstance(text, str) else text.decode("utf-8", "replace"))
-    problem = _json_problem(document, json_numbers=json_numbers, max_values=bound)
+    problem = _json_problem(document, json_numbers=json_numbers, max_values=_value_bound(text))
     if problem:
         raise ValueError(f"{what}: {problem}")
     return document
