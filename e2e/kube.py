@@ -160,10 +160,23 @@ class Kube:
             if err.status != 404:
                 raise
 
-    def delete_all(self, kind: str, namespace: str | None = None) -> None:
-        """Delete every object of ``kind`` (in ``namespace``) at once, without waiting."""
-        # A collection delete answers when every object is gone: thousands take minutes on a busy server.
-        self._call("DELETE", self.path(kind, namespace), params={"gracePeriodSeconds": "0"}, timeout=600.0)
+    def delete_all(self, kind: str, namespace: str | None = None, *, attempts: int = 30) -> None:
+        """Delete every object of ``kind`` (in ``namespace``), in as many collection deletes as it takes."""
+        # kube-apiserver cuts a request at its --request-timeout (60 s) by closing the connection or with a
+        # 504, having deleted what it got to: 10,000 pods take longer than that, so delete again until a
+        # collection delete answers (it answers once every object it found is gone).
+        path, params = self.path(kind, namespace), {"gracePeriodSeconds": "0"}
+        for _ in range(attempts):
+            try:
+                self._call("DELETE", path, params=params, timeout=120.0)
+                return
+            except httpx.TransportError:
+                continue
+            except ApiError as err:
+                if err.status != 504:
+                    raise
+        where = namespace or "the cluster"
+        raise TimeoutError(f"{kind} in {where}: not all deleted in {attempts} collection deletes")
 
 
 def poll(

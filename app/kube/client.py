@@ -9,6 +9,11 @@ Timeouts (``ClusterSettings``): every request has a connect timeout; ordinary re
 watches a socket read timeout (a half-dead TCP connection otherwise hangs forever: kubernetes-asyncio
 #360).
 
+kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
+the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
+does not; the proxy (``HTTPS_PROXY`` / ``NO_PROXY``, as client-go reads them, unless the kubeconfig names
+one) is looked up once when connecting. Credentials come from the kubeconfig, never from ``.netrc``.
+
 Exceptions::
 
     KubeAPIError            a call failed; .status (HTTP code, 0 without an answer), .reason, .message
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import urllib.request
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +41,7 @@ import orjson
 import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
+from yarl import URL
 
 __all__ = [
     "COORDINATION_LEASES",
@@ -183,6 +190,30 @@ def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIE
     return _BY_STATUS.get(status, KubeAPIError)(status, reason, message, seconds)
 
 
+_READ_BUFFER_BYTES = 2**21
+"""As kubernetes-asyncio's session: a watch event's line may hold an object up to etcd's 1.5 MiB limit."""
+
+
+def _ignore_environment_per_request(api: ApiClient) -> None:
+    """Give ``api`` a session on the same connector that does not consult the environment per request,
+    with the environment's proxy for the API server resolved now."""
+    rest = api.rest_client
+    connector = rest.pool_manager.connector
+    rest.pool_manager.detach()  # closes that session without closing the connector, which moves over
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=connector, trust_env=False, read_bufsize=_READ_BUFFER_BYTES
+    )
+    server = URL(api.configuration.host)
+    proxy = urllib.request.getproxies().get(server.scheme)
+    if rest.proxy or not proxy or (server.host and urllib.request.proxy_bypass(server.host)):
+        return
+    proxy_url = URL(proxy)
+    rest.proxy = str(proxy_url.with_user(None))
+    credentials = aiohttp.BasicAuth.from_url(proxy_url)
+    if credentials is not None:
+        rest.proxy_headers = {"Proxy-Authorization": credentials.encode()}
+
+
 class KubeClient:
     """Raw, orjson-parsed calls to one API server. Create with ``connect`` inside the event loop that uses it.
 
@@ -231,8 +262,10 @@ class KubeClient:
             )
         else:
             kube_config.load_incluster_config(client_configuration=configuration)
+        api = ApiClient(configuration)
+        _ignore_environment_per_request(api)
         return cls(
-            ApiClient(configuration),
+            api,
             request_timeout=request_timeout,
             connect_timeout=connect_timeout,
             watch_read_timeout=watch_read_timeout,
