@@ -114,6 +114,27 @@ def test_the_same_nodes_in_another_order_are_answered_from_the_shapes_answer_in_
     assert svc.filter_quick(svc.state.get("Pod", "ml/c"), names[:10]) is None
 
 
+def test_a_mostly_full_cluster_is_answered_from_the_shapes_answer_in_the_order_asked():
+    names = [f"n{i}" for i in range(20)]
+    pods = [f"p{i}" for i in range(16)]
+    svc = service_of(
+        cluster(
+            {n: [gpu(0, n), gpu(1, n)] for n in names},
+            *(("ResourceClaim", claim("ml", c, [request("gpu", "gpu", 2)])) for c in pods),
+            *(("Pod", pod("ml", c, [c])) for c in pods),
+        )
+    )
+    full = names[:15]
+    for name, pod_name in zip(full, pods, strict=False):  # each pod takes both GPUs of its node
+        assert name in svc.filter(svc.state.get("Pod", f"ml/{pod_name}"), names).passed
+        svc.bind("ml", pod_name, f"uid-pod-ml-{pod_name}", name)
+    shuffled = names[1::2] + names[::2]
+    outcome = svc.filter(svc.state.get("Pod", "ml/p15"), shuffled)
+    assert outcome.passed == [n for n in shuffled if n not in full]  # n15..n19, odd ones first
+    assert sorted(outcome.failed) == sorted(full)
+    assert outcome.in_request_order
+
+
 def test_a_selector_reading_the_uuid_makes_every_node_distinct():
     names = ["n1", "n2", "n3"]
     pending = with_selector(
