@@ -73,8 +73,8 @@ class ShapeOutcome:
     decided again on every call.
 
     The set is what is kept: kube-scheduler filters nodes in parallel and sends the feasible ones in the
-    order they finished, so one set comes in many orders. ``order_key`` identifies the last order, so the
-    same list again is recognised without hashing the set; answers follow the order of each request."""
+    order they finished, so one set comes in many orders. ``order_key`` identifies the last order (the
+    one ``passed`` is in, once ``ordered``); another order of the same set costs one reordering."""
 
     order_key: int
     set_key: tuple[int, int]
@@ -86,14 +86,17 @@ class ShapeOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     undecided: set[str] = field(default_factory=set)
+    ordered: bool = False
+    """``passed`` is in the order of the node list: the answer is that list without the others, which the
+    wire layer then checks at C speed instead of filtering every name (``order``)."""
 
     def answers(self, names: Sequence[str], order_key: int) -> bool:
         """Whether this is the answer for the nodes ``names`` (whose tuple hash is ``order_key``), in any
-        order."""
+        order; in another order, ``passed`` is to be ordered again."""
         if order_key != self.order_key:
             if set_key(names) != self.set_key:
                 return False
-            self.order_key = order_key
+            self.order_key, self.ordered = order_key, False
         return True
 
     def covers(self, name: str) -> bool:
@@ -115,10 +118,18 @@ class ShapeOutcome:
                 self.passed.pop(name, None)
                 self.undecided.add(name)
             elif decision.results is not None:
+                # A node that still passes keeps its place; one that joins goes last.
+                self.ordered = self.ordered and name in self.passed
                 self.passed[name] = decision.score
             else:
                 self.passed.pop(name, None)
                 (self.unresolvable if decision.unresolvable else self.failed)[name] = decision.reason
+
+    def order(self, names: Sequence[str]) -> None:
+        """Put ``passed`` in the order of ``names``, the node list."""
+        if not self.ordered:
+            self.passed = {name: self.passed[name] for name in names if name in self.passed}
+            self.ordered = True
 
 
 def set_key(names: Sequence[str]) -> tuple[int, int]:

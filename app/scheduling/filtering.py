@@ -12,7 +12,6 @@ or by ``allocator.decide``, within filter's time budget. ``quick`` (the event lo
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -260,16 +259,20 @@ class FilterDecisions:
         sample = (
             None if sampler is None or last.undecided else sampler.take(node_names, last.passed.__contains__)
         )
+        if sample is not None:
+            # The sample walks the asked list: ordering all passing nodes for it would be wasted.
+            outcome.passed, outcome.sampled = sample, True
+            outcome.in_request_order = True
+        else:
+            last.order(node_names)
+            outcome.passed = list(last.passed)
+            outcome.in_request_order = not last.undecided  # ``order`` walked the asked list
         outcome.failed = all_with_names(last.failed, pending)
         outcome.unresolvable = all_with_names(last.unresolvable, pending)
         # Nodes without a shared decision (time budget, unknown node, shares): this call's answer.
+        outcome.passed.extend(n for n in now.passed if n in last.undecided)
         outcome.failed.update((n, r) for n, r in now.failed.items() if n in last.undecided)
         outcome.unresolvable.update((n, r) for n, r in now.unresolvable.items() if n in last.undecided)
-        if sample is not None:
-            outcome.passed, outcome.sampled = sample, True
-        else:
-            outcome.passed = _passing(node_names, last, now)
-        outcome.in_request_order = True
         return outcome
 
     def _decide_nodes(
@@ -474,21 +477,6 @@ class FilterDecisions:
         if found is None or found[0].version != self.state.inventory.node_version(node):
             return None
         return found
-
-
-def _passing(node_names: Sequence[str], last: ShapeOutcome, now: FilterOutcome) -> list[str]:
-    """The asked nodes that pass, in the order asked: those the shape's answer passes and those without a
-    shared decision that pass in this call's. Built from the asked list, whose names the request just
-    created (in cache), rather than from the kept answer's: only the few nodes that do not pass are looked
-    up, and when every node passes the answer is the asked list itself."""
-    still_undecided = last.undecided.difference(now.passed)
-    if not (last.failed or last.unresolvable or still_undecided):
-        return list(node_names)
-    if len(last.passed) < len(last.failed) + len(last.unresolvable):  # mostly full: look up the few passing
-        undecided_passing = last.undecided.intersection(now.passed)
-        return [n for n in node_names if n in last.passed or n in undecided_passing]
-    excluded = last.failed.keys() | last.unresolvable.keys() | still_undecided
-    return list(itertools.filterfalse(excluded.__contains__, node_names))
 
 
 def _quick_enough(inventory: Inventory, node_names: Sequence[str], claims: list[Claim]) -> bool:
