@@ -14,9 +14,23 @@ from app.kube.client import CORE_NAMESPACES, KubeClient
 from tests.app.kube.fakeapi import FakeKubeAPI
 
 
-def _clear_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+def _proxy_env(monkeypatch: pytest.MonkeyPatch, api: FakeKubeAPI, proxy: str, no_proxy: str = "") -> None:
+    """Only ``proxy`` for the fake API server's scheme in the environment (and ``no_proxy``)."""
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(f"{api.url.split(':', 1)[0]}_proxy", proxy)
+    if no_proxy:
+        monkeypatch.setenv("no_proxy", no_proxy)
+
+
+async def _proxy_settings(api: FakeKubeAPI, tmp_path: Path) -> tuple[str | None, dict[str, str] | None]:
+    """The proxy URL and headers a client connected to ``api`` sends its requests with."""
+    client = await KubeClient.connect(api.kubeconfig(tmp_path))
+    try:
+        rest = client._api.rest_client
+        return rest.proxy, rest.proxy_headers
+    finally:
+        await client.close()
 
 
 async def test_requests_do_not_consult_the_environment(api: FakeKubeAPI, tmp_path: Path) -> None:
@@ -32,28 +46,14 @@ async def test_requests_do_not_consult_the_environment(api: FakeKubeAPI, tmp_pat
 async def test_the_environment_proxy_is_resolved_at_connect(
     api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _clear_proxies(monkeypatch)
-    scheme = api.url.split(":", 1)[0]
-    monkeypatch.setenv(f"{scheme}_proxy", "http://ops:s3cret@proxy.example:3128")
-    client = await KubeClient.connect(api.kubeconfig(tmp_path))
-    try:
-        rest = client._api.rest_client
-        assert rest.proxy == "http://proxy.example:3128"
-        # base64("ops:s3cret"), worked out by hand
-        assert rest.proxy_headers == {"Proxy-Authorization": "Basic b3BzOnMzY3JldA=="}
-    finally:
-        await client.close()
+    _proxy_env(monkeypatch, api, "http://ops:s3cret@proxy.example:3128")
+    # base64("ops:s3cret"), worked out by hand
+    expected = ("http://proxy.example:3128", {"Proxy-Authorization": "Basic b3BzOnMzY3JldA=="})
+    assert await _proxy_settings(api, tmp_path) == expected
 
 
 async def test_no_proxy_for_a_bypassed_server(
     api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _clear_proxies(monkeypatch)
-    scheme = api.url.split(":", 1)[0]
-    monkeypatch.setenv(f"{scheme}_proxy", "http://proxy.example:3128")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    client = await KubeClient.connect(api.kubeconfig(tmp_path))
-    try:
-        assert client._api.rest_client.proxy is None
-    finally:
-        await client.close()
+    _proxy_env(monkeypatch, api, "http://proxy.example:3128", no_proxy="127.0.0.1,localhost")
+    assert await _proxy_settings(api, tmp_path) == (None, None)
