@@ -11,8 +11,8 @@ watches a socket read timeout (a half-dead TCP connection otherwise hangs foreve
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
-does not; the proxy (``HTTPS_PROXY`` / ``NO_PROXY``, as client-go reads them, unless the kubeconfig names
-one) is looked up once when connecting. Credentials come from the kubeconfig, never from ``.netrc``.
+does not; the proxy (``app.kube.proxy``: the environment as client-go reads it, unless the kubeconfig
+names one) is looked up once when connecting. Credentials come from the kubeconfig, never from ``.netrc``.
 
 Exceptions::
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import urllib.request
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,8 @@ import orjson
 import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
-from yarl import URL
+
+from app.kube.proxy import proxy_for
 
 __all__ = [
     "COORDINATION_LEASES",
@@ -203,15 +203,8 @@ def _ignore_environment_per_request(api: ApiClient) -> None:
     rest.pool_manager = aiohttp.ClientSession(
         connector=connector, trust_env=False, read_bufsize=_READ_BUFFER_BYTES
     )
-    server = URL(api.configuration.host)
-    proxy = urllib.request.getproxies().get(server.scheme)
-    if rest.proxy or not proxy or (server.host and urllib.request.proxy_bypass(server.host)):
-        return
-    proxy_url = URL(proxy)
-    rest.proxy = str(proxy_url.with_user(None))
-    credentials = aiohttp.BasicAuth.from_url(proxy_url)
-    if credentials is not None:
-        rest.proxy_headers = {"Proxy-Authorization": credentials.encode()}
+    if not rest.proxy:  # a kubeconfig's proxy-url comes first
+        rest.proxy = proxy_for(api.configuration.host)
 
 
 class KubeClient:

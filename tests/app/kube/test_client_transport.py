@@ -1,36 +1,36 @@
 """The API client's session: the environment is read once when connecting, never per request.
 
 kubernetes-asyncio's own session reads ``~/.netrc`` and the proxy variables in a worker thread before every
-request; the extender's resolves the API server's proxy at ``connect`` (``HTTPS_PROXY`` / ``NO_PROXY``, as
-client-go) and then only sends."""
+request; the extender's resolves the API server's proxy at ``connect`` (``app.kube.proxy``) and then only
+sends."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
-from app.kube.client import CORE_NAMESPACES, KubeClient
+from app.kube.client import CORE_NAMESPACES, KubeAPIError, KubeClient
 from tests.app.kube.fakeapi import FakeKubeAPI
 
 
-def _proxy_env(monkeypatch: pytest.MonkeyPatch, api: FakeKubeAPI, proxy: str, no_proxy: str = "") -> None:
-    """Only ``proxy`` for the fake API server's scheme in the environment (and ``no_proxy``)."""
+@pytest.fixture(autouse=True)
+def _no_proxy_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(f"{api.url.split(':', 1)[0]}_proxy", proxy)
-    if no_proxy:
-        monkeypatch.setenv("no_proxy", no_proxy)
 
 
-async def _proxy_settings(api: FakeKubeAPI, tmp_path: Path) -> tuple[str | None, dict[str, str] | None]:
-    """The proxy URL and headers a client connected to ``api`` sends its requests with."""
-    client = await KubeClient.connect(api.kubeconfig(tmp_path))
-    try:
-        rest = client._api.rest_client
-        return rest.proxy, rest.proxy_headers
-    finally:
-        await client.close()
+def _kubeconfig(directory: Path, server: str, proxy_url: str | None = None) -> Path:
+    path = directory / "kubeconfig"
+    proxy = f"    proxy-url: {proxy_url}\n" if proxy_url else ""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {server}\n{proxy}"
+        "users:\n- name: u\n  user:\n    token: t\n"
+        "contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n"
+    )
+    return path
 
 
 async def test_requests_do_not_consult_the_environment(api: FakeKubeAPI, tmp_path: Path) -> None:
@@ -43,17 +43,40 @@ async def test_requests_do_not_consult_the_environment(api: FakeKubeAPI, tmp_pat
         await client.close()
 
 
-async def test_the_environment_proxy_is_resolved_at_connect(
-    api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("server", ["http://10.0.0.1:8080", "https://10.0.0.1:6443"])
+async def test_an_environment_proxy_gets_its_credentials(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _proxy_env(monkeypatch, api, "http://ops:s3cret@proxy.example:3128")
+    heads: list[str] = []
+
+    async def refusing_proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append((await reader.readuntil(b"\r\n\r\n")).decode())
+        writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    proxy = await asyncio.start_server(refusing_proxy, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    variable = "HTTPS_PROXY" if server.startswith("https") else "HTTP_PROXY"
+    monkeypatch.setenv(variable, f"http://ops:s3cret@127.0.0.1:{port}")
+    client = await KubeClient.connect(_kubeconfig(tmp_path, server))
+    try:
+        with pytest.raises(KubeAPIError):  # only the proxy is reached, and it refuses
+            await client.list(CORE_NAMESPACES)
+    finally:
+        await client.close()
+        proxy.close()
     # base64("ops:s3cret"), worked out by hand
-    expected = ("http://proxy.example:3128", {"Proxy-Authorization": "Basic b3BzOnMzY3JldA=="})
-    assert await _proxy_settings(api, tmp_path) == expected
+    assert "Proxy-Authorization: Basic b3BzOnMzY3JldA==" in heads[0]
 
 
-async def test_no_proxy_for_a_bypassed_server(
-    api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_kubeconfig_proxy_url_comes_before_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _proxy_env(monkeypatch, api, "http://proxy.example:3128", no_proxy="127.0.0.1,localhost")
-    assert await _proxy_settings(api, tmp_path) == (None, None)
+    monkeypatch.setenv("HTTPS_PROXY", "http://environment.example:3128")
+    path = _kubeconfig(tmp_path, "https://10.0.0.1:6443", proxy_url="http://kubeconfig.example:8080")
+    client = await KubeClient.connect(path)
+    try:
+        assert client._api.rest_client.proxy == "http://kubeconfig.example:8080"
+    finally:
+        await client.close()
