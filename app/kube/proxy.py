@@ -3,7 +3,8 @@ reads it (``http.ProxyFromEnvironment``), and so the way client-go and kubectl d
 
 * ``HTTPS_PROXY`` for an https API server, ``HTTP_PROXY`` for an http one; each upper-case name first, its
   lower-case form when that is unset or empty. ``HTTP_PROXY`` is ignored when ``REQUEST_METHOD`` is set (a
-  CGI environment, where a request header can set it). A value without a scheme is an ``http://`` URL.
+  CGI environment, where a request header can set it; Go fails such requests, here they go direct). A value
+  without a scheme is an ``http://`` URL; one Go cannot parse (a leading space, a control character) is none.
 * Never for ``localhost`` or a loopback address.
 * Not for a server ``NO_PROXY`` (or ``no_proxy``) names. It is a comma-separated list of ``*`` (nothing is
   proxied), IP addresses, CIDR ranges and domain names. ``example.com`` names it and its subdomains;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -26,6 +28,9 @@ __all__ = ["proxy_for"]
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+_CIDR = re.compile(r"[0-9a-f:.]+/[0-9]+")
+"""An address range as Go reads one: a prefix length, never a netmask."""
 
 
 def proxy_for(server: str, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -41,13 +46,19 @@ def proxy_for(server: str, environ: Mapping[str, str] = os.environ) -> str | Non
         port = str(url.port or _DEFAULT_PORTS[url.scheme])
     except ValueError:  # not a port number: the request fails, it needs no proxy
         return None
-    if not proxy or not url.hostname or _bypassed(url.hostname, port, environ):
+    if not proxy or _unparsable(proxy) or not url.hostname or _bypassed(url.hostname, port, environ):
         return None
     return proxy if "://" in proxy else f"http://{proxy}"
 
 
 def _first_set(environ: Mapping[str, str], *names: str) -> str:
     return next((environ[name] for name in names if environ.get(name)), "")
+
+
+def _unparsable(proxy: str) -> bool:
+    """A value Go's URL parser refuses, with or without ``http://`` before it (a leading space, a control
+    character such as the newline of a value written from a file): Go then uses no proxy."""
+    return proxy.startswith(" ") or any(c < " " or c == "\x7f" for c in proxy)
 
 
 def _bypassed(host: str, port: str, environ: Mapping[str, str]) -> bool:
@@ -62,7 +73,7 @@ def _bypassed(host: str, port: str, environ: Mapping[str, str]) -> bool:
 
 def _names(entry: str, host: str, ip: IPAddress | None, port: str) -> bool:
     """Whether the NO_PROXY ``entry`` names the server ``host`` (``ip`` when it is an address) on ``port``."""
-    if "/" in entry:
+    if _CIDR.fullmatch(entry):
         try:
             network = ipaddress.ip_network(entry, strict=False)
         except ValueError:
@@ -76,16 +87,19 @@ def _names(entry: str, host: str, ip: IPAddress | None, port: str) -> bool:
         return ip == entry_ip
     if ip is not None or not name:
         return False
-    subdomains_only = name.startswith((".", "*."))
-    name = name.removeprefix("*").removeprefix(".")
+    if name.startswith("*."):  # only "*." is a wildcard: "*corp.example" names nothing real
+        name = name[1:]
+    subdomains_only = name.startswith(".")
+    name = name.removeprefix(".")
     return host.endswith(f".{name}") or (not subdomains_only and host == name)
 
 
 def _split_port(entry: str) -> tuple[str, str]:
-    """``host:port``, ``[v6]:port`` or a bare host / IPv6 address, as (host, port or "")."""
+    """``host:port``, ``[v6]:port`` or a bare host / IPv6 address, as (host, port or ""). Brackets without
+    a port stay (as in Go, such an entry names no address)."""
     if entry.startswith("["):
         host, _, rest = entry[1:].partition("]")
-        return host, rest.removeprefix(":")
+        return (host, rest[1:]) if rest.startswith(":") else (entry, "")
     if entry.count(":") == 1:
         host, _, port = entry.partition(":")
         return host, port
@@ -94,6 +108,6 @@ def _split_port(entry: str) -> tuple[str, str]:
 
 def _address(text: str) -> IPAddress | None:
     try:
-        return ipaddress.ip_address(text.strip("[]"))
+        return ipaddress.ip_address(text)
     except ValueError:
         return None

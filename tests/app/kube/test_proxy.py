@@ -73,6 +73,11 @@ def test_which_proxy(server: str, environ: dict[str, str], expected: str | None)
         ("https://API.Corp.Example:6443", "corp.example", False),
         # A domain never names an address; empty and malformed entries are skipped.
         ("https://10.0.0.1:6443", "example.com, ,10.0.0.0/99", True),
+        # Forms Go reads as names of nothing: brackets without a port, a netmask, "*" without a dot.
+        ("https://[fd00::1]:443", "[fd00::1]", True),
+        ("https://10.0.0.1:6443", "10.0.0.0/255.0.0.0", True),
+        ("https://corp.example:6443", "*corp.example", True),
+        ("https://api.corp.example:6443", "*corp.example", True),
     ],
 )
 def test_no_proxy(server: str, no_proxy: str, proxied: bool) -> None:
@@ -84,3 +89,10 @@ def test_no_proxy(server: str, no_proxy: str, proxied: bool) -> None:
 def test_no_proxy_upper_case_first() -> None:
     environ = {"HTTPS_PROXY": PROXY, "NO_PROXY": "other.example", "no_proxy": "10.0.0.1"}
     assert proxy_for("https://10.0.0.1:6443", environ) == PROXY
+
+
+@pytest.mark.parametrize("value", [f"{PROXY}\n", f" {PROXY}", "proxy.example:3128\n"])
+def test_a_proxy_go_cannot_parse_is_no_proxy(value: str) -> None:
+    # A leading space or a control character (a value written from a file): Go's URL parser refuses it,
+    # with and without "http://" before it, and Go uses no proxy.
+    assert proxy_for("https://10.0.0.1:6443", {"HTTPS_PROXY": value}) is None
