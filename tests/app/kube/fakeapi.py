@@ -127,6 +127,19 @@ class FaultPlan:
         return None
 
 
+def write_kubeconfig(directory: Path, server: str, proxy_url: str | None = None) -> Path:
+    """``directory/kubeconfig``: one context for ``server`` with a bearer token (and ``proxy-url``)."""
+    path = directory / "kubeconfig"
+    proxy = f"    proxy-url: {proxy_url}\n" if proxy_url else ""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters:\n- name: fake\n  cluster:\n    server: {server}\n{proxy}"
+        "users:\n- name: fake\n  user:\n    token: fake-token\n"
+        "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n"
+    )
+    return path
+
+
 def status_body(code: int, reason: str, message: str) -> Obj:
     return {
         "kind": "Status",
@@ -185,14 +198,7 @@ class FakeKubeAPI(FaultPlan):
             await self._runner.cleanup()
 
     def kubeconfig(self, directory: Path) -> Path:
-        path = directory / "kubeconfig"
-        path.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-            f"clusters:\n- name: fake\n  cluster:\n    server: {self.url}\n"
-            "users:\n- name: fake\n  user:\n    token: fake-token\n"
-            "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n"
-        )
-        return path
+        return write_kubeconfig(directory, self.url)
 
     # --- objects --------------------------------------------------------------------------------------------
 

@@ -12,25 +12,13 @@ from pathlib import Path
 import pytest
 
 from app.kube.client import CORE_NAMESPACES, KubeAPIError, KubeClient
-from tests.app.kube.fakeapi import FakeKubeAPI
+from tests.app.kube.fakeapi import FakeKubeAPI, write_kubeconfig
 
 
 @pytest.fixture(autouse=True)
 def _no_proxy_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
-
-
-def _kubeconfig(directory: Path, server: str, proxy_url: str | None = None) -> Path:
-    path = directory / "kubeconfig"
-    proxy = f"    proxy-url: {proxy_url}\n" if proxy_url else ""
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        f"clusters:\n- name: c\n  cluster:\n    server: {server}\n{proxy}"
-        "users:\n- name: u\n  user:\n    token: t\n"
-        "contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n"
-    )
-    return path
 
 
 async def test_requests_do_not_consult_the_environment(api: FakeKubeAPI, tmp_path: Path) -> None:
@@ -59,7 +47,7 @@ async def test_an_environment_proxy_gets_its_credentials(
     port = proxy.sockets[0].getsockname()[1]
     variable = "HTTPS_PROXY" if server.startswith("https") else "HTTP_PROXY"
     monkeypatch.setenv(variable, f"http://ops:s3cret@127.0.0.1:{port}")
-    client = await KubeClient.connect(_kubeconfig(tmp_path, server))
+    client = await KubeClient.connect(write_kubeconfig(tmp_path, server))
     try:
         with pytest.raises(KubeAPIError):  # only the proxy is reached, and it refuses
             await client.list(CORE_NAMESPACES)
@@ -74,7 +62,7 @@ async def test_a_kubeconfig_proxy_url_comes_before_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://environment.example:3128")
-    path = _kubeconfig(tmp_path, "https://10.0.0.1:6443", proxy_url="http://kubeconfig.example:8080")
+    path = write_kubeconfig(tmp_path, "https://10.0.0.1:6443", proxy_url="http://kubeconfig.example:8080")
     client = await KubeClient.connect(path)
     try:
         assert client._api.rest_client.proxy == "http://kubeconfig.example:8080"
