@@ -29,8 +29,9 @@ devices); otherwise the decision stays the node's own. Global inputs (DeviceClas
 gates, cluster-wide derived attributes, non-local slices) are the caller's ``context``: a table is
 emptied when it changes.
 
-The shape-independent part (pools, slices, device descriptions) is computed once per node and pool list
-and interned to a number, so a new shape costs a few C-speed lookups per device. Bounds: at most
+The shape-independent part (pools, slices, and each device's ``description``: the digest of its API dict
+without attributes, made when the slice is parsed) is computed once per node and pool list and interned
+to a number, so a new shape costs a few C-speed lookups per device. Bounds: at most
 ``MAX_SIGNATURES`` decisions over all shapes (the oldest shape's go first), ``MAX_SHAPES`` tables,
 ``MAX_LAYOUTS`` node layouts and ``MAX_LAYOUT_NUMBERS`` interned layouts (then the interning starts over:
 numbers are never reused, so equal numbers always mean equal layouts).
@@ -65,8 +66,8 @@ MAX_LAYOUTS = 200_000
 """Nodes whose shape-independent layout is kept (one per node of the cluster)."""
 
 MAX_LAYOUT_NUMBERS = 200_000
-"""Interned device descriptions and layouts (about one per distinct device and node hardware; a layout
-key is a few hundred bytes)."""
+"""Interned node layouts (about one per distinct node hardware; a layout key is a few hundred bytes: the
+device descriptions in it are 16-byte digests held once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +152,7 @@ class EquivalenceCache:
         self._tables: dict[bytes, ShapeTable] = {}
         self._count = 0
         self._layouts: dict[str, _NodeLayout] = {}
-        self._descriptions: dict[Hashable, int] = {}
+        self._layout_numbers: dict[Hashable, int] = {}
         self._numbers = itertools.count(1)
         self.stats = {"hits": 0, "misses": 0, "kept": 0, "not_shareable": 0}
         """Lookups that found a shared decision or not, decisions shared, and decisions whose reason
@@ -213,11 +214,11 @@ class EquivalenceCache:
                         slice_.skip_node_operations,
                     )
                 )
-                for device in slice_.devices:
-                    if slice_.per_device_node_selection and not device_on_node(device, node):
-                        continue
-                    devices.append(device)
-                    structure.append(self._number(_description(device)))
+                shown = slice_.devices
+                if slice_.per_device_node_selection:
+                    shown = tuple(d for d in shown if device_on_node(d, node))
+                devices.extend(shown)
+                structure.extend([d.description for d in shown])
         counted = tuple(
             p for p in pools if p.counter_sets or any(d.consumes_counters for d in p.devices_by_name.values())
         )
@@ -229,39 +230,14 @@ class EquivalenceCache:
         return layout
 
     def _number(self, structure: Hashable) -> int:
-        """Equal numbers stand for equal structures (device descriptions, and node layouts made of their
-        numbers: small keys). Numbers are never reused: after the interning starts over (bounded), a
-        structure seen before gets a new number, which only costs sharing."""
-        if len(self._descriptions) >= MAX_LAYOUT_NUMBERS:
-            self._descriptions = {}
-        found = self._descriptions.get(structure)
+        """Equal numbers stand for equal node layouts. Numbers are never reused: after the interning
+        starts over (bounded), a structure seen before gets a new number, which only costs sharing."""
+        if len(self._layout_numbers) >= MAX_LAYOUT_NUMBERS:
+            self._layout_numbers = {}
+        found = self._layout_numbers.get(structure)
         if found is None:
-            found = self._descriptions[structure] = next(self._numbers)
+            found = self._layout_numbers[structure] = next(self._numbers)
         return found
-
-
-def _description(device: Device) -> Hashable:
-    """What the allocator reads of a device apart from its pool, attributes, taints and use."""
-    return (
-        device.name,
-        tuple(sorted((n, c.value.value, c.value.text, c.policy) for n, c in device.capacity.items())),
-        tuple(
-            (
-                c.counter_set,
-                tuple(sorted((n, q.value, q.text) for n, q in c.counters.items())),
-                tuple(sorted(c.compatibility_groups)),
-            )
-            for c in device.consumes_counters
-        ),
-        device.taints,
-        bool(device.node_name),
-        device.node_selector,
-        device.all_nodes,
-        device.binds_to_node,
-        device.binding_conditions,
-        device.binding_failure_conditions,
-        device.allow_multiple_allocations,
-    )
 
 
 @dataclass(slots=True)
@@ -321,8 +297,11 @@ def _attributes(devices: tuple[Device, ...], view: _AttributeView) -> Hashable:
     """The values the shape reads of each device, with their types (``1`` is not ``true`` in CEL)."""
     if view.every:
         return tuple(tuple(sorted((n, attribute_key(v)) for n, v in d.attributes.items())) for d in devices)
+    names = view.names
+    # A list comprehension: a generator would resume once per value (this runs for every device of every
+    # node on a new shape's first filter).
     values = tuple(
-        d.cel.attributes.get(domain, _NO_VALUES).get(ident) for d in devices for domain, ident in view.names
+        [d.cel.attributes.get(dom, _NO_VALUES).get(ident) for d in devices for dom, ident in names]
     )
     types = tuple(map(type, values))
     if tuple in types:  # list values: their elements' types count too

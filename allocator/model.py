@@ -295,6 +295,10 @@ class Device:
     digest: bytes
     """Of the API dict it was parsed from (``_digest``): a slice update republishing the device unchanged
     keeps this parsed object, and with it every cached selector result, without the dict being kept."""
+    description: bytes
+    """Of that dict without its attributes: all the allocator reads of the device apart from its pool and
+    attributes (name, capacity, counters, taints, node selection, binding fields). Equal on alike devices
+    of alike nodes, and held once for them (``allocator.equivalence`` keys node layouts on it)."""
 
     @property
     def driver(self) -> str:
@@ -466,7 +470,16 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) ->
         ),
         allow_multiple_allocations=multi,
         digest=digest,
+        description=_description(data),
     )
+
+
+def _description(data: Mapping[str, Any]) -> bytes:
+    """``Device.description``: the digest of ``data`` without ``attributes``, held once for alike devices
+    (at most ``MAX_SHARED_DESCRIPTIONS`` of them)."""
+    rest = {key: value for key, value in data.items() if key != "attributes"}
+    digest = _digest(rest)
+    return _held_once(_DESCRIPTIONS, digest, digest, MAX_SHARED_DESCRIPTIONS)
 
 
 MAX_SHARED_VALUES = 4096
@@ -475,10 +488,14 @@ MAX_SHARED_VALUES = 4096
 MAX_SHARED_DOMAINS = 4096
 """Distinct per-domain attribute maps held once (``_shared_domain``)."""
 
+MAX_SHARED_DESCRIPTIONS = 4096
+"""Distinct device descriptions (``Device.description``) held once."""
+
 _K = TypeVar("_K", bound=Hashable)
 _V = TypeVar("_V")
 _VALUES: dict[str | Version, str | Version] = {}
 _DOMAINS: dict[tuple[object, ...], dict[str, AttributeValue]] = {}
+_DESCRIPTIONS: dict[bytes, bytes] = {}
 
 
 def _shared_value(value: AttributeValue) -> AttributeValue:

@@ -215,13 +215,14 @@ def _pool_view(
                 duplicates.append(f"duplicate counter set name {name}")
             counter_sets[name] = counters
         for d in s.devices:
-            devices_by_name.setdefault(d.name, d)
-    seen: set[str] = set()
-    for s in device_slices:
-        for d in s.devices:
-            if d.name in seen:
-                duplicates.append(f"duplicate device name {d.name}")
-            seen.add(d.name)
+            devices_by_name.setdefault(d.id[2], d)
+    listed = [d.id[2] for s in device_slices for d in s.devices]
+    if len(set(listed)) != len(listed):  # C-speed for the usual case: this runs per pool and node
+        seen: set[str] = set()
+        for name in listed:
+            if name in seen:
+                duplicates.append(f"duplicate device name {name}")
+            seen.add(name)
     invalid = ""
     # Upstream does not build an incomplete pool, so it never finds one invalid.
     if not incomplete:
@@ -252,6 +253,8 @@ def _counter_reference_problem(
     devices: Iterable[Device], counter_sets: Mapping[str, Mapping[str, Quantity]]
 ) -> str:
     for device in devices:
+        if not device.consumes_counters:
+            continue  # most devices: nothing to check, and this runs for every pool of every node
         # API validation rejects these slices; one that gets here anyway (a state file) is not used.
         sets = [c.counter_set for c in device.consumes_counters]
         if len(sets) > MAX_COUNTER_SETS_PER_DEVICE:

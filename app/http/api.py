@@ -249,6 +249,9 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if heartbeat is not None:
             heartbeat.start()
+        # The first call imports anyio's event-loop backend and starts the worker thread: done here, not
+        # inside the first pod's filter (about a tenth of a second on a busy 2-core node).
+        await run_in_threadpool(lambda: None)
         yield
 
     app = FastAPIOffline(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -54,6 +55,24 @@ def test_alike_devices_hold_equal_values_once():
     first, second = a.devices[0], b.devices[0]
     assert first.cel.attributes[DRIVER_A] is second.cel.attributes[DRIVER_A]
     assert first.attribute(f"{DRIVER_A}/model") is second.attribute(f"{DRIVER_A}/model")
+
+
+def test_alike_devices_of_other_nodes_share_one_description_and_any_other_field_sets_one_apart():
+    def parsed(node: str, **fields: Any) -> Any:
+        published = {**device("gpu-0", uuid=f"GPU-{node}", model="H100"), **fields}
+        return parse_resource_slice(slice_(f"s-{node}", DRIVER_A, node, [published], node=node)).devices[0]
+
+    first = parsed("node-1")
+    # Another pool, node and uuid: the attributes are left out, so the description is one object.
+    assert parsed("node-2").description is first.description
+    others = [
+        parsed("node-3", name="gpu-1"),
+        parsed("node-4", capacity={"memory": {"value": "40Gi"}}),
+        parsed("node-5", taints=[{"key": "xid", "value": "79", "effect": "NoSchedule"}]),
+        parsed("node-6", allowMultipleAllocations=True),
+        parsed("node-7", bindingConditions=["attached"], bindingFailureConditions=["failed"]),
+    ]
+    assert len({first.description, *(d.description for d in others)}) == 1 + len(others)
 
 
 def test_devices_of_another_pool_are_not_reused():
