@@ -264,11 +264,15 @@ def create_app(
     app.openapi = _openapi(app)  # type: ignore[method-assign]
 
     def filter_(args: wire.ExtenderArgs) -> Answer:
-        outcome = service.filter(args.pod, args.candidate_names, args.nodes_by_name, sampler=sampler)
+        outcome = service.filter(
+            args.pod, args.candidate_names, args.nodes_by_name, sampler=sampler, names_key=args.node_names_key
+        )
         return _filter_answer(args, outcome)
 
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
-        outcome = service.filter_quick(args.pod, args.candidate_names, args.nodes_by_name, sampler=sampler)
+        outcome = service.filter_quick(
+            args.pod, args.candidate_names, args.nodes_by_name, sampler=sampler, names_key=args.node_names_key
+        )
         return None if outcome is None else _filter_answer(args, outcome)
 
     def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome) -> Answer:

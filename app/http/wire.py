@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from app.scheduling.decisions import list_key
 from app.scheduling.preemption import Victims
 from app.scheduling.service import FilterOutcome
 from app.state.statedir import check_encodable, pod_claim_source_problem
@@ -62,6 +63,8 @@ class ExtenderArgs:
     pod: Obj
     nodes: list[Obj] | None
     node_names: list[str] | None
+    node_names_key: int | None = None
+    """The ``list_key`` of ``node_names`` (made from the text their check joined), or None."""
     candidate_names: list[str] = field(init=False)
     """The candidate node names in request order (``NodeNames`` wins when both are sent); one list per
     request, not to be modified (the filter fast path answers with this very list)."""
@@ -226,16 +229,18 @@ def _check_nodes(nodes: Any) -> list[Obj] | None:
     return items
 
 
-def _check_node_names(names: Any) -> list[str] | None:
+def _node_names_key(names: Any) -> int | None:
+    """``NodeNames`` checked: None (not sent), else their ``list_key``. Raises WireError naming the field."""
     if names is None:
         return None
     _expect(names, list, "NodeNames", optional=False)
     try:
-        "".join(names)  # a C-speed check over thousands of names: only strings join
+        joined = "\n".join(names)  # a C-speed check over thousands of names: only strings join
     except TypeError:
         for i, name in enumerate(names):
             _expect(name, str, f"NodeNames[{i}]", optional=False)
-    return names
+        raise
+    return list_key(names, joined)
 
 
 def decode_extender_args(body: bytes) -> ExtenderArgs:
@@ -243,10 +248,11 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     found = _fields(_load_object(body), ("Pod", "Nodes", "NodeNames"))
     pod = _check_pod(found.get("Pod"))
     nodes = _check_nodes(found.get("Nodes"))
-    node_names = _check_node_names(found.get("NodeNames"))
+    node_names = found.get("NodeNames")
+    names_key = _node_names_key(node_names)
     if nodes is None and node_names is None:
         raise WireError("Nodes, NodeNames: one of them is required")
-    return ExtenderArgs(pod, nodes, node_names)
+    return ExtenderArgs(pod, nodes, node_names, names_key)
 
 
 def decode_binding_args(body: bytes) -> ExtenderBindingArgs:

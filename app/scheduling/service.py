@@ -235,10 +235,12 @@ class SchedulingService(FilterDecisions, BindCoordination):
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
         sampler: NodeSampler | None = None,
+        names_key: int | None = None,
     ) -> FilterOutcome:
         """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them.
         ``sampler``: the answer may pass on only the sample (``FilterOutcome.sampled``) where that saves
-        work; the caller samples the rest (``NodeSampler.sample``)."""
+        work; the caller samples the rest (``NodeSampler.sample``). ``names_key``: the ``list_key`` of
+        ``node_names`` when the caller has it (the wire layer makes it while checking the names)."""
         if needs_no_devices(pod):
             return _passes_all(node_names)
         fits_nodes = self._fits_node_allocatable()
@@ -246,11 +248,11 @@ class SchedulingService(FilterDecisions, BindCoordination):
             sampler = None  # the node fit below may drop passing nodes: sample after it (the caller does)
         with self.lock:
             pod = self._with_state_status(pod)
-            outcome = self._filter(pod, node_names, nodes, sampler=sampler)
+            outcome = self._filter(pod, node_names, nodes, sampler=sampler, names_key=names_key)
         if outcome.stale_claims and self._delete_stale_claims(outcome.stale_claims):
             # kube-scheduler's PostFilter deleted the claim and the pod is tried again: do that attempt now.
             with self.lock:
-                outcome = self._filter(pod, node_names, nodes, sampler=sampler)
+                outcome = self._filter(pod, node_names, nodes, sampler=sampler, names_key=names_key)
         if outcome.unusable is not None:
             self._release_unusable(outcome, pod)
         if fits_nodes and outcome.passed:
@@ -294,6 +296,7 @@ class SchedulingService(FilterDecisions, BindCoordination):
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
         sampler: NodeSampler | None = None,
+        names_key: int | None = None,
     ) -> FilterOutcome | None:
         """``filter`` when its answer needs no search and few device checks, and the lock is free
         (a pod without devices; the claims shape's answer for this node list patched for the few nodes
@@ -302,9 +305,12 @@ class SchedulingService(FilterDecisions, BindCoordination):
             return _passes_all(node_names)
         if self._fits_node_allocatable():
             return None  # node fit reads every pod of the node: a worker thread's job
-        outcome = self._quickly(
-            lambda: self._filter(self._with_state_status(pod), node_names, nodes, quick=True, sampler=sampler)
-        )
+
+        def decide() -> FilterOutcome:
+            asked = self._with_state_status(pod)  # under the lock, like the state it reads
+            return self._filter(asked, node_names, nodes, quick=True, sampler=sampler, names_key=names_key)
+
+        outcome = self._quickly(decide)
         # Deleting a leftover extended-resource claim is a write: it belongs on a worker thread.
         return None if outcome is None or outcome.stale_claims else outcome
 

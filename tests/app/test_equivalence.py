@@ -114,6 +114,26 @@ def test_the_same_nodes_in_another_order_are_answered_from_the_shapes_answer_in_
     assert svc.filter_quick(svc.state.get("Pod", "ml/c"), names[:10]) is None
 
 
+def test_a_cluster_with_room_on_every_node_is_answered_with_the_list_asked():
+    names = [f"n{i}" for i in range(20)]
+    svc = service_of(
+        cluster(
+            {n: [gpu(0, n), gpu(1, n)] for n in names},
+            *(("ResourceClaim", claim("ml", c, [request("gpu", "gpu")])) for c in "ab"),
+            *(("Pod", pod("ml", c, [c])) for c in "ab"),
+        )
+    )
+    assert svc.filter(svc.state.get("Pod", "ml/a"), names).passed == names
+    svc.bind("ml", "a", "uid-pod-ml-a", "n3")  # one GPU of n3 left: it still fits one
+    stats = dict(svc._equivalence.stats)
+    shuffled = names[::-1]
+    outcome = svc.filter_quick(svc.state.get("Pod", "ml/b"), shuffled)
+    assert outcome is not None
+    assert outcome.passed == shuffled and outcome.in_request_order
+    assert not outcome.failed and not outcome.unresolvable
+    assert svc._equivalence.stats["misses"] - stats["misses"] == 1  # n3, decided again
+
+
 def test_a_mostly_full_cluster_is_answered_from_the_shapes_answer_in_the_order_asked():
     names = [f"n{i}" for i in range(20)]
     pods = [f"p{i}" for i in range(16)]

@@ -101,9 +101,21 @@ def test_decode_filter_node_cache_capable():
     assert args.nodes_by_name is None
 
 
+def test_node_lists_whose_names_join_alike_get_different_keys():
+    def key(names: list[str]) -> int | None:
+        body = orjson.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names})
+        return decode_extender_args(body).node_names_key
+
+    # Names joined by newlines read "a\nb\nc" for the first three lists, and "" for the last two.
+    lists = [["a", "b", "c"], ["a", "b\nc"], ["a\nb", "c"], ["a", "b", "c "], [], [""]]
+    keys = [key(names) for names in lists]
+    assert len(set(keys)) == len(lists)
+    assert key(["a", "b", "c"]) == keys[0]
+
+
 def test_decode_filter_with_node_objects():
     args = decode_extender_args(FILTER_NODES)
-    assert args.node_names is None
+    assert args.node_names is None and args.node_names_key is None
     assert not args.node_cache_capable
     assert args.nodes == [orjson.loads(NODE_A), orjson.loads(NODE_B), orjson.loads(NODE_C)]
     assert args.candidate_names == ["node-a", "node-b", "node-c"]
