@@ -265,13 +265,21 @@ def create_app(
 
     def filter_(args: wire.ExtenderArgs) -> Answer:
         outcome = service.filter(
-            args.pod, args.candidate_names, args.nodes_by_name, sampler=sampler, names_key=args.node_names_key
+            args.pod,
+            args.candidate_names,
+            args.nodes_by_name,
+            sampler=sampler,
+            names_text=args.node_names_text,
         )
         return _filter_answer(args, outcome)
 
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
         outcome = service.filter_quick(
-            args.pod, args.candidate_names, args.nodes_by_name, sampler=sampler, names_key=args.node_names_key
+            args.pod,
+            args.candidate_names,
+            args.nodes_by_name,
+            sampler=sampler,
+            names_text=args.node_names_text,
         )
         return None if outcome is None else _filter_answer(args, outcome)
 

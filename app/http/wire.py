@@ -25,7 +25,6 @@ from typing import Any
 
 import orjson
 
-from app.scheduling.decisions import list_key
 from app.scheduling.preemption import Victims
 from app.scheduling.service import FilterOutcome
 from app.state.statedir import check_encodable, pod_claim_source_problem
@@ -63,8 +62,8 @@ class ExtenderArgs:
     pod: Obj
     nodes: list[Obj] | None
     node_names: list[str] | None
-    node_names_key: int | None = None
-    """The ``list_key`` of ``node_names`` (made from the text their check joined), or None."""
+    node_names_text: str | None = None
+    """``node_names`` joined by newlines, as their check joined them (for ``list_key``), or None."""
     candidate_names: list[str] = field(init=False)
     """The candidate node names in request order (``NodeNames`` wins when both are sent); one list per
     request, not to be modified (the filter fast path answers with this very list)."""
@@ -229,8 +228,9 @@ def _check_nodes(nodes: Any) -> list[Obj] | None:
     return items
 
 
-def _node_names_key(names: Any) -> int | None:
-    """``NodeNames`` checked: None (not sent), else their ``list_key``. Raises WireError naming the field."""
+def _node_names_text(names: Any) -> str | None:
+    """``NodeNames`` checked: None (not sent), else the names joined by newlines. Raises WireError naming
+    the field."""
     if names is None:
         return None
     _expect(names, list, "NodeNames", optional=False)
@@ -240,7 +240,7 @@ def _node_names_key(names: Any) -> int | None:
         for i, name in enumerate(names):
             _expect(name, str, f"NodeNames[{i}]", optional=False)
         raise
-    return list_key(names, joined)
+    return joined
 
 
 def decode_extender_args(body: bytes) -> ExtenderArgs:
@@ -249,10 +249,10 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
     pod = _check_pod(found.get("Pod"))
     nodes = _check_nodes(found.get("Nodes"))
     node_names = found.get("NodeNames")
-    names_key = _node_names_key(node_names)
+    names_text = _node_names_text(node_names)
     if nodes is None and node_names is None:
         raise WireError("Nodes, NodeNames: one of them is required")
-    return ExtenderArgs(pod, nodes, node_names, names_key)
+    return ExtenderArgs(pod, nodes, node_names, names_text)
 
 
 def decode_binding_args(body: bytes) -> ExtenderBindingArgs:

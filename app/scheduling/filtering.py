@@ -83,7 +83,7 @@ class FilterDecisions:
         choose: bool = False,
         beside: frozenset[str] = frozenset(),
         sampler: NodeSampler | None = None,
-        names_key: int | None = None,
+        names_text: str | None = None,
     ) -> FilterOutcome:
         """Filter under the lock. ``quick``: raise NotQuick or SearchNeeded (before changing anything
         of the pod's) rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow. ``select``:
@@ -91,8 +91,8 @@ class FilterDecisions:
         (bind): also choose its devices where the score came from an equivalent node.
         ``beside``: claims other pods' binds are writing on the nodes asked (``_filter_beside``).
         ``sampler``: where the shape's kept answer serves, pass on only its sample
-        (``app.scheduling.sampling``), without ordering every passing node first. ``names_key``: the
-        ``list_key`` of ``node_names`` when the caller has it."""
+        (``app.scheduling.sampling``), without ordering every passing node first. ``names_text``: the
+        names joined by newlines, when the caller has them so (``list_key``)."""
         outcome = FilterOutcome()
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
         bound = self._bound_node(pod)
@@ -166,7 +166,7 @@ class FilterDecisions:
                 select=select,
                 choose=choose,
                 sampler=sampler,
-                names_key=names_key,
+                names_text=names_text,
             )
         asked = Asked(pod, view, pending, allocated, extended, nodes)
         self._decide_nodes(outcome, node_names, asked, select=True, quick=False)
@@ -215,7 +215,7 @@ class FilterDecisions:
         select: bool,
         choose: bool,
         sampler: NodeSampler | None = None,
-        names_key: int | None = None,
+        names_text: str | None = None,
     ) -> FilterOutcome:
         """Filter from the shape's previous answer for the same node list, deciding again only the
         nodes whose version changed since (usually just the node of the last bind).
@@ -234,7 +234,7 @@ class FilterDecisions:
                 covered = [n for n in node_names if last.covers(n)]
                 last.record(covered, self._decisions.get(view.shape, {}), inventory.node_versions())
             return outcome
-        order_key = list_key(node_names) if names_key is None else names_key
+        order_key = list_key(node_names, names_text)
         changed = None
         if last is not None and last.answers(node_names, order_key):
             changed = inventory.nodes_changed_since(last.seq, last.global_version)

@@ -235,12 +235,12 @@ class SchedulingService(FilterDecisions, BindCoordination):
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
         sampler: NodeSampler | None = None,
-        names_key: int | None = None,
+        names_text: str | None = None,
     ) -> FilterOutcome:
         """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them.
         ``sampler``: the answer may pass on only the sample (``FilterOutcome.sampled``) where that saves
-        work; the caller samples the rest (``NodeSampler.sample``). ``names_key``: the ``list_key`` of
-        ``node_names`` when the caller has it (the wire layer makes it while checking the names)."""
+        work; the caller samples the rest (``NodeSampler.sample``). ``names_text``: the names joined by
+        newlines when the caller has them so (the wire layer joins them to check them; ``list_key``)."""
         if needs_no_devices(pod):
             return _passes_all(node_names)
         fits_nodes = self._fits_node_allocatable()
@@ -248,11 +248,11 @@ class SchedulingService(FilterDecisions, BindCoordination):
             sampler = None  # the node fit below may drop passing nodes: sample after it (the caller does)
         with self.lock:
             pod = self._with_state_status(pod)
-            outcome = self._filter(pod, node_names, nodes, sampler=sampler, names_key=names_key)
+            outcome = self._filter(pod, node_names, nodes, sampler=sampler, names_text=names_text)
         if outcome.stale_claims and self._delete_stale_claims(outcome.stale_claims):
             # kube-scheduler's PostFilter deleted the claim and the pod is tried again: do that attempt now.
             with self.lock:
-                outcome = self._filter(pod, node_names, nodes, sampler=sampler, names_key=names_key)
+                outcome = self._filter(pod, node_names, nodes, sampler=sampler, names_text=names_text)
         if outcome.unusable is not None:
             self._release_unusable(outcome, pod)
         if fits_nodes and outcome.passed:
@@ -296,7 +296,7 @@ class SchedulingService(FilterDecisions, BindCoordination):
         node_names: Sequence[str],
         nodes: Mapping[str, Mapping[str, Any]] | None = None,
         sampler: NodeSampler | None = None,
-        names_key: int | None = None,
+        names_text: str | None = None,
     ) -> FilterOutcome | None:
         """``filter`` when its answer needs no search and few device checks, and the lock is free
         (a pod without devices; the claims shape's answer for this node list patched for the few nodes
@@ -308,7 +308,7 @@ class SchedulingService(FilterDecisions, BindCoordination):
 
         def decide() -> FilterOutcome:
             asked = self._with_state_status(pod)  # under the lock, like the state it reads
-            return self._filter(asked, node_names, nodes, quick=True, sampler=sampler, names_key=names_key)
+            return self._filter(asked, node_names, nodes, quick=True, sampler=sampler, names_text=names_text)
 
         outcome = self._quickly(decide)
         # Deleting a leftover extended-resource claim is a write: it belongs on a worker thread.

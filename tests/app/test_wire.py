@@ -19,6 +19,7 @@ from app.http.wire import (
     encode_filter_result,
     encode_host_priorities,
 )
+from app.scheduling.decisions import list_key
 from app.scheduling.service import FilterOutcome
 
 # §1.1: the Pod kube-scheduler sends (informer copy: no kind/apiVersion).
@@ -104,7 +105,8 @@ def test_decode_filter_node_cache_capable():
 def test_node_lists_whose_names_join_alike_get_different_keys():
     def key(names: list[str]) -> int | None:
         body = orjson.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names})
-        return decode_extender_args(body).node_names_key
+        args = decode_extender_args(body)
+        return list_key(args.candidate_names, args.node_names_text)
 
     # Names joined by newlines read "a\nb\nc" for the first three lists, and "" for the last two.
     lists = [["a", "b", "c"], ["a", "b\nc"], ["a\nb", "c"], ["a", "b", "c "], [], [""]]
@@ -115,7 +117,7 @@ def test_node_lists_whose_names_join_alike_get_different_keys():
 
 def test_decode_filter_with_node_objects():
     args = decode_extender_args(FILTER_NODES)
-    assert args.node_names is None and args.node_names_key is None
+    assert args.node_names is None and args.node_names_text is None
     assert not args.node_cache_capable
     assert args.nodes == [orjson.loads(NODE_A), orjson.loads(NODE_B), orjson.loads(NODE_C)]
     assert args.candidate_names == ["node-a", "node-b", "node-c"]
