@@ -335,7 +335,7 @@ def create_app(
     async def run(verb: str, handler: Callable[[Any], Answer], request: Request) -> Response:
         start = time.perf_counter()
         response, ok = await answer(verb, handler, request)
-        metrics.requests.labels(verb, "success" if ok else "error").observe(time.perf_counter() - start)
+        metrics.observe_request(verb, ok, time.perf_counter() - start)
         return response
 
     async def answer(verb: str, handler: Callable[[Any], Answer], request: Request) -> tuple[Response, bool]:

@@ -3,8 +3,8 @@
 
 Counted on the request path (a counter increment or a histogram observation each):
 
-* ``dra_extender_request_duration_seconds{verb, result}``: filter / prioritize / bind latency, buckets of
-  kube-scheduler's ``framework_extension_point_duration_seconds`` (0.1 ms doubling to 205 ms) plus
+* ``dra_extender_request_duration_seconds{verb, result}``: filter / prioritize / bind / preempt latency,
+  buckets of kube-scheduler's ``framework_extension_point_duration_seconds`` (0.1 ms doubling to 205 ms) plus
   those of its ``scheduling_attempt_duration_seconds`` above them (to 16 s: a bind writing to the API
   server); ``result`` ``success`` or ``error`` (a non-200 answer or one with ``Error`` set);
 * ``dra_extender_binds_total{result}``: bind outcomes (``success``, ``error``);
@@ -61,7 +61,7 @@ REQUEST_BUCKETS = tuple(
 ExponentialBuckets(0.001, 2, 15) (scheduling attempts) above 205 ms: 0.1 ms .. 16.4 s."""
 
 _PREFIX = "dra_extender_"
-VERBS = ("filter", "prioritize", "bind")
+VERBS = ("filter", "prioritize", "bind", "preempt")
 RESULTS = ("success", "error")
 NODE_RESULTS = ("passed", "failed", "unresolvable")
 
@@ -209,19 +209,25 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
-        for verb in VERBS:  # every series from the start: rates need the zero before the first event
-            for result in RESULTS:
-                self.requests.labels(verb, result)
+        # Every series from the start (rates need the zero before the first event), kept: looking a
+        # series up by its labels on each request takes a lock and builds keys, on the filter's hot path.
+        self._request_series = {
+            (verb, ok): self.requests.labels(verb, result)
+            for verb in VERBS
+            for ok, result in zip((True, False), RESULTS, strict=True)
+        }
         for result in RESULTS:
             self.binds.labels(result)
-        for result in NODE_RESULTS:
-            self.filter_nodes.labels(result)
+        self._node_series = tuple(self.filter_nodes.labels(result) for result in NODE_RESULTS)
         self.registry.register(_StateCollector(service, informers))
 
+    def observe_request(self, verb: str, ok: bool, seconds: float) -> None:
+        self._request_series[verb, ok].observe(seconds)
+
     def observe_filter(self, passed: int, failed: int, unresolvable: int) -> None:
-        for result, count in zip(NODE_RESULTS, (passed, failed, unresolvable), strict=True):
+        for series, count in zip(self._node_series, (passed, failed, unresolvable), strict=True):
             if count:
-                self.filter_nodes.labels(result).inc(count)
+                series.inc(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

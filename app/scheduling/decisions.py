@@ -219,6 +219,8 @@ def with_names(reason: str, claims: list[Claim]) -> str:
 def all_with_names(reasons: dict[str, str], claims: list[Claim]) -> dict[str, str]:
     """Node -> cached reason, with the asking pod's claim names in each (a node list is built at C speed:
     thousands of full nodes share a handful of distinct reasons)."""
+    if not reasons:
+        return {}  # the usual answer on a cluster with room
     named = {reason: with_names(reason, claims) for reason in set(reasons.values())}
     return dict(zip(reasons, map(named.__getitem__, reasons.values()), strict=True))
 

@@ -101,6 +101,10 @@ async def test_metrics_follow_filter_bind_and_the_inventory(service: SchedulingS
         # No device matches "other": it has no series; every counter starts at 0.
         assert not any(("device_class", "other") in labels for _, labels in before)
         assert before[("dra_extender_binds_total", _labels(result="success"))] == 0
+        for verb in ("filter", "prioritize", "bind", "preempt"):
+            for result in ("success", "error"):
+                series = ("dra_extender_request_duration_seconds_count", _labels(verb=verb, result=result))
+                assert before[series] == 0
         held = _labels(namespace=NS, device_class="gpu", driver=DRIVER)
         assert before[("dra_extender_namespace_allocated_devices", held)] == 1
 
