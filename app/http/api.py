@@ -37,7 +37,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 from fastapi import FastAPI, Request
@@ -203,6 +203,8 @@ def _json(content: bytes, status: int = 200) -> Response:
     return Response(content=content, status_code=status, media_type=_JSON)
 
 
+_Outcome = TypeVar("_Outcome")
+
 Answer = tuple[bytes, bool]
 """A verb's encoded answer and whether it succeeded (no ``Error`` set), for the metrics' ``result``."""
 
@@ -263,24 +265,16 @@ def create_app(
     )
     app.openapi = _openapi(app)  # type: ignore[method-assign]
 
+    def _asked(decide: Callable[..., _Outcome], args: wire.ExtenderArgs) -> _Outcome:
+        """``service.filter`` or ``filter_quick`` on the request's pod and nodes."""
+        names, nodes = args.candidate_names, args.nodes_by_name
+        return decide(args.pod, names, nodes, sampler=sampler, names_text=args.node_names_text)
+
     def filter_(args: wire.ExtenderArgs) -> Answer:
-        outcome = service.filter(
-            args.pod,
-            args.candidate_names,
-            args.nodes_by_name,
-            sampler=sampler,
-            names_text=args.node_names_text,
-        )
-        return _filter_answer(args, outcome)
+        return _filter_answer(args, _asked(service.filter, args))
 
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
-        outcome = service.filter_quick(
-            args.pod,
-            args.candidate_names,
-            args.nodes_by_name,
-            sampler=sampler,
-            names_text=args.node_names_text,
-        )
+        outcome = _asked(service.filter_quick, args)
         return None if outcome is None else _filter_answer(args, outcome)
 
     def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome) -> Answer:
