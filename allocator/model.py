@@ -296,8 +296,9 @@ class Device:
     """Of the API dict it was parsed from (``_digest``): a slice update republishing the device unchanged
     keeps this parsed object, and with it every cached selector result, without the dict being kept."""
     description: bytes
-    """Of that dict without its attributes: all the allocator reads of the device apart from its pool and
-    attributes (name, capacity, counters, taints, node selection, binding fields). Equal on alike devices
+    """Of that dict without its attributes, and with only whether ``nodeName`` is set: all the allocator
+    reads of the device apart from its pool, attributes and node (name, capacity, counters, taints, node
+    selection, binding fields). Equal on alike devices
     of alike nodes, and held once for them (``allocator.equivalence`` keys node layouts on it)."""
 
     @property
@@ -475,9 +476,13 @@ def _parse_device(raw: Any, driver: str, pool: str, at: _Path, digest: bytes) ->
 
 
 def _description(data: Mapping[str, Any]) -> bytes:
-    """``Device.description``: the digest of ``data`` without ``attributes``, held once for alike devices
-    (at most ``MAX_SHARED_DESCRIPTIONS`` of them)."""
-    rest = {key: value for key, value in data.items() if key != "attributes"}
+    """``Device.description``: the digest of ``data`` without ``attributes``, and with only whether
+    ``nodeName`` is set (per-device node selection names each device's own node: which node a device is
+    on is the node's identity, not its description), held once for alike devices (at most
+    ``MAX_SHARED_DESCRIPTIONS`` of them)."""
+    rest = {key: value for key, value in data.items() if key not in ("attributes", "nodeName")}
+    if data.get("nodeName"):
+        rest["nodeName"] = True
     digest = _digest(rest)
     return _held_once(_DESCRIPTIONS, digest, digest, MAX_SHARED_DESCRIPTIONS)
 

@@ -235,12 +235,10 @@ def _node_names_text(names: Any) -> str | None:
         return None
     _expect(names, list, "NodeNames", optional=False)
     try:
-        joined = "\n".join(names)  # a C-speed check over thousands of names: only strings join
+        return "\n".join(names)  # a C-speed check over thousands of names: only strings join
     except TypeError:
-        for i, name in enumerate(names):
-            _expect(name, str, f"NodeNames[{i}]", optional=False)
-        raise
-    return joined
+        bad = next(i for i, name in enumerate(names) if not isinstance(name, str))
+        raise WireError(f"NodeNames[{bad}]: must be a string, got {_type(names[bad])}") from None
 
 
 def decode_extender_args(body: bytes) -> ExtenderArgs:

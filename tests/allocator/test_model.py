@@ -73,6 +73,10 @@ def test_alike_devices_of_other_nodes_share_one_description_and_any_other_field_
         parsed("node-7", bindingConditions=["attached"], bindingFailureConditions=["failed"]),
     ]
     assert len({first.description, *(d.description for d in others)}) == 1 + len(others)
+    # Per-device node selection: each device names its own node, which is not part of its description.
+    own_node = [parsed(node, nodeName=node) for node in ("node-8", "node-9")]
+    assert own_node[0].description is own_node[1].description
+    assert own_node[0].description != first.description
 
 
 def test_devices_of_another_pool_are_not_reused():
