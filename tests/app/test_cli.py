@@ -28,6 +28,7 @@ from tests.builders import (
     resource_slice,
     write_state,
 )
+from tests.ports import free_ports
 
 DRIVER = "gpu.example.com"
 NS = "ml"
@@ -229,9 +230,7 @@ def test_python_dash_m_app_runs_simulate(state_dir):
 
 @pytest.fixture
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1)[0]
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 
 from app.config.logs import configure
 from tests.app.metrics_support import samples
+from tests.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 ACCESS = ("127.0.0.1:50000", "GET", "/readyz", "1.1", 200)
@@ -94,14 +94,8 @@ def test_unknown_format_is_refused(stream: io.StringIO):
         configure("info", "yaml", stream)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_serve_logs_json_for_the_app_and_uvicorn_and_serves_metrics_apart():
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_ports(2)
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-m", "app", "serve", "--state", "examples/cluster", "--port", str(port)]

@@ -22,6 +22,7 @@ from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.app.metrics_support import names, samples
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+from tests.ports import serve_example_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "gpu.example.com"
@@ -239,6 +240,5 @@ def test_a_metrics_address_in_use_exits_2_naming_the_flag(capsys, monkeypatch):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         address = f"127.0.0.1:{taken.getsockname()[1]}"
-        argv = ["serve", "--state", str(ROOT / "examples/cluster"), "--metrics-bind-address", address]
-        assert main(argv) == 2
+        assert main(serve_example_argv("--metrics-bind-address", address)) == 2
     assert f"--metrics-bind-address {address}: " in capsys.readouterr().err

@@ -23,6 +23,7 @@ from app.cli.main import main
 from app.http import server as httpserver
 from app.http.probechild import answer
 from app.http.probes import ProbeListener
+from tests.ports import free_ports, serve_example_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -211,19 +212,8 @@ def test_a_probe_address_in_use_exits_2_naming_the_flag(capsys, monkeypatch):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         address = f"127.0.0.1:{taken.getsockname()[1]}"
-        argv = ["serve", "--state", str(ROOT / "examples/cluster"), "--health-probe-bind-address", address]
-        assert main(argv) == 2
+        assert main(serve_example_argv("--health-probe-bind-address", address)) == 2
     assert f"--health-probe-bind-address {address}: Address already in use" in capsys.readouterr().err
-
-
-def free_ports(count: int) -> Iterator[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return iter(ports)
 
 
 def test_serve_answers_probes_until_it_stops(monkeypatch):
