@@ -19,6 +19,7 @@ failure maps, and a bare array for prioritize.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +64,7 @@ class ExtenderArgs:
     nodes: list[Obj] | None
     node_names: list[str] | None
     node_names_text: str | None = None
-    """``node_names`` joined by newlines, as their check joined them (for ``list_key``), or None."""
+    """``node_names`` joined by newlines, none holding one (for ``list_key``), or None."""
     candidate_names: list[str] = field(init=False)
     """The candidate node names in request order (``NodeNames`` wins when both are sent); one list per
     request, not to be modified (the filter fast path answers with this very list)."""
@@ -117,16 +118,42 @@ def _load_object(body: bytes) -> Mapping[str, Any]:
     return data
 
 
-def _fields(data: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    """Go's key → field matching: exact name, else case-insensitive; later keys overwrite earlier ones."""
+def _fields(
+    data: Mapping[str, Any], names: Iterable[str], keys: Iterable[str] | None = None
+) -> tuple[dict[str, Any], int]:
+    """Go's key → field matching: exact name, else case-insensitive; later keys overwrite earlier ones.
+    ``keys``: ``data``'s keys in the order they last occur in the text (default: the dict's order, in
+    which a repeated key keeps its first place). Also returns how many keys matched a field."""
     exact = set(names)
     folded = {name.casefold(): name for name in exact}
     found: dict[str, Any] = {}
-    for key, value in data.items():
+    matched = 0
+    for key in data if keys is None else keys:
         name = key if key in exact else folded.get(key.casefold())
         if name is not None:
-            found[name] = value
+            found[name] = data[key]
+            matched += 1
+    return found, matched
+
+
+def _load_fields(body: bytes, names: Iterable[str]) -> dict[str, Any]:
+    """The fields ``names`` of the JSON object ``body``. Where two spellings of one field are sent
+    (``NodeNames``, ``nodenames``), the one written last wins, as in Go, even when the other spelling
+    is repeated after it (a decoded dict would keep the repeated key in its first place)."""
+    data = _load_object(body)
+    found, matched = _fields(data, names)
+    if matched > len(found):
+        found, _ = _fields(data, names, _keys_in_text_order(body))
     return found
+
+
+def _keys_in_text_order(body: bytes) -> list[str]:
+    """The top-level keys of the JSON object ``body`` by the place each occurs last (a rare path: the
+    standard library's parser is slow, but it reports every key)."""
+    objects: list[list[str]] = []
+    json.loads(body, object_pairs_hook=lambda pairs: objects.append([key for key, _ in pairs]))
+    last = {key: place for place, key in enumerate(objects[-1])}  # the top-level object closes last
+    return sorted(last, key=last.__getitem__)
 
 
 def _type(value: Any) -> str:
@@ -228,26 +255,25 @@ def _check_nodes(nodes: Any) -> list[Obj] | None:
     return items
 
 
-def _node_names_text(names: Any) -> str | None:
-    """``NodeNames`` checked: None (not sent), else the names joined by newlines. Raises WireError naming
-    the field."""
-    if names is None:
-        return None
-    _expect(names, list, "NodeNames", optional=False)
+def _node_names_text(body: bytes, names: list[Any]) -> str | None:
+    """``NodeNames`` checked to be strings (else WireError naming the first that is not) and joined by
+    newlines, for ``list_key``; None where a name may hold a newline. Only an escape can put one in a
+    name, so a body without a backslash (kube-scheduler's, usually) spares counting them."""
     try:
-        return "\n".join(names)  # a C-speed check over thousands of names: only strings join
+        text = "\n".join(names)  # a C-speed check over thousands of names: only strings join
     except TypeError:
         bad = next(i for i, name in enumerate(names) if not isinstance(name, str))
         raise WireError(f"NodeNames[{bad}]: must be a string, got {_type(names[bad])}") from None
+    return text if b"\\" not in body or text.count("\n") == len(names) - 1 else None
 
 
 def decode_extender_args(body: bytes) -> ExtenderArgs:
     """Decode an ``ExtenderArgs`` body (filter, prioritize). Raises WireError naming the bad field."""
-    found = _fields(_load_object(body), ("Pod", "Nodes", "NodeNames"))
+    found = _load_fields(body, ("Pod", "Nodes", "NodeNames"))
     pod = _check_pod(found.get("Pod"))
     nodes = _check_nodes(found.get("Nodes"))
-    node_names = found.get("NodeNames")
-    names_text = _node_names_text(node_names)
+    node_names = _expect(found.get("NodeNames"), list, "NodeNames")
+    names_text = None if node_names is None else _node_names_text(body, node_names)
     if nodes is None and node_names is None:
         raise WireError("Nodes, NodeNames: one of them is required")
     return ExtenderArgs(pod, nodes, node_names, names_text)
@@ -259,7 +285,7 @@ def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
     ``PodName`` and ``Node`` are required; ``PodNamespace`` defaults to ``default`` (Go zero value "" is
     what an unset namespace means); ``PodUID`` may be empty (then the UID is not checked).
     """
-    found = _fields(_load_object(body), ("PodName", "PodNamespace", "PodUID", "Node"))
+    found = _load_fields(body, ("PodName", "PodNamespace", "PodUID", "Node"))
     values = {
         name: _expect(found.get(name), str, name) or ""
         for name in ("PodName", "PodNamespace", "PodUID", "Node")
@@ -274,7 +300,7 @@ def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
 
 def _victims(value: Any, at: str, *, whole: bool) -> tuple[Victims, list[Obj]]:
     """One ``Victims`` (``whole``: Pods are Pod objects) or ``MetaVictims`` (Pods are ``{"UID": ...}``)."""
-    found = _fields(_expect(value, dict, at, optional=False), ("Pods", "NumPDBViolations"))
+    found, _ = _fields(_expect(value, dict, at, optional=False), ("Pods", "NumPDBViolations"))
     violations = found.get("NumPDBViolations") or 0
     if not isinstance(violations, int) or isinstance(violations, bool):
         raise WireError(f"{at}.NumPDBViolations: must be an integer, got {_type(violations)}")
@@ -289,7 +315,7 @@ def _victims(value: Any, at: str, *, whole: bool) -> tuple[Victims, list[Obj]]:
             uid = _expect(meta.get("uid"), str, f"{where}.metadata.uid", optional=False)
             pods.append(entry)
         else:
-            uid = _expect(_fields(entry, ("UID",)).get("UID"), str, f"{where}.UID", optional=False)
+            uid = _expect(_fields(entry, ("UID",))[0].get("UID"), str, f"{where}.UID", optional=False)
         uids.append(uid)
     return Victims(tuple(uids), violations), pods
 
@@ -298,7 +324,7 @@ def decode_preemption_args(body: bytes) -> ExtenderPreemptionArgs:
     """Decode an ``ExtenderPreemptionArgs`` body: ``NodeNameToMetaVictims`` (nodeCacheCapable) or
     ``NodeNameToVictims``, whichever is not null (both null: no candidates). Raises WireError naming the
     bad field."""
-    found = _fields(_load_object(body), ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims"))
+    found = _load_fields(body, ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims"))
     pod = _check_pod(found.get("Pod"))
     key = "NodeNameToMetaVictims" if found.get("NodeNameToMetaVictims") is not None else "NodeNameToVictims"
     victims, sent = {}, {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import orjson
@@ -113,6 +114,63 @@ def test_node_lists_whose_names_join_alike_get_different_keys():
     keys = [key(names) for names in lists]
     assert len(set(keys)) == len(lists)
     assert key(["a", "b", "c"]) == keys[0]
+
+
+def test_a_backslash_in_the_pod_keeps_names_without_a_newline_keyed_by_their_text():
+    body = orjson.dumps(
+        {
+            "Pod": {"metadata": {"name": "p", "annotations": {"a": '{"b": "\\"c\\""}'}}},
+            "NodeNames": ["x", "y"],
+        }
+    )
+    assert b"\\" in body
+    assert decode_extender_args(body).node_names_text == "x\ny"
+
+
+def test_a_field_spelled_twice_takes_the_spelling_written_last_even_when_the_other_is_repeated():
+    # Go decodes keys in text order: "NodeNames" is written last. A dict keeps it in its first place.
+    body = b'{"NodeNames":null,"nodenames":["b"],"Pod":{"metadata":{"name":"p"}},"NodeNames":["a"]}'
+    args = decode_extender_args(body)
+    assert args.node_names == ["a"]
+    bind = b'{"Node":"n1","PodName":"p","node":"n2","Node":"n3"}'
+    assert decode_binding_args(bind).node == "n3"
+
+
+_name = st.text(st.sampled_from('ab"\\:,[]{}\n '), max_size=4)
+_value = st.recursive(
+    st.none() | st.integers(-3, 3) | _name,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(_name | st.just("NodeNames"), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_member = st.tuples(st.sampled_from(["NodeNames", "nodenames", "NODENAMES", "Pod", "x"]), _value)
+
+
+def _spelled(value: object, spaces: bool) -> bytes:
+    """``value`` as JSON, with or without spaces after separators."""
+    return json.dumps(value, separators=(", ", ": ") if spaces else (",", ":")).encode()
+
+
+@given(
+    st.lists(_member, max_size=4), st.lists(_name, max_size=4) | st.lists(_value, max_size=3), st.booleans()
+)
+def test_node_names_are_the_ones_written_last_and_keyed_by_their_text_only_without_newlines(
+    members, names, spaces
+):
+    """Whatever precedes it, repeated and in other spellings: the NodeNames written last are decoded, and
+    their joined text keys them only when no name holds a newline."""
+    pairs = [*members, ("Pod", {"metadata": {"name": "p"}}), ("NodeNames", names)]
+    body = b"{" + b",".join(orjson.dumps(k) + b":" + _spelled(v, spaces) for k, v in pairs) + b"}"
+    try:
+        args = decode_extender_args(body)
+    except WireError as e:
+        bad = next(i for i, name in enumerate(names) if not isinstance(name, str))
+        assert str(e).startswith(f"NodeNames[{bad}]: must be a string")
+        return
+    assert args.node_names == names
+    if args.node_names_text is not None:
+        assert args.node_names_text == "\n".join(names) and not any("\n" in name for name in names)
 
 
 def test_decode_filter_with_node_objects():
