@@ -11,14 +11,16 @@ written but not yet shown by the ResourceClaim watch counts as being written.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from allocator.errors import AllocatorError
 from allocator.inventory import AllocatedDevice, allocated_devices
 from app.scheduling.binder import BindError, BindPlan, ExtendedBind
 from app.scheduling.claimrules import has_allocation, is_allocated
-from app.scheduling.decisions import claims_shape, spec_key
+from app.scheduling.decisions import Asked, claims_shape, spec_key
 from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
 
 __all__ = ["BIND_WAIT", "INDEX_LAG_SECONDS", "BindCoordination", "elsewhere"]
@@ -63,7 +65,7 @@ class BindCoordination:
         started = self._start_bind_once_indexed(key, uid, node_name)
         if started is None:
             return []
-        plan, token, allocating = started
+        plan, token, allocating, shape = started
         written = False
         try:
             self.binder.bind(plan)
@@ -79,11 +81,13 @@ class BindCoordination:
                 while len(self._unseen) > MAX_UNSEEN:
                     del self._unseen[next(iter(self._unseen))]
                 self._bind_done.notify_all()
+                if written and shape is not None:
+                    self._patch_after_bind(shape)
         return [f"{key}: {'/'.join(device.id)}" for key, device in _planned_devices(plan)]
 
     def _start_bind_once_indexed(
         self, key: str, uid: str, node_name: str
-    ) -> tuple[BindPlan, str, list[str]] | None:
+    ) -> tuple[BindPlan, str, list[str], Asked | None] | None:
         """``_start_bind``, waiting up to ``index_lag_seconds`` (without the lock, so the watches can
         apply events) while the index does not show a claim the pod names yet."""
         deadline = time.monotonic() + self.index_lag_seconds
@@ -100,25 +104,31 @@ class BindCoordination:
                     ) from None
             time.sleep(INDEX_POLL_SECONDS)
 
-    def _start_bind(self, key: str, uid: str, node_name: str) -> tuple[BindPlan, str, list[str]] | None:
+    def _start_bind(
+        self, key: str, uid: str, node_name: str
+    ) -> tuple[BindPlan, str, list[str], Asked | None] | None:
         """Under the lock: the bind's plan (after other binds writing claims it shares are done), with its
-        devices reserved under a token of this attempt and its claims marked in flight; None when the pod
-        is already on that node. Raises ClaimNotReady while the index lacks a claim the pod names."""
+        devices reserved under a token of this attempt and its claims marked in flight, and what filter
+        asked for the pod's claims shape (``_bind_plan``); None when the pod is already on that node.
+        Raises ClaimNotReady while the index lacks a claim the pod names."""
         if key in self._binding:
             raise BindError(f"pod {key}: another bind of this pod is in progress (to {self._binding[key]})")
         self._await_claim_writes(key)
-        plan = self._bind_plan(key, uid, node_name)
-        if plan is None:
+        planned = self._bind_plan(key, uid, node_name)
+        if planned is None:
             return None
+        plan, shape = planned
         token = f"bind:{next(self._attempts)}:{key}"
         allocating = [pc.key for pc, allocation in plan.claims if allocation is not None]
         self._inflight.update(dict.fromkeys(allocating, key))
         self._binding[key] = node_name
         self.state.inventory.reserve(token, self._plan_devices(plan))
-        return plan, token, allocating
+        return plan, token, allocating, shape
 
-    def _bind_plan(self, key: str, uid: str, node_name: str) -> BindPlan | None:
-        """The decision for a bind, or None when the pod is already on that node (a retried bind)."""
+    def _bind_plan(self, key: str, uid: str, node_name: str) -> tuple[BindPlan, Asked | None] | None:
+        """The decision for a bind and, where the pod's decisions are its claims shape's, what filter
+        asked for that shape (to patch the shape's answer once the bind is written); None when the pod
+        is already on that node (a retried bind)."""
         pod = self.state.get("Pod", key)
         if pod is None:
             raise BindError(f"pod {key} not found")
@@ -155,6 +165,11 @@ class BindCoordination:
                 reason = outcome.failed.get(node_name) or outcome.unresolvable.get(node_name)
                 raise BindError(f"pod {key} does not fit on node {node_name}: {reason}")
             kept = self._kept(pod_uid, node_name)  # None for a pod without claims
+        view = self._pods.get(pod_uid)
+        shape = None
+        if view is not None and view.shared and pending_claims:
+            with contextlib.suppress(AllocatorError):  # parsed by filter: only a changed claim fails here
+                shape = Asked(pod, view, [self.state.parsed_claim(pc.key) for pc in pending_claims])
         self._forget(pod_uid)
         decision, ext = kept if kept is not None else (None, None)
         pending = iter(decision.results or () if decision is not None else ())
@@ -163,7 +178,7 @@ class BindCoordination:
         if ext is not None:
             # The extended-resource claim is allocated last (upstream's claim store keeps it last).
             extended = ExtendedBind(ext.obj, next(pending), ext.pod_status())
-        return BindPlan(pod, node_name, planned, extended)
+        return BindPlan(pod, node_name, planned, extended), shape
 
     @staticmethod
     def _plan_devices(plan: BindPlan) -> tuple[AllocatedDevice, ...]:

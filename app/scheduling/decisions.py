@@ -89,6 +89,13 @@ class ShapeOutcome:
     ordered: bool = False
     """``passed`` is in the order of the node list: the answer is that list without the others, which the
     wire layer then checks at C speed instead of filtering every name (``order``)."""
+    holes: dict[str, int] | None = None
+    """Where the nodes that do not pass stand in the node list of ``order_key`` (``passing``); None
+    until that order is asked for a second time."""
+    moved: set[str] = field(default_factory=set)
+    """Nodes that joined or left ``passed`` since ``holes`` was made."""
+    new_order: bool = True
+    """The order of ``order_key`` has been asked for once only."""
 
     def answers(self, names: Sequence[str], order_key: int) -> bool:
         """Whether this is the answer for the nodes ``names`` (whose ``list_key`` is ``order_key``), in any
@@ -97,6 +104,8 @@ class ShapeOutcome:
             if set_key(names) != self.set_key:
                 return False
             self.order_key, self.ordered = order_key, False
+            self.holes, self.new_order = None, True
+            self.moved.clear()
         return True
 
     def covers(self, name: str) -> bool:
@@ -109,20 +118,28 @@ class ShapeOutcome:
     ) -> None:
         """Take each node's shared decision into the answer; a node without a current one (not decided in
         time, unknown, not shareable) is undecided and decided again on the next call."""
+        passed, moved = self.passed, self.moved
         for name in names:
             self.failed.pop(name, None)
             self.unresolvable.pop(name, None)
             self.undecided.discard(name)
             decision = decisions.get(name)
-            if decision is None or decision.version != (versions.global_version, versions.get(name)):
-                self.passed.pop(name, None)
-                self.undecided.add(name)
-            elif decision.results is not None:
+            if (
+                decision is not None
+                and decision.results is not None
+                and (decision.version == (versions.global_version, versions.get(name)))
+            ):
                 # A node that still passes keeps its place; one that joins goes last.
-                self.ordered = self.ordered and name in self.passed
-                self.passed[name] = decision.score
+                if name not in passed:
+                    self.ordered = False
+                    moved.add(name)
+                passed[name] = decision.score
+                continue
+            if passed.pop(name, _ABSENT) is not _ABSENT:
+                moved.add(name)
+            if decision is None or decision.version != (versions.global_version, versions.get(name)):
+                self.undecided.add(name)
             else:
-                self.passed.pop(name, None)
                 (self.unresolvable if decision.unresolvable else self.failed)[name] = decision.reason
 
     def order(self, names: Sequence[str]) -> None:
@@ -131,14 +148,52 @@ class ShapeOutcome:
             self.passed = {name: self.passed[name] for name in names if name in self.passed}
             self.ordered = True
 
+    def passing(self, names: Sequence[str]) -> list[str] | None:
+        """The passing nodes of ``names`` (the node list of ``order_key``) in its order, cut out of
+        ``names`` around the places of the others: the names just decoded rather than a copy of
+        ``passed``, thousands of strings long out of the CPU's caches. None where that copy is the way:
+        the first time an order is asked (its places are found on the second), when many nodes do not
+        pass, or when a name is in the list twice (then the places cannot stand for the names)."""
+        holes = self.holes
+        if holes is None:
+            covered = len(self.passed) + len(self.failed) + len(self.unresolvable) + len(self.undecided)
+            if self.new_order or covered != len(names):
+                self.new_order = False
+                return None
+            passed = self.passed
+            holes = self.holes = {name: place for place, name in enumerate(names) if name not in passed}
+            self.moved.clear()
+        for name in self.moved:
+            if name in self.passed:
+                holes.pop(name, None)
+            elif name not in holes:
+                holes[name] = names.index(name)
+        self.moved.clear()
+        if len(holes) * _CUT_RATIO > len(self.passed):
+            return None
+        answer: list[str] = []
+        start = 0
+        for place in sorted(holes.values()):
+            answer += names[start:place]
+            start = place + 1
+        answer += names[start:]
+        return answer
+
+
+_ABSENT = object()
+
+_CUT_RATIO = 8
+"""Cutting the node list around a place costs about as much as copying eight passing names."""
+
 
 def list_key(names: Sequence[str], joined: str | None = None) -> int:
     """``ShapeOutcome.order_key`` of a node list: the hash of its names joined by newlines, one string
-    hashed at C speed where the tuple's hash would hash thousands of just-decoded names one by one
-    (``joined``: that text, when the caller made it already). A list with a newline in a name, which no
-    node name can hold, is keyed by its tuple instead: two lists never share a text."""
-    if joined is None:
-        joined = "\n".join(names)
+    hashed at C speed where the tuple's hash would hash thousands of just-decoded names one by one.
+    ``joined``: that text, when the caller made it and no name holds a newline (no node name can). A
+    list with a newline in a name is keyed by its tuple instead: two lists never share a text."""
+    if joined is not None:
+        return hash(joined) if names else hash(())  # [] and [""] join alike
+    joined = "\n".join(names)
     if joined.count("\n") != len(names) - 1:
         return hash(tuple(names))
     return hash(joined)

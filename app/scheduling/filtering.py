@@ -12,11 +12,12 @@ or by ``allocator.decide``, within filter's time budget. ``quick`` (the event lo
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from allocator.decide import NoFit, Policy, decide
+from allocator.decide import NoFit, Policy, SearchNeeded, decide
 from allocator.equivalence import Verdict
 from allocator.errors import AllocatorError
 from allocator.inventory import Inventory
@@ -44,6 +45,8 @@ from app.scheduling.sampling import NodeSampler
 from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
 
 __all__ = ["QUICK_DEVICE_CHECKS", "QUICK_NODES", "FilterDecisions", "NotQuick"]
+
+log = logging.getLogger(__name__)
 
 MAX_SHAPES = 256
 """Distinct claim specs whose per-node decisions are kept (oldest dropped first): one per template or
@@ -251,16 +254,11 @@ class FilterDecisions:
                 if len(self._outcomes) > MAX_SHAPES:
                     del self._outcomes[next(iter(self._outcomes))]
             return outcome
-        redo = [n for n in {*changed, *last.undecided} if last.covers(n)]
-        if quick and (last.undecided or not _quick_enough(inventory, redo, pending)):
-            raise NotQuick
-        now = FilterOutcome()
-        self._decide_nodes(now, redo, asked, select=False, quick=quick)
-        self._count(len(node_names) - len(redo), 0)  # the others: from the shape's last answer
+        now = self._patch(last, changed, asked, quick=quick)
+        redone = len(now.passed) + len(now.failed) + len(now.unresolvable)
+        self._count(len(node_names) - redone, 0)  # the others: from the shape's last answer
         if now.error:
             return now
-        last.record(redo, self._decisions.get(view.shape, {}), inventory.node_versions())
-        last.seq = seq
         sample = (
             None if sampler is None or last.undecided else sampler.take(node_names, last.passed.__contains__)
         )
@@ -275,9 +273,12 @@ class FilterDecisions:
             outcome.passed = list(node_names)
             outcome.in_request_order = True
         else:
-            last.order(node_names)
-            outcome.passed = list(last.passed)
-            outcome.in_request_order = not last.undecided  # ``order`` walked the asked list
+            passing = last.passing(node_names)
+            if passing is None:
+                last.order(node_names)
+                passing = list(last.passed)
+            outcome.passed = passing
+            outcome.in_request_order = not last.undecided  # both walked the asked list
         outcome.failed = all_with_names(last.failed, pending)
         outcome.unresolvable = all_with_names(last.unresolvable, pending)
         # Nodes without a shared decision (time budget, unknown node, shares): this call's answer.
@@ -285,6 +286,42 @@ class FilterDecisions:
         outcome.failed.update((n, r) for n, r in now.failed.items() if n in last.undecided)
         outcome.unresolvable.update((n, r) for n, r in now.unresolvable.items() if n in last.undecided)
         return outcome
+
+    def _patch(self, last: ShapeOutcome, changed: set[str], asked: Asked, *, quick: bool) -> FilterOutcome:
+        """Decide again the nodes of the shape's answer ``last`` that ``changed`` since, and those it left
+        undecided, and take their decisions in; returns them. ``quick``: raise NotQuick or SearchNeeded
+        (with ``last`` as it was) rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow."""
+        inventory = self.state.inventory
+        seq = inventory.change_seq
+        redo = [n for n in {*changed, *last.undecided} if last.covers(n)]
+        if quick and (last.undecided or not _quick_enough(inventory, redo, asked.pending)):
+            raise NotQuick
+        now = FilterOutcome()
+        self._decide_nodes(now, redo, asked, select=False, quick=quick)
+        if not now.error:
+            last.record(redo, self._decisions.get(asked.view.shape, {}), inventory.node_versions())
+            last.seq = seq
+        return now
+
+    def _patch_after_bind(self, asked: Asked) -> None:
+        """Bring the answer of the bound pod's claims shape up to date with the node the bind allocated
+        on, as filter would for the next pod of that shape. kube-scheduler binds in the background while
+        it filters the next pod, so this work leaves filter's path. Only where it is quick: else the next
+        filter does it."""
+        last = self._outcomes.get(asked.view.shape) if asked.view.shared else None
+        if last is None:
+            return
+        changed = self.state.inventory.nodes_changed_since(last.seq, last.global_version)
+        if changed is None:
+            return
+        try:
+            self._patch(last, changed, asked, quick=True)
+        except (NotQuick, SearchNeeded):
+            pass
+        except Exception:
+            # The bind is written: a failure here must not turn it into a bind error. The next filter
+            # decides the nodes (and meets the failure itself).
+            log.exception("patching the answer of a claims shape after a bind failed")
 
     def _decide_nodes(
         self,

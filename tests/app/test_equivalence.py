@@ -82,13 +82,40 @@ def test_identical_nodes_are_decided_once_and_a_bind_redecides_only_its_node():
     assert svc.filter(svc.state.get("Pod", "ml/a"), names).passed == names
     # uuid is read by nothing: 20 nodes, one decision (the first node), 19 lookups that found it.
     assert (stats["misses"], stats["hits"]) == (1, 19)
+    before = dict(stats)
     svc.bind("ml", "a", "uid-pod-ml-a", "n3")
     allocation = svc.state.get("ResourceClaim", "ml/a")["status"]["allocation"]
     assert [(r["pool"], r["device"]) for r in allocation["devices"]["results"]] == [("n3", "gpu-0")]
-    before = dict(stats)
-    assert sorted(svc.filter(svc.state.get("Pod", "ml/b"), names).passed) == sorted(names)
-    # Only n3 changed (one GPU in use): one new signature, decided on n3 itself.
+    # Only n3 changed (one GPU in use): the bind decides it again for the shape's answer, a new
+    # signature decided on n3 itself; the next pod's filter then decides no node.
     assert (stats["misses"] - before["misses"], stats["hits"] - before["hits"]) == (1, 0)
+    before, decided = dict(stats), svc.stats.misses
+    assert sorted(svc.filter(svc.state.get("Pod", "ml/b"), names).passed) == sorted(names)
+    assert (stats["misses"] - before["misses"], stats["hits"] - before["hits"]) == (0, 0)
+    assert svc.stats.misses == decided
+
+
+def test_a_written_bind_stands_when_patching_the_shapes_answer_fails(monkeypatch, caplog):
+    names = [f"n{i}" for i in range(4)]
+    svc = service_of(
+        cluster(
+            {n: [gpu(0, n)] for n in names},
+            *(("ResourceClaim", claim("ml", c, [request("gpu", "gpu")])) for c in "ab"),
+            *(("Pod", pod("ml", c, [c])) for c in "ab"),
+        )
+    )
+    assert svc.filter(svc.state.get("Pod", "ml/a"), names).passed == names
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("patch broke")
+
+    monkeypatch.setattr(type(svc), "_patch", broken)
+    assert svc.bind("ml", "a", "uid-pod-ml-a", "n1") == ["ml/a: gpu.example.com/n1/gpu-0"]
+    assert "patching the answer of a claims shape after a bind failed" in caplog.text
+    monkeypatch.undo()
+    # The next filter decides the bound node itself: it is full now.
+    outcome = svc.filter(svc.state.get("Pod", "ml/b"), names)
+    assert outcome.passed == ["n0", "n2", "n3"] and list(outcome.failed) == ["n1"]
 
 
 @pytest.mark.parametrize(("gpus", "failing"), [(2, ["n3"]), (1, [])])
@@ -108,11 +135,11 @@ def test_the_same_nodes_in_another_order_are_answered_from_the_shapes_answer_in_
     stats = dict(svc._equivalence.stats)
     shuffled = names[::2] + names[1::2]
     outcome = svc.filter_quick(svc.state.get("Pod", "ml/b"), shuffled)
-    assert outcome is not None  # no worker thread needed: only n3 is decided again
+    assert outcome is not None  # no worker thread needed: the bind decided n3 again
     assert outcome.passed == [n for n in shuffled if n not in failing]
     assert outcome.in_request_order  # sent as it is
     assert list(outcome.failed) == failing and not outcome.unresolvable
-    assert svc._equivalence.stats["misses"] - stats["misses"] == 1
+    assert svc._equivalence.stats["misses"] == stats["misses"]
     # A list of other nodes is not the same answer.
     assert svc.filter_quick(svc.state.get("Pod", "ml/c"), names[:10]) is None
 
