@@ -149,10 +149,19 @@ def _load_fields(body: bytes, names: Iterable[str]) -> dict[str, Any]:
 
 def _keys_in_text_order(body: bytes) -> list[str]:
     """The top-level keys of the JSON object ``body`` by the place each occurs last (a rare path: the
-    standard library's parser is slow, but it reports every key)."""
-    objects: list[list[str]] = []
-    json.loads(body, object_pairs_hook=lambda pairs: objects.append([key for key, _ in pairs]))
-    last = {key: place for place, key in enumerate(objects[-1])}  # the top-level object closes last
+    standard library's parser is slow, but it reports every key). Only the last object's keys are kept:
+    the top-level object closes last. Raises WireError where that parser's recursion gives out before
+    orjson's depth limit."""
+    latest: list[tuple[str, Any]] = []
+
+    def keep(pairs: list[tuple[str, Any]]) -> None:
+        latest[:] = pairs
+
+    try:
+        json.loads(body, object_pairs_hook=keep)
+    except RecursionError:
+        raise WireError("request body: nested too deeply to match a field sent in two spellings") from None
+    last = {key: place for place, (key, _) in enumerate(latest)}
     return sorted(last, key=last.__getitem__)
 
 

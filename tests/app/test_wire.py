@@ -136,6 +136,16 @@ def test_a_field_spelled_twice_takes_the_spelling_written_last_even_when_the_oth
     assert decode_binding_args(bind).node == "n3"
 
 
+def test_a_field_in_two_spellings_in_a_deeply_nested_body_is_a_clear_error():
+    nested = b"[" * 1000 + b"]" * 1000
+    body = b'{"Pod":{"metadata":{"name":"p"}},"x":' + nested + b',"NodeNames":["a"],"nodenames":["b"]}'
+    with pytest.raises(WireError, match="nested too deeply"):
+        decode_extender_args(body)
+    bind = b'{"PodName":"p","x":' + nested + b',"Node":"n1","node":"n2"}'
+    with pytest.raises(WireError, match="nested too deeply"):
+        decode_binding_args(bind)
+
+
 _name = st.text(st.sampled_from('ab"\\:,[]{}\n '), max_size=4)
 _value = st.recursive(
     st.none() | st.integers(-3, 3) | _name,
