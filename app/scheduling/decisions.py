@@ -124,11 +124,9 @@ class ShapeOutcome:
             self.unresolvable.pop(name, None)
             self.undecided.discard(name)
             decision = decisions.get(name)
-            if (
-                decision is not None
-                and decision.results is not None
-                and (decision.version == (versions.global_version, versions.get(name)))
-            ):
+            if decision is not None and decision.version != (versions.global_version, versions.get(name)):
+                decision = None
+            if decision is not None and decision.results is not None:
                 # A node that still passes keeps its place; one that joins goes last.
                 if name not in passed:
                     self.ordered = False
@@ -137,7 +135,7 @@ class ShapeOutcome:
                 continue
             if passed.pop(name, _ABSENT) is not _ABSENT:
                 moved.add(name)
-            if decision is None or decision.version != (versions.global_version, versions.get(name)):
+            if decision is None:
                 self.undecided.add(name)
             else:
                 (self.unresolvable if decision.unresolvable else self.failed)[name] = decision.reason

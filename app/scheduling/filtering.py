@@ -304,11 +304,11 @@ class FilterDecisions:
         return now
 
     def _patch_after_bind(self, asked: Asked) -> None:
-        """Bring the answer of the bound pod's claims shape up to date with the node the bind allocated
-        on, as filter would for the next pod of that shape. kube-scheduler binds in the background while
-        it filters the next pod, so this work leaves filter's path. Only where it is quick: else the next
-        filter does it."""
-        last = self._outcomes.get(asked.view.shape) if asked.view.shared else None
+        """Bring the answer of the bound pod's claims shape (``asked``: a shared view's) up to date with
+        the node the bind allocated on, as filter would for the next pod of that shape. kube-scheduler
+        binds in the background while it filters the next pod, so this work leaves filter's path. Only
+        where it is quick: else the next filter does it."""
+        last = self._outcomes.get(asked.view.shape)
         if last is None:
             return
         changed = self.state.inventory.nodes_changed_since(last.seq, last.global_version)
