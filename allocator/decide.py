@@ -81,14 +81,19 @@ def decide(
     *,
     choose: bool = True,
     search: bool = True,
+    fits_known: bool = False,
 ) -> Decision:
     """Whether ``claims`` fit together on ``node``, with their devices and score, or why not.
 
     ``choose``: a fit must come with its devices and score; without it a fit settled by counts comes
     without (prioritize or bind choose them later). ``search=False``: raise SearchNeeded instead of
-    searching. A "no" names the slices rejected for the node (their devices count for nothing). Raises
-    AllocatorError (fatal for the pod)."""
-    decision = _counted(inventory, selectors, node, claims, choose=choose, search=search)
+    searching. ``fits_known``: the caller holds a current "fits" for these claims here (bind, after
+    filter decided the node by counts), so the search chooses the devices without counting first. A "no"
+    names the slices rejected for the node (their devices count for nothing). Raises AllocatorError
+    (fatal for the pod)."""
+    decision = None
+    if not (fits_known and choose and search):
+        decision = _counted(inventory, selectors, node, claims, choose=choose, search=search)
     if decision is None:
         decision = allocate(inventory, selectors, node, claims, policy)
     rejected = inventory.invalid_slices(node.name)

@@ -352,12 +352,11 @@ class FilterDecisions:
                 break
             # The hot path: one lookup per node while its version is unchanged.
             decision = decisions.get(name) if decisions is not None else None
-            if (
-                decision is not None
-                and decision.version == (versions.global_version, versions.get(name))
-                and not (select and decision.score is None)
-                and not (choose and not decision.results)
-            ):
+            current = decision is not None and decision.version == (
+                versions.global_version,
+                versions.get(name),
+            )
+            if current and not (select and decision.score is None) and not (choose and not decision.results):
                 hits += 1
                 if decision.results is not None:
                     passed.append(name)
@@ -371,8 +370,12 @@ class FilterDecisions:
                 self._cut(failed, node_names[index:], budget)
                 break
             misses += 1
+            # Bind's node, decided by counts or from an equivalent node: it fits, its devices are chosen.
+            fits = choose and current and decision.results is not None
             try:
-                decision = self._decide_node(name, asked, select=select, quick=quick, choose=choose)
+                decision = self._decide_node(
+                    name, asked, select=select, quick=quick, choose=choose, fits_known=fits
+                )
             except AllocatorError as e:
                 outcome.error = str(e)
                 outcome.passed, outcome.failed, outcome.unresolvable = [], {}, {}
@@ -406,10 +409,12 @@ class FilterDecisions:
         select: bool,
         quick: bool,
         choose: bool = False,
+        fits_known: bool = False,
     ) -> KeptDecision | None:
         """Decide one node the slow way and record it (shared or private). None: the node is unknown.
         Shared decisions may be taken by counts unless ``select``, and from an equivalent node's decision
-        unless ``choose``; ``quick``: raise SearchNeeded rather than search."""
+        unless ``choose``; ``quick``: raise SearchNeeded rather than search; ``fits_known``: a current
+        decision says the claims fit here (``allocator.decide``)."""
         version = self.state.inventory.node_version(name)
         node = self._node(name, asked.nodes)
         if node is None:
@@ -423,7 +428,9 @@ class FilterDecisions:
         if view.shared and not choose:
             decision = self._decide_equivalent(node, claims, version, view.shape, select=select, quick=quick)
         else:
-            decision = self._decide_here(node, claims, version, select=select or not view.shared, quick=quick)
+            decision = self._decide_here(
+                node, claims, version, select=select or not view.shared, quick=quick, fits_known=fits_known
+            )
         if view.shared and not has_share(decision.results):
             self._remember(view.shape, name, decision, claims)
         else:
@@ -464,13 +471,27 @@ class FilterDecisions:
         return decision
 
     def _decide_here(
-        self, node: Node, claims: list[Claim], version: tuple[int, int], *, select: bool, quick: bool
+        self,
+        node: Node,
+        claims: list[Claim],
+        version: tuple[int, int],
+        *,
+        select: bool,
+        quick: bool,
+        fits_known: bool = False,
     ) -> KeptDecision:
         """The allocator's decision on this node (``allocator.decide``), as a kept decision. ``quick``:
         raise SearchNeeded rather than search. Raises AllocatorError (fatal)."""
         policy = Policy(self.device_selection, self.scoring)
         decided = decide(
-            self.state.inventory, self.selectors, node, claims, policy, choose=select, search=not quick
+            self.state.inventory,
+            self.selectors,
+            node,
+            claims,
+            policy,
+            choose=select,
+            search=not quick,
+            fits_known=fits_known,
         )
         if isinstance(decided, NoFit):
             return KeptDecision(version, None, 0, decided.reason, decided.unresolvable)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import allocator.decide
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
 from app.scheduling.service import SchedulingService
@@ -93,6 +94,33 @@ def test_identical_nodes_are_decided_once_and_a_bind_redecides_only_its_node():
     assert sorted(svc.filter(svc.state.get("Pod", "ml/b"), names).passed) == sorted(names)
     assert (stats["misses"] - before["misses"], stats["hits"] - before["hits"]) == (0, 0)
     assert svc.stats.misses == decided
+
+
+def test_bind_chooses_devices_on_a_node_filter_passed_by_counts_without_counting_it_again(monkeypatch):
+    names = ["n1", "n2"]
+    svc = service_of(
+        cluster(
+            {n: [gpu(0, n), gpu(1, n)] for n in names},
+            ("ResourceClaim", claim("ml", "a", [request("gpus", "gpu", 2)])),
+            ("Pod", pod("ml", "a", ["a"])),
+        )
+    )
+    assert svc.filter(svc.state.get("Pod", "ml/a"), names).passed == names
+    counted: list[tuple[str, bool]] = []
+    count = allocator.decide.verdict
+
+    def counting(inventory, selectors, node, claims):
+        found = count(inventory, selectors, node, claims)
+        counted.append((node.name, found is not None and found.fits))
+        return found
+
+    monkeypatch.setattr("allocator.decide.verdict", counting)
+    svc.bind("ml", "a", "uid-pod-ml-a", "n2")
+    results = svc.state.get("ResourceClaim", "ml/a")["status"]["allocation"]["devices"]["results"]
+    assert [(r["pool"], r["device"]) for r in results] == [("n2", "gpu-0"), ("n2", "gpu-1")]
+    # The bind searched n2 straight away (filter's counts said it fits, and n2 was unchanged); the one
+    # count is the patch of the shape's answer after the write, which finds n2 full.
+    assert counted == [("n2", False)]
 
 
 def test_a_written_bind_stands_when_patching_the_shapes_answer_fails(monkeypatch, caplog):
