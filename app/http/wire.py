@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,21 +148,56 @@ def _load_fields(body: bytes, names: Iterable[str]) -> dict[str, Any]:
 
 
 def _keys_in_text_order(body: bytes) -> list[str]:
-    """The top-level keys of the JSON object ``body`` by the place each occurs last (a rare path: the
-    standard library's parser is slow, but it reports every key). Only the last object's keys are kept:
-    the top-level object closes last. Raises WireError where that parser's recursion gives out before
-    orjson's depth limit."""
+    """The top-level keys of the JSON object ``body`` by the place each occurs last. Only the last
+    object's keys are kept: the top-level object closes last."""
     latest: list[tuple[str, Any]] = []
 
     def keep(pairs: list[tuple[str, Any]]) -> None:
         latest[:] = pairs
 
-    try:
-        json.loads(body, object_pairs_hook=keep)
-    except RecursionError:
-        raise WireError("request body: nested too deeply to match a field sent in two spellings") from None
+    _parse_in_text_order(body, keep)
     last = {key: place for place, (key, _) in enumerate(latest)}
     return sorted(last, key=last.__getitem__)
+
+
+def _object_in_text_order(body: bytes) -> Mapping[str, Any]:
+    """The JSON object ``body`` with every object's keys in the order each occurs last (a repeated key:
+    its last value), so that ``_fields`` matches nested fields as Go does."""
+
+    def ordered(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            obj.pop(key, None)
+            obj[key] = value
+        return obj
+
+    data = _parse_in_text_order(body, ordered)
+    if not isinstance(data, dict):
+        raise WireError(f"request body: must be a JSON object, got {_type(data)}")
+    return data
+
+
+def _parse_in_text_order(body: bytes, hook: Callable[[list[tuple[str, Any]]], Any]) -> Any:
+    """``body`` parsed by the standard library, which hands ``hook`` every object's keys in text order
+    (a rare path: that parser is slow). Raises WireError where its recursion gives out before orjson's
+    depth limit."""
+    try:
+        return json.loads(body, object_pairs_hook=hook)
+    except RecursionError:
+        raise WireError("request body: nested too deeply to match a field sent in two spellings") from None
+
+
+class _SpelledTwice(Exception):
+    """A field sent in two spellings inside a decoded object: only the text tells which one Go keeps."""
+
+
+def _one_spelling(data: Mapping[str, Any], names: Iterable[str], *, in_text_order: bool) -> dict[str, Any]:
+    """``_fields`` of ``data``; raises _SpelledTwice where two spellings of a field meet in an object
+    whose keys are not ``in_text_order``."""
+    found, matched = _fields(data, names)
+    if matched > len(found) and not in_text_order:
+        raise _SpelledTwice
+    return found
 
 
 def _type(value: Any) -> str:
@@ -307,9 +342,10 @@ def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
     )
 
 
-def _victims(value: Any, at: str, *, whole: bool) -> tuple[Victims, list[Obj]]:
+def _victims(value: Any, at: str, *, whole: bool, in_text_order: bool) -> tuple[Victims, list[Obj]]:
     """One ``Victims`` (``whole``: Pods are Pod objects) or ``MetaVictims`` (Pods are ``{"UID": ...}``)."""
-    found, _ = _fields(_expect(value, dict, at, optional=False), ("Pods", "NumPDBViolations"))
+    victims = _expect(value, dict, at, optional=False)
+    found = _one_spelling(victims, ("Pods", "NumPDBViolations"), in_text_order=in_text_order)
     violations = found.get("NumPDBViolations") or 0
     if not isinstance(violations, int) or isinstance(violations, bool):
         raise WireError(f"{at}.NumPDBViolations: must be an integer, got {_type(violations)}")
@@ -324,7 +360,8 @@ def _victims(value: Any, at: str, *, whole: bool) -> tuple[Victims, list[Obj]]:
             uid = _expect(meta.get("uid"), str, f"{where}.metadata.uid", optional=False)
             pods.append(entry)
         else:
-            uid = _expect(_fields(entry, ("UID",))[0].get("UID"), str, f"{where}.UID", optional=False)
+            meta = _one_spelling(entry, ("UID",), in_text_order=in_text_order)
+            uid = _expect(meta.get("UID"), str, f"{where}.UID", optional=False)
         uids.append(uid)
     return Victims(tuple(uids), violations), pods
 
@@ -333,12 +370,21 @@ def decode_preemption_args(body: bytes) -> ExtenderPreemptionArgs:
     """Decode an ``ExtenderPreemptionArgs`` body: ``NodeNameToMetaVictims`` (nodeCacheCapable) or
     ``NodeNameToVictims``, whichever is not null (both null: no candidates). Raises WireError naming the
     bad field."""
-    found = _load_fields(body, ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims"))
+    try:
+        return _preemption_args(_load_object(body), in_text_order=False)
+    except _SpelledTwice:
+        return _preemption_args(_object_in_text_order(body), in_text_order=True)
+
+
+def _preemption_args(data: Mapping[str, Any], *, in_text_order: bool) -> ExtenderPreemptionArgs:
+    names = ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims")
+    found = _one_spelling(data, names, in_text_order=in_text_order)
     pod = _check_pod(found.get("Pod"))
     key = "NodeNameToMetaVictims" if found.get("NodeNameToMetaVictims") is not None else "NodeNameToVictims"
     victims, sent = {}, {}
     for node, value in (_expect(found.get(key), dict, key) or {}).items():
-        victims[node], pods = _victims(value, f"{key}.{node}", whole=key == "NodeNameToVictims")
+        at, whole = f"{key}.{node}", key == "NodeNameToVictims"
+        victims[node], pods = _victims(value, at, whole=whole, in_text_order=in_text_order)
         sent.update((p["metadata"]["uid"], p) for p in pods)
     return ExtenderPreemptionArgs(pod, victims, sent)
 

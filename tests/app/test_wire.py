@@ -138,12 +138,24 @@ def test_a_field_spelled_twice_takes_the_spelling_written_last_even_when_the_oth
     assert decode_binding_args(bind).node == "n3"
 
 
+def test_a_victims_field_spelled_twice_takes_the_spelling_written_last_even_when_the_other_is_repeated():
+    # As at the top level: Go decodes every object's keys in text order, "Pods" is written last.
+    victims = b'{"Pods":[],"pods":[{"UID":"u1"}],"NumPDBViolations":0,"Pods":[{"uid":"u2","UID":"u3"}]}'
+    body = b'{"Pod":{"metadata":{"name":"p"}},"NodeNameToMetaVictims":{"n1":' + victims + b"}}"
+    args = decode_preemption_args(body)
+    assert args.victims["n1"].uids == ("u3",)
+
+
 def test_a_field_in_two_spellings_in_a_deeply_nested_body_is_a_clear_error():
     # orjson takes 1000 levels; the standard library's parser runs out of recursion first where the
     # stack is already deep (a worker thread, the event loop): made certain here with a lower limit.
     nested = b"[" * 1000 + b"]" * 1000
     body = b'{"Pod":{"metadata":{"name":"p"}},"x":' + nested + b',"NodeNames":["a"],"nodenames":["b"]}'
     bind = b'{"PodName":"p","x":' + nested + b',"Node":"n1","node":"n2"}'
+    victims = b'{"n1":{"Pods":[],"pods":[]}}'
+    preempt = (
+        b'{"Pod":{"metadata":{"name":"p"}},"x":' + nested + b',"NodeNameToMetaVictims":' + victims + b"}"
+    )
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(len(inspect.stack()) + 300)
     try:
@@ -151,6 +163,8 @@ def test_a_field_in_two_spellings_in_a_deeply_nested_body_is_a_clear_error():
             decode_extender_args(body)
         with pytest.raises(WireError, match="nested too deeply"):
             decode_binding_args(bind)
+        with pytest.raises(WireError, match="nested too deeply"):
+            decode_preemption_args(preempt)
     finally:
         sys.setrecursionlimit(limit)
 
@@ -190,6 +204,21 @@ def test_node_names_are_the_ones_written_last_and_keyed_by_their_text_only_witho
     assert args.node_names == names
     if args.node_names_text is not None:
         assert args.node_names_text == "\n".join(names) and not any("\n" in name for name in names)
+
+
+_uids = st.lists(st.text(st.sampled_from('ab"\\:'), min_size=1, max_size=3), max_size=3)
+_victims_member = st.tuples(
+    st.sampled_from(["Pods", "pods", "PODS", "x"]), st.none() | _uids.map(lambda us: [{"UID": u} for u in us])
+)
+
+
+@given(st.lists(_victims_member, max_size=4), _uids, st.booleans())
+def test_victims_pods_are_the_ones_written_last(members, uids, spaces):
+    """Inside a node's victims as at the top level: the Pods written last are decoded."""
+    pairs = [*members, ("Pods", [{"UID": u} for u in uids])]
+    victims = b"{" + b",".join(orjson.dumps(k) + b":" + _spelled(v, spaces) for k, v in pairs) + b"}"
+    body = b'{"Pod":{"metadata":{"name":"p"}},"NodeNameToMetaVictims":{"n1":' + victims + b"}}"
+    assert decode_preemption_args(body).victims["n1"].uids == tuple(uids)
 
 
 def test_decode_filter_with_node_objects():
