@@ -26,10 +26,9 @@ scheduling error, and so is a 200 with ``Error`` set. Hence
 Bodies are read as raw bytes and decoded with orjson (``app.http.wire``); the pydantic models below only feed
 the OpenAPI document at ``/docs`` and never validate a request (Pods are large; the wire module checks the
 few fields the extender reads). The body is read in the event loop (size cap). Filter and prioritize
-bodies up to ``LOOP_DECODE_BYTES`` are decoded there, and answered there too when the answer is warm
-(``SchedulingService.filter_quick`` / ``prioritize_quick``: the lock is free, no search and few device
-checks remain), since a thread handoff costs more than that; every other decision runs in the thread
-pool so probes stay responsive while a filter holds the lock.
+answer there too when the answer is warm (``SchedulingService.filter_quick`` / ``prioritize_quick``: the
+lock is free, no search and few device checks remain), since a thread handoff costs more than that; every
+other decision runs in the thread pool so probes stay responsive while a filter holds the lock.
 """
 
 from __future__ import annotations
@@ -64,17 +63,12 @@ from app.scheduling.preemption import preempt
 from app.scheduling.sampling import NodeSampler
 from app.scheduling.service import FilterOutcome, SchedulingService
 
-__all__ = ["LOOP_DECODE_BYTES", "create_app"]
+__all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
 
 _JSON = "application/json"
 _SYNCING = "dra-extender is still syncing with the API server; try again"
-
-LOOP_DECODE_BYTES = 1 << 20
-"""Filter and prioritize bodies up to this size are decoded on the event loop (about a millisecond with
-orjson, ten in the worst case: a field in two spellings is parsed again by the standard library);
-larger ones, such as full NodeLists or hostile bodies, are decoded on a worker thread."""
 
 
 # --- OpenAPI documentation models (never used to validate) ------------------------------------------------
@@ -356,12 +350,6 @@ def create_app(
         quick = quick_handlers.get(verb)
         if quick is None:
             return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, handler, body))
-        if len(body) > LOOP_DECODE_BYTES:
-
-            def decoded(body: bytes) -> Answer:
-                return handler(wire.decode_extender_args(body))
-
-            return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, decoded, body))
         try:
             args = wire.decode_extender_args(body)
         except wire.WireError as e:

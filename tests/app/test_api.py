@@ -16,8 +16,7 @@ import pytest
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
 from app.config.settings import SchedulingSettings, ServerSettings, Settings
-from app.http import wire
-from app.http.api import LOOP_DECODE_BYTES, create_app
+from app.http.api import create_app
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
@@ -180,30 +179,6 @@ async def test_warm_filter_and_prioritize_answer_without_a_worker_thread(client,
     scores = (await _post(client, "prioritize", _args(service, "p-one", ["n1", "n2"]))).json()
     by_host = {entry["Host"]: entry["Score"] for entry in scores}
     assert by_host["n2"] > by_host["n1"]  # packing, as in the worker-thread answer above
-
-
-async def test_a_large_body_is_decoded_on_a_worker_thread(client, service, monkeypatch):
-    # A field in two spellings makes the decoder parse the body a second time with the slow stdlib
-    # parser: for a body of megabytes that must not hold the event loop (probes, other requests).
-    decoding_threads = []
-    decode = wire.decode_extender_args
-
-    def recording(body: bytes) -> wire.ExtenderArgs:
-        decoding_threads.append(threading.current_thread())
-        return decode(body)
-
-    monkeypatch.setattr("app.http.wire.decode_extender_args", recording)
-    pod = _pod(service, "p-one")
-    padding = "x" * (2 * LOOP_DECODE_BYTES)
-    asked = ["n1", "n2", "n3"]
-    body = orjson.dumps({"nodenames": ["n3"], "Pod": pod, "Padding": padding, "NodeNames": asked})
-    assert len(body) > LOOP_DECODE_BYTES
-    answer = (await _post(client, "filter", body)).json()
-    assert answer["NodeNames"] == ["n1", "n2"]  # the spelling written last: all three nodes asked
-    assert decoding_threads and threading.main_thread() not in decoding_threads
-    small = (await _post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"]))).json()
-    assert small == answer
-    assert decoding_threads[-1] is threading.main_thread()  # a small body is decoded where it is read
 
 
 async def test_filter_waits_for_the_lock_on_a_worker_thread_while_probes_answer(client, service):
