@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,17 +118,16 @@ def _load_object(body: bytes) -> Mapping[str, Any]:
     return data
 
 
-def _fields(
-    data: Mapping[str, Any], names: Iterable[str], keys: Iterable[str] | None = None
-) -> tuple[dict[str, Any], int]:
-    """Go's key → field matching: exact name, else case-insensitive; later keys overwrite earlier ones.
-    ``keys``: ``data``'s keys in the order they last occur in the text (default: the dict's order, in
-    which a repeated key keeps its first place). Also returns how many keys matched a field."""
+def _fields(data: Mapping[str, Any], names: Iterable[str]) -> tuple[dict[str, Any], int]:
+    """Go's key → field matching in ``data``'s key order: exact name, else case-insensitive; later keys
+    overwrite earlier ones. Also returns how many keys matched a field (more than were found: a field
+    came in two spellings, and a decoded dict keeps a repeated key in its first place, not in text
+    order)."""
     exact = set(names)
     folded = {name.casefold(): name for name in exact}
     found: dict[str, Any] = {}
     matched = 0
-    for key in data if keys is None else keys:
+    for key in data:
         name = key if key in exact else folded.get(key.casefold())
         if name is not None:
             found[name] = data[key]
@@ -139,25 +138,15 @@ def _fields(
 def _load_fields(body: bytes, names: Iterable[str]) -> dict[str, Any]:
     """The fields ``names`` of the JSON object ``body``. Where two spellings of one field are sent
     (``NodeNames``, ``nodenames``), the one written last wins, as in Go, even when the other spelling
-    is repeated after it (a decoded dict would keep the repeated key in its first place)."""
+    is repeated after it."""
     data = _load_object(body)
     found, matched = _fields(data, names)
-    if matched > len(found):
-        found, _ = _fields(data, names, _keys_in_text_order(body))
-    return found
-
-
-def _keys_in_text_order(body: bytes) -> list[str]:
-    """The top-level keys of the JSON object ``body`` by the place each occurs last. Only the last
-    object's keys are kept: the top-level object closes last."""
-    latest: list[tuple[str, Any]] = []
-
-    def keep(pairs: list[tuple[str, Any]]) -> None:
-        latest[:] = pairs
-
-    _parse_in_text_order(body, keep)
-    last = {key: place for place, (key, _) in enumerate(latest)}
-    return sorted(last, key=last.__getitem__)
+    if matched == len(found):
+        return found
+    # The decoded object is dropped before the body is parsed again: a hostile body's two parses never
+    # take memory together.
+    del data, found
+    return _fields(_object_in_text_order(body), names)[0]
 
 
 def _object_in_text_order(body: bytes) -> Mapping[str, Any]:
@@ -171,20 +160,15 @@ def _object_in_text_order(body: bytes) -> Mapping[str, Any]:
             obj[key] = value
         return obj
 
-    data = _parse_in_text_order(body, ordered)
+    # A rare path (the standard library's parser is slow), and it recurses: it can give out before
+    # orjson's depth limit.
+    try:
+        data = json.loads(body, object_pairs_hook=ordered)
+    except RecursionError:
+        raise WireError("request body: nested too deeply to match a field sent in two spellings") from None
     if not isinstance(data, dict):
         raise WireError(f"request body: must be a JSON object, got {_type(data)}")
     return data
-
-
-def _parse_in_text_order(body: bytes, hook: Callable[[list[tuple[str, Any]]], Any]) -> Any:
-    """``body`` parsed by the standard library, which hands ``hook`` every object's keys in text order
-    (a rare path: that parser is slow). Raises WireError where its recursion gives out before orjson's
-    depth limit."""
-    try:
-        return json.loads(body, object_pairs_hook=hook)
-    except RecursionError:
-        raise WireError("request body: nested too deeply to match a field sent in two spellings") from None
 
 
 class _SpelledTwice(Exception):
@@ -373,7 +357,8 @@ def decode_preemption_args(body: bytes) -> ExtenderPreemptionArgs:
     try:
         return _preemption_args(_load_object(body), in_text_order=False)
     except _SpelledTwice:
-        return _preemption_args(_object_in_text_order(body), in_text_order=True)
+        pass  # parsed again once the exception, whose frames hold the decoded object, is gone
+    return _preemption_args(_object_in_text_order(body), in_text_order=True)
 
 
 def _preemption_args(data: Mapping[str, Any], *, in_text_order: bool) -> ExtenderPreemptionArgs:
