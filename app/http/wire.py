@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -44,6 +44,8 @@ __all__ = [
     "encode_host_priorities",
     "encode_preemption_result",
 ]
+
+_Decoded = TypeVar("_Decoded")
 
 Obj = dict[str, Any]
 
@@ -139,14 +141,19 @@ def _load_fields(body: bytes, names: Iterable[str]) -> dict[str, Any]:
     """The fields ``names`` of the JSON object ``body``. Where two spellings of one field are sent
     (``NodeNames``, ``nodenames``), the one written last wins, as in Go, even when the other spelling
     is repeated after it."""
-    data = _load_object(body)
-    found, matched = _fields(data, names)
-    if matched == len(found):
-        return found
-    # The decoded object is dropped before the body is parsed again: a hostile body's two parses never
-    # take memory together.
-    del data, found
-    return _fields(_object_in_text_order(body), names)[0]
+    return _decoded(body, lambda data, in_text_order: _one_spelling(data, names, in_text_order=in_text_order))
+
+
+def _decoded(body: bytes, decode: Callable[[Mapping[str, Any], bool], _Decoded]) -> _Decoded:
+    """``decode(object, in_text_order)`` of the JSON object ``body``: the object as orjson decodes it,
+    or, where two spellings of one field meet in it (``_SpelledTwice``), as parsed in text order."""
+    try:
+        return decode(_load_object(body), False)
+    except _SpelledTwice:
+        # Parsed again only once the exception, whose frames hold the decoded object, is gone: a hostile
+        # body's two parses never take memory together.
+        pass
+    return decode(_object_in_text_order(body), True)
 
 
 def _object_in_text_order(body: bytes) -> Mapping[str, Any]:
@@ -354,14 +361,10 @@ def decode_preemption_args(body: bytes) -> ExtenderPreemptionArgs:
     """Decode an ``ExtenderPreemptionArgs`` body: ``NodeNameToMetaVictims`` (nodeCacheCapable) or
     ``NodeNameToVictims``, whichever is not null (both null: no candidates). Raises WireError naming the
     bad field."""
-    try:
-        return _preemption_args(_load_object(body), in_text_order=False)
-    except _SpelledTwice:
-        pass  # parsed again once the exception, whose frames hold the decoded object, is gone
-    return _preemption_args(_object_in_text_order(body), in_text_order=True)
+    return _decoded(body, _preemption_args)
 
 
-def _preemption_args(data: Mapping[str, Any], *, in_text_order: bool) -> ExtenderPreemptionArgs:
+def _preemption_args(data: Mapping[str, Any], in_text_order: bool) -> ExtenderPreemptionArgs:
     names = ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims")
     found = _one_spelling(data, names, in_text_order=in_text_order)
     pod = _check_pod(found.get("Pod"))
