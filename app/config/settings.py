@@ -44,7 +44,8 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 """32 MiB, the most ``max_body_bytes`` takes: a body parses to ~5.5 times its size (a 64 MiB NodeList:
 355 MiB), and four may be read at once (``app.http.api``), so four 32 MiB bodies come to ~850 MiB, beside
 the state within the manifests' 2 GiB memory limit. A larger value would take the limit away in effect.
-Hostile bodies expand more: 32 MiB of empty arrays parse to about 1 GiB (the default 8 MiB: a quarter)."""
+Hostile bodies expand more: 32 MiB of empty arrays parse to about 1 GiB (the default 8 MiB: a quarter),
+hence bodies are parsed one at a time (``app.http.wire``)."""
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 """Names accepted by both ``logging`` and uvicorn's ``--log-level``."""
