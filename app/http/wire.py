@@ -127,11 +127,14 @@ def _load_object(body: bytes) -> Mapping[str, Any]:
     return data
 
 
-def _fields(data: Mapping[str, Any], names: Iterable[str]) -> tuple[dict[str, Any], int]:
+class _SpelledTwice(Exception):
+    """A field sent in two spellings inside a decoded object: only the text tells which one Go keeps."""
+
+
+def _fields(data: Mapping[str, Any], names: Iterable[str], *, in_text_order: bool) -> dict[str, Any]:
     """Go's key → field matching in ``data``'s key order: exact name, else case-insensitive; later keys
-    overwrite earlier ones. Also returns how many keys matched a field (more than were found: a field
-    came in two spellings, and a decoded dict keeps a repeated key in its first place, not in text
-    order)."""
+    overwrite earlier ones. Raises _SpelledTwice where two spellings of a field meet in an object whose
+    keys are not ``in_text_order`` (a decoded dict keeps a repeated key in its first place)."""
     exact = set(names)
     folded = {name.casefold(): name for name in exact}
     found: dict[str, Any] = {}
@@ -141,14 +144,16 @@ def _fields(data: Mapping[str, Any], names: Iterable[str]) -> tuple[dict[str, An
         if name is not None:
             found[name] = data[key]
             matched += 1
-    return found, matched
+    if matched > len(found) and not in_text_order:
+        raise _SpelledTwice
+    return found
 
 
 def _load_fields(body: bytes, names: Iterable[str]) -> dict[str, Any]:
     """The fields ``names`` of the JSON object ``body``. Where two spellings of one field are sent
     (``NodeNames``, ``nodenames``), the one written last wins, as in Go, even when the other spelling
     is repeated after it."""
-    return _decoded(body, lambda data, in_text_order: _one_spelling(data, names, in_text_order=in_text_order))
+    return _decoded(body, lambda data, in_text_order: _fields(data, names, in_text_order=in_text_order))
 
 
 def _decoded(body: bytes, decode: Callable[[Mapping[str, Any], bool], _Decoded]) -> _Decoded:
@@ -184,19 +189,6 @@ def _object_in_text_order(body: bytes) -> Mapping[str, Any]:
     if not isinstance(data, dict):
         raise WireError(f"request body: must be a JSON object, got {_type(data)}")
     return data
-
-
-class _SpelledTwice(Exception):
-    """A field sent in two spellings inside a decoded object: only the text tells which one Go keeps."""
-
-
-def _one_spelling(data: Mapping[str, Any], names: Iterable[str], *, in_text_order: bool) -> dict[str, Any]:
-    """``_fields`` of ``data``; raises _SpelledTwice where two spellings of a field meet in an object
-    whose keys are not ``in_text_order``."""
-    found, matched = _fields(data, names)
-    if matched > len(found) and not in_text_order:
-        raise _SpelledTwice
-    return found
 
 
 def _type(value: Any) -> str:
@@ -344,7 +336,7 @@ def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
 def _victims(value: Any, at: str, *, whole: bool, in_text_order: bool) -> tuple[Victims, list[Obj]]:
     """One ``Victims`` (``whole``: Pods are Pod objects) or ``MetaVictims`` (Pods are ``{"UID": ...}``)."""
     victims = _expect(value, dict, at, optional=False)
-    found = _one_spelling(victims, ("Pods", "NumPDBViolations"), in_text_order=in_text_order)
+    found = _fields(victims, ("Pods", "NumPDBViolations"), in_text_order=in_text_order)
     violations = found.get("NumPDBViolations") or 0
     if not isinstance(violations, int) or isinstance(violations, bool):
         raise WireError(f"{at}.NumPDBViolations: must be an integer, got {_type(violations)}")
@@ -359,8 +351,8 @@ def _victims(value: Any, at: str, *, whole: bool, in_text_order: bool) -> tuple[
             uid = _expect(meta.get("uid"), str, f"{where}.metadata.uid", optional=False)
             pods.append(entry)
         else:
-            meta = _one_spelling(entry, ("UID",), in_text_order=in_text_order)
-            uid = _expect(meta.get("UID"), str, f"{where}.UID", optional=False)
+            uid_field = _fields(entry, ("UID",), in_text_order=in_text_order)
+            uid = _expect(uid_field.get("UID"), str, f"{where}.UID", optional=False)
         uids.append(uid)
     return Victims(tuple(uids), violations), pods
 
@@ -374,7 +366,7 @@ def decode_preemption_args(body: bytes) -> ExtenderPreemptionArgs:
 
 def _preemption_args(data: Mapping[str, Any], in_text_order: bool) -> ExtenderPreemptionArgs:
     names = ("Pod", "NodeNameToVictims", "NodeNameToMetaVictims")
-    found = _one_spelling(data, names, in_text_order=in_text_order)
+    found = _fields(data, names, in_text_order=in_text_order)
     pod = _check_pod(found.get("Pod"))
     key = "NodeNameToMetaVictims" if found.get("NodeNameToMetaVictims") is not None else "NodeNameToVictims"
     victims, sent = {}, {}
