@@ -14,6 +14,10 @@ PORT ?= 8888
 GO := $(shell command -v go 2>/dev/null)
 ORACLE := .cache/oracle/oracle
 ORACLE_SRC := $(wildcard tests/oracle/*.go) tests/oracle/go.mod tests/oracle/go.sum
+# Upstream's DRA CEL environment alone (compile + evaluate one selector on one device), for the CEL
+# conformance battery (tests/allocator/test_cel_conformance.py).
+CEL_ORACLE := .cache/oracle/celoracle
+CEL_ORACLE_SRC := $(wildcard tests/oracle/celoracle/*.go) tests/oracle/go.mod tests/oracle/go.sum
 # kustomize, to render manifests/ and its overlays in the tests: built from its Go module into .cache/ when
 # go is on PATH (about a minute, once); without go the tests use `kubectl kustomize`, or skip.
 KUSTOMIZE_VERSION := v5.7.1
@@ -44,8 +48,11 @@ unit: $(STAMP) oracle-bin kustomize-bin
 $(ORACLE): $(ORACLE_SRC)
 	cd tests/oracle && go build -o ../../$(ORACLE) .
 
+$(CEL_ORACLE): $(CEL_ORACLE_SRC)
+	cd tests/oracle && go build -o ../../$(CEL_ORACLE) ./celoracle
+
 ifneq ($(GO),)
-oracle-bin: $(ORACLE)
+oracle-bin: $(ORACLE) $(CEL_ORACLE)
 else
 oracle-bin:
 	@echo "go not on PATH: the differential tests against the upstream allocator will skip"

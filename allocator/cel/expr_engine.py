@@ -50,6 +50,7 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice
+from allocator.cel.expr_libs import STDLIB_CONFIG, library_declarations
 from allocator.cel.library import (
     CheckedAst,
     Expr,
@@ -61,10 +62,6 @@ from allocator.cel.library import (
     decode_checked,
     derived_attribute_value,
     includes,
-    list_is_sorted,
-    list_max,
-    list_min,
-    list_sum,
     parse_cel_quantity,
     parse_semver,
     plain_attribute,
@@ -119,15 +116,29 @@ def _message_pool() -> tuple[descriptor_pool.DescriptorPool, Any, Any]:
     semver.field.add(name="pre", number=4, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
+    # IP, CIDR and URL values: their canonical text (allocator.cel.expr_libs).
+    for package, name in (
+        ("net", "IP"),
+        ("net", "CIDR"),
+        ("kubernetes", "URL"),
+        ("dra_extender", "Unconstructible"),
+    ):
+        texts = descriptor_pb2.FileDescriptorProto(
+            name=f"dra_extender/cel_{name.lower()}.proto", package=package, syntax="proto3"
+        )
+        texts.message_type.add(name=name).field.add(
+            name="text", number=1, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL
+        )
+        pool.Add(texts)
     make = message_factory.GetMessageClass
     return (
         pool,
-        make(pool.FindMessageTypeByName("kubernetes.Quantity")),
-        make(pool.FindMessageTypeByName("kubernetes.Semver")),
+        *(make(pool.FindMessageTypeByName(n)) for n in _MESSAGES),
     )
 
 
-_POOL, QuantityMsg, SemverMsg = _message_pool()
+_MESSAGES = ("kubernetes.Quantity", "kubernetes.Semver", "net.IP", "net.CIDR", "kubernetes.URL")
+_POOL, QuantityMsg, SemverMsg, IPMsg, CIDRMsg, URLMsg = _message_pool()
 _QUANTITY = cel.Type("kubernetes.Quantity")
 _SEMVER = cel.Type("kubernetes.Semver")
 
@@ -232,11 +243,11 @@ def _overload(
 
 def _library() -> list[cel.FunctionDecl]:
     """Declarations of the Kubernetes/DRA functions (upstream overload ids where they exist)."""
-    s, b, i, d, dyn = cel.Type.STRING, cel.Type.BOOL, cel.Type.INT, cel.Type.DOUBLE, cel.Type.DYN
+    s, b, i, d = cel.Type.STRING, cel.Type.BOOL, cel.Type.INT, cel.Type.DOUBLE
     # A parameter declared dyn never matches at run time in cel-expr-python (it registers kind "dyn", which
     # no value has); google.protobuf.Any is the wildcard both for the checker and for runtime dispatch.
     anything = cel.Type("google.protobuf.Any")
-    q, v, dyn_list = _QUANTITY, _SEMVER, cel.Type.List(cel.Type.DYN)
+    q, v = _QUANTITY, _SEMVER
     return [
         cel.FunctionDecl("quantity", [_overload("string_to_quantity", q, [s], _fn_quantity, False)]),
         cel.FunctionDecl("isQuantity", [_overload("is_quantity_string", b, [s], _fn_is_quantity, False)]),
@@ -263,9 +274,8 @@ def _library() -> list[cel.FunctionDecl]:
         cel.FunctionDecl(
             "sign",
             [
-                # Upstream declares sign(q) as a global function; q.sign() is accepted too.
+                # Only the global function: upstream has no q.sign().
                 _overload("quantity_sign", i, [q], lambda m: quantity_sign(_fraction(m)), False),
-                _overload("quantity_sign_member", i, [q], lambda m: quantity_sign(_fraction(m))),
             ],
         ),
         cel.FunctionDecl(
@@ -294,10 +304,7 @@ def _library() -> list[cel.FunctionDecl]:
             ],
         ),
         cel.FunctionDecl("includes", [_overload("dyn_includes_dyn", b, [anything, anything], includes)]),
-        cel.FunctionDecl("isSorted", [_overload("list_is_sorted", b, [dyn_list], list_is_sorted)]),
-        cel.FunctionDecl("sum", [_overload("list_sum", dyn, [dyn_list], list_sum)]),
-        cel.FunctionDecl("min", [_overload("list_min", dyn, [dyn_list], list_min)]),
-        cel.FunctionDecl("max", [_overload("list_max", dyn, [dyn_list], list_max)]),
+        *library_declarations(IPMsg, CIDRMsg, URLMsg),
         cel.FunctionDecl("find", [_overload("string_find_string", s, [s, s], regex_find)]),
         cel.FunctionDecl(
             "findAll",
@@ -320,7 +327,11 @@ def _compare_decl(name: str, result: cel.Type, impl: Callable[[Any, Any], Any]) 
     )
 
 
-_CONFIG = "extensions:\n  - name: sets\n  - name: two-var-comprehensions\n"
+# cel-cpp's lists extension version 2 has the functions of cel-go's ext.Lists v3 (which only adds costs).
+_CONFIG = (
+    "extensions:\n  - name: sets\n  - name: two-var-comprehensions\n  - name: lists\n    version: 2\n"
+    + STDLIB_CONFIG
+)
 
 
 def new_env() -> cel.Env:
@@ -330,7 +341,11 @@ def new_env() -> cel.Env:
     return cel.NewEnv(
         descriptor_pool=_POOL,
         config=cel.NewEnvConfigFromYaml(_CONFIG),
-        extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings(), ext_optional.ExtOptional()],
+        extensions=[
+            ext_strings.ExtStrings(version=2),
+            ext_bindings.ExtBindings(),
+            ext_optional.ExtOptional(),
+        ],
         variables={
             "device.driver": cel.Type.STRING,
             "device.attributes": attributes,
