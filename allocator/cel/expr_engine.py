@@ -51,6 +51,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice
 from allocator.cel.expr_libs import STDLIB_CONFIG, library_declarations
+from allocator.cel.lib_strformat import string_format
 from allocator.cel.library import (
     CheckedAst,
     Expr,
@@ -67,6 +68,7 @@ from allocator.cel.library import (
     plain_attribute,
     quantity_as_integer,
     quantity_compare,
+    quantity_int64,
     quantity_is_integer,
     quantity_sign,
     quantity_to_float,
@@ -75,6 +77,13 @@ from allocator.cel.library import (
     worst_case_cost,
 )
 from allocator.cel.reads import device_reads
+from allocator.cel.validators import (
+    HIDDEN_FORMAT,
+    hidden_name_errors,
+    homogeneous_literal_errors,
+    location,
+    string_format_errors,
+)
 from allocator.errors import CELCompileError, CELEvalError
 
 __all__ = ["Analysis", "CompiledProgram", "ExprEngine", "ExprProgram", "ExprValueProgram", "Frontend"]
@@ -188,6 +197,21 @@ def _parsed_semver(text: str, relaxed: bool) -> SemverValue:
     return parse_semver(text, relaxed)
 
 
+DECIMAL_HELD = "01"
+"""Denominator spelling of an integral quantity literal that upstream holds as a decimal (``_literal_edit``);
+such a message is only ever read by ``isInteger``/``asInteger``."""
+
+
+def _is_integer(message: Any) -> bool:
+    return message.den != DECIMAL_HELD and quantity_is_integer(_fraction(message))
+
+
+def _as_integer(message: Any) -> int:
+    if message.den == DECIMAL_HELD:
+        raise LibraryError("cannot convert value to integer")
+    return quantity_as_integer(_fraction(message))
+
+
 def _fn_quantity(text: str) -> Any:
     return quantity_message(_parsed_quantity(text))
 
@@ -278,12 +302,10 @@ def _library() -> list[cel.FunctionDecl]:
                 _overload("quantity_sign", i, [q], lambda m: quantity_sign(_fraction(m)), False),
             ],
         ),
-        cel.FunctionDecl(
-            "asInteger", [_overload("quantity_get_int", i, [q], lambda m: quantity_as_integer(_fraction(m)))]
-        ),
+        cel.FunctionDecl("asInteger", [_overload("quantity_get_int", i, [q], _as_integer)]),
         cel.FunctionDecl(
             "isInteger",
-            [_overload("quantity_is_integer", b, [q], lambda m: quantity_is_integer(_fraction(m)))],
+            [_overload("quantity_is_integer", b, [q], _is_integer)],
         ),
         cel.FunctionDecl(
             "asApproximateFloat",
@@ -304,6 +326,10 @@ def _library() -> list[cel.FunctionDecl]:
             ],
         ),
         cel.FunctionDecl("includes", [_overload("dyn_includes_dyn", b, [anything, anything], includes)]),
+        cel.FunctionDecl(
+            HIDDEN_FORMAT,
+            [_overload("string_dra_format", s, [s, cel.Type.List(cel.Type.DYN)], string_format)],
+        ),
         *library_declarations(IPMsg, CIDRMsg, URLMsg),
         cel.FunctionDecl("find", [_overload("string_find_string", s, [s, s], regex_find)]),
         cel.FunctionDecl(
@@ -458,7 +484,10 @@ def _source_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
     """Edits (start, end, replacement): direct domain lookups become ``[?key].orValue({})`` and constant
     quantity/semver calls become message literals."""
     edits: list[tuple[int, int, str]] = []
+    decimal_held: set[int] = set()  # quantity literals read by isInteger/asInteger (_literal_edit)
     for node in ast.root.walk():
+        if node.kind == "call" and node.name in ("isInteger", "asInteger") and node.operand is not None:
+            decimal_held.add(node.operand.id)
         pos = ast.positions.get(node.id, -1)
         if not 0 <= pos < len(src):
             continue
@@ -473,14 +502,29 @@ def _source_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
                 if field and field.group(1) == node.name:
                     edits.append((pos, field.end(), f'[?"{node.name}"].orValue({{}})'))
         elif node.kind == "call" and src[pos] == "(":
-            edits += _literal_edit(node, src, pos)
+            edits += _literal_edit(node, src, pos, node.id in decimal_held) + _format_edit(node, src, pos)
     return edits
 
 
-def _literal_edit(node: Expr, src: str, pos: int) -> list[tuple[int, int, str]]:
+_FORMAT_NAME = re.compile(r"format\s*$")
+
+
+def _format_edit(node: Expr, src: str, pos: int) -> list[tuple[int, int, str]]:
+    """``x.format(args)`` runs Kubernetes' formatter (``allocator.cel.lib_strformat``), not cel-cpp's."""
+    if node.name != "format" or node.operand is None:
+        return []
+    name = _FORMAT_NAME.search(src, 0, pos)
+    return [] if name is None else [(name.start(), name.end(), HIDDEN_FORMAT)]
+
+
+def _literal_edit(node: Expr, src: str, pos: int, integer_read: bool = False) -> list[tuple[int, int, str]]:
     """``quantity("40Gi")`` / ``semver("1.2.3"[, true])`` with constant, valid arguments become message
     literals the runtime builds natively (no Python call per evaluation). Invalid constants stay calls, so
-    their error still happens at evaluation time as upstream."""
+    their error still happens at evaluation time as upstream.
+
+    ``integer_read``: the quantity is the receiver of ``isInteger``/``asInteger``, which upstream answers
+    from how ``ParseQuantity`` holds the text (``quantity_int64``): when that is not an int64, the literal's
+    denominator is spelled ``"01"`` (``DECIMAL_HELD``), which the two functions read as "not an integer"."""
     args = node.args or []
     if node.operand is not None or node.name not in ("quantity", "semver") or not args:
         return []
@@ -494,7 +538,10 @@ def _literal_edit(node: Expr, src: str, pos: int) -> list[tuple[int, int, str]]:
     try:
         if node.name == "quantity":
             value = _parsed_quantity(args[0].value)
-            literal = f'kubernetes.Quantity{{num: "{value.numerator}", den: "{value.denominator}"}}'
+            den = str(value.denominator)
+            if integer_read and den == "1" and quantity_int64(args[0].value) is None:
+                den = DECIMAL_HELD
+            literal = f'kubernetes.Quantity{{num: "{value.numerator}", den: "{den}"}}'
         else:
             version = _parsed_semver(args[0].value, len(args) > 1 and args[1].value is True)
             pre = ".".join(str(p) for p in version.pre)
@@ -541,12 +588,6 @@ def apply_edits(src: str, edits: list[tuple[int, int, str]]) -> str:
 # ------------------------------------------------------------------------------------------- compile
 
 
-def _location(src: str, pos: int) -> str:
-    line = src.count("\n", 0, pos) + 1
-    column = pos - (src.rfind("\n", 0, pos) + 1) + 1
-    return f"<input>:{line}:{column}"
-
-
 class _RegexProbe:
     """Validates constant regex arguments with the runtime's own RE2 (upstream ``ValidateRegexLiterals``)."""
 
@@ -575,7 +616,7 @@ def _regex_errors(ast: CheckedAst, src: str, probe: _RegexProbe) -> list[str]:
             except re.error as err:
                 problem = f"not supported by this engine's find/findAll: {err}"
         if problem:
-            where = _location(src, ast.positions.get(pattern.id, 0))
+            where = location(src, ast.positions.get(pattern.id, 0))
             errors.append(f"ERROR: {where}: invalid {node.name} argument: {problem}")
     return errors
 
@@ -629,7 +670,8 @@ class Frontend:
         elif result not in ("BOOL", "DYN"):
             raise CELCompileError(f"must evaluate to bool or the unknown type, not {type_name(result)}")
         ast = decode_checked(checked.serialize())
-        problems = _regex_errors(ast, source, self._probe)
+        problems = hidden_name_errors(ast, source) + homogeneous_literal_errors(ast, source)
+        problems += string_format_errors(ast, source) + _regex_errors(ast, source, self._probe)
         if problems:
             raise CELCompileError("compilation failed: " + "\n".join(problems))
         return Analysis(source, checked, ast, worst_case_cost(ast))

@@ -32,7 +32,7 @@ import math
 import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from allocator.cel import AttributeValue, Version
@@ -67,6 +67,7 @@ __all__ = [
     "plain_attribute",
     "quantity_as_integer",
     "quantity_compare",
+    "quantity_int64",
     "quantity_is_integer",
     "quantity_sign",
     "quantity_to_float",
@@ -248,6 +249,52 @@ def quantity_sign(value: Fraction) -> int:
 def quantity_is_integer(value: Fraction) -> bool:
     """True when ``asInteger`` succeeds: an integral value inside the int64 range."""
     return value.denominator == 1 and INT64_MIN <= value.numerator <= INT64_MAX
+
+
+_BINARY_EXPONENTS = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_QUANTITY_TEXT = re.compile(r"([+-]?)0*([0-9]*)(?:\.([0-9]*))?(.*)")
+
+
+def quantity_int64(text: str) -> int | None:
+    """What upstream's ``Quantity.AsInt64`` gives for ``resource.ParseQuantity(text)``: the value when the
+    parse keeps it as an int64 mantissa with a non-negative decimal scale, else None (also for an invalid
+    text). ``ParseQuantity`` takes that fast path only when the digits leave enough precision: at most 18
+    digits for a decimal suffix, fewer for a large binary suffix (``1Ei``, none with a fraction:
+    ``1.5Gi``); and a text with fractional digits (``1.0``, ``1000m``) keeps a negative scale. Everything
+    else is held as an arbitrary-precision decimal, which ``asInteger`` refuses even when integral."""
+    if text == "0":
+        return 0
+    match = _QUANTITY_TEXT.fullmatch(text)
+    if match is None:
+        return None
+    sign, num, denom, suffix = match.group(1), match.group(2) or "0", match.group(3) or "", match.group(4)
+    mantissa = 1
+    if suffix in _BINARY_EXPONENTS:
+        exponent = _BINARY_EXPONENTS[suffix]
+        if denom:
+            return None
+        mantissa = 1 << exponent
+        precision = 15 - len(num) - int(exponent * 3 / 10) - 1
+        scale = 0
+    else:
+        if suffix in _DECIMAL_EXPONENTS:
+            scale = _DECIMAL_EXPONENTS[suffix]
+        elif suffix[:1] in ("e", "E") and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
+            scale = int(suffix[1:])
+        else:
+            return None
+        precision = 18 - len(num) - len(denom)
+    scale -= len(denom)
+    if precision < 0 or scale < -9:
+        return None
+    value = int(num + denom) * mantissa
+    if value > INT64_MAX or scale < 0:
+        return None
+    value = value * 10**scale
+    if value > INT64_MAX:
+        return None
+    return -value if sign == "-" else value
 
 
 def quantity_as_integer(value: Fraction) -> int:
@@ -540,6 +587,8 @@ class Expr:
     test_only: bool = False
     parts: dict[str, Expr] | None = None
     vars: tuple[str, str, str] = ("", "", "")
+    optional: frozenset[int] = frozenset()
+    """Positions of optional list elements (``[?x]``) or optional map entries (``{?k: v}``)."""
 
     def children(self) -> list[Expr]:
         out = [self.operand] if self.operand is not None else []
@@ -558,12 +607,15 @@ class Expr:
 
 @dataclass(slots=True)
 class CheckedAst:
-    """A decoded ``CheckedExpr``: the tree plus the checker's side tables (by expression id)."""
+    """A decoded ``CheckedExpr``: the tree plus the checker's side tables (by expression id): ``types``
+    holds each node's outer kind (``_type_kind``), ``type_names`` its full type in cel-go's spelling
+    (``list(int)``, ``map(string, dyn)``, ``kubernetes.Quantity``)."""
 
     root: Expr
     references: dict[int, str]
     types: dict[int, str]
     positions: dict[int, int]
+    type_names: dict[int, str] = field(default_factory=dict)
 
 
 _PRIMITIVES = {1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
@@ -626,24 +678,45 @@ def _fill_expr(node: Expr, number: int, data: bytes) -> None:
     elif number == 7:
         node.kind = "list"
         node.args = [_decode_expr(v) for n, v in fields if n == 1 and isinstance(v, bytes)]
+        node.optional = frozenset(_int32s(fields, 2))
     elif number == 8:
         _fill_struct(node, fields)
     elif number == 9:
         _fill_comprehension(node, fields)
 
 
+def _int32s(fields: list[tuple[int, int | bytes]], number: int) -> list[int]:
+    """A repeated int32 field, packed or not."""
+    out: list[int] = []
+    for n, v in fields:
+        if n != number:
+            continue
+        if isinstance(v, int):
+            out.append(v)
+            continue
+        pos = 0
+        while pos < len(v):
+            value, pos = _varint(v, pos)
+            out.append(value)
+    return out
+
+
 def _fill_struct(node: Expr, fields: list[tuple[int, int | bytes]]) -> None:
     name = next((_text(v) for n, v in fields if n == 1), "")
     node.kind, node.name, node.args, node.keys = ("struct" if name else "map"), name, [], []
+    optional = set()
     for n, v in fields:
         if n != 2 or not isinstance(v, bytes):
             continue
         entry = _fields(v)
+        if any(en == 5 and ev for en, ev in entry):
+            optional.add(len(node.args))
         for en, ev in entry:
             if en == 3 and isinstance(ev, bytes):
                 node.keys.append(_decode_expr(ev))
             elif en == 4 and isinstance(ev, bytes):
                 node.args.append(_decode_expr(ev))
+    node.optional = frozenset(optional)
 
 
 def _fill_comprehension(node: Expr, fields: list[tuple[int, int | bytes]]) -> None:
@@ -672,8 +745,49 @@ def _type_kind(data: bytes) -> str:
             return "null"
         if number == 5:
             return "message"  # well-known types (Any, Timestamp, Duration)
+        if number == 11:
+            return "type"
         if number == 14:
             return "opaque"
+    return "dyn"
+
+
+_PRIMITIVE_NAMES = {0: "dyn", 1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
+_WELL_KNOWN = {1: "any", 2: "google.protobuf.Timestamp", 3: "google.protobuf.Duration"}
+
+
+def _type_name(data: bytes) -> str:
+    """A ``cel.expr.Type`` in cel-go's spelling (``FormatCELType``)."""
+    for number, value in _fields(data):
+        if number == 1:
+            return "dyn"
+        if number == 2:
+            return "null"
+        if number == 3 and isinstance(value, int):
+            return _PRIMITIVE_NAMES.get(value, "dyn")
+        if number == 4 and isinstance(value, int):
+            return f"wrapper({_PRIMITIVE_NAMES.get(value, 'dyn')})"
+        if number == 5 and isinstance(value, int):
+            return _WELL_KNOWN.get(value, "dyn")
+        if not isinstance(value, bytes):
+            continue
+        if number == 6:
+            elem = next((_type_name(v) for n, v in _fields(value) if n == 1 and isinstance(v, bytes)), "dyn")
+            return f"list({elem})"
+        if number == 7:
+            parts = {n: _type_name(v) for n, v in _fields(value) if isinstance(v, bytes)}
+            return f"map({parts.get(1, 'dyn')}, {parts.get(2, 'dyn')})"
+        if number in (9, 10):
+            return _text(value)
+        if number == 11:
+            return f"type({_type_name(value)})"
+        if number == 12:
+            return "*error*"
+        if number == 14:
+            inner = _fields(value)
+            name = next((_text(v) for n, v in inner if n == 1), "")
+            params = [_type_name(v) for n, v in inner if n == 2 and isinstance(v, bytes)]
+            return f"{name}({', '.join(params)})" if params else name
     return "dyn"
 
 
@@ -699,6 +813,7 @@ def decode_checked(serialized: bytes) -> CheckedAst:
         serialized = next(bytes(v) for n, v in top if n == 2 and isinstance(v, bytes))
     references: dict[int, str] = {}
     types: dict[int, str] = {}
+    type_names: dict[int, str] = {}
     positions: dict[int, int] = {}
     root = Expr(id=0, kind="const")
     for number, value in _fields(serialized):
@@ -718,7 +833,8 @@ def decode_checked(serialized: bytes) -> CheckedAst:
         elif number == 3:
             key, typ = _map_entries(value)
             types[key] = _type_kind(typ) if isinstance(typ, bytes) else "dyn"
-    return CheckedAst(root, references, types, positions)
+            type_names[key] = _type_name(typ) if isinstance(typ, bytes) else "dyn"
+    return CheckedAst(root, references, types, positions, type_names)
 
 
 # ------------------------------------------------------------------------------ worst-case cost bound
