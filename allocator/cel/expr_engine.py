@@ -50,7 +50,7 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice
-from allocator.cel.expr_libs import STDLIB_CONFIG, library_declarations
+from allocator.cel.expr_libs import STDLIB_CONFIG, format_library_edits, library_declarations
 from allocator.cel.lib_strformat import string_format
 from allocator.cel.library import (
     CheckedAst,
@@ -109,9 +109,10 @@ _DOMAIN_MAPS = frozenset({"device.attributes", "device.capacity"})
 # --------------------------------------------------------------------------------------- value types
 
 
-def _message_pool() -> tuple[descriptor_pool.DescriptorPool, Any, Any]:
+def _message_pool() -> tuple[Any, ...]:
     """A private pool with ``kubernetes.Quantity{num, den}`` and ``kubernetes.Semver{major, minor, patch,
-    pre}`` (decimal strings / uint64s; ``pre`` is the dot-joined prerelease)."""
+    pre}`` (decimal strings / uint64s; ``pre`` is the dot-joined prerelease) and the text-valued types
+    below; the pool, then the message class of each of ``_MESSAGES``."""
     proto = descriptor_pb2.FieldDescriptorProto
     file = descriptor_pb2.FileDescriptorProto(
         name="dra_extender/cel_values.proto", package="kubernetes", syntax="proto3"
@@ -125,20 +126,18 @@ def _message_pool() -> tuple[descriptor_pool.DescriptorPool, Any, Any]:
     semver.field.add(name="pre", number=4, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    # IP, CIDR and URL values: their canonical text (allocator.cel.expr_libs).
-    for package, name in (
-        ("net", "IP"),
-        ("net", "CIDR"),
-        ("kubernetes", "URL"),
-        ("dra_extender", "Unconstructible"),
-    ):
-        texts = descriptor_pb2.FileDescriptorProto(
+    # IP, CIDR and URL values hold their canonical text, a named format its name (allocator.cel.expr_libs);
+    # nothing builds an Unconstructible (it carries the list functions' implementations).
+    texts = [("net", "IP", "text"), ("net", "CIDR", "text"), ("kubernetes", "URL", "text")]
+    texts += [("kubernetes", "NamedFormat", "name"), ("dra_extender", "Unconstructible", "text")]
+    for package, name, field in texts:
+        one = descriptor_pb2.FileDescriptorProto(
             name=f"dra_extender/cel_{name.lower()}.proto", package=package, syntax="proto3"
         )
-        texts.message_type.add(name=name).field.add(
-            name="text", number=1, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL
+        one.message_type.add(name=name).field.add(
+            name=field, number=1, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL
         )
-        pool.Add(texts)
+        pool.Add(one)
     make = message_factory.GetMessageClass
     return (
         pool,
@@ -147,7 +146,8 @@ def _message_pool() -> tuple[descriptor_pool.DescriptorPool, Any, Any]:
 
 
 _MESSAGES = ("kubernetes.Quantity", "kubernetes.Semver", "net.IP", "net.CIDR", "kubernetes.URL")
-_POOL, QuantityMsg, SemverMsg, IPMsg, CIDRMsg, URLMsg = _message_pool()
+_MESSAGES += ("kubernetes.NamedFormat",)
+_POOL, QuantityMsg, SemverMsg, IPMsg, CIDRMsg, URLMsg, FormatMsg = _message_pool()
 _QUANTITY = cel.Type("kubernetes.Quantity")
 _SEMVER = cel.Type("kubernetes.Semver")
 
@@ -330,7 +330,7 @@ def _library() -> list[cel.FunctionDecl]:
             HIDDEN_FORMAT,
             [_overload("string_dra_format", s, [s, cel.Type.List(cel.Type.DYN)], string_format)],
         ),
-        *library_declarations(IPMsg, CIDRMsg, URLMsg),
+        *library_declarations(IPMsg, CIDRMsg, URLMsg, FormatMsg),
         cel.FunctionDecl("find", [_overload("string_find_string", s, [s, s], regex_find)]),
         cel.FunctionDecl(
             "findAll",
@@ -655,7 +655,7 @@ class Frontend:
         """Raises CELCompileError (syntax, types, non-bool result, regex literal, > 10 Ki). ``value``: a
         derived attribute expression, whose result may be any attribute type (``VALUE_RESULT_TYPES``)."""
         _check_length(expression)
-        source = self._without_presence_tests(expression)
+        source = self._rewritten(expression)
         try:
             checked = self.env.compile(source)
         except RuntimeError as err:
@@ -670,20 +670,30 @@ class Frontend:
         elif result not in ("BOOL", "DYN"):
             raise CELCompileError(f"must evaluate to bool or the unknown type, not {type_name(result)}")
         ast = decode_checked(checked.serialize())
-        problems = hidden_name_errors(ast, source) + homogeneous_literal_errors(ast, source)
+        problems = homogeneous_literal_errors(ast, source)
         problems += string_format_errors(ast, source) + _regex_errors(ast, source, self._probe)
         if problems:
             raise CELCompileError("compilation failed: " + "\n".join(problems))
         return Analysis(source, checked, ast, worst_case_cost(ast))
 
-    def _without_presence_tests(self, expression: str) -> str:
-        if not _HAS.search(expression) or "device" not in expression:
+    def _rewritten(self, expression: str) -> str:
+        """The source to check: ``has(device.<field>)`` is ``true`` (``_presence_edits``) and the format
+        library's optional results are spelled with hidden functions (``format_library_edits``). Raises
+        CELCompileError for an expression that names a hidden function itself."""
+        presence = bool(_HAS.search(expression)) and "device" in expression
+        formats = "validate" in expression or "named" in expression
+        if not (presence or formats or "__dra_" in expression):
             return expression
         try:
-            parsed = self.env.compile(expression, disable_check=True)
-            edits = _presence_edits(decode_checked(parsed.serialize()), expression)
+            parsed = decode_checked(self.env.compile(expression, disable_check=True).serialize())
         except (RuntimeError, ValueError):
             return expression  # a syntax error: the checked compile reports it
+        hidden = hidden_name_errors(parsed, expression)
+        if hidden:
+            raise CELCompileError("compilation failed: " + "\n".join(hidden))
+        edits = _presence_edits(parsed, expression) if presence else []
+        if formats:
+            edits += format_library_edits(parsed, expression, matching_bracket)
         return apply_edits(expression, edits)
 
 

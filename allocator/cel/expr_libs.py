@@ -11,20 +11,28 @@ overload plus the cross-type numeric ones (cel-cpp's runtime already compares in
 runtime dispatches on argument kinds, and one implementation serves every overload of the same kinds.
 
 IP, CIDR and URL values are messages of the engine's private pool holding their canonical text
-(``allocator.cel.lib_net``, ``allocator.cel.lib_url``).
+(``allocator.cel.lib_net``, ``allocator.cel.lib_url``); a named format is ``kubernetes.NamedFormat{name}``
+(``allocator.cel.lib_formats``). Upstream's ``<format>.validate(s)`` and ``format.named(s)`` return
+optionals, which a Python function cannot build here; so ``format_library_edits`` rewrites them, before
+checking, into hidden functions returning a list of at most one element followed by ``[?0]``, the
+optional of that element: same type and value as upstream's.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from cel_expr_python import cel
 
-from allocator.cel import lib_net, lib_url
-from allocator.cel.library import list_is_sorted, list_max, list_min, list_sum
+from allocator.cel import lib_formats, lib_net, lib_url
+from allocator.cel.library import CheckedAst, list_is_sorted, list_max, list_min, list_sum
 
-__all__ = ["STDLIB_CONFIG", "library_declarations"]
+__all__ = ["HIDDEN_NAMED", "HIDDEN_VALIDATE", "STDLIB_CONFIG", "format_library_edits", "library_declarations"]
+
+HIDDEN_VALIDATE = "__dra_validate__"
+HIDDEN_NAMED = "__dra_named__"
 
 _COMPARISONS = {"_<_": "less", "_<=_": "less_equals", "_>_": "greater", "_>=_": "greater_equals"}
 
@@ -100,7 +108,73 @@ def _typed_lists() -> list[cel.FunctionDecl]:
     return decls
 
 
-def library_declarations(ip_msg: Any, cidr_msg: Any, url_msg: Any) -> list[cel.FunctionDecl]:
+def _format_library(format_msg: Any) -> list[cel.FunctionDecl]:
+    t = cel.Type
+    named = t("kubernetes.NamedFormat")
+    decls = [
+        cel.FunctionDecl(
+            f"format.{name}",
+            [_overload(f"format-{name}", named, [], (lambda n=name: format_msg(name=n)), False)],
+        )
+        for name in lib_formats.FORMAT_NAMES
+    ]
+
+    def validate(fmt: Any, text: str) -> list[list[str]]:
+        problems = lib_formats.validate(fmt.name, text)
+        return [problems] if problems else []
+
+    def named_format(name: str) -> list[Any]:
+        return [format_msg(name=name)] if name in lib_formats.FORMAT_NAMES else []
+
+    decls.append(
+        cel.FunctionDecl(
+            HIDDEN_VALIDATE,
+            [_overload("format-validate", t.List(t.List(t.STRING)), [named, t.STRING], validate, True)],
+        )
+    )
+    decls.append(
+        cel.FunctionDecl(
+            f"format.{HIDDEN_NAMED}",
+            [_overload("format-named", t.List(named), [t.STRING], named_format, False)],
+        )
+    )
+    return decls
+
+
+_VALIDATE_NAME = re.compile(r"validate\s*$")
+_NAMED_NAME = re.compile(r"named\s*$")
+
+
+def format_library_edits(
+    parsed: CheckedAst, src: str, closing: Callable[[str, int], int]
+) -> list[tuple[int, int, str]]:
+    """Edits of the parsed source: ``x.validate(s)`` -> ``x.__dra_validate__(s)[?0]`` and
+    ``format.named(s)`` -> ``format.__dra_named__(s)[?0]`` (module docstring). ``closing`` finds the bracket
+    closing the one at an offset."""
+    edits = []
+    for node in parsed.root.walk():
+        pos = parsed.positions.get(node.id, -1)
+        if node.kind != "call" or not 0 <= pos < len(src) or src[pos] != "(" or len(node.args or []) != 1:
+            continue
+        operand = node.operand
+        if node.name == "validate" and operand is not None:
+            name, hidden = _VALIDATE_NAME.search(src, 0, pos), HIDDEN_VALIDATE
+        elif (
+            node.name == "named"
+            and operand is not None
+            and operand.kind == "ident"
+            and operand.name == "format"
+        ):
+            name, hidden = _NAMED_NAME.search(src, 0, pos), HIDDEN_NAMED
+        else:
+            continue
+        if name is not None:
+            end = closing(src, pos) + 1
+            edits += [(name.start(), name.end(), hidden), (end, end, "[?0]")]
+    return edits
+
+
+def library_declarations(ip_msg: Any, cidr_msg: Any, url_msg: Any, format_msg: Any) -> list[cel.FunctionDecl]:
     """Every declaration of this module; ``*_msg`` are the message classes of the engine's pool."""
     t = cel.Type
     s, b, i = t.STRING, t.BOOL, t.INT
@@ -125,6 +199,7 @@ def library_declarations(ip_msg: Any, cidr_msg: Any, url_msg: Any) -> list[cel.F
 
     return [
         *_comparisons(),
+        *_format_library(format_msg),
         _to_string(ip, cidr),
         *_typed_lists(),
         # IP

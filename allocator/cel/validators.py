@@ -110,10 +110,11 @@ def string_format_errors(ast: CheckedAst, src: str) -> list[str]:
     return errors
 
 
-def hidden_name_errors(ast: CheckedAst, src: str) -> list[str]:
-    """Expressions may not call ``HIDDEN_FORMAT`` (upstream has no such function)."""
+def hidden_name_errors(parsed: CheckedAst, src: str) -> list[str]:
+    """Expressions may not call the functions engines use in place of upstream's (named ``__dra_...``,
+    e.g. ``HIDDEN_FORMAT``): upstream has no such function. ``parsed``: the expression as written."""
     return [
-        f"ERROR: {location(src, ast.positions.get(node.id, 0))}: undeclared reference to '{HIDDEN_FORMAT}'"
-        for node in ast.root.walk()
-        if node.kind == "call" and node.name == HIDDEN_FORMAT
+        f"ERROR: {location(src, parsed.positions.get(node.id, 0))}: undeclared reference to '{node.name}'"
+        for node in parsed.root.walk()
+        if node.kind == "call" and "__dra_" in node.name
     ]
