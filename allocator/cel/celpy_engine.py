@@ -37,6 +37,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import AttributeValue, CELDevice
+from allocator.cel.celpy_libs import NAMESPACES, CelCIDR, CelIP, CelURL, library_functions
 from allocator.cel.expr_engine import (
     Analysis,
     CompiledProgram,
@@ -64,6 +65,7 @@ from allocator.cel.library import (
     plain_attribute,
     quantity_as_integer,
     quantity_compare,
+    quantity_int64,
     quantity_is_integer,
     quantity_sign,
     quantity_to_float,
@@ -78,13 +80,16 @@ __all__ = ["CelQuantity", "CelSemver", "CelpyEngine", "CelpyProgram", "CelpyValu
 
 
 class CelQuantity:
-    """A ``kubernetes.Quantity`` value: an exact Fraction; equal when the values are equal."""
+    """A ``kubernetes.Quantity`` value: an exact Fraction; equal when the values are equal.
+    ``decimal_held``: upstream's parse of the text holds it as a decimal, so ``isInteger`` is false
+    (``quantity_int64``)."""
 
-    __slots__ = ("value",)
+    __slots__ = ("decimal_held", "value")
     type_name = "kubernetes.Quantity"
 
-    def __init__(self, value: Fraction) -> None:
+    def __init__(self, value: Fraction, decimal_held: bool = False) -> None:
         self.value = value
+        self.decimal_held = decimal_held
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CelQuantity) and self.value == other.value
@@ -214,7 +219,13 @@ def _library_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _eq(a: Any, b: Any) -> Any:
+    if isinstance(a, _TYPED_EQUALITY) and type(b) is not type(a):
+        # Upstream's Semver/Quantity/IP/CIDR/URL ``Equal`` refuses another type.
+        return CelpyEvalError("no such overload")
     return celtypes.BoolType(cel_equal(plain(a), plain(b)))
+
+
+_TYPED_EQUALITY = (CelSemver, CelQuantity, CelIP, CelCIDR, CelURL)
 
 
 def _ne(a: Any, b: Any) -> Any:
@@ -248,9 +259,20 @@ def _equivalent(target: Any, a: Any, b: Any) -> Any:
 
 def _quantity(text: Any) -> Any:
     try:
-        return CelQuantity(parse_cel_quantity(str(text)))
+        value = parse_cel_quantity(str(text))
     except LibraryError as err:
         return CelpyEvalError(str(err))
+    return CelQuantity(value, quantity_int64(str(text)) is None)
+
+
+def _is_integer(value: Any) -> bool:
+    return not getattr(value, "decimal_held", False) and quantity_is_integer(_quantity_arg(value))
+
+
+def _as_integer(value: Any) -> int:
+    if getattr(value, "decimal_held", False):
+        raise LibraryError("cannot convert value to integer")
+    return quantity_as_integer(_quantity_arg(value))
 
 
 def _semver(text: Any, relaxed: Any = False) -> Any:
@@ -300,40 +322,6 @@ def _is_valid(parse: Callable[..., Any]) -> Callable[..., bool]:
     return check
 
 
-def _format(template: str, args: list[Any]) -> str:
-    """``string.format(list)`` of the cel-go strings extension: %s %d %f %e %x %X %o %b and %%."""
-    out, values, i = [], iter(args), 0
-    spec = re.compile(r"%(?:\.(\d+))?([sdfeExXob%])")
-    for match in spec.finditer(template):
-        out.append(template[i : match.start()])
-        i = match.end()
-        precision, verb = match.groups()
-        if verb == "%":
-            out.append("%")
-            continue
-        try:
-            value = next(values)
-        except StopIteration:
-            raise LibraryError("format: not enough arguments") from None
-        out.append(_format_one(verb, value, int(precision) if precision else None))
-    if next(values, None) is not None:
-        raise LibraryError("format: too many arguments")
-    return "".join(out) + template[i:]
-
-
-def _format_one(verb: str, value: Any, precision: int | None) -> str:
-    if verb == "s":
-        return ("true" if value else "false") if isinstance(value, bool) else str(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LibraryError(f"format: %{verb} needs a number")
-    if verb == "d":
-        return str(int(value))
-    if verb in "fe":
-        return f"{value:.{6 if precision is None else precision}{verb}}"
-    base = {"x": "x", "X": "X", "o": "o", "b": "b"}[verb]
-    return format(int(value), base)
-
-
 def _substring(text: str, start: int, end: int | None = None) -> str:
     stop = len(text) if end is None else end
     if not 0 <= start <= stop <= len(text):
@@ -370,7 +358,7 @@ def _join(items: list[str], sep: str = "") -> str:
 
 def _functions() -> dict[str, Callable[..., Any]]:
     lib = _library_call
-    return {
+    return library_functions() | {
         "_==_": _errors_pass_through(_eq),
         "_!=_": _errors_pass_through(_ne),
         "_in_": _errors_pass_through(_in),
@@ -387,7 +375,6 @@ def _functions() -> dict[str, Callable[..., Any]]:
         "lowerAscii": lib(lambda s: "".join(c.lower() if c.isascii() else c for c in s)),
         "upperAscii": lib(lambda s: "".join(c.upper() if c.isascii() else c for c in s)),
         "charAt": lib(lambda s, i: s[i] if 0 <= i < len(s) else ""),
-        "format": lib(_format),
         "find": lib(regex_find),
         "findAll": lib(regex_find_all),
         "includes": lib(includes),
@@ -405,8 +392,8 @@ def _functions() -> dict[str, Callable[..., Any]]:
         "minor": lib(_semver_field("minor")),
         "patch": lib(_semver_field("patch")),
         "sign": lib(_quantity_fn(quantity_sign)),
-        "asInteger": lib(_quantity_fn(quantity_as_integer)),
-        "isInteger": lib(_quantity_fn(quantity_is_integer)),
+        "asInteger": lib(_as_integer),
+        "isInteger": lib(_is_integer),
         "asApproximateFloat": lib(_quantity_fn(quantity_to_float)),
         "add": lib(lambda a, b: CelQuantity(_quantity_arg(a) + _quantity_arg(b))),
         "sub": lib(lambda a, b: CelQuantity(_quantity_arg(a) - _quantity_arg(b))),
@@ -501,7 +488,7 @@ def device_context(device: CELDevice) -> dict[str, Any]:
         "allowMultipleAllocations": celtypes.BoolType(device.allow_multiple_allocations),
     }
     device_map = celtypes.MapType({celtypes.StringType(k): v for k, v in fields.items()})
-    return {"device": device_map, "sets": _SETS}
+    return {"device": device_map, "sets": _SETS, **NAMESPACES}
 
 
 def _message(err: CelpyEvalError) -> str:

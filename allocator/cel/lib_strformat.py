@@ -101,7 +101,7 @@ def string_format(template: str, args: Sequence[object]) -> str:
 
 
 def _kind(value: object) -> str:
-    kinds = [(bool, "bool"), (int, "int"), (float, "double"), (str, "string"), (bytes, "bytes")]
+    kinds = [(bool, "bool"), (int, "int"), (float, "double"), (str, "string"), ((bytes, bytearray), "bytes")]
     kinds += [(list, "list"), (tuple, "list"), (dict, "map"), (type(None), "null_type")]
     kinds += [
         (datetime.datetime, "google.protobuf.Timestamp"),
@@ -126,7 +126,7 @@ def _format_one(verb: str, precision: int | None, value: object) -> str:
         return ("1" if value else "0") if isinstance(value, bool) else format(value, "b")
     if verb in "xX":
         data = value.encode() if isinstance(value, str) else value
-        text = data.hex() if isinstance(data, bytes) else format(data, "x")
+        text = data.hex() if isinstance(data, (bytes, bytearray)) else format(data, "x")
         return text.upper() if verb == "X" else text
     return str(value) if verb == "d" else format(value, "o")
 
@@ -159,7 +159,7 @@ def _as_string(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return _double_text(value)
-    if isinstance(value, bytes):
+    if isinstance(value, (bytes, bytearray)):
         return value.decode(errors="replace")
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_quoted(v) for v in value) + "]"
@@ -172,7 +172,7 @@ def _as_string(value: object) -> str:
 def _quoted(value: object) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, bytes):
+    if isinstance(value, (bytes, bytearray)):
         return 'b"' + value.decode(errors="replace") + '"'
     return _as_string(value)
 

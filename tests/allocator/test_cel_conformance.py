@@ -17,7 +17,7 @@ import pytest
 
 from allocator.cel import CELDevice, CELEngine, Version
 from allocator.errors import CELCompileError, CELEvalError
-from tests.allocator.cel_conformance_cases import BATTERY, UNSUPPORTED_BY
+from tests.allocator.cel_conformance_cases import BATTERY, KNOWN_GAPS, UNSUPPORTED_BY
 from tests.allocator.cel_corpus import ENGINE_TYPES, devices
 from tests.oracle.client import Oracle
 
@@ -92,11 +92,14 @@ def upstream_outcome(oracle: Oracle, expression: str, device: str) -> tuple[str,
 
 @pytest.mark.parametrize(("expression", "device"), BATTERY, ids=[f"{d}:{e[:80]}" for e, d in BATTERY])
 def test_engine_agrees_with_upstream(
-    upstream: Oracle, engine: CELEngine, expression: str, device: str
+    request: pytest.FixtureRequest, upstream: Oracle, engine: CELEngine, expression: str, device: str
 ) -> None:
+    gap = KNOWN_GAPS.get(engine.name, {}).get(expression)
+    if gap:
+        request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
     want = upstream_outcome(upstream, expression, device)
     got = outcome(engine, expression, DEVICES[device])
-    if expression in UNSUPPORTED_BY.get(engine.name, ()):
+    if expression in UNSUPPORTED_BY.get(engine.name, ()) and want[0] != "compile":
         # A construct this engine cannot run: it must refuse it at compile time, naming itself.
         assert got[0] == "compile" and engine.name in str(got[1]), got
         return
