@@ -44,7 +44,7 @@ from allocator.cel.expr_engine import (
     Frontend,
     apply_edits,
     matching_bracket,
-    skip_literal,
+    top_level_commas,
 )
 from allocator.cel.library import (
     CheckedAst,
@@ -418,23 +418,6 @@ def _unsupported(ast: CheckedAst) -> str | None:
     return None
 
 
-def _top_level_commas(src: str, start: int, end: int) -> list[int]:
-    """Offsets of the commas between ``start`` and ``end`` that are not nested or quoted."""
-    commas, depth, i = [], 0, start
-    while i < end:
-        skipped = skip_literal(src, i)
-        if skipped != i:
-            i = skipped
-            continue
-        char = src[i]
-        depth += char in "([{"
-        depth -= char in ")]}"
-        if char == "," and depth == 0:
-            commas.append(i)
-        i += 1
-    return commas
-
-
 def _bind_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
     """``cel.bind(v, init, body)`` -> ``[init].map(v, body)[0]``, edited only at the bind's own tokens so
     nested binds inside ``init``/``body`` are rewritten independently."""
@@ -445,7 +428,7 @@ def _bind_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
             continue
         name = _BIND.search(src, 0, pos)
         close = matching_bracket(src, pos)
-        commas = _top_level_commas(src, pos + 1, close)
+        commas = top_level_commas(src, pos + 1, close)
         if name is None or len(commas) != 2:
             raise CELCompileError("cel.bind could not be translated for the cel-python engine")
         variable = node.vars[2]

@@ -21,7 +21,7 @@ from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import lib_net, lib_url
 from allocator.cel.lib_strformat import string_format
-from allocator.cel.library import LibraryError, cel_equal
+from allocator.cel.library import LibraryError, cel_equal, index_of
 
 __all__ = ["NAMESPACES", "CelCIDR", "CelIP", "CelURL", "library_functions"]
 
@@ -256,6 +256,11 @@ def library_functions() -> dict[str, Callable[..., Any]]:
         "distinct": _call(_distinct),
         "sort": _call(_sort),
         "reverse": _call(_reverse),
+        # library.Lists indexOf/lastIndexOf, renamed by the front-end when the receiver is a list
+        "__dra_index_of__": _call(lambda target, value, start=None: index_of(target, value, start)),
+        "__dra_last_index_of__": _call(
+            lambda target, value, start=None: index_of(target, value, start, True)
+        ),
         # IP and CIDR
         "ip": _call(_ip),
         "isIP": _call(lib_net.is_ip),

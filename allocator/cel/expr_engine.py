@@ -50,7 +50,14 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice
-from allocator.cel.expr_libs import STDLIB_CONFIG, format_library_edits, library_declarations
+from allocator.cel.expr_libs import (
+    HIDDEN_INDEX_OF,
+    STDLIB_CONFIG,
+    format_library_edits,
+    library_declarations,
+    list_index_edits,
+    without_map_inserts,
+)
 from allocator.cel.lib_strformat import string_format
 from allocator.cel.library import (
     CheckedAst,
@@ -81,12 +88,21 @@ from allocator.cel.validators import (
     HIDDEN_FORMAT,
     hidden_name_errors,
     homogeneous_literal_errors,
+    list_index_errors,
     location,
     string_format_errors,
 )
 from allocator.errors import CELCompileError, CELEvalError
 
-__all__ = ["Analysis", "CompiledProgram", "ExprEngine", "ExprProgram", "ExprValueProgram", "Frontend"]
+__all__ = [
+    "Analysis",
+    "CompiledProgram",
+    "ExprEngine",
+    "ExprProgram",
+    "ExprValueProgram",
+    "Frontend",
+    "top_level_commas",
+]
 
 ACTIVATION_REUSE = 256
 """Evaluations per cached activation. cel-expr-python allocates each evaluation's values in the
@@ -480,6 +496,23 @@ def matching_bracket(src: str, pos: int) -> int:
     raise ValueError("unbalanced brackets")
 
 
+def top_level_commas(src: str, start: int, end: int) -> list[int]:
+    """Offsets of the commas between ``start`` and ``end`` that are not nested or quoted."""
+    commas, depth, i = [], 0, start
+    while i < end:
+        skipped = skip_literal(src, i)
+        if skipped != i:
+            i = skipped
+            continue
+        char = src[i]
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            commas.append(i)
+        i += 1
+    return commas
+
+
 def _source_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
     """Edits (start, end, replacement): direct domain lookups become ``[?key].orValue({})`` and constant
     quantity/semver calls become message literals."""
@@ -659,7 +692,18 @@ class Frontend:
         try:
             checked = self.env.compile(source)
         except RuntimeError as err:
-            raise CELCompileError(_compile_message(err)) from None
+            if not _LIST_INDEX_REFUSED.search(str(err)):
+                raise CELCompileError(_compile_message(err)) from None
+            source = apply_edits(
+                source,
+                list_index_edits(
+                    decode_checked(self.env.compile(source, disable_check=True).serialize()), source
+                ),
+            )
+            try:
+                checked = self.env.compile(source)
+            except RuntimeError as again:
+                raise CELCompileError(_compile_message(again)) from None
         result = checked.return_type().name()
         if value:
             if not _value_result_type(result):
@@ -670,7 +714,15 @@ class Frontend:
         elif result not in ("BOOL", "DYN"):
             raise CELCompileError(f"must evaluate to bool or the unknown type, not {type_name(result)}")
         ast = decode_checked(checked.serialize())
-        problems = homogeneous_literal_errors(ast, source)
+        if _dyn_index_receiver(ast):
+            # A dyn receiver may be a list at run time, which cel-cpp's string indexOf cannot serve.
+            source = apply_edits(source, list_index_edits(ast, source))
+            try:
+                checked = self.env.compile(source)
+            except RuntimeError as err:
+                raise CELCompileError(_compile_message(err)) from None
+            ast = decode_checked(checked.serialize())
+        problems = homogeneous_literal_errors(ast, source) + list_index_errors(ast, source, HIDDEN_INDEX_OF)
         problems += string_format_errors(ast, source) + _regex_errors(ast, source, self._probe)
         if problems:
             raise CELCompileError("compilation failed: " + "\n".join(problems))
@@ -695,6 +747,20 @@ class Frontend:
         if formats:
             edits += format_library_edits(parsed, expression, matching_bracket)
         return apply_edits(expression, edits)
+
+
+_LIST_INDEX_REFUSED = re.compile(r"no matching overload for '(?:last)?[iI]ndexOf' applied to '\((?:list|dyn)")
+"""The checker's refusal of ``library.Lists``' ``indexOf`` on a list (``list_index_edits``)."""
+
+
+def _dyn_index_receiver(ast: CheckedAst) -> bool:
+    return any(
+        node.kind == "call"
+        and node.name in ("indexOf", "lastIndexOf")
+        and node.operand is not None
+        and ast.types.get(node.operand.id) == "dyn"
+        for node in ast.root.walk()
+    )
 
 
 VALUE_RESULT_TYPES = frozenset({"BOOL", "INT", "STRING", "DYN", "kubernetes.Semver"})
@@ -894,10 +960,17 @@ class ExprEngine:
             edits = _source_edits(analysis.ast, analysis.source)
         except ValueError:
             edits = []
-        if not edits:
+        source = analysis.source
+        if "transformMap" in source:
+            source = without_map_inserts(
+                apply_edits(source, edits), matching_bracket, skip_literal, top_level_commas
+            )
+        elif not edits:
             return analysis.checked
+        else:
+            source = apply_edits(source, edits)
         try:
-            return self._env.compile(apply_edits(analysis.source, edits))
+            return self._env.compile(source)
         except RuntimeError:
             return analysis.checked  # not expected; keep the original (missing domains then raise)
 

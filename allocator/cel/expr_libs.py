@@ -16,6 +16,12 @@ IP, CIDR and URL values are messages of the engine's private pool holding their 
 optionals, which a Python function cannot build here; so ``format_library_edits`` rewrites them, before
 checking, into hidden functions returning a list of at most one element followed by ``[?0]``, the
 optional of that element: same type and value as upstream's.
+
+Two more spellings work around what cel-expr-python cannot register: ``library.Lists``' ``indexOf`` /
+``lastIndexOf`` on lists (the strings extension owns the names; ``list_index_edits`` renames the calls to
+hidden functions serving strings and lists when the checker refuses a list receiver), and the
+``cel.@mapInsert`` the two-variable ``transformMap`` / ``transformMapEntry`` macros expand to (missing at run
+time; ``without_map_inserts`` runs them as ``transformList`` of entries and builds the map in Python).
 """
 
 from __future__ import annotations
@@ -27,12 +33,32 @@ from typing import Any
 from cel_expr_python import cel
 
 from allocator.cel import lib_formats, lib_net, lib_url
-from allocator.cel.library import CheckedAst, list_is_sorted, list_max, list_min, list_sum
+from allocator.cel.library import (
+    CheckedAst,
+    LibraryError,
+    index_of,
+    list_is_sorted,
+    list_max,
+    list_min,
+    list_sum,
+)
 
-__all__ = ["HIDDEN_NAMED", "HIDDEN_VALIDATE", "STDLIB_CONFIG", "format_library_edits", "library_declarations"]
+__all__ = [
+    "HIDDEN_INDEX_OF",
+    "HIDDEN_NAMED",
+    "HIDDEN_VALIDATE",
+    "STDLIB_CONFIG",
+    "format_library_edits",
+    "library_declarations",
+    "list_index_edits",
+    "without_map_inserts",
+]
 
 HIDDEN_VALIDATE = "__dra_validate__"
 HIDDEN_NAMED = "__dra_named__"
+HIDDEN_INDEX_OF = {"indexOf": "__dra_index_of__", "lastIndexOf": "__dra_last_index_of__"}
+HIDDEN_MAP_OF = "__dra_map_of__"
+HIDDEN_MAP_MERGE = "__dra_map_merge__"
 
 _COMPARISONS = {"_<_": "less", "_<=_": "less_equals", "_>_": "greater", "_>=_": "greater_equals"}
 
@@ -174,6 +200,119 @@ def format_library_edits(
     return edits
 
 
+_INDEX_NAME = re.compile(r"(lastIndexOf|indexOf)\s*$")
+
+
+def list_index_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, str]]:
+    """Edits renaming every member ``indexOf`` / ``lastIndexOf`` call to its hidden function."""
+    edits = []
+    for node in parsed.root.walk():
+        pos = parsed.positions.get(node.id, -1)
+        if node.kind != "call" or node.operand is None or node.name not in HIDDEN_INDEX_OF:
+            continue
+        name = _INDEX_NAME.search(src, 0, pos) if 0 <= pos < len(src) and src[pos] == "(" else None
+        if name is not None:
+            edits.append((name.start(), name.end(), HIDDEN_INDEX_OF[name.group(1)]))
+    return edits
+
+
+_TRANSFORM = re.compile(r"\.\s*(transformMap|transformMapEntry)\s*\(")
+
+
+def without_map_inserts(
+    src: str,
+    closing: Callable[[str, int], int],
+    skip: Callable[[str, int], int],
+    commas: Callable[..., list[int]],
+) -> str:
+    """``x.transformMap(k, v, [cond,] f)`` -> ``x.transformList(k, v, [cond,] [k, f]).__dra_map_of__()`` and
+    ``x.transformMapEntry(k, v, [cond,] e)`` -> ``x.transformList(k, v, [cond,] e).__dra_map_merge__()``;
+    ``closing``/``skip``/``commas`` are the source scanners (bracket, literal, top-level commas)."""
+    while True:
+        found = None
+        i = 0
+        while i < len(src):
+            after = skip(src, i)
+            if after != i:
+                i = after
+                continue
+            match = _TRANSFORM.match(src, i)
+            if match:
+                found = match  # the rightmost one has no other inside its arguments
+            i += 1
+        if found is None:
+            return src
+        open_at = found.end() - 1
+        close = closing(src, open_at)
+        cuts = commas(src, open_at + 1, close)
+        if len(cuts) < 2:
+            return src
+        last = src[cuts[-1] + 1 : close]
+        if found.group(1) == "transformMap":
+            key = src[open_at + 1 : cuts[0]].strip()
+            last, hidden = f" [{key}, {last.strip()}]", HIDDEN_MAP_OF
+        else:
+            hidden = HIDDEN_MAP_MERGE
+        call = f".transformList({src[open_at + 1 : cuts[-1] + 1]}{last}).{hidden}()"
+        src = src[: found.start()] + call + src[close + 1 :]
+
+
+def _map_of(pairs: list[list[Any]]) -> dict[Any, Any]:
+    return {pair[0]: pair[1] for pair in pairs}
+
+
+def _map_merge(entries: list[dict[Any, Any]]) -> dict[Any, Any]:
+    merged: dict[Any, Any] = {}
+    for entry in entries:
+        for key, value in entry.items():
+            if key in merged:
+                raise LibraryError(f"insert failed: key {key} already exists")
+            merged[key] = value
+    return merged
+
+
+def _hidden_helpers() -> list[cel.FunctionDecl]:
+    t = cel.Type
+    anything = t("google.protobuf.Any")
+    decls = []
+    for function, hidden in HIDDEN_INDEX_OF.items():
+        last = function == "lastIndexOf"
+        overloads = [
+            _overload(
+                f"{hidden}_string",
+                t.INT,
+                [t.STRING, t.STRING],
+                lambda s, v, last=last: index_of(s, v, None, last),
+                True,
+            ),
+            _overload(
+                f"{hidden}_string_int",
+                t.INT,
+                [t.STRING, t.STRING, t.INT],
+                lambda s, v, i, last=last: index_of(s, v, i, last),
+                True,
+            ),
+            _overload(
+                f"{hidden}_list",
+                t.INT,
+                [t.List(t.DYN), anything],
+                lambda s, v, last=last: index_of(s, v, None, last),
+                True,
+            ),
+        ]
+        decls.append(cel.FunctionDecl(hidden, overloads))
+    dyn_map = t.Map(t.DYN, t.DYN)
+    decls.append(
+        cel.FunctionDecl(HIDDEN_MAP_OF, [_overload("dra_map_of", dyn_map, [t.List(t.DYN)], _map_of, True)])
+    )
+    decls.append(
+        cel.FunctionDecl(
+            HIDDEN_MAP_MERGE, [_overload("dra_map_merge", dyn_map, [t.List(t.DYN)], _map_merge, True)]
+        )
+    )
+    return decls
+
+
 def library_declarations(ip_msg: Any, cidr_msg: Any, url_msg: Any, format_msg: Any) -> list[cel.FunctionDecl]:
     """Every declaration of this module; ``*_msg`` are the message classes of the engine's pool."""
     t = cel.Type
@@ -200,6 +339,7 @@ def library_declarations(ip_msg: Any, cidr_msg: Any, url_msg: Any, format_msg: A
     return [
         *_comparisons(),
         *_format_library(format_msg),
+        *_hidden_helpers(),
         _to_string(ip, cidr),
         *_typed_lists(),
         # IP

@@ -165,16 +165,40 @@ def _as_string(value: object) -> str:
         return "[" + ", ".join(_quoted(v) for v in value) + "]"
     if isinstance(value, dict):
         pairs = sorted((_quoted(k), _quoted(v)) for k, v in value.items())
-        return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
+        return "{" + ", ".join(f"{k}:{v}" for k, v in pairs) + "}"
     return str(value)
 
 
 def _quoted(value: object) -> str:
+    """A list element or map entry as the formatter writes it: strings and bytes in Go's ``%q`` quotes."""
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return _go_quote(value)
     if isinstance(value, (bytes, bytearray)):
-        return 'b"' + value.decode(errors="replace") + '"'
+        return "b" + _go_quote(value.decode(errors="replace"))
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return _go_quote(_as_string(value))
     return _as_string(value)
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+_GO_ESCAPES |= {"\\": "\\\\", '"': '\\"'}
+
+
+def _go_quote(text: str) -> str:
+    """Go's ``strconv.Quote``: printable characters as they are, the usual escapes, others as hex."""
+    out = []
+    for char in text:
+        if char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        elif ord(char) < 0x80:
+            out.append(f"\\x{ord(char):02x}")
+        elif ord(char) <= 0xFFFF:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(f"\\U{ord(char):08x}")
+    return '"' + "".join(out) + '"'
 
 
 def _double_text(number: float) -> str:

@@ -57,6 +57,7 @@ __all__ = [
     "decode_checked",
     "derived_attribute_value",
     "includes",
+    "index_of",
     "is_bind",
     "list_is_sorted",
     "list_max",
@@ -361,6 +362,21 @@ def includes(receiver: object, value: object) -> bool:
             )
         return any(cel_equal(item, value) for item in receiver)
     return cel_equal(receiver, value)
+
+
+def index_of(target: object, value: object, start: int | None = None, last: bool = False) -> int:
+    """``indexOf`` / ``lastIndexOf`` of strings (ext.Strings, code points) and of lists (library.Lists)."""
+    if isinstance(target, str) and isinstance(value, str):
+        if start is not None and not 0 <= start <= len(target):
+            raise LibraryError(f"index out of range: {start}")
+        if last:
+            end = len(target) if start is None else start + len(value)
+            return target.rfind(value, 0, end)
+        return target.find(value, start or 0)
+    if not isinstance(target, (list, tuple)) or start is not None:
+        raise LibraryError("no such overload: indexOf")
+    positions = range(len(target) - 1, -1, -1) if last else range(len(target))
+    return next((i for i in positions if cel_equal(target[i], value)), -1)
 
 
 def _comparable(items: Sequence[object], function: str) -> str:

@@ -118,3 +118,24 @@ def hidden_name_errors(parsed: CheckedAst, src: str) -> list[str]:
         for node in parsed.root.walk()
         if node.kind == "call" and "__dra_" in node.name
     ]
+
+
+def list_index_errors(ast: CheckedAst, src: str, hidden: dict[str, str]) -> list[str]:
+    """``library.Lists``' ``indexOf``/``lastIndexOf`` take ``list(A)`` and ``A``: a list of a known element
+    type searched for a value of another known type does not compile. ``hidden`` maps the upstream names to
+    the functions an engine runs in their place."""
+    names = {v: k for k, v in hidden.items()}
+    errors = []
+    for node in ast.root.walk():
+        if node.kind != "call" or node.name not in names or node.operand is None or not node.args:
+            continue
+        receiver = ast.type_names.get(node.operand.id, "dyn")
+        value = ast.type_names.get(node.args[0].id, "dyn")
+        element = receiver[5:-1] if receiver.startswith("list(") else None
+        if element not in (None, "dyn") and value != "dyn" and value != element:
+            where = location(src, ast.positions.get(node.id, 0))
+            errors.append(
+                f"ERROR: {where}: found no matching overload for '{names[node.name]}' applied to "
+                f"'{receiver}.({value})'"
+            )
+    return errors

@@ -150,6 +150,19 @@ _GPU: list[str] = [
     '"%s".format([1u]) == "1"',
     '"%s".format([b"ab"]) == "ab"',
     '"abc".lastIndexOf("c") == 2',
+    '"abcabc".indexOf("b", 2) == 4',
+    '"abcabc".lastIndexOf("b", 3) == 1',
+    '"abc".indexOf("b", 9) == 1',
+    '[1, 2].indexOf("a") == -1',
+    '["a", "b"].lastIndexOf("b") == 1',
+    f'{A}.tags.indexOf("b") == 1',
+    f'{A}.model.indexOf("1") == 1',
+    '"%e".format([1234.5]) == "1.234500\u00d710\u2070\u00b3"',
+    '"%f".format([1234.5]) == "1,234.500000"',
+    '"%.1f".format([-1234567.25]) == "-1,234,567.2"',
+    '"%s".format([1e21]) == "1e+21"',
+    '"%s".format([1234567.0]) == "1.234567e+06"',
+    '"%s".format([{"b": 1, "a": 2}]) == "{\\"a\\": 2, \\"b\\": 1}"',
     '"a".format([]) == "a"',
     # --- regex -------------------------------------------------------------------------------------------
     '"abc123".find("[0-9]+") == "123"',
@@ -343,21 +356,10 @@ UNSUPPORTED_BY: dict[str, frozenset[str]] = {
     )
 }
 
-_INDEX_OF = (
-    "[1, 2, 3].indexOf(2) == 1",
-    "[1, 2, 1].lastIndexOf(1) == 2",
-    "[1, 2].indexOf(5) == -1",
-    f"{A}.numaNodes.indexOf(1) == 1",
-)
 KNOWN_GAPS: dict[str, dict[str, str]] = {
     # Each entry disagrees with upstream today (the test is a strict xfail, so a fix shows up).
     "cel-expr": {
-        **dict.fromkeys(_INDEX_OF, "list indexOf/lastIndexOf: cel-cpp's strings extension owns the names"),
-        **dict.fromkeys(
-            (e for e, _ in BATTERY if "transformMap" in e),
-            "transformMap/transformMapEntry: cel-expr-python's runtime lacks cel.@mapInsert",
-        ),
         f'{A}.driverVersion == "550.54.15"': "semver == string is false, upstream a no-such-overload error",
+        '"abc".indexOf("b", 9) == 1': "cel-cpp's indexOf errs on an offset past the end, upstream does not",
     },
-    "cel-python": dict.fromkeys(_INDEX_OF, "list indexOf/lastIndexOf: not declared (shared front-end)"),
 }
