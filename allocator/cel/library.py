@@ -39,7 +39,6 @@ from allocator.cel import AttributeValue, Version
 from allocator.quantity import QuantityError, parse_quantity
 
 __all__ = [
-    "INCLUDES_MAX_ELEMENTS",
     "INT64_MAX",
     "INT64_MIN",
     "CheckedAst",
@@ -80,9 +79,6 @@ __all__ = [
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
-
-INCLUDES_MAX_ELEMENTS = 48
-"""``includes`` on a list longer than this is a runtime error (allocator-semantics.md §7)."""
 
 _NANO = Fraction(1, 10**9)
 
@@ -229,6 +225,16 @@ def parse_cel_quantity(text: str) -> Fraction:
     """
     if text != text.strip() or not text:
         raise LibraryError(f"quantities must match the regular expression: {text!r}")
+    if _NO_DIGITS.fullmatch(text):
+        # ParseQuantity reads a missing number as 0: "Mi", "-", ".", "+.e2" are all zero quantities.
+        suffix = _NO_DIGITS.fullmatch(text).group(1)  # type: ignore[union-attr]
+        if (
+            suffix in _BINARY_EXPONENTS
+            or suffix in _DECIMAL_EXPONENTS
+            or re.fullmatch(r"[eE][+-]?[0-9]+", suffix)
+        ):
+            return Fraction(0)
+        raise LibraryError(f"unable to parse quantity's suffix: {text!r}")
     try:
         value = parse_quantity(text).value
     except QuantityError as err:
@@ -254,6 +260,8 @@ def quantity_is_integer(value: Fraction) -> bool:
 
 _BINARY_EXPONENTS = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_NO_DIGITS = re.compile(r"[+-]?\.?([^0-9.+-].*|)")
+"""A quantity text without any digit before its suffix (group 1)."""
 _QUANTITY_TEXT = re.compile(r"([+-]?)0*([0-9]*)(?:\.([0-9]*))?(.*)")
 
 
@@ -351,15 +359,9 @@ def cel_equal(a: object, b: object) -> bool:
 
 
 def includes(receiver: object, value: object) -> bool:
-    """``x.includes(v)``: a list contains ``v``; any other ``x`` acts as the one-element list ``[x]``.
-
-    Raises LibraryError for a list longer than INCLUDES_MAX_ELEMENTS.
-    """
+    """``x.includes(v)``: a list contains ``v``; any other ``x`` acts as the one-element list ``[x]``
+    (``library.Lists`` v1 ``includes``: no length limit)."""
     if isinstance(receiver, (list, tuple)):
-        if len(receiver) > INCLUDES_MAX_ELEMENTS:
-            raise LibraryError(
-                f"includes: list has {len(receiver)} elements, more than the limit of {INCLUDES_MAX_ELEMENTS}"
-            )
         return any(cel_equal(item, value) for item in receiver)
     return cel_equal(receiver, value)
 

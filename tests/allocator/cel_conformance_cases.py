@@ -184,6 +184,11 @@ _GPU: list[str] = [
     'quantity("1") == quantity("1000m")',
     'quantity("1").compareTo(quantity("2")) == -1',
     'isQuantity("1x")',
+    'isQuantity("Mi") && isQuantity("-") && isQuantity(".") && isQuantity("+.e2") && isQuantity("E")',
+    'quantity("Mi") == quantity("0") && quantity("k").isInteger()',
+    'isQuantity("i") || isQuantity("..5") || isQuantity("1..") || isQuantity("K")',
+    'quantity("i") == quantity("0")',
+    "[" + ", ".join(str(i) for i in range(50)) + "].includes(49)",  # no length limit
     'quantity("1x") == quantity("1")',
     f"{C}.memory.asInteger() == 42949672960",
     f"{C}.memory.isInteger()",
