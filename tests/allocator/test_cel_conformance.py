@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from allocator.cel import CELDevice, CELEngine, Version
+from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, CELDevice, CELEngine, Version
+from allocator.cel.expr_engine import Frontend
 from allocator.errors import CELCompileError, CELEvalError
 from tests.allocator.cel_conformance_cases import BATTERY, KNOWN_GAPS, UNSUPPORTED_BY
-from tests.allocator.cel_corpus import ENGINE_TYPES, devices
+from tests.allocator.cel_corpus import CASES, ENGINE_TYPES, Case, Err, devices
 from tests.oracle.client import Oracle
 
 _BINARY = Path(__file__).resolve().parents[2] / ".cache" / "oracle" / "celoracle"
@@ -84,10 +85,23 @@ def outcome(engine: CELEngine, expression: str, device: CELDevice) -> tuple[str,
         return "eval", str(err)
 
 
-def upstream_outcome(oracle: Oracle, expression: str, device: str) -> tuple[str, object]:
+def upstream_answer(oracle: Oracle, expression: str, device: str) -> dict[str, Any]:
     answer = oracle.ask({"expression": expression, "device": device_json(DEVICES[device])})
     assert answer["kind"] != "badinput", answer
+    return answer
+
+
+def upstream_outcome(oracle: Oracle, expression: str, device: str) -> tuple[str, object]:
+    answer = upstream_answer(oracle, expression, device)
     return answer["kind"], answer["value"] if answer["kind"] == "value" else answer["error"]
+
+
+def beyond_api_validation(expression: str, answer: dict[str, Any]) -> bool:
+    """The API server would refuse the selector before any scheduler sees it: longer than
+    CELSelectorExpressionMaxLength, or an estimated cost above CELSelectorExpressionMaxCost. The engines may
+    refuse those too (a compile error; a cost-limit error from their static bound, which stands in for
+    upstream's runtime cost tracking), where upstream's scheduler would still run them."""
+    return len(expression.encode()) > CEL_MAX_EXPRESSION_LENGTH or answer.get("maxCost", 0) > CEL_MAX_COST
 
 
 @pytest.mark.parametrize(("expression", "device"), BATTERY, ids=[f"{d}:{e[:80]}" for e, d in BATTERY])
@@ -112,3 +126,29 @@ def test_engine_agrees_with_upstream(
 def test_battery_size() -> None:
     assert len(BATTERY) >= 200
     assert len(set(BATTERY)) == len(BATTERY), "duplicate battery entries"
+
+
+@pytest.mark.parametrize(("expression", "device"), BATTERY, ids=[f"{d}:{e[:80]}" for e, d in BATTERY])
+def test_cost_bound_never_refuses_what_upstream_accepts(
+    upstream: Oracle, expression: str, device: str
+) -> None:
+    """The engines' static worst-case cost stands for upstream's runtime cost tracking: it must stay within
+    the limit wherever upstream's own estimate does (API validation admits those expressions)."""
+    answer = upstream_answer(upstream, expression, device)
+    if answer["kind"] == "compile" or answer["maxCost"] > CEL_MAX_COST:
+        return
+    analysis = Frontend().analyze(expression)
+    assert analysis.cost_bound <= CEL_MAX_COST, (analysis.cost_bound, answer["maxCost"])
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.device != "badint"], ids=lambda c: c.id)
+def test_corpus_expectations_are_upstreams(upstream: Oracle, case: Case) -> None:
+    """The corpus of tests/allocator/cel_corpus.py (run on every engine by test_cel.py) says what upstream
+    does. (The "badint" device has an int beyond int64, which upstream's API types cannot even hold.)"""
+    answer = upstream_answer(upstream, case.expression, case.device)
+    if isinstance(case.expect, Err) and beyond_api_validation(case.expression, answer):
+        return  # the engines' refusal stands in for API validation's
+    if isinstance(case.expect, Err):
+        assert answer["kind"] == case.expect.kind, answer
+    else:
+        assert (answer["kind"], answer.get("value")) == ("value", case.expect), answer

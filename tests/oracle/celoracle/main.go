@@ -8,6 +8,9 @@
 //	{"kind": "value", "value": true}     it evaluates to a bool
 //	{"kind": "eval", "error": "..."}     evaluation fails (runtime error, cost limit, non-bool result)
 //	{"kind": "badinput", "error": "..."} the input line does not decode
+//
+// The answer for a compiled expression also carries "maxCost", upstream's estimated worst-case cost (what
+// API validation holds against CELSelectorExpressionMaxCost).
 package main
 
 import (
@@ -34,9 +37,10 @@ type query struct {
 }
 
 type answer struct {
-	Kind  string `json:"kind"`
-	Value *bool  `json:"value,omitempty"`
-	Error string `json:"error,omitempty"`
+	Kind    string  `json:"kind"`
+	Value   *bool   `json:"value,omitempty"`
+	Error   string  `json:"error,omitempty"`
+	MaxCost *uint64 `json:"maxCost,omitempty"`
 }
 
 // The features of the scheduler with every DRA beta and alpha gate on: the widest device type.
@@ -47,6 +51,7 @@ func run(q query) answer {
 	if result.Error != nil {
 		return answer{Kind: "compile", Error: result.Error.Error()}
 	}
+	maxCost := result.MaxCost
 	allow := q.Device.AllowMultipleAllocations
 	matches, _, err := result.DeviceMatches(context.Background(), cel.Device{
 		Driver:                   q.Device.Driver,
@@ -55,9 +60,9 @@ func run(q query) answer {
 		Capacity:                 q.Device.Capacity,
 	})
 	if err != nil {
-		return answer{Kind: "eval", Error: err.Error()}
+		return answer{Kind: "eval", Error: err.Error(), MaxCost: &maxCost}
 	}
-	return answer{Kind: "value", Value: &matches}
+	return answer{Kind: "value", Value: &matches, MaxCost: &maxCost}
 }
 
 func main() {
