@@ -894,6 +894,10 @@ DEVICE_SHAPES = {
 _SIZED_KINDS = frozenset({"string", "bytes", "list", "map", "dyn"})
 
 
+_LIST_PRESERVING = frozenset({"sort", "reverse", "distinct", "slice", "@sortByAssociatedKeys"})
+_URL_STRINGS = frozenset({"url", "getScheme", "getHost", "getHostname", "getPort", "getEscapedPath"})
+
+
 def _cap(value: int) -> int:
     return min(value, INF)
 
@@ -1088,6 +1092,33 @@ class CostBound:
         if name in ("string", "bytes"):
             text = first.size if self._kind(operands[0]) in ("string", "bytes") else 64
             return max(1, _tenth(text)), Shape(_cap(text * (4 if name == "bytes" else 1)))
+        if name in _LIST_PRESERVING:
+            # sort / sortBy: n log n comparisons (bounded by n^2 here); distinct: n^2 equality tests.
+            cost = (
+                _cap(first.size * first.size) if name in ("distinct", "sort", "@sortByAssociatedKeys") else 1
+            )
+            return max(1, cost), Shape(first.size, elem=first.elem, key=first.key)
+        if name == "flatten":
+            depth = operands[1].value if len(operands) > 1 and isinstance(operands[1].value, int) else 1
+            shape = first
+            for _ in range(max(1, min(depth, 8))):
+                inner = _elem(shape)
+                shape = Shape(_cap(shape.size * inner.size), elem=inner.elem)
+            return max(1, shape.size), shape
+        if node.name == "lists.range":
+            count = (
+                operands[0].value
+                if operands[0].kind == "const" and isinstance(operands[0].value, int)
+                else INF
+            )
+            return max(1, _cap(max(count, 0))), Shape(max(count, 0), elem=SCALAR)
+        if name in _URL_STRINGS:
+            # A URL keeps its text's length; every part of it is at most that long.
+            return 1, Shape(first.size)
+        if name == "getQuery":
+            return 1, Shape(first.size, key=Shape(first.size), elem=Shape(first.size, elem=Shape(first.size)))
+        if name == "__dra_validate__":
+            return 1, Shape(1, elem=Shape(16, elem=Shape(512)))  # at most one list of a few messages
         if name == "dyn":
             return 1, first
         if name == "cel.@mapInsert":
