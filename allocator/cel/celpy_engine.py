@@ -38,14 +38,7 @@ from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import AttributeValue, CELDevice
 from allocator.cel.celpy_libs import NAMESPACES, CelCIDR, CelIP, CelURL, library_functions
-from allocator.cel.expr_engine import (
-    Analysis,
-    CompiledProgram,
-    Frontend,
-    apply_edits,
-    matching_bracket,
-    top_level_commas,
-)
+from allocator.cel.expr_engine import Analysis, CompiledProgram, Frontend
 from allocator.cel.library import (
     CheckedAst,
     LibraryError,
@@ -72,6 +65,7 @@ from allocator.cel.library import (
     regex_find,
     regex_find_all,
 )
+from allocator.cel.source import apply_edits, matching_bracket, top_level_commas
 from allocator.errors import CELCompileError, CELEvalError
 
 __all__ = ["CelQuantity", "CelSemver", "CelpyEngine", "CelpyProgram", "CelpyValueProgram"]

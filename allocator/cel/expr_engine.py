@@ -13,9 +13,16 @@ Environment (upstream ``dynamic-resource-allocation/cel/compile.go``, stored-exp
   as upstream) and CEL's message equality is value equality because the fields are canonical (reduced
   fraction; semver without build metadata). Library functions run in Python (``allocator.cel.library``);
   ``quantity("<const>")`` / ``semver("<const>")`` are turned into message literals at compile time.
-* Extensions: strings, ``cel.bind``, optional syntax, sets, two-variable comprehensions; plus Kubernetes'
-  quantity, semver, regex ``find``/``findAll``, list ``isSorted``/``sum``/``min``/``max`` and DRA's
-  ``includes``.
+* The rest of upstream's base environment (``k8s.io/apiserver/pkg/cel/environment/base.go`` v0.37.2,
+  StoredExpressions): ext.Strings v2, ``cel.bind``, optional types, ext.Sets, two-variable comprehensions,
+  the lists extension (cel-cpp's version 2 = cel-go's v3), cross-type numeric comparisons, Kubernetes'
+  quantity, semver, regex ``find``/``findAll``, typed lists ``isSorted``/``sum``/``min``/``max`` and
+  ``includes``, URL, IP, CIDR and format libraries (``allocator.cel.expr_libs``). The checker's gaps are
+  closed around it: homogeneous aggregate literals and constant ``string.format`` calls are checked on the
+  checked tree (``allocator.cel.validators``); ``format``, list ``indexOf``, ``transformMap`` and the
+  format library's optionals run through hidden ``__dra_...`` functions the expression itself may not
+  name (``expr_libs``); a ``quantity("<const>")`` read by ``isInteger``/``asInteger`` keeps how upstream
+  holds its text (``DECIMAL_HELD``).
 
 Unknown domains: upstream returns an empty map for a domain the device lacks. A plain map here would
 raise "no such key", so each compile rewrites the source text of every direct lookup
@@ -30,8 +37,7 @@ cel-python engine shares. Cost: the static worst-case bound (``allocator.cel.lib
 runtime's own iteration budget (10,000 comprehension iterations per evaluation) both raise CELEvalError
 containing "actual cost limit exceeded". The C++ parser limits nesting to 32 levels (cel-go: 250).
 
-One module, about 900 lines: the environment of one engine (declarations, value conversion, compile and
-evaluate) is one adapter whose parts have no use apart.
+Source scanning and editing live in ``allocator.cel.source``.
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ from allocator.cel.library import (
     worst_case_cost,
 )
 from allocator.cel.reads import device_reads
+from allocator.cel.source import apply_edits, matching_bracket
 from allocator.cel.validators import (
     HIDDEN_FORMAT,
     hidden_name_errors,
@@ -101,7 +108,6 @@ __all__ = [
     "ExprProgram",
     "ExprValueProgram",
     "Frontend",
-    "top_level_commas",
 ]
 
 ACTIVATION_REUSE = 256
@@ -452,65 +458,7 @@ def _compile_message(err: Exception) -> str:
 # ----------------------------------------------------------------------------------- source rewrites
 
 
-# A string or bytes literal: an optional r/b prefix (not the tail of an identifier), then the opening quote.
-_LITERAL = re.compile(r'(?:(?<![A-Za-z0-9_])([rR][bB]?|[bB][rR]?))?(\'\'\'|"""|\'|")')
 _FIELD = re.compile(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def skip_literal(src: str, pos: int) -> int:
-    """Index after the string literal or ``//`` comment starting at ``pos`` (``pos`` itself if none)."""
-    if src.startswith("//", pos):
-        end = src.find("\n", pos)
-        return len(src) if end < 0 else end
-    start = _LITERAL.match(src, pos)
-    if start is None:
-        return pos
-    raw = "r" in (start.group(1) or "").lower()
-    quote = start.group(2)
-    i = start.end()
-    while i < len(src):
-        if not raw and src[i] == "\\":
-            i += 2
-        elif src.startswith(quote, i):
-            return i + len(quote)
-        else:
-            i += 1
-    return len(src)
-
-
-def matching_bracket(src: str, pos: int) -> int:
-    """Index of the bracket closing the one at ``pos`` (``(``/``[``/``{``), skipping strings and comments."""
-    depth, i = 0, pos
-    while i < len(src):
-        skipped = skip_literal(src, i)
-        if skipped != i:
-            i = skipped
-            continue
-        if src[i] in "([{":
-            depth += 1
-        elif src[i] in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise ValueError("unbalanced brackets")
-
-
-def top_level_commas(src: str, start: int, end: int) -> list[int]:
-    """Offsets of the commas between ``start`` and ``end`` that are not nested or quoted."""
-    commas, depth, i = [], 0, start
-    while i < end:
-        skipped = skip_literal(src, i)
-        if skipped != i:
-            i = skipped
-            continue
-        char = src[i]
-        depth += char in "([{"
-        depth -= char in ")]}"
-        if char == "," and depth == 0:
-            commas.append(i)
-        i += 1
-    return commas
 
 
 def _source_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
@@ -610,12 +558,6 @@ def _presence_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, str]]:
 
 def _refers_to(ast: CheckedAst, node: Expr, names: frozenset[str]) -> bool:
     return node.kind == "ident" and ast.references.get(node.id, node.name) in names
-
-
-def apply_edits(src: str, edits: list[tuple[int, int, str]]) -> str:
-    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
-        src = src[:start] + text + src[end:]
-    return src
 
 
 # ------------------------------------------------------------------------------------------- compile
@@ -745,7 +687,7 @@ class Frontend:
             raise CELCompileError("compilation failed: " + "\n".join(hidden))
         edits = _presence_edits(parsed, expression) if presence else []
         if formats:
-            edits += format_library_edits(parsed, expression, matching_bracket)
+            edits += format_library_edits(parsed, expression)
         return apply_edits(expression, edits)
 
 
@@ -962,9 +904,7 @@ class ExprEngine:
             edits = []
         source = analysis.source
         if "transformMap" in source:
-            source = without_map_inserts(
-                apply_edits(source, edits), matching_bracket, skip_literal, top_level_commas
-            )
+            source = without_map_inserts(apply_edits(source, edits))
         elif not edits:
             return analysis.checked
         else:

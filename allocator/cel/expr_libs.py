@@ -42,6 +42,7 @@ from allocator.cel.library import (
     list_min,
     list_sum,
 )
+from allocator.cel.source import matching_bracket, skip_literal, top_level_commas
 
 __all__ = [
     "HIDDEN_INDEX_OF",
@@ -171,12 +172,9 @@ _VALIDATE_NAME = re.compile(r"validate\s*$")
 _NAMED_NAME = re.compile(r"named\s*$")
 
 
-def format_library_edits(
-    parsed: CheckedAst, src: str, closing: Callable[[str, int], int]
-) -> list[tuple[int, int, str]]:
+def format_library_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, str]]:
     """Edits of the parsed source: ``x.validate(s)`` -> ``x.__dra_validate__(s)[?0]`` and
-    ``format.named(s)`` -> ``format.__dra_named__(s)[?0]`` (module docstring). ``closing`` finds the bracket
-    closing the one at an offset."""
+    ``format.named(s)`` -> ``format.__dra_named__(s)[?0]`` (module docstring)."""
     edits = []
     for node in parsed.root.walk():
         pos = parsed.positions.get(node.id, -1)
@@ -195,7 +193,7 @@ def format_library_edits(
         else:
             continue
         if name is not None:
-            end = closing(src, pos) + 1
+            end = matching_bracket(src, pos) + 1
             edits += [(name.start(), name.end(), hidden), (end, end, "[?0]")]
     return edits
 
@@ -219,20 +217,14 @@ def list_index_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, str]]
 _TRANSFORM = re.compile(r"\.\s*(transformMap|transformMapEntry)\s*\(")
 
 
-def without_map_inserts(
-    src: str,
-    closing: Callable[[str, int], int],
-    skip: Callable[[str, int], int],
-    commas: Callable[..., list[int]],
-) -> str:
+def without_map_inserts(src: str) -> str:
     """``x.transformMap(k, v, [cond,] f)`` -> ``x.transformList(k, v, [cond,] [k, f]).__dra_map_of__()`` and
-    ``x.transformMapEntry(k, v, [cond,] e)`` -> ``x.transformList(k, v, [cond,] e).__dra_map_merge__()``;
-    ``closing``/``skip``/``commas`` are the source scanners (bracket, literal, top-level commas)."""
+    ``x.transformMapEntry(k, v, [cond,] e)`` -> ``x.transformList(k, v, [cond,] e).__dra_map_merge__()``."""
     while True:
         found = None
         i = 0
         while i < len(src):
-            after = skip(src, i)
+            after = skip_literal(src, i)
             if after != i:
                 i = after
                 continue
@@ -243,8 +235,8 @@ def without_map_inserts(
         if found is None:
             return src
         open_at = found.end() - 1
-        close = closing(src, open_at)
-        cuts = commas(src, open_at + 1, close)
+        close = matching_bracket(src, open_at)
+        cuts = top_level_commas(src, open_at + 1, close)
         if len(cuts) < 2:
             return src
         last = src[cuts[-1] + 1 : close]
