@@ -11,16 +11,18 @@ How the environment maps onto celpy:
   domain returns an empty map (upstream's ``mapper.Find``), so unknown domains are empty even through
   aliases, while ``in`` and iteration see only real domains.
 * Quantities and semvers are the Python value classes ``CelQuantity`` / ``CelSemver``; all library
-  functions are the shared ones of ``allocator.cel.library``.
-* ``==``, ``!=`` and ``in`` are replaced by CEL heterogeneous equality (celpy raises on ``1 == "1"``).
+  functions are the shared ones of ``allocator.cel.library``; the URL, IP, CIDR, lists-extension,
+  ``string.format`` and cross-type comparison functions come from ``allocator.cel.celpy_libs``.
+* ``==``, ``!=`` and ``in`` are replaced by CEL heterogeneous equality (celpy raises on ``1 == "1"``),
+  except that a semver, quantity, IP, CIDR or URL on the left of ``==`` refuses another type, as
+  upstream's ``Equal`` does.
 * ``cel.bind(v, init, body)`` is rewritten to ``[init].map(v, body)[0]`` (celpy has no bind macro).
 * Not supported (compile error naming this engine): optional syntax and functions (``?.``, ``[?``,
-  ``orValue`` ...) and two-variable comprehensions, which celpy cannot parse or evaluate.
+  ``orValue`` ..., hence the format library's ``validate`` and ``format.named``), two-variable
+  comprehensions and ``sortBy``, which celpy cannot parse or evaluate.
 
 Requires the ``cel-python`` distribution (not a declared project dependency; import fails without it).
 
-One module, about 630 lines: the adapter of the second engine (rewrites, value conversion, evaluation),
-whose parts have no use apart.
 """
 
 from __future__ import annotations
