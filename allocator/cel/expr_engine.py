@@ -671,12 +671,14 @@ class Frontend:
         return Analysis(source, checked, ast, worst_case_cost(ast))
 
     def _rewritten(self, expression: str) -> str:
-        """The source to check: ``has(device.<field>)`` is ``true`` (``_presence_edits``) and the format
-        library's optional results are spelled with hidden functions (``format_library_edits``). Raises
+        """The source to check: ``has(device.<field>)`` is ``true`` (``_presence_edits``), the format
+        library's optional results are spelled with hidden functions (``format_library_edits``), and so is
+        ``indexOf``/``lastIndexOf`` with an offset (``list_index_edits``). Raises
         CELCompileError for an expression that names a hidden function itself."""
         presence = bool(_HAS.search(expression)) and "device" in expression
         formats = "validate" in expression or "named" in expression
-        if not (presence or formats or "__dra_" in expression):
+        offsets = "ndexOf" in expression
+        if not (presence or formats or offsets or "__dra_" in expression):
             return expression
         try:
             parsed = decode_checked(self.env.compile(expression, disable_check=True).serialize())
@@ -688,6 +690,8 @@ class Frontend:
         edits = _presence_edits(parsed, expression) if presence else []
         if formats:
             edits += format_library_edits(parsed, expression)
+        if offsets:
+            edits += list_index_edits(parsed, expression, offsets_only=True)
         return apply_edits(expression, edits)
 
 

@@ -201,12 +201,15 @@ def format_library_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, s
 _INDEX_NAME = re.compile(r"(lastIndexOf|indexOf)\s*$")
 
 
-def list_index_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, str]]:
-    """Edits renaming every member ``indexOf`` / ``lastIndexOf`` call to its hidden function."""
+def list_index_edits(parsed: CheckedAst, src: str, offsets_only: bool = False) -> list[tuple[int, int, str]]:
+    """Edits renaming every member ``indexOf`` / ``lastIndexOf`` call (``offsets_only``: every call with an
+    offset, whose string semantics cel-cpp does not share with upstream) to its hidden function."""
     edits = []
     for node in parsed.root.walk():
         pos = parsed.positions.get(node.id, -1)
         if node.kind != "call" or node.operand is None or node.name not in HIDDEN_INDEX_OF:
+            continue
+        if offsets_only and len(node.args or []) != 2:
             continue
         name = _INDEX_NAME.search(src, 0, pos) if 0 <= pos < len(src) and src[pos] == "(" else None
         if name is not None:

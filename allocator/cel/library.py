@@ -367,14 +367,20 @@ def includes(receiver: object, value: object) -> bool:
 
 
 def index_of(target: object, value: object, start: int | None = None, last: bool = False) -> int:
-    """``indexOf`` / ``lastIndexOf`` of strings (ext.Strings, code points) and of lists (library.Lists)."""
+    """``indexOf`` / ``lastIndexOf`` of strings (ext.Strings: code points; an offset past the end finds
+    nothing, a negative one is an error) and of lists (library.Lists: element equality)."""
     if isinstance(target, str) and isinstance(value, str):
-        if start is not None and not 0 <= start <= len(target):
+        if start is None:
+            return target.rfind(value) if last else target.find(value)
+        if start < 0:
             raise LibraryError(f"index out of range: {start}")
+        if not value:
+            return min(start, len(target))
+        if start >= len(target):
+            return -1
         if last:
-            end = len(target) if start is None else start + len(value)
-            return target.rfind(value, 0, end)
-        return target.find(value, start or 0)
+            return target.rfind(value, 0, min(start, len(target) - len(value)) + len(value))
+        return target.find(value, start)
     if not isinstance(target, (list, tuple)) or start is not None:
         raise LibraryError("no such overload: indexOf")
     positions = range(len(target) - 1, -1, -1) if last else range(len(target))

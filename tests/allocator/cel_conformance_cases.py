@@ -166,6 +166,9 @@ _GPU: list[str] = [
     '"abcabc".indexOf("b", 2) == 4',
     '"abcabc".lastIndexOf("b", 3) == 1',
     '"abc".indexOf("b", 9) == 1',
+    '"abc".indexOf("", 9) == 3 && "abc".lastIndexOf("c", 3) == -1 && "abcabc".lastIndexOf("bc", 9) == -1',
+    '"abcabc".lastIndexOf("bc", 5) == 4 && "abc".lastIndexOf("") == 3 && "aaa".lastIndexOf("aa", 1) == 1',
+    '"abc".indexOf("a", -1) == 0',
     '[1, 2].indexOf("a") == -1',
     '["a", "b"].lastIndexOf("b") == 1',
     f'{A}.tags.indexOf("b") == 1',
@@ -378,6 +381,5 @@ KNOWN_GAPS: dict[str, dict[str, str]] = {
     # Each entry disagrees with upstream today (the test is a strict xfail, so a fix shows up).
     "cel-expr": {
         f'{A}.driverVersion == "550.54.15"': "semver == string is false, upstream a no-such-overload error",
-        '"abc".indexOf("b", 9) == 1': "cel-cpp's indexOf errs on an offset past the end, upstream does not",
     },
 }
