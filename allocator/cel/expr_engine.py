@@ -55,7 +55,8 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice
+from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice, Version
+from allocator.cel.expr_guards import HIDDEN_NOT_SEMVER, not_semver, semver_guard
 from allocator.cel.expr_libs import (
     HIDDEN_INDEX_OF,
     STDLIB_CONFIG,
@@ -348,6 +349,14 @@ def _library() -> list[cel.FunctionDecl]:
             ],
         ),
         cel.FunctionDecl("includes", [_overload("dyn_includes_dyn", b, [anything, anything], includes)]),
+        cel.FunctionDecl(
+            HIDDEN_NOT_SEMVER,
+            [
+                _overload(
+                    "dra_not_semver", cel.Type.DYN, [anything], lambda x: not_semver(x, SemverMsg), False
+                )
+            ],
+        ),
         cel.FunctionDecl(
             HIDDEN_FORMAT,
             [_overload("string_dra_format", s, [s, cel.Type.List(cel.Type.DYN)], string_format)],
@@ -797,21 +806,35 @@ class CompiledProgram:
             raise CELEvalError(str(err)) from None
 
 
+@dataclass(frozen=True, slots=True)
+class _Runnable:
+    """The program to run, and the guarded one for devices with a version at one of ``guard_keys``."""
+
+    program: Any
+    guard_keys: tuple[tuple[str, str], ...]
+    guarded: Any
+
+
 class ExprProgram(CompiledProgram):
     """A compiled selector. ``evaluate`` raises CELEvalError; safe to call from several threads."""
 
-    __slots__ = ("_engine", "_program")
+    __slots__ = ("_engine", "_guard_keys", "_guarded", "_program")
 
-    def __init__(self, engine: ExprEngine, expression: str, program: Any, analysis: Analysis) -> None:
+    def __init__(self, engine: ExprEngine, expression: str, runnable: _Runnable, analysis: Analysis) -> None:
         super().__init__(expression, analysis)
         self._engine = engine
-        self._program = program
+        self._program = runnable.program
+        self._guard_keys = runnable.guard_keys
+        self._guarded = runnable.guarded
 
     def _run(self, device: CELDevice) -> Any:
         self._check_cost()
         activation = self._engine.activation(device)
+        program = self._program
+        if self._guard_keys and _has_version(device, self._guard_keys):
+            program = self._guarded
         try:
-            return self._program.eval(activation)
+            return program.eval(activation)
         except RuntimeError as err:
             raise CELEvalError(_exception_message(err)) from None
 
@@ -838,6 +861,16 @@ class ExprValueProgram(ExprProgram):
         if result.type() == cel.Type.ERROR and (error := _python_value(result)) is not None:
             raise CELEvalError(runtime_message(str(error)))
         return self._attribute(_plain_result(result))
+
+
+def _has_version(device: CELDevice, keys: tuple[tuple[str, str], ...]) -> bool:
+    # A plain loop: this runs on every evaluation of an expression with guard keys.
+    attributes = device.attributes
+    for domain, ident in keys:
+        values = attributes.get(domain)
+        if values is not None and type(values.get(ident)) is Version:
+            return True
+    return False
 
 
 def _python_value(result: Any) -> Any:
@@ -900,12 +933,20 @@ class ExprEngine:
         analysis = self._frontend.analyze(expression, value=True)
         return ExprValueProgram(self, expression, self._runnable(analysis), analysis)
 
-    def _runnable(self, analysis: Analysis) -> Any:
-        """The program actually run: the source with domain lookups and literals rewritten (module doc)."""
+    def _runnable(self, analysis: Analysis) -> _Runnable:
+        """The programs actually run: the source with domain lookups and literals rewritten (module doc),
+        and, where a version attribute's equality may be refused, the guarded variant
+        (``allocator.cel.expr_guards``)."""
         try:
             edits = _source_edits(analysis.ast, analysis.source)
+            guard_keys, guard_edits = semver_guard(analysis.ast, analysis.source)
         except ValueError:
-            edits = []
+            edits, guard_keys, guard_edits = [], (), []
+        program = self._program(analysis, edits)
+        guarded = self._program(analysis, edits + guard_edits) if guard_keys else None
+        return _Runnable(program, guard_keys, guarded)
+
+    def _program(self, analysis: Analysis, edits: list[tuple[int, int, str]]) -> Any:
         source = analysis.source
         if "transformMap" in source:
             source = without_map_inserts(apply_edits(source, edits))

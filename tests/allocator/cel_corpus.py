@@ -356,6 +356,8 @@ CASES: list[Case] = [
     Case('!format.dns1123Label().validate("my-label").hasValue()', "gpu", True, needs=OPTIONAL),
     Case('format.named("nope").hasValue()', "gpu", False, needs=OPTIONAL),
     Case('__dra_validate__("x") == []', "gpu", compile_error("undeclared reference")),
+    Case(f'{A}.driverVersion == "550.54.15"', "gpu", eval_error("no such overload")),  # Semver.Equal
+    Case(f'{A}.driverVersion == "550.54.15" || true', "gpu", True),
     Case('{"a": 1}.transformMap(k, v, v + 1) == {"a": 2}', "gpu", True, needs=TWO_VARIABLE),
     Case("[5, 6].transformList(i, v, i + v) == [5, 7]", "gpu", True, needs=TWO_VARIABLE),
     # --- compile errors ------------------------------------------------------------------------------
