@@ -808,17 +808,18 @@ class CompiledProgram:
 
 @dataclass(frozen=True, slots=True)
 class _Runnable:
-    """The program to run, and the guarded one for devices with a version at one of ``guard_keys``."""
+    """The program to run, and how to compile the guarded one for devices with a version at one of
+    ``guard_keys`` (compiled on first use: most clusters never need it)."""
 
     program: Any
     guard_keys: tuple[tuple[str, str], ...]
-    guarded: Any
+    guarded: Callable[[], Any] | None
 
 
 class ExprProgram(CompiledProgram):
     """A compiled selector. ``evaluate`` raises CELEvalError; safe to call from several threads."""
 
-    __slots__ = ("_engine", "_guard_keys", "_guarded", "_program")
+    __slots__ = ("_engine", "_guard_keys", "_guarded", "_guarded_program", "_program")
 
     def __init__(self, engine: ExprEngine, expression: str, runnable: _Runnable, analysis: Analysis) -> None:
         super().__init__(expression, analysis)
@@ -826,13 +827,16 @@ class ExprProgram(CompiledProgram):
         self._program = runnable.program
         self._guard_keys = runnable.guard_keys
         self._guarded = runnable.guarded
+        self._guarded_program: Any = None
 
     def _run(self, device: CELDevice) -> Any:
         self._check_cost()
         activation = self._engine.activation(device)
         program = self._program
         if self._guard_keys and _has_version(device, self._guard_keys):
-            program = self._guarded
+            if self._guarded_program is None and self._guarded is not None:
+                self._guarded_program = self._guarded()  # two threads may both compile: same program
+            program = self._guarded_program
         try:
             return program.eval(activation)
         except RuntimeError as err:
@@ -943,7 +947,7 @@ class ExprEngine:
         except ValueError:
             edits, guard_keys, guard_edits = [], (), []
         program = self._program(analysis, edits)
-        guarded = self._program(analysis, edits + guard_edits) if guard_keys else None
+        guarded = functools.partial(self._program, analysis, edits + guard_edits) if guard_keys else None
         return _Runnable(program, guard_keys, guarded)
 
     def _program(self, analysis: Analysis, edits: list[tuple[int, int, str]]) -> Any:
