@@ -39,7 +39,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import AttributeValue, CELDevice
-from allocator.cel.celpy_libs import NAMESPACES, CelCIDR, CelIP, CelURL, library_functions
+from allocator.cel.celpy_libs import NAMESPACES, CelCIDR, CelIP, CelURL, library_functions, plain, wrap
 from allocator.cel.expr_engine import Analysis, CompiledProgram, Frontend
 from allocator.cel.library import (
     CheckedAst,
@@ -47,7 +47,6 @@ from allocator.cel.library import (
     SemverValue,
     UnsupportedValue,
     cel_equal,
-    check_int64,
     compare_semver,
     convert_attributes,
     includes,
@@ -130,40 +129,6 @@ class _SetsNamespace:
 
 
 _SETS = _SetsNamespace()
-
-
-def plain(value: Any) -> Any:
-    """celtypes -> Python natives (celpy's bool is an int subclass, so it must be unwrapped first)."""
-    if isinstance(value, celtypes.BoolType):
-        return bool(value)
-    if isinstance(value, (celtypes.IntType, celtypes.UintType)):
-        return int(value)
-    if isinstance(value, celtypes.DoubleType):
-        return float(value)
-    if isinstance(value, celtypes.StringType):
-        return str(value)
-    if isinstance(value, celtypes.BytesType):
-        return bytes(value)
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {plain(k): plain(v) for k, v in value.items()}
-    return value
-
-
-def wrap(value: Any) -> Any:
-    """Python natives -> celtypes (library results)."""
-    if isinstance(value, bool):
-        return celtypes.BoolType(value)
-    if isinstance(value, int):
-        return celtypes.IntType(check_int64(value))
-    if isinstance(value, float):
-        return celtypes.DoubleType(value)
-    if isinstance(value, str):
-        return celtypes.StringType(value)
-    if isinstance(value, list):
-        return celtypes.ListType([wrap(v) for v in value])
-    return value
 
 
 def _type_name(value: Any) -> str:

@@ -21,9 +21,9 @@ from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import lib_net, lib_url
 from allocator.cel.lib_strformat import string_format
-from allocator.cel.library import LibraryError, cel_equal, index_of
+from allocator.cel.library import LibraryError, cel_equal, check_int64, index_of
 
-__all__ = ["NAMESPACES", "CelCIDR", "CelIP", "CelURL", "library_functions"]
+__all__ = ["NAMESPACES", "CelCIDR", "CelIP", "CelURL", "library_functions", "plain", "wrap"]
 
 
 class _Text:
@@ -77,7 +77,8 @@ NAMESPACES = {name: _Namespace(name) for name in ("ip", "lists", "strings")}
 """Activation values standing for the namespaces of namespaced functions."""
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """celtypes -> Python natives (celpy's bool is an int subclass, so it must be unwrapped first)."""
     if isinstance(value, celtypes.BoolType):
         return bool(value)
     if isinstance(value, (celtypes.IntType, celtypes.UintType)):
@@ -89,23 +90,26 @@ def _plain(value: Any) -> Any:
     if isinstance(value, celtypes.BytesType):
         return bytes(value)
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
+        return {plain(k): plain(v) for k, v in value.items()}
     return value
 
 
-def _wrap(value: Any) -> Any:
+def wrap(value: Any) -> Any:
+    """Python natives -> celtypes (library results)."""
     if isinstance(value, bool):
         return celtypes.BoolType(value)
     if isinstance(value, int):
-        return celtypes.IntType(value)
+        return celtypes.IntType(check_int64(value))
+    if isinstance(value, float):
+        return celtypes.DoubleType(value)
     if isinstance(value, str):
         return celtypes.StringType(value)
-    if isinstance(value, dict):
-        return celtypes.MapType({_wrap(k): _wrap(v) for k, v in value.items()})
     if isinstance(value, list):
-        return celtypes.ListType([_wrap(v) for v in value])
+        return celtypes.ListType([wrap(v) for v in value])
+    if isinstance(value, dict):
+        return celtypes.MapType({wrap(k): wrap(v) for k, v in value.items()})
     return value
 
 
@@ -117,7 +121,7 @@ def _call(function: Callable[..., Any]) -> Callable[..., Any]:
             if isinstance(arg, CelpyEvalError):
                 return arg
         try:
-            return _wrap(function(*(_plain(a) for a in args)))
+            return wrap(function(*(plain(a) for a in args)))
         except LibraryError as err:
             return CelpyEvalError(str(err))
         except (AttributeError, TypeError):
@@ -229,7 +233,7 @@ def _comparison(test: Callable[[Any, Any], bool]) -> Callable[[Any, Any], Any]:
         numeric = isinstance(a, numbers) and isinstance(b, numbers)
         numeric = numeric and not isinstance(a, celtypes.BoolType) and not isinstance(b, celtypes.BoolType)
         if numeric:
-            return celtypes.BoolType(test(_plain(a), _plain(b)))
+            return celtypes.BoolType(test(plain(a), plain(b)))
         if type(a) is not type(b) or isinstance(a, (list, dict)):
             return CelpyEvalError("no such overload")
         try:
