@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
-from importlib.metadata import version
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from app.cli.explain import add_explain_parser
 from app.cli.output import add_output_flag, positive_int
 from app.cli.runtime import StartupError
 from app.cli.validate import add_validate_parser
+from app.config.buildinfo import version_text
 from app.config.extenderconfig import FIELDS
 from app.config.logs import LOG_FORMATS
 from app.config.settings import (
@@ -60,6 +61,18 @@ def _score_weights(text: str) -> dict[str, float]:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: ``app.config.buildinfo.version_text``, computed only when asked for (it may run
+    git)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_text(), file=sys.stdout)
+        parser.exit()
+
+
 def _policy_flags(sub: argparse.ArgumentParser) -> None:
     """Device selection and scoring (``allocator.alignment``, ``allocator.scoring``)."""
     sub.add_argument(
@@ -90,7 +103,11 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
     parser = argparse.ArgumentParser(
         prog="dra-extender", description="kube-scheduler extender allocating DRA devices"
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version('dra-extender')}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the version, Python, the Kubernetes API supported and the git commit, and exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(sub: argparse.ArgumentParser, state_required: bool = True) -> None:

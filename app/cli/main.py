@@ -5,7 +5,8 @@
 ``simulate --state DIR`` (``app.cli.simulate``): schedule every pending pod of the state offline, one at
 a time, and print one JSON document to stdout; ``-o yaml`` the same in YAML, ``-o table`` tables instead.
 
-``--version`` prints the installed package's version.
+``--version`` prints the version, the Python version, the Kubernetes API supported and the git commit
+(``app.config.buildinfo``).
 
 ``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
 (``app.cli.explain``): a summary by default, ``--node`` / ``--all`` in full.
