@@ -266,8 +266,8 @@ class ClusterSettings:
     (``app.kube.informers``), writes binds (``app.kube.binder``) and recovers (``app.kube.recovery``)."""
 
     kubeconfig: Path | None = None
-    """kubeconfig file. None: the first file of ``$KUBECONFIG`` when set, else the in-cluster service
-    account."""
+    """kubeconfig file. None: the files of ``$KUBECONFIG`` when set (merged as kubectl merges them: missing
+    and empty ones skipped), else the in-cluster service account."""
 
     context: str | None = None
     """kubeconfig context; None: its ``current-context``."""

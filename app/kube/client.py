@@ -40,6 +40,7 @@ import orjson
 import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.config.kube_config import ENV_KUBECONFIG_PATH_SEPARATOR
 
 from app.kube.proxy import proxy_for
 
@@ -55,7 +56,7 @@ __all__ = [
     "NotFoundError",
     "Resource",
     "TransportError",
-    "kubeconfig_path",
+    "kubeconfig_paths",
 ]
 
 log = logging.getLogger(__name__)
@@ -142,21 +143,29 @@ async def review(client: Any, plural: str, body: dict[str, Any]) -> dict[str, An
     return answer
 
 
-def kubeconfig_path(explicit: Path | None) -> Path | None:
-    """``explicit``, else the first entry of ``$KUBECONFIG``, else None (in-cluster configuration)."""
+def kubeconfig_paths(explicit: Path | None) -> tuple[Path, ...]:
+    """``explicit``, else every entry of ``$KUBECONFIG`` (merged as kubectl merges them), else () (the
+    in-cluster configuration)."""
     if explicit is not None:
-        return explicit
+        return (explicit,)
     env = os.environ.get("KUBECONFIG", "")
-    first = next((p for p in env.split(os.pathsep) if p), None)
-    return Path(first) if first else None
+    return tuple(Path(p) for p in env.split(ENV_KUBECONFIG_PATH_SEPARATOR) if p)
 
 
-def _check_kubeconfig(path: Path) -> None:
-    """Raises ConfigException naming ``path`` when it cannot be a kubeconfig: unreadable, empty (comments
-    only), not YAML, not a mapping. kubernetes-asyncio's own messages say none of that ("'NoneType' object
-    does not support item assignment" for an empty file)."""
+class _SkippedKubeconfig(kube_config.ConfigException):
+    """A kubeconfig file that is missing or empty: an error alone, skipped in a ``$KUBECONFIG`` list (as
+    kubectl skips it)."""
+
+
+def _check_kubeconfig(path: Path) -> Mapping[str, Any]:
+    """The kubeconfig document of ``path``. Raises ConfigException naming ``path`` when it cannot be a
+    kubeconfig: unreadable, empty (comments only), not YAML, not a mapping (``_SkippedKubeconfig`` when
+    missing or empty). kubernetes-asyncio's own messages say none of that ("'NoneType' object does not
+    support item assignment" for an empty file)."""
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise _SkippedKubeconfig(f"{path}: no such file") from e
     except (OSError, UnicodeDecodeError) as e:
         raise kube_config.ConfigException(
             f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}"
@@ -164,12 +173,34 @@ def _check_kubeconfig(path: Path) -> None:
     except yaml.YAMLError as e:
         raise kube_config.ConfigException(f"{path}: not valid YAML: {' '.join(str(e).split())}") from e
     if document is None:
-        raise kube_config.ConfigException(f"{path}: the kubeconfig file is empty")
+        raise _SkippedKubeconfig(f"{path}: the kubeconfig file is empty")
     if not isinstance(document, Mapping):
         raise kube_config.ConfigException(
             f"{path}: not a kubeconfig: expected a mapping (apiVersion, clusters, users, contexts), "
             f"got a {type(document).__name__}"
         )
+    return document
+
+
+def _kubeconfig_files(paths: Sequence[Path]) -> tuple[list[Path], str | None]:
+    """The files of ``paths`` kubernetes-asyncio merges, and the current context kubectl takes from them:
+    the first one set (the library would take the last). One file must be a usable kubeconfig; of several
+    (``$KUBECONFIG=a:b``), missing and empty ones are skipped. Raises ConfigException naming the file, or
+    every file when none is left."""
+    usable, skipped, current = [], [], None
+    for path in paths:
+        try:
+            document = _check_kubeconfig(path)
+        except _SkippedKubeconfig as e:
+            if len(paths) == 1:
+                raise
+            skipped.append(str(e))
+            continue
+        usable.append(path)
+        current = current or document.get("current-context") or None
+    if not usable:
+        raise kube_config.ConfigException(f"no usable kubeconfig in $KUBECONFIG: {'; '.join(skipped)}")
+    return usable, current
 
 
 def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIError:
@@ -231,7 +262,7 @@ class KubeClient:
     @classmethod
     async def connect(
         cls,
-        kubeconfig: Path | None = None,
+        kubeconfig: Path | Sequence[Path] | None = None,
         *,
         context: str | None = None,
         in_cluster: bool = False,
@@ -239,17 +270,19 @@ class KubeClient:
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 90.0,
     ) -> KubeClient:
-        """Load the kubeconfig (``kubeconfig``, else ``$KUBECONFIG``) or the in-cluster configuration.
+        """Load the kubeconfig (``kubeconfig``: one file or several to merge, else ``$KUBECONFIG``'s
+        files, merged as kubectl merges them) or the in-cluster configuration.
 
         Raises ``kubernetes_asyncio.config.ConfigException`` (or OSError) when neither can be loaded.
         """
         configuration = Configuration()
-        path = None if in_cluster else kubeconfig_path(kubeconfig)
-        if path is not None:
-            _check_kubeconfig(path)
+        paths = (kubeconfig,) if isinstance(kubeconfig, Path) else tuple(kubeconfig or ())
+        paths = () if in_cluster else paths or kubeconfig_paths(None)
+        if paths:
+            files, current = _kubeconfig_files(paths)
             await kube_config.load_kube_config(
-                config_file=str(path),
-                context=context,
+                config_file=ENV_KUBECONFIG_PATH_SEPARATOR.join(map(str, files)),
+                context=context or current,
                 client_configuration=configuration,
                 persist_config=False,
             )
