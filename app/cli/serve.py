@@ -151,8 +151,8 @@ def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -
     )
     if runtime.watcher is not None:
         runtime.watcher.start()
-    metrics = _serve_metrics(settings.server, Metrics(runtime.service))
-    with _serve_probes(settings.server, lambda: True) as probes:
+    metrics = Metrics(runtime.service)
+    with _serve_metrics(settings.server, metrics), _serve_probes(settings.server, lambda: True) as probes:
         # One worker: the cluster state and the in-flight allocations live in this process.
         serve(
             create_app(runtime.service, settings, metrics=metrics, heartbeat=probes),
@@ -182,18 +182,22 @@ def _serve_probes(server: ServerSettings, ready: Callable[[], bool]) -> Iterator
         yield probes
 
 
-def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Metrics:
-    """Start the ``--metrics-bind-address`` listener (a daemon thread) when asked for; returns ``metrics``.
-    Raises StartupError when the address cannot be bound."""
-    if server.metrics_bind_address is not None:
-        from prometheus_client import start_http_server
+@contextlib.contextmanager
+def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Iterator[None]:
+    """The ``--metrics-bind-address`` listener (``app.http.metricsport``: ``/metrics`` only) while the
+    block runs, when asked for. Raises StartupError when the address cannot be bound."""
+    if server.metrics_bind_address is None:
+        yield
+        return
+    from app.http.metricsport import MetricsListener
 
-        _listen_on(
-            "--metrics-bind-address",
-            server.metrics_bind_address,
-            lambda host, port: start_http_server(port, host, registry=metrics.registry),
-        )
-    return metrics
+    listener = _listen_on(
+        "--metrics-bind-address",
+        server.metrics_bind_address,
+        lambda host, port: MetricsListener(host, port, metrics.registry),
+    )
+    with listener:
+        yield
 
 
 def _listen_on(flag: str, address: str, start: Callable[[str, int], _T]) -> _T:
@@ -326,15 +330,16 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
     auth = None
     if server.delegated_auth:
         auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
+    metrics = Metrics(runtime.service, runtime.informers, collectors=runtime.api_metrics.collectors())
     try:
-        with _serve_probes(server, runtime.ready) as probes:
+        with _serve_metrics(server, metrics), _serve_probes(server, runtime.ready) as probes:
             serve(
                 create_app(
                     runtime.service,
                     settings,
                     ready=runtime.ready,
                     auth=auth,
-                    metrics=_serve_metrics(server, Metrics(runtime.service, runtime.informers)),
+                    metrics=metrics,
                     heartbeat=probes,
                 ),
                 sock,

@@ -165,9 +165,8 @@ class ServerSettings:
     collectors."""
 
     metrics_bind_address: str | None = None
-    """``host:port`` of a second listener serving nothing but the metrics (prometheus-client's own HTTP
-    server, which answers them on any path), for Prometheus to scrape the pod while the extender's port
-    stays on loopback (``manifests/`` uses ``0.0.0.0:9090``, with a NetworkPolicy). None: metrics only at
+    """``host:port`` of a second listener serving nothing but ``/metrics`` (every other path 404,
+    ``app.http.metricsport``), for Prometheus to scrape the pod while the extender's port stays on loopback (``manifests/`` uses ``0.0.0.0:9090``, with a NetworkPolicy). None: metrics only at
     ``/metrics`` on the extender's port."""
 
     health_probe_bind_address: str | None = None

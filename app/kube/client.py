@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config.kube_config import ENV_KUBECONFIG_PATH_SEPARATOR
 
+from app.kube.apimetrics import ERROR_CODE, APIMetrics
 from app.kube.proxy import proxy_for
 
 __all__ = [
@@ -242,7 +244,8 @@ class KubeClient:
     """Raw, orjson-parsed calls to one API server. Create with ``connect`` inside the event loop that uses it.
 
     ``request_timeout``: total seconds for one non-watch request; ``connect_timeout``: seconds to open a
-    connection; ``watch_read_timeout``: seconds a watch may go without receiving a byte.
+    connection; ``watch_read_timeout``: seconds a watch may go without receiving a byte; ``metrics``: counts
+    every request (``app.kube.apimetrics``).
     """
 
     def __init__(
@@ -252,8 +255,10 @@ class KubeClient:
         request_timeout: float = 10.0,
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 90.0,
+        metrics: APIMetrics | None = None,
     ) -> None:
         self._api = api
+        self._metrics = metrics
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._watch_timeout = aiohttp.ClientTimeout(
             sock_connect=connect_timeout, sock_read=watch_read_timeout
@@ -269,6 +274,7 @@ class KubeClient:
         request_timeout: float = 10.0,
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 90.0,
+        metrics: APIMetrics | None = None,
     ) -> KubeClient:
         """Load the kubeconfig (``kubeconfig``: one file or several to merge, else ``$KUBECONFIG``'s
         files, merged as kubectl merges them) or the in-cluster configuration.
@@ -295,6 +301,7 @@ class KubeClient:
             request_timeout=request_timeout,
             connect_timeout=connect_timeout,
             watch_read_timeout=watch_read_timeout,
+            metrics=metrics,
         )
 
     @property
@@ -318,6 +325,7 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        started, code = time.perf_counter(), ERROR_CODE
         try:
             response: aiohttp.ClientResponse = await self._api.call_api(
                 path,
@@ -329,10 +337,14 @@ class KubeClient:
                 _preload_content=False,
                 _request_timeout=timeout or self._timeout,
             )
+            code = str(response.status)
         except aiohttp.ClientConnectorError as e:
             raise TransportError(f"{method} {path}: cannot connect: {e}", sent=False) from e
         except (aiohttp.ClientError, TimeoutError) as e:
             raise TransportError(f"{method} {path}: {type(e).__name__}: {e}", sent=True) from e
+        finally:
+            if self._metrics is not None:
+                self._metrics.observe(method, path, query, code, time.perf_counter() - started)
         if not 200 <= response.status <= 299:
             try:
                 data = await response.read()

@@ -24,6 +24,7 @@ from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
 from app.config.derivationlog import DerivationLog
 from app.config.settings import ClusterSettings
+from app.kube.apimetrics import APIMetrics
 from app.kube.binder import KubeBinder
 from app.kube.client import KubeClient
 from app.kube.clock import Clock, SystemClock
@@ -64,6 +65,8 @@ class ClusterRuntime:
         )
         self.client = client
         self._owns_client = client is None
+        self.api_metrics = APIMetrics()
+        """What the client ``connect`` creates counts (``app.kube.apimetrics``); ``serve`` exposes it."""
         self.binder = KubeBinder(client, self.state, lock, self.reservations, settings, clock=self.clock)
         self.service.binder = self.binder
         self.service.binding_timeout_seconds = settings.binding_timeout_seconds
@@ -98,6 +101,7 @@ class ClusterRuntime:
                 request_timeout=self.settings.request_timeout_seconds,
                 connect_timeout=self.settings.connect_timeout_seconds,
                 watch_read_timeout=self.settings.watch_idle_seconds,
+                metrics=self.api_metrics,
             )
         for user in (self.binder, self.releaser, self.releaser.leader):
             user.client = self.client
