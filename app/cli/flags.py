@@ -150,7 +150,22 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
     defaults = ServerSettings()
     serve.add_argument("--host", default=defaults.host, help=f"interface (default {defaults.host})")
     serve.add_argument("--port", type=int, default=defaults.port, help=f"TCP port (default {defaults.port})")
-    serve.add_argument("--log-level", choices=LOG_LEVELS, default=defaults.log_level)
+    serve.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=defaults.log_level,
+        help=f"log level (default {defaults.log_level}); -v 1 or more means debug",
+    )
+    serve.add_argument(
+        "-v",
+        "--v",
+        dest="verbosity",
+        type=int,
+        default=defaults.verbosity,
+        metavar="N",
+        help="klog-style verbosity: 0 (default) logs at --log-level, 1 or more at debug (the more verbose "
+        "of the two wins)",
+    )
     serve.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
@@ -326,6 +341,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 args.port,
                 args.max_body_bytes,
                 args.log_level,
+                verbosity=args.verbosity,
                 log_format=args.log_format,
                 metrics_bind_address=args.metrics_bind_address,
                 health_probe_bind_address=args.health_probe_bind_address,

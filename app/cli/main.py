@@ -47,6 +47,7 @@ from app.cli.simulate import run_simulate
 from app.cli.validate import run_validate
 from app.config.derivedconfig import ConfigError, load_config
 from app.config.extenderconfig import COMMAND_SECTIONS
+from app.config.logs import configure as configure_logging
 
 __all__ = ["main", "parse_args"]
 
@@ -111,5 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_explain(args, _offline(args).service)
         return run_serve(args) if args.command == "serve" else run_simulate(args, _offline(args))
     except StartupError as e:
-        print(f"dra-extender: {e}", file=sys.stderr)
+        if args.command == "serve" and args.log_format == "json":  # every line of serve's stream is JSON
+            configure_logging(args.log_level, "json")
+            log.error("%s", e)
+        else:
+            print(f"dra-extender: {e}", file=sys.stderr)
         return EXIT_USAGE

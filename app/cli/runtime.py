@@ -248,14 +248,17 @@ MAX_PROBLEMS_SHOWN = 20
 """Warnings, and config problems (failed derived attributes), printed at startup; the rest are counted."""
 
 
-def print_limited(level: str, lines: Sequence[str], what: str) -> None:
-    """The first ``MAX_PROBLEMS_SHOWN`` lines on stderr, then how many more there are."""
-    for line in lines[:MAX_PROBLEMS_SHOWN]:
-        print(f"dra-extender: {level}: {line}", file=sys.stderr)
+def print_limited(level: str, lines: Sequence[str], what: str, *, as_records: bool = False) -> None:
+    """The first ``MAX_PROBLEMS_SHOWN`` lines on stderr, then how many more there are; ``as_records``: as
+    log records at ``level`` (``warning``, ``error``) instead, for ``serve --log-format json``."""
+    shown = list(lines[:MAX_PROBLEMS_SHOWN])
     if len(lines) > MAX_PROBLEMS_SHOWN:
-        print(
-            f"dra-extender: {level}: ... and {len(lines) - MAX_PROBLEMS_SHOWN} more {what}", file=sys.stderr
-        )
+        shown.append(f"... and {len(lines) - MAX_PROBLEMS_SHOWN} more {what}")
+    for line in shown:
+        if as_records:
+            log.log(logging.getLevelName(level.upper()), "%s", line)
+        else:
+            print(f"dra-extender: {level}: {line}", file=sys.stderr)
 
 
 def apply_policies(service: SchedulingService, scheduling: SchedulingSettings) -> None:
@@ -289,8 +292,9 @@ def load_runtime(
             cel_engine=scheduling.cel_engine,
             config=settings.config_file,
         )
-    print_limited("warning", runtime.warnings, "warnings")
-    print_limited("error", runtime.problems, "derived attribute errors")
+    as_records = settings.server.log_format == "json"
+    print_limited("warning", runtime.warnings, "warnings", as_records=as_records)
+    print_limited("error", runtime.problems, "derived attribute errors", as_records=as_records)
     apply_policies(runtime.service, settings.scheduling)
     # The loaded state is long-lived: keep the cyclic collector from rescanning it on every full collection
     # (with 10^6 objects each one costs tens of ms on the request path).

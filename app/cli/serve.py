@@ -93,6 +93,15 @@ def _banner(
     return "\n".join(lines)
 
 
+def _announce(server: ServerSettings, banner: str) -> None:
+    """The startup banner: as it is on stderr for a person, one info record with ``--log-format json`` (a
+    log collector reads every line of the stream as JSON)."""
+    if server.log_format == "json":
+        log.info("%s", banner)
+    else:
+        print(banner, file=sys.stderr, flush=True)
+
+
 def _bind_example(service: SchedulingService) -> tuple[Mapping[str, Any] | None, str | None]:
     """The first pending pod and a node it fits on (for the banner's bind example), or (None, None)."""
     pending = service.state.pending_pods()
@@ -119,7 +128,7 @@ SWITCH_INTERVAL_SECONDS = 0.0005
 def run_serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
-    configure_logging(settings.server.log_level, settings.server.log_format)
+    configure_logging(settings.server.effective_log_level, settings.server.log_format)
     cluster = cluster_settings(args)
     if cluster is None and settings.server.delegated_auth:
         raise StartupError("--delegated-auth needs cluster mode: it asks the API server about callers")
@@ -138,16 +147,9 @@ def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -
     for note in runtime.notes:
         log.debug("%s", note)
     example_pod, example_node = _bind_example(runtime.service)
-    print(
-        _banner(
-            settings,
-            state_summary(runtime.state),
-            example_pod,
-            example_node,
-            sorted(runtime.state.objects["Node"]),
-        ),
-        file=sys.stderr,
-        flush=True,
+    nodes = sorted(runtime.state.objects["Node"])
+    _announce(
+        settings.server, _banner(settings, state_summary(runtime.state), example_pod, example_node, nodes)
     )
     if runtime.watcher is not None:
         runtime.watcher.start()
@@ -159,7 +161,7 @@ def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -
             sock,
             host=settings.server.host,
             port=settings.server.port,
-            log_level=settings.server.log_level,
+            log_level=settings.server.effective_log_level,
             log_config=None,  # uvicorn's records go through the handler configure_logging installed
             workers=1,
             **server_config(),
@@ -321,11 +323,10 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
         raise StartupError(f"cannot load the Kubernetes client configuration: {e}") from e
     server = settings.server
     url = _url(server)
-    print(
+    _announce(
+        server,
         f"dra-extender: cluster mode, API server {runtime.client.host}; serving {url} (kube-scheduler "
         f"urlPrefix: {url}/scheduler); ready (/readyz) once every informer has synced",
-        file=sys.stderr,
-        flush=True,
     )
     auth = None
     if server.delegated_auth:
@@ -345,7 +346,7 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
                 sock,
                 host=server.host,
                 port=server.port,
-                log_level=server.log_level,
+                log_level=server.effective_log_level,
                 log_config=None,
                 workers=1,
                 **server_config(),

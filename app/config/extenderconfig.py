@@ -77,6 +77,13 @@ FIELDS: tuple[FieldSpec, ...] = (
     ),
     FieldSpec("server.logLevel", _one_of(LOG_LEVELS), "log_level", "log level (default info)", "--log-level"),
     FieldSpec(
+        "server.verbosity",
+        "integer",
+        "verbosity",
+        "klog-style verbosity 0..10: 1 or more logs at debug whatever logLevel says (default 0)",
+        "-v",
+    ),
+    FieldSpec(
         "server.logFormat",
         _one_of(LOG_FORMATS),
         "log_format",

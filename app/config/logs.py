@@ -7,7 +7,11 @@ loggers (``uvicorn.error``, ``uvicorn.access``) propagate there instead of insta
   (klog's text format puts them there too).
 * ``json``: one object per line with klog-style keys: ``ts`` (Unix seconds), ``level`` (lower case),
   ``logger``, ``msg``, then the structured keys a record carries (``pod``, ``node``, ``claim``,
-  ``devices``) and ``exc_info`` for a traceback (python-json-logger).
+  ``devices``, ``reason``) and ``exc_info`` for a traceback (python-json-logger).
+
+The level is ``ServerSettings.effective_log_level``: ``--log-level``, or debug with klog's ``-v N`` above 0.
+``serve`` logs its startup banner, warnings and errors as records too when the format is ``json``, so every
+line of the stream is JSON.
 
 Structured keys are passed as ``extra={"pod": "ns/name", "node": ...}``. Probe and scrape requests
 (``/livez``, ``/readyz``, ``/healthz``, ``/metrics``) are access-logged at debug, not info: a kubelet
@@ -28,7 +32,7 @@ LOG_FORMATS = ("text", "json")
 
 PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/metrics"})
 
-STRUCTURED_KEYS = ("pod", "node", "claim", "devices")
+STRUCTURED_KEYS = ("pod", "node", "claim", "devices", "reason")
 """Keys a record may carry through ``extra``, in output order."""
 
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

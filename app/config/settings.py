@@ -103,6 +103,7 @@ _SECONDS_INTEGER = Range(high=MAX_SECONDS, integer=True, high_note="one day")
 
 RANGES: dict[str, Range] = {
     "port": Range(1, 65535, closed=True, integer=True),
+    "verbosity": Range(0, 10, closed=True, integer=True),
     "max_body_bytes": Range(high=MAX_BODY_BYTES, integer=True, high_note="32 MiB"),
     "filter_time_budget_seconds": _SECONDS,
     "percentage_of_nodes_to_score": Range(0, 100, closed=True, integer=True),
@@ -159,6 +160,10 @@ class ServerSettings:
     log_level: str = "info"
     """Python ``logging`` / uvicorn level name. ``info`` logs startup and one line per request."""
 
+    verbosity: int = 0
+    """klog-style ``-v N`` (0..10): 0 leaves ``log_level`` as it is, 1 or more logs at debug (the extender
+    has no finer levels); the more verbose of the two wins (``effective_log_level``)."""
+
     log_format: str = "text"
     """``text`` or ``json`` (``app.config.logs``): one format for the extender's and uvicorn's records;
     ``json`` has klog-style keys (``ts``, ``level``, ``msg``, ``pod``, ``node``, ``claim``) for log
@@ -166,7 +171,8 @@ class ServerSettings:
 
     metrics_bind_address: str | None = None
     """``host:port`` of a second listener serving nothing but ``/metrics`` (every other path 404,
-    ``app.http.metricsport``), for Prometheus to scrape the pod while the extender's port stays on loopback (``manifests/`` uses ``0.0.0.0:9090``, with a NetworkPolicy). None: metrics only at
+    ``app.http.metricsport``), for Prometheus to scrape the pod while the extender's port stays on
+    loopback (``manifests/`` uses ``0.0.0.0:9090``, with a NetworkPolicy). None: metrics only at
     ``/metrics`` on the extender's port."""
 
     health_probe_bind_address: str | None = None
@@ -194,6 +200,11 @@ class ServerSettings:
     scheduler_user: str = "system:kube-scheduler"
     """The user allowed on ``/scheduler/*`` with ``delegated_auth`` (a token's username or a
     certificate's CN; for a scheduler running as a service account: ``system:serviceaccount:NS:NAME``)."""
+
+    @property
+    def effective_log_level(self) -> str:
+        """The level records are logged at: ``log_level``, or ``debug`` with a ``verbosity`` above 0."""
+        return "debug" if self.verbosity > 0 else self.log_level
 
     def __post_init__(self) -> None:
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
