@@ -135,8 +135,8 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
             "--config",
             type=Path,
             metavar="FILE",
-            help="ExtenderConfiguration file: settings (flags override them; read at start) and cluster-wide "
-            "derivedAttributes (serve reloads those when the file changes)",
+            help="ExtenderConfiguration file: settings (flags override them) and cluster-wide "
+            "derivedAttributes; serve applies a changed file (what needs a restart is logged)",
         )
         sub.add_argument(
             "--strict",

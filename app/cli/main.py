@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_validate(args)
         if args.command == "explain":
             return run_explain(args, _offline(args).service)
-        return run_serve(args) if args.command == "serve" else run_simulate(args, _offline(args))
+        return run_serve(args, argv) if args.command == "serve" else run_simulate(args, _offline(args))
     except StartupError as e:
         if args.command == "serve" and args.log_format == "json":  # every line of serve's stream is JSON
             configure_logging(args.log_level, "json")

@@ -9,7 +9,7 @@ state in a ``SchedulingService`` with the chosen CEL engine (``new_engine``: cel
 The inventory evaluates DeviceClass selectors as objects arrive (its class-match index uses the service's
 ``SelectorCache``). With ``config`` (``app.config.derivedconfig``) the cluster-wide derived attributes are
 installed before the first slice arrives, so every device is derived once; ``Runtime.problems`` lists the
-devices where one failed, and ``Runtime.watcher`` reloads the file when it changes (``serve`` starts it).
+devices where one failed (``serve`` reloads the file when it changes: ``app.cli.reload``).
 
 ``Runtime.warnings`` lists what to show at startup without stopping: unknown fields
 (``app.state.knownfields``),
@@ -36,7 +36,7 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import CELCompileError, InvalidInputError
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
-from app.config.derivedconfig import ConfigError, ConfigWatcher, ExtenderConfig, install, load_config
+from app.config.derivedconfig import ConfigError, install, load_config
 from app.config.settings import SchedulingSettings, Settings
 from app.scheduling.service import SchedulingService
 from app.state.claimgen import generate_template_claims
@@ -57,7 +57,6 @@ __all__ = [
     "print_limited",
     "runtime_from_objects",
     "state_summary",
-    "watch_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,8 +91,6 @@ class Runtime:
     """Cluster-wide derived attributes that failed on devices, one line per attribute with the count
     (``<config>: derived attribute ...: failed on N devices, e.g. ...``), to print at startup; the
     attribute is absent on those devices until the config or the device changes."""
-    watcher: ConfigWatcher | None = None
-    """Reloads the config file when it changes (None without ``config``); ``serve`` starts it."""
     warnings: list[str] = field(default_factory=list)
     """To print at startup: unknown fields in the objects, DeviceClass selectors that do not compile, a
     state without any object the extender uses."""
@@ -120,19 +117,6 @@ def new_engine(name: str = "cel-expr") -> CELEngine:
 
         return CelpyEngine()
     raise ValueError(f"unknown CEL engine {name!r} (cel-expr or cel-python)")
-
-
-def watch_config(config: Path, service: SchedulingService) -> ConfigWatcher:
-    """A watcher that installs a changed config under the service lock and logs its device errors (for any
-    runtime serving ``service``; call ``start()`` on it)."""
-
-    def apply(new: ExtenderConfig) -> None:
-        with service.lock:
-            problems = install(new, service.state.inventory, service.selectors)
-        for problem in problems:
-            log.error("config %s: %s", config, problem)
-
-    return ConfigWatcher(config, apply)
 
 
 def install_config(config: Path, state: ClusterState, selectors: SelectorCache) -> list[str]:
@@ -202,7 +186,6 @@ def runtime_from_objects(
     runtime = Runtime(source, state, service, notes, warnings=[*objects.unknown_fields, *cel_problems])
     if config is not None:
         runtime.problems = [f"{config}: {problem}" for problem in state.inventory.derivation_summary()]
-        runtime.watcher = watch_config(Path(config), service)
     return runtime
 
 
@@ -262,11 +245,8 @@ def print_limited(level: str, lines: Sequence[str], what: str, *, as_records: bo
 
 
 def apply_policies(service: SchedulingService, scheduling: SchedulingSettings) -> None:
-    """Device selection and scoring of the settings, on the service."""
-    service.device_selection = scheduling.device_selection
-    service.scoring = scheduling.scoring
-    if scheduling.filter_time_budget_seconds is not None:
-        service.filter_time_budget = scheduling.filter_time_budget_seconds
+    """Device selection, scoring and the filter time budget of the settings, on the service."""
+    service.set_policy(scheduling.device_selection, scheduling.scoring, scheduling.filter_time_budget_seconds)
 
 
 def load_runtime(

@@ -27,6 +27,7 @@ import orjson
 
 from allocator.selectors import SelectorCache
 from app.cli.flags import cluster_settings, settings_from_args
+from app.cli.reload import config_watcher
 from app.cli.runtime import (
     EXIT_OK,
     StartupError,
@@ -35,11 +36,11 @@ from app.cli.runtime import (
     load_runtime,
     new_engine,
     state_summary,
-    watch_config,
 )
+from app.config.derivedconfig import ConfigError, ConfigWatcher, load_config
 from app.config.logs import configure as configure_logging
 from app.config.settings import ServerSettings, Settings
-from app.http.metrics import Metrics
+from app.http.metrics import ConfigReloadCollector, Metrics
 from app.http.probes import ProbeListener
 from app.scheduling.service import SchedulingService
 
@@ -125,25 +126,59 @@ SWITCH_INTERVAL_SECONDS = 0.0005
 """How long a thread holding the GIL may keep it while another thread waits for it, in cluster mode."""
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+    """``serve`` with ``args`` parsed from ``argv`` (None: ``sys.argv``; parsed again when the config file
+    changes, ``app.cli.reload``)."""
     settings = settings_from_args(args)
     _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
     configure_logging(settings.server.effective_log_level, settings.server.log_format)
     cluster = cluster_settings(args)
     if cluster is None and settings.server.delegated_auth:
         raise StartupError("--delegated-auth needs cluster mode: it asks the API server about callers")
+    started = _StartedWith(args, sys.argv[1:] if argv is None else list(argv))
     if cluster is not None:
-        return _serve_cluster(dataclasses.replace(settings, state_dir=None, cluster=cluster))
+        return _serve_cluster(dataclasses.replace(settings, state_dir=None, cluster=cluster), started)
     with _listen(settings.server) as sock:
-        return _serve_state(settings, args.strict, sock)
+        return _serve_state(settings, started, sock)
 
 
-def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -> int:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _StartedWith:
+    """The command line ``serve`` started with: its options and its words (``app.cli.reload``)."""
+
+    args: argparse.Namespace
+    argv: list[str]
+
+    def config_watcher(self, settings: Settings, service: SchedulingService) -> ConfigWatcher | None:
+        """The watcher applying config file changes to ``service`` (call ``start()``); None without
+        ``--config``. Raises StartupError for an unusable file."""
+        if settings.config_file is None:
+            return None
+        try:
+            config = load_config(settings.config_file)
+        except ConfigError as e:
+            raise StartupError(str(e)) from e
+        return config_watcher(self.argv, self.args, config, service)
+
+
+def _metrics(
+    service: SchedulingService,
+    watcher: ConfigWatcher | None,
+    informers: Any = None,
+    collectors: Sequence[Any] = (),
+) -> Metrics:
+    """``Metrics`` of ``service`` with the config file's reload state (``watcher``) and, in cluster mode,
+    the ``informers`` and the API client's ``collectors``."""
+    reload_state = [ConfigReloadCollector(watcher)] if watcher is not None else []
+    return Metrics(service, informers, collectors=[*collectors, *reload_state])
+
+
+def _serve_state(settings: Settings, started: _StartedWith, sock: socket.socket) -> int:
     """Load the state directory, print the banner and serve on ``sock``."""
     from app.http.api import create_app
     from app.http.server import serve, server_config
 
-    runtime = load_runtime(settings, strict_fields)
+    runtime = load_runtime(settings, started.args.strict)
     for note in runtime.notes:
         log.debug("%s", note)
     example_pod, example_node = _bind_example(runtime.service)
@@ -151,9 +186,10 @@ def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -
     _announce(
         settings.server, _banner(settings, state_summary(runtime.state), example_pod, example_node, nodes)
     )
-    if runtime.watcher is not None:
-        runtime.watcher.start()
-    metrics = Metrics(runtime.service)
+    watcher = started.config_watcher(settings, runtime.service)
+    if watcher is not None:
+        watcher.start()
+    metrics = _metrics(runtime.service, watcher)
     with _serve_metrics(settings.server, metrics), _serve_probes(settings.server, lambda: True) as probes:
         # One worker: the cluster state and the in-flight allocations live in this process.
         serve(
@@ -289,7 +325,7 @@ def _ssl_options(server: ServerSettings) -> dict[str, Any]:
     return options
 
 
-def _serve_cluster(settings: Settings) -> int:
+def _serve_cluster(settings: Settings, started: _StartedWith) -> int:
     """Cluster mode: the informers and the bind writes on their own thread, uvicorn on the main one."""
     from app.kube.runtime import ClusterRuntime
 
@@ -300,18 +336,19 @@ def _serve_cluster(settings: Settings) -> int:
         install_config(settings.config_file, runtime.state, selectors)
     apply_policies(runtime.service, settings.scheduling)
     with _listen(settings.server) as sock:
-        return _run_cluster(settings, runtime, sock)
+        return _run_cluster(settings, started, runtime, sock)
 
 
-def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
+def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: socket.socket) -> int:
     """Start the informers (``runtime``: an ``app.kube.runtime.ClusterRuntime``) and serve on ``sock``."""
     from app.http.api import create_app
     from app.http.auth import DelegatedAuth
     from app.http.server import serve, server_config
     from app.kube.runtime import BackgroundRuntime
 
-    if settings.config_file is not None:
-        watch_config(settings.config_file, runtime.service).start()  # re-derive on change, as offline
+    watcher = started.config_watcher(settings, runtime.service)
+    if watcher is not None:
+        watcher.start()
     # The informers' thread turns watch events into state while the event loop answers kube-scheduler:
     # a loop thread back from a socket wait would otherwise wait up to the default 5 ms for the GIL, at
     # every wait of every request.
@@ -331,7 +368,7 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
     auth = None
     if server.delegated_auth:
         auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
-    metrics = Metrics(runtime.service, runtime.informers, collectors=runtime.api_metrics.collectors())
+    metrics = _metrics(runtime.service, watcher, runtime.informers, runtime.api_metrics.collectors())
     try:
         with _serve_metrics(server, metrics), _serve_probes(server, runtime.ready) as probes:
             serve(

@@ -18,8 +18,9 @@ here, numbers also for their range (``app.config.settings.RANGES``), the score w
 check them: an error names the field's path. The settings check the ranges again (naming the setting),
 since flags set them too.
 
-Reload: these sections are read once, at start; ``serve`` reloads only ``derivedAttributes`` when the file
-changes (a changed setting here needs a restart).
+Reload: when the file changes while ``serve`` runs, ``app.cli.reload`` applies the settings it can at once
+(device selection, scoring, the filter time budget, the log level, verbosity and format, the derived
+attributes) and logs every other changed field as needing a restart.
 """
 
 from __future__ import annotations

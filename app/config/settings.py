@@ -390,7 +390,7 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     config_file: Path | None = None
-    """Extender config file (``app.config.derivedconfig``: cluster-wide derived attributes), reloaded by
-    ``serve`` when it changes. None: no config."""
+    """Extender config file (``app.config.derivedconfig``: settings and cluster-wide derived attributes),
+    applied by ``serve`` when it changes (``app.cli.reload``). None: no config."""
     cluster: ClusterSettings | None = None
     """Cluster mode (list+watch the API server, write binds to it) instead of ``state_dir``."""

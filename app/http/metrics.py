@@ -36,7 +36,11 @@ About the process (``Metrics`` registers prometheus-client's collectors, as its 
 * ``dra_extender_build_info{version, python, git}``: 1, with the version, the Python version and the git
   commit (``app.config.buildinfo``);
 * cluster mode: the API client's ``dra_extender_rest_client_*`` (``app.kube.apimetrics``, passed in as
-  ``collectors``), and whatever else ``collectors`` holds (the config reload's state).
+  ``collectors``);
+* with ``--config`` (``ConfigReloadCollector``, as Prometheus and Alertmanager expose their own):
+  ``dra_extender_config_hash{sha256}`` 1 (the SHA-256 of the file in force),
+  ``dra_extender_config_last_reload_successful`` (0 while the file on disk is not in force: invalid,
+  refused, gone) and ``dra_extender_config_last_reload_success_timestamp_seconds``.
 
 Counters have no ``_created`` series (``disable_created_metrics``): one more series per counter that
 Prometheus does not use. Each ``Metrics`` has its own registry: one per app, so tests and processes do
@@ -65,9 +69,18 @@ from prometheus_client.registry import Collector
 
 from allocator.usage import UsageSnapshot
 from app.config import buildinfo
+from app.config.derivedconfig import ConfigWatcher
 from app.scheduling.service import SchedulingService
 
-__all__ = ["CONTENT_TYPE", "NODE_RESULTS", "REQUEST_BUCKETS", "RESULTS", "VERBS", "Metrics"]
+__all__ = [
+    "CONTENT_TYPE",
+    "NODE_RESULTS",
+    "REQUEST_BUCKETS",
+    "RESULTS",
+    "VERBS",
+    "ConfigReloadCollector",
+    "Metrics",
+]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -212,6 +225,33 @@ def _namespace_devices(claims: Iterable[tuple[str, Mapping[str, Any]]]) -> Tally
             device_class = classes.get(str(result.get("request") or ""), "")
             counts[(namespace, device_class, str(result.get("driver") or ""))] += 1
     return counts
+
+
+class ConfigReloadCollector(Collector):
+    """The config file's reload state, read from its ``app.config.derivedconfig.ConfigWatcher``."""
+
+    def __init__(self, watcher: ConfigWatcher) -> None:
+        self.watcher = watcher
+
+    def collect(self) -> Iterator[Metric]:
+        watcher = self.watcher
+        config_hash = GaugeMetricFamily(
+            _PREFIX + "config_hash",
+            "1, labelled with the SHA-256 of the config file in force.",
+            labels=["sha256"],
+        )
+        config_hash.add_metric([watcher.digest], 1)
+        yield config_hash
+        yield _gauge(
+            "config_last_reload_successful",
+            "1 when the config file on disk is the one in force, 0 when its last change was not applied.",
+            1 if watcher.last_reload_successful else 0,
+        )
+        yield _gauge(
+            "config_last_reload_success_timestamp_seconds",
+            "Unix time the config in force was applied (startup or reload).",
+            watcher.last_success_seconds,
+        )
 
 
 class Metrics:
