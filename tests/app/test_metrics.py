@@ -3,6 +3,7 @@ counted by hand from the small state below."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -15,9 +16,11 @@ import pytest
 from allocator.cel.expr_engine import ExprEngine
 from allocator.inventory import AllocatedDevice
 from allocator.selectors import SelectorCache
+from app.config.derivedconfig import ConfigWatcher
 from app.config.settings import Settings
 from app.http.api import create_app
-from app.http.metrics import REQUEST_BUCKETS, Metrics
+from app.http.metrics import REQUEST_BUCKETS, ConfigReloadCollector, Metrics
+from app.kube.apimetrics import APIMetrics
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.app.metrics_support import names, samples
@@ -202,7 +205,7 @@ def test_informer_state_in_cluster_mode(service: SchedulingService):
     assert ("dra_extender_informer_seconds_since_last_event", _labels(resource="ResourceSlice")) not in values
 
 
-def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: SchedulingService):
+def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: SchedulingService, tmp_path: Path):
     dashboard = json.loads((ROOT / "manifests/components/monitoring/dra-extender-dashboard.json").read_text())
     queried = {
         name
@@ -210,8 +213,17 @@ def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: Scheduli
         for target in panel["targets"]
         for name in re.findall(r"\bdra_extender_[a-z_]+", target["expr"])
     }
-    exposed = names(Metrics(service, _Informers()).render().decode())
-    assert len(queried) >= 15 and queried - exposed == set()
+    client = APIMetrics()
+    client.observe("GET", "/api/v1/pods", [("watch", "true")], "200", 0.01)
+    client.observe("GET", "/api/v1/pods", [("watch", "true")], "200", 0.01)  # a restart
+    client.observe("PUT", "/api/v1/namespaces/ml/pods/p", [], "409", 0.01)
+    client.observe("PUT", "/api/v1/namespaces/ml/pods/p", [], "200", 0.01)  # its retry
+    config = tmp_path / "extender.yaml"
+    config.write_text("derivedAttributes: []\n")
+    watcher = ConfigWatcher(config, lambda _: None, digest=hashlib.sha256(config.read_bytes()).hexdigest())
+    collectors = [*client.collectors(), ConfigReloadCollector(watcher)]
+    exposed = names(Metrics(service, _Informers(), collectors=collectors).render().decode())
+    assert len(queried) >= 20 and queried - exposed == set()
 
 
 @pytest.mark.parametrize(
