@@ -242,3 +242,14 @@ def test_a_verbosity_out_of_range_exits_2_naming_it(capsys):
 
     assert main(["serve", "--state", str(REPO / "examples/cluster"), "-v", "11"]) == 2
     assert "verbosity: must be in 0..10, got 11" in capsys.readouterr().err
+
+
+def test_a_startup_error_in_json_mode_is_a_json_record(stream, capsys, tmp_path):
+    from app.cli.main import main
+
+    missing = tmp_path / "missing.pem"
+    tls = ["--ssl-certfile", str(missing), "--ssl-keyfile", str(missing)]
+    assert main(["serve", "--state", str(REPO / "examples/cluster"), "--log-format", "json", *tls]) == 2
+    [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert record["level"] == "error" and record["logger"] == "app.cli.main"
+    assert record["msg"].startswith(f"--ssl-certfile {missing}: cannot read it")
