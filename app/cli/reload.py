@@ -50,10 +50,6 @@ LIVE = frozenset(
 )
 """Option destinations (``FieldSpec.dest``) a running ``serve`` applies when the config file changes."""
 
-_SERVE_FIELDS = tuple(
-    spec for spec in FIELDS if spec.path.partition(".")[0] in ("server", "scheduling", "cluster")
-)
-
 
 def _shown(value: Any) -> str:
     return "(unset)" if value is None else str(value)
@@ -88,7 +84,7 @@ class Reloader:
             raise ConfigError(f"{path}: the settings do not combine with the command line") from e
         applied_args = copy.copy(self.running)
         applied, restart, flagged, sections = [], [], [], set()
-        for spec in _SERVE_FIELDS:
+        for spec in FIELDS:  # every section is serve's
             running, wanted = getattr(self.running, spec.dest, None), getattr(reparsed, spec.dest, None)
             if running == wanted:
                 before, now = self._file_value(self.config, spec), self._file_value(new, spec)
