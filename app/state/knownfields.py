@@ -3,7 +3,9 @@
 The API server drops a field it does not know (or, with ``kubectl --validate=strict``, rejects the object);
 either way a typo such as ``cuont: 3`` in a request silently means "count unset". ``unknown_fields(obj)``
 lists the field paths of an object that its kind and apiVersion do not have, e.g.
-``spec.devices.requests[0].exactly.cuont``, so that the state loader can warn (or, strict, refuse).
+``spec.devices.requests[0].exactly.cuont``, so that the state loader can warn (or, strict, refuse);
+``strict_decoding_error(obj)`` words them as the API server's strict field validation does, for objects a
+person submits (what-ifs: ``app.explain.pod``), which are always refused.
 
 What a kind has comes from the Kubernetes OpenAPI schemas that kubernetes-validate ships (its
 ``v<k8s>-local-strict`` set), reduced to field names: ``knownfields.json`` beside this module, written by
@@ -39,7 +41,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["KINDS", "SCHEMA_FILE", "generate", "unknown_fields", "wrong_types"]
+__all__ = ["KINDS", "SCHEMA_FILE", "generate", "strict_decoding_error", "unknown_fields", "wrong_types"]
 
 SCHEMA_FILE = Path(__file__).with_name("knownfields.json")
 KUBERNETES_VERSION = "1.37.0"
@@ -88,6 +90,12 @@ def unknown_fields(obj: Mapping[str, Any]) -> list[str]:
         if len(found) == _MAX_REPORTED:
             break
     return found
+
+
+def strict_decoding_error(obj: Mapping[str, Any]) -> str:
+    """The API server's answer to ``obj`` under strict field validation (``kubectl --validate=strict``),
+    ``unknown field "<path>"`` per unknown field, comma-separated; "" when every field is known."""
+    return ", ".join(f'unknown field "{path}"' for path in unknown_fields(obj))
 
 
 def _walk(value: object, spec: Any, path: str, defs: Mapping[str, Any]) -> Iterator[str]:
