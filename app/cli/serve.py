@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import logging
 import socket
-import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from app.cli.runtime import (
     state_summary,
     watch_config,
 )
+from app.config.files import file_problem
 from app.config.logs import configure as configure_logging
 from app.config.settings import ServerSettings, Settings
 from app.http.metrics import Metrics
@@ -242,28 +242,12 @@ def _check_tls(server: ServerSettings) -> None:
         ) from e
 
 
-MAX_TLS_FILE_BYTES = 4 << 20
-"""4 MiB: a CA bundle of every public root is ~250 KiB. OpenSSL reads the whole file, and a device or a
-sparse file would be read into memory."""
-
-
 def _check_tls_file(flag: str, path: Path) -> None:
-    """A TLS file must be a readable regular file of at most ``MAX_TLS_FILE_BYTES``: OpenSSL (and uvicorn,
-    which opens it again) waits forever on a FIFO without a writer and reads /dev/zero without end.
-    Raises StartupError naming the flag and the file."""
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise StartupError(f"{flag} {path}: not a regular file")
-        if info.st_size > MAX_TLS_FILE_BYTES:
-            raise StartupError(
-                f"{flag} {path}: larger than {MAX_TLS_FILE_BYTES >> 20} MiB ({info.st_size} bytes): "
-                "not a PEM file"
-            )
-        with path.open("rb") as file:
-            file.read(1)
-    except OSError as e:
-        raise StartupError(f"{flag} {path}: cannot read it: {e.strerror or e}") from e
+    """A TLS file must be usable as ``app.config.files`` says (a small readable regular file). Raises
+    StartupError naming the flag and the file."""
+    problem = file_problem(path)
+    if problem:
+        raise StartupError(f"{flag} {path}: {problem}")
 
 
 def _ssl_options(server: ServerSettings) -> dict[str, Any]:

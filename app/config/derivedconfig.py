@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,15 @@ from allocator.errors import CELCompileError
 from allocator.inventory import Inventory
 from allocator.model import qualified_name_problem
 from allocator.selectors import SelectorCache
-from app.config.extenderconfig import API_VERSION, COMMAND_SECTIONS, KIND, SECTIONS, parse_sections
+from app.config.extenderconfig import (
+    API_VERSION,
+    COMMAND_SECTIONS,
+    KIND,
+    PATH_FIELDS,
+    SECTIONS,
+    parse_sections,
+)
+from app.config.files import file_problem
 from app.state.statedir import load_yaml_document
 
 __all__ = [
@@ -85,6 +93,23 @@ class ExtenderConfig:
         """The option defaults this file gives ``command`` (flags on the command line override them)."""
         sections = COMMAND_SECTIONS.get(command, ())
         return {dest: v for section in sections for dest, v in self.settings.get(section, {}).items()}
+
+    def file_problems(
+        self, sections: Sequence[str] = SECTIONS, overridden: Collection[str] = ()
+    ) -> list[str]:
+        """``<config file>: <field>: <path>: <problem>`` per field of ``sections`` naming a file that cannot
+        be used (``server.sslCertFile``, ``cluster.kubeconfig``, ...: ``app.config.files``), in field order;
+        ``overridden``: option dests a flag set instead (their fields are not used)."""
+        problems = []
+        for spec in PATH_FIELDS:
+            section = spec.path.partition(".")[0]
+            path = self.settings.get(section, {}).get(spec.dest)
+            if section not in sections or spec.dest in overridden or path is None:
+                continue
+            problem = file_problem(path)
+            if problem:
+                problems.append(f"{self.path}: {spec.path}: {path}: {problem}")
+        return problems
 
     def derivation(self, selectors: SelectorCache) -> ClusterDerivation | None:
         """The compiled derived attributes (None when there are none). Raises ConfigError for an
