@@ -5,7 +5,8 @@ In a cluster such a pod waits (kube-scheduler's DynamicResources plugin: ``resou
 retried when the claim appears), so the state loader accepts it; in a state directory it is usually a
 typo, which ``dra-extender validate`` reports. A template entry is satisfied by the template, or by the
 claim the pod's ``status.resourceClaimStatuses`` already names (a dump taken after the resourceclaim
-controller ran, the template since deleted).
+controller ran, the template since deleted). Pods that have finished (phase Succeeded or Failed) need no
+claim any more: a live cluster keeps them after their claims are deleted.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from app.state.statedir import ClusterObjects
 
 __all__ = ["missing_pod_claims"]
 
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
 
 def missing_pod_claims(objects: ClusterObjects) -> list[str]:
     """``<file>: Pod <ns>/<name>: spec.resourceClaims[i].<field>: <Kind> <ns>/<name> not found``, one per
@@ -26,6 +29,8 @@ def missing_pod_claims(objects: ClusterObjects) -> list[str]:
     templates = {_key(t) for t in objects.resource_claim_templates}
     problems = []
     for pod in objects.pods:
+        if (pod.get("status") or {}).get("phase") in _FINISHED:
+            continue
         namespace, name = _key(pod)
         recorded = _recorded_claims(pod)
         where = f"{objects.source_of('Pod', pod) or '(generated)'}: Pod {namespace}/{name}"

@@ -136,6 +136,18 @@ def test_each_problem_fails_validate_warns_simulate_and_stops_simulate_strict(ca
     assert err.startswith(f"dra-extender: {state}/{line}")
 
 
+def test_a_finished_pod_whose_claim_is_gone_is_no_problem(capsys, tmp_path):
+    def finished(objects: list[Obj], _: Path) -> str:
+        done = pod(NS, "done", ["deleted-after-it-finished"])
+        done["status"] = {"phase": "Succeeded"}
+        objects.append(done)
+        return ""
+
+    state, _ = _state(tmp_path, finished)
+    code, out, _ = run(capsys, "validate", "--state", str(state))
+    assert code == 0, out
+
+
 def test_validate_lists_every_problem_in_one_run(capsys, tmp_path):
     def every(objects: list[Obj], state: Path) -> str:
         return "\n".join(make(objects, state) for make in PROBLEMS.values())
