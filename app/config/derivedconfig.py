@@ -46,7 +46,7 @@ from app.config.extenderconfig import (
     SECTIONS,
     parse_sections,
 )
-from app.config.files import file_problem
+from app.config.files import file_problems
 from app.state.statedir import load_yaml_document
 
 __all__ = [
@@ -99,17 +99,19 @@ class ExtenderConfig:
     ) -> list[str]:
         """``<config file>: <field>: <path>: <problem>`` per field of ``sections`` naming a file that cannot
         be used (``server.sslCertFile``, ``cluster.kubeconfig``, ...: ``app.config.files``), in field order;
-        ``overridden``: option dests a flag set instead (their fields are not used)."""
-        problems = []
-        for spec in PATH_FIELDS:
-            section = spec.path.partition(".")[0]
-            path = self.settings.get(section, {}).get(spec.dest)
-            if section not in sections or spec.dest in overridden or path is None:
-                continue
-            problem = file_problem(path)
-            if problem:
-                problems.append(f"{self.path}: {spec.path}: {path}: {problem}")
-        return problems
+        ``overridden``: option dests a flag set instead (their fields are not used, nor checked)."""
+        specs = {
+            spec.dest: spec
+            for spec in PATH_FIELDS
+            if spec.path.partition(".")[0] in sections and spec.dest not in overridden
+        }
+        files = {
+            dest: self.settings.get(spec.path.partition(".")[0], {}).get(dest) for dest, spec in specs.items()
+        }
+        return [
+            f"{self.path}: {specs[dest].path}: {files[dest]}: {problem}"
+            for dest, problem in file_problems(files)
+        ]
 
     def derivation(self, selectors: SelectorCache) -> ClusterDerivation | None:
         """The compiled derived attributes (None when there are none). Raises ConfigError for an

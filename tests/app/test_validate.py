@@ -243,3 +243,43 @@ def test_serve_refuses_a_missing_file_of_the_config_naming_the_field_unless_a_fl
     code, _, err = run(capsys, *argv, "--port", port)
     assert code == 0, err
     assert len(served) == 1
+
+
+def test_validate_config_loads_the_tls_files_as_serve_does_naming_the_field(capsys, tmp_path):
+    from tests.app.test_cli import tls_files
+
+    cert, key, ca, other_key = tls_files(tmp_path)
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("apiVersion: v1\n")
+    fields = {"sslCertFile": str(cert), "sslKeyFile": str(other_key), "sslCACerts": str(not_pem)}
+    config = _config(tmp_path, {"server": fields})
+    code, out, _ = run(capsys, "validate", "--config", str(config))
+    assert code == 1
+    [ca_problem] = out.splitlines()[1:]
+    assert ca_problem.startswith(f"  server.sslCACerts: {not_pem}: no PEM certificate in it (")
+    fields["sslCACerts"] = str(ca)  # the key is looked at once the certificates load
+    code, out, _ = run(capsys, "validate", "--config", str(_config(tmp_path, {"server": fields})))
+    assert code == 1
+    [key_problem] = out.splitlines()[1:]
+    assert key_problem.startswith(
+        f"  server.sslKeyFile: {other_key}: not a PEM private key of the certificate {cert} ("
+    )
+    fields["sslKeyFile"] = str(key)
+    code, out, _ = run(capsys, "validate", "--config", str(_config(tmp_path, {"server": fields})))
+    assert (code, out) == (0, f"{config}: valid (0 derived attributes)\n")
+
+
+def test_serve_names_the_kubeconfig_field_or_flag_whichever_gave_the_missing_file(
+    capsys, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(httpserver, "serve", lambda *args, **kwargs: pytest.fail("must not serve"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    missing = tmp_path / "kubeconfig"
+    config = _config(tmp_path, {"cluster": {"kubeconfig": str(missing)}})
+    code, _, err = run(capsys, "serve", "--config", str(config))
+    assert code == 2
+    problem = "cannot read it: No such file or directory"
+    assert err == f"dra-extender: {config}: cluster.kubeconfig: {missing}: {problem}\n"
+    code, _, err = run(capsys, "serve", "--kubeconfig", str(missing))
+    assert code == 2
+    assert err == f"dra-extender: --kubeconfig {missing}: {problem}\n"
