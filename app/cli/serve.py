@@ -215,10 +215,12 @@ def _check_files(args: argparse.Namespace) -> None:
     """The files the options name (TLS, kubeconfig) must be usable (``app.config.files``): a StartupError
     names the flag and the file. Those a config file gave were checked naming its field when it was read
     (``app.cli.main.parse_args``)."""
-    files = {spec.dest: getattr(args, spec.dest) for spec in PATH_FIELDS}
-    for dest, problem in file_problems(files)[:1]:
-        flag = next(spec.flag for spec in PATH_FIELDS if spec.dest == dest)
-        raise StartupError(f"{flag} {files[dest]}: {problem}")
+    flags = {spec.dest: spec.flag for spec in PATH_FIELDS}
+    files = {dest: getattr(args, dest) for dest in flags}
+    problems = file_problems(files)
+    if problems:
+        dest, problem = problems[0]
+        raise StartupError(f"{flags[dest]} {files[dest]}: {problem}")
 
 
 def _ssl_options(server: ServerSettings) -> dict[str, Any]:
