@@ -72,6 +72,13 @@ def _template_cel(objects: list[Obj], _: Path) -> str:
     return "cluster.yaml: ResourceClaimTemplate ml/one: spec.spec.devices.requests[0].exactly.selectors[0]"
 
 
+def _claim_cel(objects: list[Obj], _: Path) -> str:
+    bad = {"name": "bad", "deviceClassName": "gpu", "selectors": [{"cel": {"expression": "device."}}]}
+    either = {"name": "either", "firstAvailable": [{"name": "any", "deviceClassName": "gpu"}, bad]}
+    objects[3]["spec"]["devices"]["requests"].append(either)
+    return "cluster.yaml: ResourceClaim ml/pair: spec.devices.requests[1].firstAvailable[1].selectors[0]"
+
+
 def _dangling_link(_: list[Obj], state: Path) -> str:
     (state / "gpus.yaml").symlink_to(state / "moved.yaml")
     return f"gpus.yaml: skipped (a symbolic link to {state / 'moved.yaml'}: No such file or directory)"
@@ -84,6 +91,7 @@ PROBLEMS: dict[str, Callable[[list[Obj], Path], str]] = {
     "pod claim without its ResourceClaimTemplate": _missing_template,
     "DeviceClass CEL that does not compile": _class_cel,
     "ResourceClaimTemplate CEL that does not compile": _template_cel,
+    "ResourceClaim CEL that does not compile": _claim_cel,
     "a manifest link to a file that does not exist": _dangling_link,
 }
 
