@@ -141,8 +141,10 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
         sub.add_argument(
             "--strict",
             action="store_true",
-            help="unknown fields in the state and DeviceClass selectors that do not compile are errors "
-            "(exit 2), not warnings",
+            help="a problem in the state (what validate lists: unknown fields or kinds, CEL selectors that "
+            "do not compile, pod claims whose ResourceClaim or template is missing, manifest entries that "
+            "are not regular files, no object at all) is an error naming the first (exit 2), not a warning; "
+            "validate lists every problem either way (exit 1). What-if files are always strict",
         )
 
     serve = commands.add_parser("serve", help="serve filter/prioritize/bind over HTTP")

@@ -24,9 +24,10 @@ a time, and print one JSON document to stdout; ``-o yaml`` the same in YAML, ``-
 
 Exit codes: 0 when the command ran (pods may stay pending), 2 on unusable input (missing directory,
 invalid manifests or DRA objects, bad flags, an unknown ``--nodes`` name, a port in use, a cluster that
-cannot be read; with ``--strict`` also unknown fields and DeviceClass CEL that does not compile) with the
-message on stderr. Warnings (unknown fields, such CEL, a state without objects) go to stderr too. Ctrl-C:
-130 (``app.cli.run``).
+cannot be read, a what-if file with an unknown field; with ``--strict`` also the state's problems) with
+the message on stderr. The state's problems (``app.cli.runtime.Runtime.warnings``: unknown fields and
+kinds, CEL that does not compile, missing pod claims, ...) are warnings on stderr otherwise; ``validate``
+exits 1 listing them. Ctrl-C: 130 (``app.cli.run``).
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def _offline(args: argparse.Namespace) -> Runtime:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The options, with a ``--config`` file's settings as the defaults of the command's flags (a flag
-    given on the command line wins). Raises SystemExit (argparse) or StartupError (unusable config)."""
+    given on the command line wins). Raises SystemExit (argparse) or StartupError (unusable config, or a
+    file it names that cannot be used, naming the field)."""
     args = parser().parse_args(argv)
     if args.command not in COMMAND_SECTIONS or args.config is None:
         return args
@@ -90,6 +92,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         config = load_config(args.config)
     except ConfigError as e:
         raise StartupError(str(e)) from e
+    # Options naming files default to None: one set here was given on the command line, overriding the file.
+    given = {dest for dest, value in vars(args).items() if value is not None}
+    problems = config.file_problems(COMMAND_SECTIONS[args.command], overridden=given)
+    if problems:
+        raise StartupError(problems[0])
     return parser({args.command: config.defaults_for(args.command)}).parse_args(argv)
 
 

@@ -3,10 +3,11 @@
 ``serve --state DIR``: load the state, print a banner to stderr, serve the extender with uvicorn (one
 worker: the cluster state lives in this process). ``serve --kubeconfig PATH`` / ``--in-cluster`` /
 ``$KUBECONFIG`` (``app.kube``): list+watch the API server and write binds to it; ``/readyz`` is 503 until
-every informer has synced. The port is bound before the state loads, TLS files are checked before
-anything else (``--ssl-certfile`` / ``--ssl-keyfile`` serve HTTPS, ``--ssl-ca-certs`` also requires
-client certificates); the metrics and probe listeners (``--metrics-bind-address``,
-``--health-probe-bind-address``) share one binder that names the flag when an address cannot be bound.
+every informer has synced. The port is bound before the state loads, the files the options name (TLS,
+kubeconfig: ``app.config.files``) are checked before anything else (``--ssl-certfile`` / ``--ssl-keyfile``
+serve HTTPS, ``--ssl-ca-certs`` also requires client certificates); the metrics and probe listeners
+(``--metrics-bind-address``, ``--health-probe-bind-address``) share one binder that names the flag when
+an address cannot be bound.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ import contextlib
 import dataclasses
 import logging
 import socket
-import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -38,6 +37,8 @@ from app.cli.runtime import (
     state_summary,
 )
 from app.config.derivedconfig import ConfigError, ConfigWatcher, load_config
+from app.config.extenderconfig import PATH_FIELDS
+from app.config.files import file_problems
 from app.config.logs import configure as configure_logging
 from app.config.settings import ServerSettings, Settings
 from app.http.metrics import ConfigReloadCollector, Metrics
@@ -130,7 +131,7 @@ def run_serve(args: argparse.Namespace, argv: Sequence[str] | None = None) -> in
     """``serve`` with ``args`` parsed from ``argv`` (None: ``sys.argv``; parsed again when the config file
     changes, ``app.cli.reload``)."""
     settings = settings_from_args(args)
-    _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
+    _check_files(args)  # before the state loads: a bad file must not cost minutes, then a traceback
     configure_logging(settings.server.effective_log_level, settings.server.log_format)
     cluster = cluster_settings(args)
     if cluster is None and settings.server.delegated_auth:
@@ -252,60 +253,16 @@ def _url(server: ServerSettings) -> str:
     return f"{'https' if server.ssl_certfile else 'http'}://{server.host}:{server.port}"
 
 
-def _check_tls(server: ServerSettings) -> None:
-    """Load the TLS files as uvicorn will. Raises StartupError naming the flag and the file: unreadable,
-    not PEM, or a key that does not belong to the certificate."""
-    if server.ssl_certfile is None:
-        return
-    import ssl
-
-    files = {
-        "--ssl-certfile": server.ssl_certfile,
-        "--ssl-keyfile": server.ssl_keyfile,
-        "--ssl-ca-certs": server.ssl_ca_certs,
-    }
-    for flag, path in files.items():
-        if path is not None:
-            _check_tls_file(flag, path)
-    for flag in ("--ssl-certfile", "--ssl-ca-certs"):
-        try:  # as a trust store: fails unless the file holds PEM certificates
-            if files[flag] is not None:
-                ssl.create_default_context(cafile=files[flag])
-        except ssl.SSLError as e:
-            raise StartupError(f"{flag} {files[flag]}: no PEM certificate in it ({e.reason or e})") from e
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-            server.ssl_certfile, server.ssl_keyfile
-        )
-    except ssl.SSLError as e:
-        raise StartupError(
-            f"--ssl-keyfile {server.ssl_keyfile}: not a PEM private key of the certificate "
-            f"{server.ssl_certfile} ({e.reason or e})"
-        ) from e
-
-
-MAX_TLS_FILE_BYTES = 4 << 20
-"""4 MiB: a CA bundle of every public root is ~250 KiB. OpenSSL reads the whole file, and a device or a
-sparse file would be read into memory."""
-
-
-def _check_tls_file(flag: str, path: Path) -> None:
-    """A TLS file must be a readable regular file of at most ``MAX_TLS_FILE_BYTES``: OpenSSL (and uvicorn,
-    which opens it again) waits forever on a FIFO without a writer and reads /dev/zero without end.
-    Raises StartupError naming the flag and the file."""
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise StartupError(f"{flag} {path}: not a regular file")
-        if info.st_size > MAX_TLS_FILE_BYTES:
-            raise StartupError(
-                f"{flag} {path}: larger than {MAX_TLS_FILE_BYTES >> 20} MiB ({info.st_size} bytes): "
-                "not a PEM file"
-            )
-        with path.open("rb") as file:
-            file.read(1)
-    except OSError as e:
-        raise StartupError(f"{flag} {path}: cannot read it: {e.strerror or e}") from e
+def _check_files(args: argparse.Namespace) -> None:
+    """The files the options name (TLS, kubeconfig) must be usable (``app.config.files``): a StartupError
+    names the flag and the file. Those a config file gave were checked naming its field when it was read
+    (``app.cli.main.parse_args``)."""
+    flags = {spec.dest: spec.flag for spec in PATH_FIELDS}
+    files = {dest: getattr(args, dest) for dest in flags}
+    problems = file_problems(files)
+    if problems:
+        dest, problem = problems[0]
+        raise StartupError(f"{flags[dest]} {files[dest]}: {problem}")
 
 
 def _ssl_options(server: ServerSettings) -> dict[str, Any]:

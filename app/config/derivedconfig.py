@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,15 @@ from allocator.errors import CELCompileError
 from allocator.inventory import Inventory
 from allocator.model import qualified_name_problem
 from allocator.selectors import SelectorCache
-from app.config.extenderconfig import API_VERSION, COMMAND_SECTIONS, KIND, SECTIONS, parse_sections
+from app.config.extenderconfig import (
+    API_VERSION,
+    COMMAND_SECTIONS,
+    KIND,
+    PATH_FIELDS,
+    SECTIONS,
+    parse_sections,
+)
+from app.config.files import file_problems
 from app.state.statedir import load_yaml_document
 
 __all__ = [
@@ -90,6 +98,25 @@ class ExtenderConfig:
         """The option defaults this file gives ``command`` (flags on the command line override them)."""
         sections = COMMAND_SECTIONS.get(command, ())
         return {dest: v for section in sections for dest, v in self.settings.get(section, {}).items()}
+
+    def file_problems(
+        self, sections: Sequence[str] = SECTIONS, overridden: Collection[str] = ()
+    ) -> list[str]:
+        """``<config file>: <field>: <path>: <problem>`` per field of ``sections`` naming a file that cannot
+        be used (``server.sslCertFile``, ``cluster.kubeconfig``, ...: ``app.config.files``), in field order;
+        ``overridden``: option dests a flag set instead (their fields are not used, nor checked)."""
+        specs = {
+            spec.dest: spec
+            for spec in PATH_FIELDS
+            if spec.path.partition(".")[0] in sections and spec.dest not in overridden
+        }
+        files = {
+            dest: self.settings.get(spec.path.partition(".")[0], {}).get(dest) for dest, spec in specs.items()
+        }
+        return [
+            f"{self.path}: {specs[dest].path}: {files[dest]}: {problem}"
+            for dest, problem in file_problems(files)
+        ]
 
     def derivation(self, selectors: SelectorCache) -> ClusterDerivation | None:
         """The compiled derived attributes (None when there are none). Raises ConfigError for an

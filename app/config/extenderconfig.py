@@ -36,7 +36,16 @@ from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from app.config.logs import LOG_FORMATS
 from app.config.settings import CEL_ENGINES, LOG_LEVELS, RANGES
 
-__all__ = ["API_VERSION", "COMMAND_SECTIONS", "FIELDS", "KIND", "SECTIONS", "FieldSpec", "parse_sections"]
+__all__ = [
+    "API_VERSION",
+    "COMMAND_SECTIONS",
+    "FIELDS",
+    "KIND",
+    "PATH_FIELDS",
+    "SECTIONS",
+    "FieldSpec",
+    "parse_sections",
+]
 
 API_VERSION = "dra-extender.io/v1alpha1"
 KIND = "ExtenderConfiguration"
@@ -269,6 +278,10 @@ FIELDS: tuple[FieldSpec, ...] = (
         "an unconfirmed write's reservation is dropped after this long (default 600)",
     ),
 )
+
+
+PATH_FIELDS = tuple(spec for spec in FIELDS if spec.kind == "path")
+"""The fields that name a file (``app.config.files`` checks it can be used)."""
 
 
 def _typed(spec: FieldSpec, value: Any) -> Any:

@@ -326,16 +326,18 @@ def test_validate_checks_a_state_directory_and_a_config_file(
     assert main(["validate", "--state", str(state_dir), "--config", str(good)]) == 0
     assert capsys.readouterr().out == (
         f"{state_dir}: valid (2 nodes, 3 ResourceSlices, 4 devices, 1 ResourceClaims, 1 pending pods)\n"
-        f"{good}: valid (2 derived attributes, no runtime errors on the state's devices)\n"
+        f"{good}: valid (2 derived attributes, computed on the state's devices)\n"
     )
     assert main(["validate", "--config", str(good)]) == 0
     assert capsys.readouterr().out == f"{good}: valid (2 derived attributes)\n"
-    # Runtime errors on devices: usable, but said once per attribute, and exit 1.
+    # Runtime errors on devices: usable, but a problem said once per attribute, and exit 1.
     failing = write(tmp_path / "failing.yaml", [{"name": "example.com/numa", "expression": '{"a": 1}["b"]'}])
     assert main(["validate", "--state", str(state_dir), "--config", str(failing)]) == 1
     out, err = capsys.readouterr()
-    assert f"{failing}: 1 derived attributes, runtime errors on the state's devices:" in out
-    assert "failed on 4 devices" in out and err == ""
+    lines = out.splitlines()
+    assert lines[1] == f"{failing}: 1 problem (1 derived attributes, computed on the state's devices):"
+    assert lines[2].startswith("  derived attribute example.com/numa") and "failed on 4 devices" in lines[2]
+    assert len(lines) == 3 and err == ""
     # Unusable input: exit 2 naming the file and field.
     bad = write(tmp_path / "bad.yaml", text="derivedAttributes: 3\n")
     assert main(["validate", "--config", str(bad)]) == 2
