@@ -307,7 +307,7 @@ def create_app(
         try:
             bound = service.bind_outcome(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except (BindError, AllocatorError) as e:
-            log.warning("bind failed: %s", e, extra={**pod, "reason": str(e)})
+            log.warning("bind failed", extra={**pod, "reason": str(e)})  # klog: the message, then the keys
             metrics.binds.labels("error").inc()
             return wire.encode_binding_result(str(e)), False
         log.info("bound: %s", bound.summary(), extra={**pod, "devices": bound.devices})

@@ -61,7 +61,7 @@ async def test_cluster_mode_logs_only_json(api: FakeKubeAPI, tmp_path: Path):
     [banner] = [r for r in records if r["logger"] == "app.cli.serve"]
     assert banner["msg"].startswith(f"dra-extender: cluster mode, API server {api.url}; serving {url} ")
     assert "Application startup complete." in [r["msg"] for r in records if r["logger"] == "uvicorn.error"]
-    [failed] = [r for r in records if r["msg"].startswith("bind failed:")]
+    [failed] = [r for r in records if r["msg"] == "bind failed"]
     assert failed["level"] == "warning"
     assert (failed["pod"], failed["node"]) == (f"{NS}/p", "n9")
     assert failed["reason"] == "node n9 is not known to dra-extender"
