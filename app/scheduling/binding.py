@@ -21,7 +21,8 @@ from allocator.inventory import AllocatedDevice, allocated_devices
 from app.scheduling.binder import BindError, BindPlan, ExtendedBind
 from app.scheduling.claimrules import has_allocation, is_allocated
 from app.scheduling.decisions import Asked, claims_shape, spec_key
-from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
+from app.scheduling.podevents import failed_binding
+from app.state.podclaims import ClaimNotReady, PodClaim, claim_names, pod_key, state_pod_claims
 
 __all__ = ["BIND_WAIT", "INDEX_LAG_SECONDS", "BindCoordination", "elsewhere"]
 
@@ -49,23 +50,44 @@ class BindCoordination:
         """Allocate on ``node_name`` and write it through the binder; returns the devices this bind
         allocated, ``<claim key>: <driver>/<pool>/<device>`` (none for a retried bind of a pod already
         there, or one whose claims were all allocated). Raises BindError; then nothing is written and the
-        devices are free again. Either way the outcome goes to ``bind_log``."""
+        devices are free again. Either way the outcome goes to ``bind_log``; a failure is also an Event on
+        the pod naming the claims and their devices (``app.scheduling.podevents``)."""
         key = f"{namespace}/{name}"
+        plan: BindPlan | None = None
         try:
-            devices = self._bind(key, uid, node_name)
+            started = self._start_bind_once_indexed(key, uid, node_name)
+            if started is None:
+                devices = []
+            else:
+                plan = started[0]
+                devices = self._write(key, node_name, *started)
         except Exception as e:
             with self.lock:
                 self.bind_log.record(key, uid, node_name, str(e))
+                claims = _bind_claims(plan) if plan is not None else self._pod_claim_allocations(key)
+            self.events.record(failed_binding(key, uid, node_name, claims, str(e)))
             raise
         with self.lock:
             self.bind_log.record(key, uid, node_name, "")
         return devices
 
-    def _bind(self, key: str, uid: str, node_name: str) -> list[str]:
-        started = self._start_bind_once_indexed(key, uid, node_name)
-        if started is None:
+    def _pod_claim_allocations(self, key: str) -> list[tuple[str, Mapping[str, Any] | None]]:
+        """(key, allocation) of the claims of pod ``key`` as the state has them, for a bind that failed
+        before its plan."""
+        pod = self.state.get("Pod", key)
+        if pod is None:
             return []
-        plan, token, allocating, shape = started
+        namespace = key.partition("/")[0]
+        found = []
+        for claim_key in (f"{namespace}/{name}" for name in claim_names(pod)):
+            claim = self.state.get("ResourceClaim", claim_key)
+            found.append((claim_key, ((claim or {}).get("status") or {}).get("allocation")))
+        return found
+
+    def _write(
+        self, key: str, node_name: str, plan: BindPlan, token: str, allocating: list[str], shape: Asked | None
+    ) -> list[str]:
+        """Write ``plan`` through the binder, then release its reservation (``_start_bind``'s)."""
         written = False
         try:
             self.binder.bind(plan)
@@ -237,6 +259,17 @@ class BindCoordination:
         """The node the state has this pod (same UID) bound to, or ''."""
         known = self._state_pod(pod)
         return str(((known or {}).get("spec") or {}).get("nodeName") or "")
+
+
+def _bind_claims(plan: BindPlan) -> list[tuple[str, Mapping[str, Any] | None]]:
+    """(key, allocation) of each claim of the plan: the one it writes, or the one the claim has."""
+    claims: list[tuple[str, Mapping[str, Any] | None]] = [
+        (pc.key, allocation if allocation is not None else (pc.claim.get("status") or {}).get("allocation"))
+        for pc, allocation in plan.claims
+    ]
+    if plan.extended is not None:
+        claims.append((plan.extended.key, plan.extended.allocation))
+    return claims
 
 
 def _planned_devices(plan: BindPlan) -> list[tuple[str, AllocatedDevice]]:
