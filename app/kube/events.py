@@ -6,7 +6,7 @@ decides; the writes happen on the API client's event loop (``run``), so no Event
 failed write is logged at debug level and forgotten.
 
 * Series (client-go ``tools/events``): an Event equal to one recorded less than ``series_window_seconds``
-  ago (same pod UID, type, reason, action and note) is a repeat: it bumps that Event's ``series.count``
+  ago (same pod, type, reason, action and note) is a repeat: it bumps that Event's ``series.count``
   (and ``series.lastObservedTime``) instead of creating another. Repeats waiting to be written coalesce into
   one ``PATCH``. A series not seen for the window ends; the next occurrence starts a new Event.
 * Spam filter (client-go ``tools/record``): each pod has a token bucket of ``pod_burst`` new Events,
@@ -165,8 +165,8 @@ class EventRecorder:
         self.limits = limits or EventLimits()
         self.dropped: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._series: OrderedDict[tuple[str, str, str, str, str], _Series] = OrderedDict()
-        self._pods: OrderedDict[str, _Bucket] = OrderedDict()
+        self._series: OrderedDict[tuple[str, ...], _Series] = OrderedDict()
+        self._pods: OrderedDict[tuple[str, ...], _Bucket] = OrderedDict()
         self._queue: deque[_Series] = deque()
         self._writes = _Bucket(self.limits.writes_per_second, self.limits.write_burst, self.clock.now())
         self._last_ns = 0
@@ -176,7 +176,7 @@ class EventRecorder:
     # --- any thread ---------------------------------------------------------------------------------------
 
     def record(self, event: PodEvent) -> None:
-        key = (event.uid, event.type, event.reason, event.action, event.note)
+        key = (event.namespace, event.name, event.uid, event.type, event.reason, event.action, event.note)
         now = self.clock.now()
         with self._lock:
             self._forget_ended(now)
@@ -187,7 +187,7 @@ class EventRecorder:
                 series.seen = now
                 self._series.move_to_end(key)
             else:
-                if not self._pod_bucket(event.uid, now).take(now):
+                if not self._pod_bucket(key[:3], now).take(now):
                     self.dropped["pod-rate"] += 1
                     log.debug("event dropped (too many for its pod): %s", event)
                     return
@@ -214,14 +214,15 @@ class EventRecorder:
                 return
             self._series.popitem(last=False)
 
-    def _pod_bucket(self, uid: str, now: float) -> _Bucket:
-        bucket = self._pods.get(uid)
+    def _pod_bucket(self, pod: tuple[str, ...], now: float) -> _Bucket:
+        """The spam filter's bucket of ``pod`` (namespace, name, UID)."""
+        bucket = self._pods.get(pod)
         if bucket is None:
-            bucket = self._pods[uid] = _Bucket(1 / self.limits.pod_refill_seconds, self.limits.pod_burst, now)
+            bucket = self._pods[pod] = _Bucket(1 / self.limits.pod_refill_seconds, self.limits.pod_burst, now)
             while len(self._pods) > self.limits.max_series:
                 self._pods.popitem(last=False)
         else:
-            self._pods.move_to_end(uid)
+            self._pods.move_to_end(pod)
         return bucket
 
     def _name(self, pod_name: str, at: datetime) -> str:
@@ -285,7 +286,8 @@ class EventRecorder:
                 except NotFoundError:
                     pass  # expired on the server (--event-ttl): write it anew
             await self.client.create(EVENTS, event.namespace, body)
-            series.created = True
+            with self._lock:
+                series.created = True
         except KubeAPIError as e:
             self.dropped["write-failed"] += 1
             log.debug("writing event %s/%s failed: %s", event.namespace, series.name, e)
