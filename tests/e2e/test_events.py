@@ -1,6 +1,7 @@
 """Scenario: Events on pods. A bind the driver fails (a binding failure condition, as in the binding
 conditions scenario) leaves the extender's own ``FailedBinding`` Event on the pod, naming the claim and its
-device, written with the shipped RBAC and read back as ``kubectl describe pod`` reads Events (core/v1)."""
+device, written with the shipped RBAC and read back as ``kubectl describe pod`` reads Events (core/v1); the
+same failure again counts in that Event's series."""
 
 from __future__ import annotations
 
@@ -46,7 +47,29 @@ def test_a_failed_bind_leaves_an_event_on_the_pod(scenario: Scenario) -> None:
     assert event["message"].startswith(f"binding to node {node} with ResourceClaim {claim_key} ")
     assert f"({driver}/{pool}/{device})" in event["message"]
     assert f"binding failure condition {FAILED} is True" in event["message"]
-    # The pod is not bound with a failed device; kube-scheduler keeps retrying it: done with it here.
     assert pod["spec"].get("nodeName") is None
+
+    # kube-scheduler retries the pod, the only device is allocated again and fails alike: the same Event,
+    # its series counted by a strategic-merge PATCH the API server accepts.
+    def allocated_again() -> dict[str, Any] | None:
+        again = _claim_with_allocation(scenario, "flaky")
+        fresh = again and not again["status"].get("devices")
+        return (
+            again
+            if fresh and again["metadata"]["resourceVersion"] != claim["metadata"]["resourceVersion"]
+            else None
+        )
+
+    _report(scenario, poll(allocated_again, timeout=120, what="re-allocation"), FAILED)
+
+    def counted() -> dict[str, Any] | None:
+        found = _extender_events(scenario, "refused", "FailedBinding")
+        return found[0] if len(found) == 1 and (found[0].get("series") or {}).get("count", 0) >= 2 else None
+
+    repeated = poll(counted, timeout=60, what="the FailedBinding Event's series")
+    assert (
+        repeated["metadata"]["name"] == event["metadata"]["name"] and repeated["message"] == event["message"]
+    )
+    # kube-scheduler keeps retrying the pod: done with it here.
     scenario.kube.delete("Pod", "refused", scenario.namespace)
     scenario.pods.remove("refused")
