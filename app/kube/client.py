@@ -51,6 +51,7 @@ __all__ = [
     "CORE_NAMESPACES",
     "CORE_NODES",
     "CORE_PODS",
+    "EVENTS",
     "ConflictError",
     "GoneError",
     "KubeAPIError",
@@ -133,6 +134,7 @@ CORE_NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False
 CORE_NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 CORE_PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 COORDINATION_LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+EVENTS = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
 
 
 async def review(client: Any, plural: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -471,7 +473,7 @@ class KubeClient:
         *,
         subresource: str | None = None,
     ) -> dict[str, Any]:
-        """Strategic-merge ``PATCH`` (core kinds only)."""
+        """Strategic-merge ``PATCH`` (built-in kinds only: core, events.k8s.io)."""
         return await self._json(
             "PATCH",
             resource.path(namespace, name, subresource),

@@ -22,7 +22,8 @@ from allocator.inventory import AllocatedDevice, allocated_devices
 from app.scheduling.binder import BindError, BindPlan, ExtendedBind
 from app.scheduling.claimrules import has_allocation, is_allocated
 from app.scheduling.decisions import Asked, claims_shape, spec_key
-from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
+from app.scheduling.podevents import failed_binding
+from app.state.podclaims import ClaimNotReady, PodClaim, claim_names, pod_key, state_pod_claims
 
 __all__ = ["BIND_WAIT", "INDEX_LAG_SECONDS", "BindCoordination", "Bound", "elsewhere"]
 
@@ -75,23 +76,44 @@ class BindCoordination:
     def bind_outcome(self, namespace: str, name: str, uid: str, node_name: str) -> Bound:
         """Allocate on ``node_name`` and write it through the binder; returns what it did. Raises
         BindError; then nothing is written and the devices are free again. Either way the outcome goes to
-        ``bind_log``."""
+        ``bind_log``; a failure is also an Event on the pod naming the claims and their devices
+        (``app.scheduling.podevents``)."""
         key = f"{namespace}/{name}"
+        plan: BindPlan | None = None
         try:
-            bound = self._bind(key, uid, node_name)
+            started = self._start_bind_once_indexed(key, uid, node_name)
+            if started is None:
+                bound = Bound([], already_bound=True)
+            else:
+                plan = started[0]
+                bound = self._write(key, node_name, *started)
         except Exception as e:
             with self.lock:
                 self.bind_log.record(key, uid, node_name, str(e))
+                claims = _bind_claims(plan) if plan is not None else self._pod_claim_allocations(key)
+            self.events.record(failed_binding(key, uid, node_name, claims, str(e)))
             raise
         with self.lock:
             self.bind_log.record(key, uid, node_name, "")
         return bound
 
-    def _bind(self, key: str, uid: str, node_name: str) -> Bound:
-        started = self._start_bind_once_indexed(key, uid, node_name)
-        if started is None:
-            return Bound([], already_bound=True)
-        plan, token, allocating, shape = started
+    def _pod_claim_allocations(self, key: str) -> list[tuple[str, Mapping[str, Any] | None]]:
+        """(key, allocation) of the claims of pod ``key`` as the state has them, for a bind that failed
+        before its plan."""
+        pod = self.state.get("Pod", key)
+        if pod is None:
+            return []
+        namespace = key.partition("/")[0]
+        found = []
+        for claim_key in (f"{namespace}/{name}" for name in claim_names(pod)):
+            claim = self.state.get("ResourceClaim", claim_key)
+            found.append((claim_key, ((claim or {}).get("status") or {}).get("allocation")))
+        return found
+
+    def _write(
+        self, key: str, node_name: str, plan: BindPlan, token: str, allocating: list[str], shape: Asked | None
+    ) -> Bound:
+        """Write ``plan`` through the binder, then release its reservation (``_start_bind``'s)."""
         written = False
         try:
             self.binder.bind(plan)
@@ -264,6 +286,17 @@ class BindCoordination:
         """The node the state has this pod (same UID) bound to, or ''."""
         known = self._state_pod(pod)
         return str(((known or {}).get("spec") or {}).get("nodeName") or "")
+
+
+def _bind_claims(plan: BindPlan) -> list[tuple[str, Mapping[str, Any] | None]]:
+    """(key, allocation) of each claim of the plan: the one it writes, or the one the claim has."""
+    claims: list[tuple[str, Mapping[str, Any] | None]] = [
+        (pc.key, allocation if allocation is not None else (pc.claim.get("status") or {}).get("allocation"))
+        for pc, allocation in plan.claims
+    ]
+    if plan.extended is not None:
+        claims.append((plan.extended.key, plan.extended.allocation))
+    return claims
 
 
 def _planned_devices(plan: BindPlan) -> list[tuple[str, AllocatedDevice]]:
