@@ -5,7 +5,8 @@ and a fatal error that aborts the pod on every node. Only the last one is an exc
 
     AllocatorError                  fatal for the pod (upstream: Allocate returns an error)
     ├── InvalidInputError           bad class, claim or object shape (names the object and field)
-    │   └── FeatureDisabledError    a field is used whose feature gate is off
+    │   ├── FeatureDisabledError    a field is used whose feature gate is off
+    │   └── CapacityRequestError    a capacity request past int64 range arithmetic, or a negative one
     ├── CELError                    selector problems
     │   ├── CELCompileError         the expression does not compile or is too long
     │   └── CELEvalError            a runtime error on one device (no such key, cost limit, non-bool)
@@ -24,6 +25,7 @@ __all__ = [
     "CELCompileError",
     "CELError",
     "CELEvalError",
+    "CapacityRequestError",
     "ClaimConstraintError",
     "FeatureDisabledError",
     "InvalidInputError",
@@ -42,6 +44,12 @@ class InvalidInputError(AllocatorError):
 
 class FeatureDisabledError(InvalidInputError):
     """A request uses a field whose feature gate is disabled (upstream wording)."""
+
+
+class CapacityRequestError(InvalidInputError):
+    """A capacity request the device's validRange arithmetic cannot represent (past MaxInt64 or the
+    milli-value range), or a negative consumed capacity: upstream ``CmpRequestOverCapacity`` aborts the
+    allocation rather than skipping the device (``allocator.capacity``)."""
 
 
 class CELError(AllocatorError):

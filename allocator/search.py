@@ -34,6 +34,7 @@ from allocator.compatibility import GroupIntersection, groups_in_use
 from allocator.constraints import ConstraintState, new_constraint_state
 from allocator.derived import check_request_derived, request_derived_values
 from allocator.errors import (
+    CapacityRequestError,
     CELError,
     ClaimConstraintError,
     FeatureDisabledError,
@@ -285,20 +286,27 @@ class Allocator:
             devices += [
                 c
                 for c in by_pool[pool.id]
-                if self._is_selectable(claim, alt, c) and self._static_capacity_fits(c.device, alt)
+                if self._is_selectable(claim, alt, c) and self._static_capacity_fits(claim, c.device, alt)
             ]
         return devices
 
-    def _static_capacity_fits(self, device: Device, alt: DeviceRequest) -> bool:
+    def _static_capacity_fits(self, claim: Claim, device: Device, alt: DeviceRequest) -> bool:
         """Whether the device's capacity could ever hold the request, ignoring its shares: "all" is every
         such device, so a device whose shares leave too little stays in it and the request fails, as
         upstream's, rather than being quietly left out."""
         if not self.gates.DRAConsumableCapacity:
             return True
-        return (
-            capacity_consumption(device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange)
-            is not None
-        )
+        return self._consumption(claim, alt, device) is not None
+
+    def _consumption(self, claim: Claim, alt: DeviceRequest, device: Device) -> dict[str, Fraction] | None:
+        """``capacity_consumption`` of the device for ``alt``; its error, fatal for the pod, names them."""
+        try:
+            return capacity_consumption(device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange)
+        except CapacityRequestError as e:
+            raise CapacityRequestError(
+                f"claim {claim.key}, request {alt.label}: checking capacity for device "
+                f"{device.driver}/{device.pool}/{device.name}: {e}"
+            ) from e
 
     # --- recursion (§5) ---------------------------------------------------------------------------
 
@@ -380,7 +388,7 @@ class Allocator:
                 continue
             if not self._is_selectable(claim, alt, candidate):
                 continue
-            consumption = self._capacity_consumption(device, alt)
+            consumption = self._capacity_consumption(claim, device, alt)
             if consumption is None:
                 continue
             undo = self._allocate_device(claim_index, alt, candidate, must=False, consumption=consumption)
@@ -576,10 +584,16 @@ class Allocator:
                 return False
         return True
 
-    def _capacity_consumption(self, device: Device, alt: DeviceRequest) -> dict[str, Fraction] | None:
-        """Consumption of every device capacity for this request, or None if it does not fit (§12)."""
+    def _capacity_consumption(
+        self, claim: Claim, device: Device, alt: DeviceRequest
+    ) -> dict[str, Fraction] | None:
+        """Consumption of every device capacity for this request, or None if it does not fit (§12).
+        Raises CapacityRequestError (fatal) before any other capacity check, as upstream."""
         if not self.gates.DRAConsumableCapacity:
             return {}
+        consumption = self._consumption(claim, alt, device)
+        if consumption is None:
+            return None
         inventory = self.inventory
         if (
             not device.allow_multiple_allocations
@@ -587,11 +601,6 @@ class Allocator:
             and not inventory.is_exclusively_allocated(device.id)
         ):
             return None  # has shares but is no longer multi-allocatable
-        consumption = capacity_consumption(
-            device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange
-        )
-        if consumption is None:
-            return None
         if device.allow_multiple_allocations:
             # An allocation without shareID keeps the device from other requests ("in use"), not from
             # adminAccess ones, which get a share beside it (upstream checks only the shares' capacity).
@@ -652,7 +661,11 @@ class Allocator:
             undos.append(lambda s=state: s.remove(alt, device))
         share_id, consumed = "", None
         if self._multi(device):
-            consumed = consumption if consumption is not None else self._capacity_consumption(device, alt)
+            consumed = (
+                consumption
+                if consumption is not None
+                else self._capacity_consumption(plan.claim, device, alt)
+            )
             if consumed is None:
                 undo_all()
                 return None

@@ -518,3 +518,104 @@ def test_product_rounds_a_fractional_valid_range_in_milli_units() -> None:
 
 def test_upstream_rounds_a_fractional_valid_range_in_milli_units(oracle: Oracle) -> None:
     assert _cores(oracle.ask(fractional_cores_state())) == Fraction(3, 2)
+
+
+# --- issue 36 -----------------------------------------------------------------------------------------
+
+
+def shared(name: str, value: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A multi-allocatable device with one capacity ``mem`` (and its request policy)."""
+    capacity = {"value": value} | ({"requestPolicy": policy} if policy else {})
+    return {"name": name, "allowMultipleAllocations": True, "capacity": {"mem": capacity}}
+
+
+WHOLE_STEPS = {"validRange": {"min": "0", "step": "10"}}
+HALF_STEPS = {"validRange": {"min": "0.5", "step": "0.5"}}
+ABOVE_MAX_INT64 = "18446744073709551616"
+WHOLE_UNITS = {"DRAFractionalCapacityRange": False}
+
+# Upstream CmpRequestOverCapacity (structured/internal/incubating/consumable_capacity.go; experimental is the
+# same) resolves every capacity with calculateConsumedCapacity first and aborts the allocation when
+# roundUpRange cannot represent the request (errCapacityRequestNotRepresentable) or the value is negative
+# (errNegativeCapacity); allocateOne and validateDeviceRequest (allocator_incubating.go) return that error.
+# The product skipped the device instead ("no fit"), or allocated another one.
+ISSUE_36 = {
+    "a capacity request above MaxInt64 on a stepped range is fatal (whole units)": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", WHOLE_STEPS)])],
+            [claim(("a", 1), capacity={"mem": ABOVE_MAX_INT64})],
+            gates=WHOLE_UNITS,
+        ),
+        ("error", "input"),
+    ),
+    "a capacity request past the milli-value range on a stepped range is fatal (milli-units)": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", HALF_STEPS)])],
+            [claim(("a", 1), capacity={"mem": ABOVE_MAX_INT64})],
+        ),
+        ("error", "input"),
+    ),
+    "a capacity request of a fraction of a milli-unit on a milli-unit range is fatal": (
+        state([slice_("s", [shared("d0", "4", HALF_STEPS)])], [claim(("a", 1), capacity={"mem": "1.0005"})]),
+        ("error", "input"),
+    ),
+    "a capacity request the step rounds up past MaxInt64 is fatal": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", WHOLE_STEPS)])],
+            [claim(("a", 1), capacity={"mem": "9223372036854775807"})],
+            gates=WHOLE_UNITS,
+        ),
+        ("error", "input"),
+    ),
+    "a capacity request the step rounds up past the milli-value range is fatal": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", HALF_STEPS)])],
+            [claim(("a", 1), capacity={"mem": "9223372036854775.807"})],
+        ),
+        ("error", "input"),
+    ),
+    "an unrepresentable capacity request on the first device aborts before the second is tried": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", WHOLE_STEPS), shared("d1", "20Ei")])],
+            [claim(("a", 1), capacity={"mem": ABOVE_MAX_INT64})],
+            gates=WHOLE_UNITS,
+        ),
+        ("error", "input"),
+    ),
+    "an All request with an unrepresentable capacity request is fatal": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", WHOLE_STEPS)])],
+            [claim(("all", 0), capacity={"mem": ABOVE_MAX_INT64})],
+            gates=WHOLE_UNITS,
+        ),
+        ("error", "input"),
+    ),
+    "a negative capacity request is fatal": (
+        state([slice_("s", [shared("d0", "10")])], [claim(("a", 1), capacity={"mem": "-5"})]),
+        ("error", "input"),
+    ),
+    "a negative capacity request on a device that is not multi-allocatable is fatal": (
+        state(
+            [slice_("s", [{"name": "d0", "capacity": {"mem": {"value": "10"}}}])],
+            [claim(("a", 1), capacity={"mem": "-5"})],
+        ),
+        ("error", "input"),
+    ),
+    # Below min, roundUpRange answers min before looking at the step: no error, and the share takes min.
+    "a negative capacity request below a range's min consumes min": (
+        state([slice_("s", [shared("d0", "4", HALF_STEPS)])], [claim(("a", 1), capacity={"mem": "-5"})]),
+        ("results", [("a", "d0")]),
+    ),
+}
+CASES |= ISSUE_36
+"""Issue 36's cases run through the two tests above (which take their names from ``CASES``)."""
+
+
+@pytest.mark.parametrize("name", list(ISSUE_36))
+def test_issue_36_product_answers_like_upstream(name: str) -> None:
+    test_product_answers_like_upstream(name)
+
+
+@pytest.mark.parametrize("name", list(ISSUE_36))
+def test_issue_36_recorded_answer_is_upstreams(oracle: Oracle, name: str) -> None:
+    test_recorded_answer_is_upstreams(oracle, name)
