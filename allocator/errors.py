@@ -13,9 +13,10 @@ and a fatal error that aborts the pod on every node. Only the last one is an exc
     └── ClaimConstraintError        All-mode device breaks a claim constraint (upstream: fatal)
 
 ``NodeLocalError`` is separate: upstream's ``ErrFailedAllocationOnNode`` ("invalid resource pools were
-encountered") fails only the node, so it is not an ``AllocatorError``. ``SearchLimitError``, a
-``NodeLocalError``, is the search giving up on one node (upstream's counterpart is the filter timeout):
-neither "fits" nor "cannot be satisfied".
+encountered") fails only the node, so it is not an ``AllocatorError``. ``SearchTimeoutError``, a
+``NodeLocalError``, is the search still running at its deadline (upstream: kube-scheduler's
+``filterTimeout``, "timed out trying to allocate devices"); ``SearchLimitError`` is a search stopped at the
+step budget its caller set. Neither is "fits" nor "cannot be satisfied".
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "InvalidInputError",
     "NodeLocalError",
     "SearchLimitError",
+    "SearchTimeoutError",
 ]
 
 
@@ -73,4 +75,8 @@ class NodeLocalError(Exception):
 
 
 class SearchLimitError(NodeLocalError):
-    """The search tried its step budget of devices on this node without deciding."""
+    """The search tried the step budget its caller set without deciding (``Allocator.max_steps``)."""
+
+
+class SearchTimeoutError(NodeLocalError):
+    """The search was still running at its deadline (upstream: the filter timeout, default 10 s)."""

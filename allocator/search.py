@@ -12,8 +12,13 @@ Pruning never changes the answer: devices still to place that would exceed a cla
 branch before any is placed (as upstream does), and once the search backtracks, a slot with fewer usable
 devices left than it needs is abandoned, and a request that no alternative could satisfy even with every
 device of the node free (alone, or with the other requests of a claim constraint) ends the whole search as
-"no fit" (upstream would try every combination before it first). Running out of ``max_steps`` raises
-``SearchLimitError``: the search gave up, which is neither a fit nor "cannot be satisfied".
+"no fit" (upstream would try every combination before it first).
+
+There is no step limit: like upstream, whose only bound is kube-scheduler's ``filterTimeout`` (a context
+deadline checked at each recursion), the search runs until its ``Deadline`` (read every
+``CLOCK_CHECK_STEPS`` devices tried) and then raises ``SearchTimeoutError``, which is neither a fit nor
+"cannot be satisfied". A caller may also set ``max_steps`` (the aligned device-selection attempts, which
+only look for a better fit than one already found): running out raises ``SearchLimitError``.
 
 One module, about 700 lines: upstream's ``allocator.go`` is one depth-first search whose steps share its
 state (counters, capacity and constraints taken and undone while backtracking); it stays one here too.
@@ -21,6 +26,7 @@ state (counters, capacity and constraints taken and undone while backtracking); 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -41,6 +47,7 @@ from allocator.errors import (
     InvalidInputError,
     NodeLocalError,
     SearchLimitError,
+    SearchTimeoutError,
 )
 from allocator.inventory import Inventory, counters_left
 from allocator.model import (
@@ -60,12 +67,24 @@ from allocator.results import PickedDevice, build_allocation
 from allocator.selectors import SelectorCache
 from allocator.supply import falls_short
 
-__all__ = ["MAX_SEARCH_STEPS", "Allocator", "Candidate", "SearchStats"]
+__all__ = ["CLOCK_CHECK_STEPS", "Allocator", "Candidate", "Deadline", "SearchStats"]
 
-MAX_SEARCH_STEPS = 50_000
-"""Devices tried per call before giving up on a node with ``SearchLimitError`` (~0.1-0.3 s here).
-Upstream bounds the search with a 10 s filter timeout; an extender answers kube-scheduler within its 5 s
-httpTimeout for every node at once, so one node's exponential search must stay far below that."""
+CLOCK_CHECK_STEPS = 256
+"""Devices tried between two reads of the deadline's clock (a few milliseconds of search)."""
+
+
+class Deadline:
+    """When a search gives up: ``seconds`` after it was made, by ``clock`` (injectable for tests)."""
+
+    __slots__ = ("at", "clock", "seconds")
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self.at = clock() + seconds
+
+    def passed(self) -> bool:
+        return self.clock() >= self.at
 
 
 class Candidate(NamedTuple):
@@ -86,6 +105,10 @@ class SearchStats:
 
 
 class _SearchLimit(Exception):
+    pass
+
+
+class _TimedOut(Exception):
     pass
 
 
@@ -120,8 +143,12 @@ class Allocator:
     One instance per call: ``Allocator(inventory, selectors).allocate(node, claims)``.
     """
 
-    def __init__(self, inventory: Inventory, selectors: SelectorCache) -> None:
+    def __init__(
+        self, inventory: Inventory, selectors: SelectorCache, deadline: Deadline | None = None
+    ) -> None:
         self.inventory = inventory
+        self.deadline = deadline
+        """When the search gives up with SearchTimeoutError (None: never)."""
         self.gates = inventory.gates
         self.selectors = selectors
         self.stats = SearchStats()
@@ -135,10 +162,19 @@ class Allocator:
         self._groups: dict[tuple[str, str], dict[str, GroupIntersection | None]] = {}
         self._selectable: dict[tuple[int, int], bool] = {}
         self._usable_after: dict[int, list[int]] = {}
-        self._looked_ahead = False
         """Per request alternative: how many candidates from each index on it might use (count pruning)."""
-        self.max_steps = MAX_SEARCH_STEPS
-        """Device placements tried before giving up (a policy trying several searches lowers it)."""
+        self._looked_ahead = False
+        self._free: set[DeviceID] = set()
+        """Devices of the node no claim holds (supply pruning counts those this search has not taken)."""
+        self._taken = 0
+        """How many of ``_free`` this search has placed."""
+        self._needed_after: list[list[int]] = []
+        """Per claim and request index: the fewest devices the requests from there on need, all claims."""
+        self._supply_pruning = False
+        """Whether a choice leaving fewer free devices than the rest needs may be dropped (``_short``)."""
+        self.max_steps: int | None = None
+        """Devices tried before giving up with SearchLimitError (None: no limit; a device-selection policy
+        trying several searches for a better fit sets it)."""
 
     # --- entry point ------------------------------------------------------------------------------
 
@@ -152,7 +188,8 @@ class Allocator:
 
         Returns one API-shaped ``AllocationResult`` dict per claim (claim order), or None when the node
         cannot satisfy them. Raises AllocatorError (fatal for the pod) or NodeLocalError (only this node:
-        no solution and the node has an invalid pool; SearchLimitError: ``max_steps`` devices tried).
+        no solution and the node has an invalid pool; SearchTimeoutError: the deadline passed;
+        SearchLimitError: ``max_steps`` devices tried).
 
         ``candidate_order`` (device-selection policies, ``allocator.alignment``): maps the candidates in
         upstream order to the ones ExactCount slots may use, in the order to try them (a subset and/or a
@@ -166,7 +203,13 @@ class Allocator:
         self._candidates = [Candidate(pool, s, d) for pool in pools for s in pool.slices for d in s.devices]
         self._usable_after = {}
         self._looked_ahead = False
+        self._supply_pruning = False
         self._plans = [self._plan(claim, pools) for claim in claims]
+        # Over every candidate, before a policy's order restricts them: All requests still take any.
+        self._free = {
+            c.device.id for c in self._candidates if c.pool.usable and not self._allocated_elsewhere(c.device)
+        }
+        self._needed_after = self._needs()
         if candidate_order is not None:
             self._candidates = candidate_order(self._candidates)
         try:
@@ -175,6 +218,12 @@ class Allocator:
             found = False
         except _SearchLimit:
             raise SearchLimitError(f"search limit reached after {self.max_steps} steps") from None
+        except _TimedOut:
+            seconds = self.deadline.seconds if self.deadline is not None else 0
+            raise SearchTimeoutError(
+                f"timed out trying to allocate devices (filter timeout {seconds:g} s, "
+                f"{self.stats.devices_tried} devices tried)"
+            ) from None
         if not found:
             # Upstream fails the node when any of its pools is invalid, whether or not the search got there.
             if any(pool.invalid for pool in pools):
@@ -371,6 +420,9 @@ class Allocator:
             self._looked_ahead = True
             if self._unsatisfiable():
                 raise _Unsatisfiable
+            self._supply_pruning = self._may_prune_by_supply()
+        if self._supply_pruning and self._short(claim_index, request_index, alt, slot):
+            return False
         usable_after = self._usable_counts(claim, alt) if backtracking else None
         if usable_after is not None and usable_after[start] < alt.count - slot:
             return False
@@ -380,9 +432,7 @@ class Allocator:
                 continue
             if usable_after is not None and usable_after[index] < alt.count - slot:
                 return False
-            self.stats.devices_tried += 1
-            if self.stats.devices_tried > self.max_steps:
-                raise _SearchLimit
+            self._step()
             device = candidate.device
             if self._in_use(claim_index, alt, device):
                 continue
@@ -398,6 +448,15 @@ class Allocator:
             if self._continue([undo], rest):
                 return True
         return False
+
+    def _step(self) -> None:
+        """Count one device tried; give up at the step limit or, checked every ``CLOCK_CHECK_STEPS``, the
+        deadline."""
+        tried = self.stats.devices_tried = self.stats.devices_tried + 1
+        if self.max_steps is not None and tried > self.max_steps:
+            raise _SearchLimit
+        if tried % CLOCK_CHECK_STEPS == 0 and self.deadline is not None and self.deadline.passed():
+            raise _TimedOut
 
     @staticmethod
     def _continue(undos: list[Callable[[], None]], search: Callable[[], bool]) -> bool:
@@ -438,6 +497,51 @@ class Allocator:
             if any(self._constraint_unsatisfiable(plan.claim, c) for c in plan.claim.constraints):
                 return True
         return self._devices_fall_short()
+
+    def _needs(self) -> list[list[int]]:
+        """``_needed_after``: per request, the fewest devices its alternatives ask for (an adminAccess one
+        needs none: it may take devices in use), summed from each request to the end of the search."""
+        needs: list[list[int]] = []
+        total = 0
+        for plan in reversed(self._plans):
+            suffix = [total]
+            for request in reversed(plan.claim.requests):
+                total += min(
+                    0
+                    if alt.admin_access
+                    else len(plan.all_devices[alt.name])
+                    if alt.mode == "All"
+                    else alt.count
+                    for alt in request.alternatives
+                )
+                suffix.append(total)
+            needs.append(suffix[::-1])
+        return needs[::-1]
+
+    def _short(self, claim_index: int, request_index: int, alt: DeviceRequest, slot: int) -> bool:
+        """Whether this slot, the rest of its request and every later request need more devices than the
+        node has left free: then no choice from here completes, and the search drops it at once."""
+        needed = (0 if alt.admin_access else alt.count - slot) + self._needed_after[claim_index][
+            request_index + 1
+        ]
+        return needed > len(self._free) - self._taken
+
+    def _may_prune_by_supply(self) -> bool:
+        """Whether dropping choices by ``_short`` keeps upstream's answer: no device may serve two requests
+        (multi-allocatable devices), and nothing the dropped choices would have reached could fail the pod
+        (a selector, derived attribute or capacity error, counted as unlimited usable devices, or an All
+        request breaking a claim constraint). Asked once, when the search starts backtracking."""
+        if any(self._multi(c.device) for c in self._candidates):
+            return False
+        for plan in self._plans:
+            for request in plan.claim.requests:
+                for alt in request.alternatives:
+                    if alt.mode == "All":
+                        if plan.constraints:
+                            return False
+                    elif self._usable_counts(plan.claim, alt)[0] >= _UNLIMITED:
+                        return False
+        return True
 
     def _devices_fall_short(self) -> bool:
         """Whether the requests of all claims together need more distinct devices than they might take
@@ -527,11 +631,13 @@ class Allocator:
         try:
             if not self._is_selectable(claim, alt, candidate):
                 return 0
+            if self.gates.DRAConsumableCapacity and self._consumption(claim, alt, candidate.device) is None:
+                return 0  # its capacity can never hold the request, whatever its shares
             # A derived attribute failing here fails the pod if the search places the device: reach it.
             values = request_derived_values(self.selectors, claim, alt, candidate.device)
             for name in values:
                 values[name]
-        except CELError:
+        except (CELError, CapacityRequestError):
             return _UNLIMITED
         return 1
 
@@ -683,12 +789,24 @@ class Allocator:
             undos.append(undo_capacity)
             share_id = str(uuid.uuid4())
         else:
-            self._allocating[device.id].add(claim_index)
-            undos.append(lambda: self._allocating[device.id].discard(claim_index))
+            undos.append(self._hold(device.id, claim_index))
         plan.picked.append(PickedDevice(alt, candidate.slice, device, share_id, consumed))
         undos.append(plan.picked.pop)
         self.stats.placements += 1
         return undo_all
+
+    def _hold(self, device_id: DeviceID, claim_index: int) -> Callable[[], None]:
+        """Mark the device in use by the claim (upstream ``allocatingDevices``); returns the undo."""
+        holders = self._allocating[device_id]
+        counted = not holders and device_id in self._free
+        holders.add(claim_index)
+        self._taken += counted
+
+        def undo() -> None:
+            holders.discard(claim_index)
+            self._taken -= counted
+
+        return undo
 
     def _take_counters(self, candidate: Candidate) -> Callable[[], None] | None:
         """Add the device's counter consumption to its pool and check every counter stays >= 0 (§11)."""

@@ -262,6 +262,7 @@ def apply_policies(service: SchedulingService, scheduling: SchedulingSettings) -
     """Device selection and scoring of the settings, on the service."""
     service.device_selection = scheduling.device_selection
     service.scoring = scheduling.scoring
+    service.filter_timeout = scheduling.filter_timeout_seconds
     if scheduling.filter_time_budget_seconds is not None:
         service.filter_time_budget = scheduling.filter_time_budget_seconds
 

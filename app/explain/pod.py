@@ -164,7 +164,11 @@ def _node_verdict(
         return verdict("fits", "")  # no funnels either
     try:
         decided = allocate(
-            inventory, selectors, node, pending, Policy(service.device_selection, service.scoring)
+            inventory,
+            selectors,
+            node,
+            pending,
+            Policy(service.device_selection, service.scoring, service.filter_timeout),
         )
     except AllocatorError as e:
         return verdict("error", str(e))

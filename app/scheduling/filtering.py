@@ -482,7 +482,7 @@ class FilterDecisions:
     ) -> KeptDecision:
         """The allocator's decision on this node (``allocator.decide``), as a kept decision. ``quick``:
         raise SearchNeeded rather than search. Raises AllocatorError (fatal)."""
-        policy = Policy(self.device_selection, self.scoring)
+        policy = Policy(self.device_selection, self.scoring, self.filter_timeout)
         decided = decide(
             self.state.inventory,
             self.selectors,

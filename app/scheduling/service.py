@@ -43,7 +43,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from allocator.decide import SearchNeeded
+from allocator.decide import FILTER_TIMEOUT, SearchNeeded
 from allocator.equivalence import EquivalenceCache
 from allocator.model import Claim
 from allocator.nodeselector import Node
@@ -141,6 +141,9 @@ class SchedulingService(FilterDecisions, BindCoordination):
         self._attempts = itertools.count(1)
         """Numbers bind attempts, so each reservation token belongs to the attempt that made it."""
         self.filter_time_budget = FILTER_TIME_BUDGET
+        self.filter_timeout: float | None = FILTER_TIMEOUT
+        """Seconds one node's search may run before that node fails as timed out (``SchedulingSettings.
+        filter_timeout_seconds``, upstream's ``filterTimeout``); set before serving."""
         self.stats = DecisionStats()
         self.binding_timeout_seconds = 600.0
         """kube-scheduler's ``bindingTimeout``: how long allocated devices may wait for their binding

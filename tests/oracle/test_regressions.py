@@ -607,6 +607,41 @@ ISSUE_36 = {
         ("results", [("a", "d0")]),
     ),
 }
+
+
+TWELVE_OR_ONE = claim(("r", 1), ("other", 5))
+TWELVE_OR_ONE["spec"]["devices"]["requests"][0] = {
+    "name": "r",
+    "firstAvailable": [
+        {"name": "twelve", "deviceClassName": "c", "allocationMode": "ExactCount", "count": 12},
+        {"name": "one", "deviceClassName": "c", "allocationMode": "ExactCount", "count": 1},
+    ],
+}
+NUMA_0 = [{"cel": {"expression": f'device.attributes["{DRIVER}"].numa == "0"'}}]
+SIX_THEN_FIVE_ON_NUMA_0 = [named_claim("a", ("six", 6)), named_claim("b", ("five", 5))]
+SIX_THEN_FIVE_ON_NUMA_0[1]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = NUMA_0
+
+# Upstream has no step limit (allocator_incubating.go, allocateOne checks only the context, which
+# kube-scheduler's filterTimeout ends: dynamicresources.go, Filter). The product gave up after 50,000 steps.
+ISSUE_36 |= {
+    # Every choice of "twelve" leaves 4 devices for "other"'s 5: upstream tries them all (about 94,000
+    # steps), then "one"; the product now drops "twelve" at once (12 + 5 > 16).
+    "firstAvailable falls back after every choice of its first subrequest fails": (
+        state([slice_("s", [device(f"d{i}") for i in range(16)])], [TWELVE_OR_ONE]),
+        picks(("r/one", "d0"), *(("other", f"d{i}") for i in range(1, 6))),
+    ),
+    # d0 lacks "numa": claim "b"'s selector fails there once claim "a" no longer holds d0, after every
+    # choice of "a" with d0. Dropping "a"'s choices because 6 + 5 devices are more than 10 would say no fit.
+    "a selector error behind choices too many for the node still fails the pod": (
+        state(
+            [slice_("s", [device("d0")] + [device(f"d{i}", numa="0") for i in range(1, 10)])],
+            SIX_THEN_FIVE_ON_NUMA_0,
+        ),
+        ("error", "cel"),
+    ),
+}
+
+
 CASES |= ISSUE_36
 """Issue 36's cases run through the two tests above (which take their names from ``CASES``)."""
 
