@@ -642,6 +642,29 @@ ISSUE_36 |= {
 }
 
 
+def counted(name: str, amount: str) -> dict[str, Any]:
+    return {"name": name, "consumesCounters": [{"counterSet": "set", "counters": {"c": {"value": amount}}}]}
+
+
+# checkAvailableCounters (allocator_incubating.go) subtracts what allocated devices consume only for devices
+# the pool's slices publish: "gone", allocated but no longer published, consumes nothing, and "whole" fits.
+# The product's long-running index kept "gone"'s consumption (a fresh one did not).
+ISSUE_36 |= {
+    "an allocated device its slice no longer publishes consumes no counters": (
+        state(
+            [
+                slice_("s0", count=2, sharedCounters=[{"name": "set", "counters": {"c": {"value": "2"}}}]),
+                slice_("s1", [counted("whole", "2"), counted("half", "1")], count=2),
+            ],
+            [claim(("a", 1))],
+            allocated=[
+                {"devices": {"results": [{"request": "x", "driver": DRIVER, "pool": "p", "device": "gone"}]}}
+            ],
+        ),
+        picks(("a", "whole")),
+    ),
+}
+
 CASES |= ISSUE_36
 """Issue 36's cases run through the two tests above (which take their names from ``CASES``)."""
 
