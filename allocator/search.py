@@ -204,6 +204,13 @@ class Allocator:
         self._usable_after = {}
         self._looked_ahead = False
         self._supply_pruning = False
+        # A successful search keeps its placements; a second call on this instance starts afresh.
+        self._allocating.clear()
+        self._capacity.clear()
+        self._shares.clear()
+        self._counters.clear()
+        self._groups.clear()
+        self._taken = 0
         self._plans = [self._plan(claim, pools) for claim in claims]
         # Over every candidate, before a policy's order restricts them: All requests still take any.
         self._free = {
