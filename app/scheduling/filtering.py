@@ -160,8 +160,9 @@ class FilterDecisions:
             outcome.unusable = unusable[0].claim
             return outcome
         view = self._view(uid, pending_claims, pod, shared, keep=select)
+        refusals = self._refusals(pending)
         if shared:
-            return self._filter_shared(
+            shared_outcome = self._filter_shared(
                 outcome,
                 node_names,
                 Asked(pod, view, pending),
@@ -171,9 +172,10 @@ class FilterDecisions:
                 sampler=sampler,
                 names_text=names_text,
             )
+            return _with_refusals(shared_outcome, refusals)
         asked = Asked(pod, view, pending, allocated, extended, nodes)
         self._decide_nodes(outcome, node_names, asked, select=True, quick=False)
-        return outcome
+        return _with_refusals(outcome, refusals)
 
     def _view(
         self, uid: str, pending_claims: list[PodClaim], pod: Mapping[str, Any], shared: bool, *, keep: bool
@@ -565,3 +567,14 @@ def _quick_enough(inventory: Inventory, node_names: Sequence[str], claims: list[
 
 def _budget_reason(budget: float) -> str:
     return f"dra-extender: filter time budget ({budget:g} s) used up first"
+
+
+def _with_refusals(outcome: FilterOutcome, refusals: list[str]) -> FilterOutcome:
+    """``outcome`` with the API server's refusals (``SchedulingService._refusals``) added to the reasons
+    of the nodes that do not fit, as new dicts (the kept answers stay as they are)."""
+    if not refusals:
+        return outcome
+    note = "; ".join(refusals)
+    outcome.failed = {name: f"{reason}; {note}" for name, reason in outcome.failed.items()}
+    outcome.unresolvable = {name: f"{reason}; {note}" for name, reason in outcome.unresolvable.items()}
+    return outcome

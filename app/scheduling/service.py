@@ -54,7 +54,7 @@ from app.scheduling.binding import BIND_WAIT, INDEX_LAG_SECONDS, BindCoordinatio
 from app.scheduling.bindlog import BindLog
 from app.scheduling.claimrules import (
     EffectiveClaims,
-    check_admin_access,
+    admin_access_refusal,
     is_allocated,
     needs_no_devices,
     unusable_claim,
@@ -174,13 +174,22 @@ class SchedulingService(FilterDecisions, BindCoordination):
 
     def _split_claims(self, claims: list[PodClaim]) -> tuple[list[PodClaim], list[PodClaim], list[Claim]]:
         """Allocated claims, pending ones, and the pending ones parsed. Raises InvalidInputError for a claim
-        the API server would refuse."""
+        that does not parse."""
         allocated = [pc for pc in claims if is_allocated(pc)]
         pending_claims = [pc for pc in claims if not is_allocated(pc)]
         pending = [self.state.parsed_claim(pc.key) for pc in pending_claims]
-        for claim in pending:
-            check_admin_access(self.state, claim)
         return allocated, pending_claims, pending
+
+    def _refusals(self, pending: list[Claim]) -> list[str]:
+        """Why the API server would refuse writing the allocations of ``pending`` (an adminAccess claim in a
+        namespace without the label): kube-scheduler does not check it, so the nodes are decided as for
+        any claim and the reasons of a "no" say it too."""
+        return [
+            refusal
+            for claim in pending
+            if any(alt.admin_access for r in claim.requests for alt in r.alternatives)
+            and (refusal := admin_access_refusal(self.state, claim.key))
+        ]
 
     def _node(self, name: str, nodes: Mapping[str, Mapping[str, Any]] | None) -> Node | None:
         if nodes and name in nodes:

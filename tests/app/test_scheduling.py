@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 import threading
 import time
 from typing import Any
@@ -48,18 +49,41 @@ def service(*objects: tuple[str, dict[str, Any]]) -> SchedulingService:
     return SchedulingService(ClusterState.from_objects([*base, *objects]), SelectorCache(ExprEngine()))
 
 
+LABEL_MISSING = (
+    "claim ops/admin: admin access to devices requires the "
+    "`resource.kubernetes.io/admin-access: true` label on the containing namespace ops"
+)
+
+
 @pytest.mark.parametrize("labels", [None, {}, {"resource.kubernetes.io/admin-access": "false"}])
-def test_admin_access_needs_the_namespace_label(labels):
+def test_admin_access_without_the_namespace_label_is_decided_and_the_write_refused(labels):
+    # kube-scheduler never checks the label (the API server does, on the claim's creation and on the status
+    # write: pkg/registry/resource/utils.go AuthorizedForAdminStatus), so the nodes fit as for any claim and
+    # the bind's write is refused with the API server's reason, writing nothing. The extender used to fail
+    # the pod with a fatal error in filter.
     objects = [("ResourceClaim", admin_claim("ops")), ("Pod", pod("ops", "p", ["admin"]))]
     if labels is not None:
         objects.append(("Namespace", namespace("ops", labels)))
     svc = service(*objects)
     outcome = svc.filter(svc.state.get("Pod", "ops/p"), ["n1", "n2"])
-    assert outcome.passed == []
-    assert outcome.error == (
-        "claim ops/admin: admin access to devices requires the "
-        "`resource.kubernetes.io/admin-access: true` label on the containing namespace ops"
-    )
+    assert (outcome.passed, outcome.error) == (["n1", "n2"], "")
+    before = copy.deepcopy(svc.state.objects)
+    with pytest.raises(BindError, match=re.escape(LABEL_MISSING)):
+        svc.bind("ops", "p", "uid-pod-ops-p", "n1")
+    assert svc.state.objects == before
+
+
+def test_admin_access_without_the_namespace_label_that_cannot_fit_is_unschedulable_saying_why():
+    # Upstream: Unschedulable ("cannot allocate all claims"), not an error; the reason keeps the label's
+    # explanation, since the claim would be refused even where it fits.
+    admin = admin_claim("ops")
+    admin["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    svc = service(("ResourceClaim", admin), ("Pod", pod("ops", "p", ["admin"])))
+    outcome = svc.filter(svc.state.get("Pod", "ops/p"), ["n1", "n2"])
+    assert (outcome.passed, outcome.error) == ([], "")
+    reasons = {**outcome.failed, **outcome.unresolvable}
+    assert sorted(reasons) == ["n1", "n2"]
+    assert all(reason.endswith(f"; {LABEL_MISSING}") for reason in reasons.values())
 
 
 def test_admin_access_in_labelled_namespace_uses_devices_in_use():
