@@ -1,5 +1,7 @@
 """Checks of a pod's claims around the allocator, as upstream's DynamicResources plugin makes them.
 
+* a request with ``firstAvailable`` while DRAPrioritizedList is off makes the pod unschedulable on every
+  node (the plugin's PreFilter, ``dynamicresources.go``), before the allocator would fail it;
 * admin access (KEP-5018, ``DRAAdminAccess``): only in a namespace labelled
   ``resource.kubernetes.io/admin-access: "true"``. The API server checks it when a claim is created and
   when an allocation with adminAccess results is written (``pkg/registry/resource/utils.go``
@@ -38,6 +40,7 @@ __all__ = [
     "has_allocation",
     "is_allocated",
     "needs_no_devices",
+    "prefilter_reason",
     "unusable_claim",
 ]
 
@@ -56,6 +59,21 @@ class EffectiveClaims:
     allocated: list[PodClaim]
     pending: list[Claim]
     extended: ExtendedClaim | None
+
+
+def prefilter_reason(claims: list[Claim], gates: FeatureGates) -> str:
+    """Why kube-scheduler's PreFilter finds ``claims`` (pending, in the pod's order) unschedulable on every
+    node before any allocation, or '': a request with subrequests while DRAPrioritizedList is off."""
+    if gates.DRAPrioritizedList:
+        return ""
+    for claim in claims:
+        for request in claim.requests:
+            if request.first_available:
+                return (
+                    f"resource claim {claim.key}, request {request.name}: has subrequests, but the "
+                    "DRAPrioritizedList feature is disabled"
+                )
+    return ""
 
 
 def admin_access_refusal(state: ClusterState, claim_key: str) -> str:

@@ -24,7 +24,7 @@ from allocator.inventory import Inventory
 from allocator.model import Claim
 from allocator.nodeselector import Node
 from app.scheduling.binding import elsewhere
-from app.scheduling.claimrules import allocated_claims_reason
+from app.scheduling.claimrules import allocated_claims_reason, prefilter_reason
 from app.scheduling.decisions import (
     Asked,
     FilterOutcome,
@@ -142,6 +142,10 @@ class FilterDecisions:
             allocated, pending_claims, pending = self._split_claims(claims)
         except AllocatorError as e:
             outcome.error = str(e)
+            return outcome
+        unschedulable = prefilter_reason(pending, self.state.gates)
+        if unschedulable:
+            outcome.unresolvable = dict.fromkeys(node_names, unschedulable)
             return outcome
         # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
         shared = nodes is None and extended is None and not allocated

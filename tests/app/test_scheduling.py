@@ -14,6 +14,7 @@ import pytest
 from allocator import decide as decide_module
 from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import InvalidInputError
+from allocator.features import FeatureGates
 from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 from app.explain.pod import explain_pod
@@ -84,6 +85,31 @@ def test_admin_access_without_the_namespace_label_that_cannot_fit_is_unschedulab
     reasons = {**outcome.failed, **outcome.unresolvable}
     assert sorted(reasons) == ["n1", "n2"]
     assert all(reason.endswith(f"; {LABEL_MISSING}") for reason in reasons.values())
+
+
+def test_first_available_with_prioritized_list_off_is_unschedulable_not_an_error():
+    # The DynamicResources plugin's PreFilter (dynamicresources.go) answers UnschedulableAndUnresolvable for a
+    # request with subrequests while DRAPrioritizedList is off; the allocator would fail the pod (fatal), and
+    # the extender used to.
+    wants = claim("ml", "c", [])
+    wants["spec"]["devices"]["requests"] = [
+        {"name": "dev", "firstAvailable": [{"name": "gpu", "deviceClassName": "gpu", "count": 1}]}
+    ]
+    objects = [
+        ("Node", node("n1")),
+        ("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"')),
+        ("ResourceSlice", resource_slice("n1-gpus", DRIVER, "n1", [device("gpu-0")])),
+        ("ResourceClaim", wants),
+        ("Pod", pod("ml", "p", ["c"])),
+    ]
+    state = ClusterState.from_objects(objects, FeatureGates(DRAPrioritizedList=False))
+    svc = SchedulingService(state, SelectorCache(ExprEngine()))
+    outcome = svc.filter(svc.state.get("Pod", "ml/p"), ["n1"])
+    assert (outcome.passed, outcome.failed, outcome.error) == ([], {}, "")
+    assert outcome.unresolvable == {
+        "n1": "resource claim ml/c, request dev: has subrequests, but the DRAPrioritizedList feature is "
+        "disabled"
+    }
 
 
 def test_admin_access_in_labelled_namespace_uses_devices_in_use():

@@ -665,6 +665,29 @@ ISSUE_36 |= {
     ),
 }
 
+
+def binds_to_node_state(gates: dict[str, bool]) -> dict[str, Any]:
+    """A device that binds to the node it is allocated for, in a slice for all nodes."""
+    everywhere = slice_("s", [device("d0") | {"bindsToNode": True}], allNodes=True)
+    del everywhere["spec"]["nodeName"]
+    return state([everywhere], [claim(("a", 1))], gates=gates)
+
+
+# createNodeSelector pins the allocation to the node for a bindsToNode device in the incubating and
+# experimental allocators (allocator_incubating.go), not in the stable one (allocator_stable.go), which
+# NewAllocator (structured/allocator.go) picks with every beta gate off: its nodeSelector stays the slice's
+# (none, for allNodes). The product pinned it under every allocator.
+ISSUE_36 |= {
+    "bindsToNode pins the allocation to the node in the incubating allocator": (
+        binds_to_node_state({}),
+        picks(("a", "d0")),
+    ),
+    "bindsToNode does not pin the allocation in the stable allocator": (
+        binds_to_node_state(STABLE),
+        picks(("a", "d0")),
+    ),
+}
+
 CASES |= ISSUE_36
 """Issue 36's cases run through the two tests above (which take their names from ``CASES``)."""
 
@@ -677,3 +700,11 @@ def test_issue_36_product_answers_like_upstream(name: str) -> None:
 @pytest.mark.parametrize("name", list(ISSUE_36))
 def test_issue_36_recorded_answer_is_upstreams(oracle: Oracle, name: str) -> None:
     test_recorded_answer_is_upstreams(oracle, name)
+
+
+@pytest.mark.parametrize(("gates", "pinned"), [({}, True), (STABLE, False)])
+def test_issue_36_binds_to_node_pins_only_outside_the_stable_allocator(
+    gates: dict[str, bool], pinned: bool
+) -> None:
+    [allocation] = allocate(binds_to_node_state(gates))["results"]
+    assert ("nodeSelector" in allocation) is pinned
