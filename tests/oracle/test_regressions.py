@@ -688,6 +688,21 @@ ISSUE_36 |= {
     ),
 }
 
+
+NINE_DERIVED = claim(("r", 1), constraints=[{"matchAttribute": f"derived/a{i}"} for i in range(9)])
+NINE_DERIVED["spec"]["devices"]["requests"][0]["exactly"]["derivedAttributes"] = [
+    {"name": f"derived/a{i}", "expression": str(i)} for i in range(9)
+]
+
+# A request may have up to 32 derived attributes (+k8s:maxItems=32, k8s.io/api resource/v1/types.go);
+# the product refused more than 8, so a valid claim with 9 never scheduled.
+ISSUE_36 |= {
+    "a request with nine derived attributes": (
+        state([slice_("s", [device("d0")])], [NINE_DERIVED]),
+        picks(("r", "d0")),
+    ),
+}
+
 CASES |= ISSUE_36
 """Issue 36's cases run through the two tests above (which take their names from ``CASES``)."""
 
