@@ -12,7 +12,9 @@ Pruning never changes the answer: devices still to place that would exceed a cla
 branch before any is placed (as upstream does), and once the search backtracks, a slot with fewer usable
 devices left than it needs is abandoned, and a request that no alternative could satisfy even with every
 device of the node free (alone, or with the other requests of a claim constraint) ends the whole search as
-"no fit" (upstream would try every combination before it first).
+"no fit" (upstream would try every combination before it first), and a choice after which the requests
+still to place need more devices than the node has free is dropped at once (when no device may serve two
+requests and nothing the dropped choices would reach could fail the pod: ``_may_prune_by_supply``).
 
 There is no step limit: like upstream, whose only bound is kube-scheduler's ``filterTimeout`` (a context
 deadline checked at each recursion), the search runs until its ``Deadline`` (read every
