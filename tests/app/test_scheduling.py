@@ -583,7 +583,7 @@ def _take(svc: SchedulingService, name: str, node_name: str, gpus: range) -> Non
 
 
 def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_loop(monkeypatch):
-    # 16 of 40 GPUs wanted, 15 left: the search would try combinations until its step limit.
+    # 16 of 40 GPUs wanted, 15 left: counts rule the node out without starting a search.
     svc = _gpu_cluster(
         2,
         40,
