@@ -18,7 +18,8 @@ not terminal and not being deleted, is not being bound by this process right now
 no binding conditions (those legitimately wait before binding). Pods that no longer exist are the
 resourceclaim controller's job. Before writing, the pod and the claim are re-read from the API server; the
 claim write has the re-read resourceVersion as precondition. Only the active replica writes
-(``app.kube.leader``).
+(``app.kube.leader``). Each release is an Event on the pod (``ReleasedOrphanedAllocation``,
+``app.scheduling.podevents``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
 from app.kube.reservations import WrittenReservations
 from app.scheduling.bindingconditions import conditioned_results
+from app.scheduling.podevents import DiscardEvents, PodEvents, released_orphaned_allocation
 from app.state.cluster import ClusterState, is_pending
 
 __all__ = ["OrphanReleaser"]
@@ -52,7 +54,8 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 class OrphanReleaser:
     """Finds and releases orphaned allocations (module docstring). ``in_flight``: UIDs of pods being
-    bound now (``KubeBinder.in_flight``); ``claims``: the ResourceClaim Resource (set after discovery)."""
+    bound now (``KubeBinder.in_flight``); ``claims``: the ResourceClaim Resource (set after discovery);
+    ``events``: where each release is reported."""
 
     def __init__(
         self,
@@ -66,6 +69,7 @@ class OrphanReleaser:
         clock: Clock | None = None,
         leader: SchedulerLease | None = None,
         claims: Resource | None = None,
+        events: PodEvents | None = None,
     ) -> None:
         self.client = client
         self.state = state
@@ -76,6 +80,7 @@ class OrphanReleaser:
         self.clock: Clock = clock or SystemClock()
         self.leader = leader or SchedulerLease(client, None)
         self.claims = claims
+        self.events: PodEvents = events or DiscardEvents()
         self._first_seen: dict[_Candidate, float] = {}
 
     async def run(self) -> None:
@@ -162,10 +167,17 @@ class OrphanReleaser:
         body, unreserved, deallocated = release_pod(claim, pod_uid, deallocate=True)
         if not unreserved or pod_uid in self.in_flight():
             return False
+        allocation = (claim.get("status") or {}).get("allocation")
         try:
             claim = await self.client.replace(self.claims, body, subresource="status")
         except ConflictError:
             return False  # changed meanwhile: decide again on the next check
+        grace = self.settings.orphan_grace_period_seconds
+        self.events.record(
+            released_orphaned_allocation(
+                pod_key, pod_uid, claim_key, allocation, deallocated=deallocated, grace_seconds=grace
+            )
+        )
         log.warning(
             "ResourceClaim %s: released: allocated for pod %s, which was not bound within %ss",
             claim_key,

@@ -1,5 +1,5 @@
 """Cluster mode wiring: client → informers → ``ClusterState`` → ``SchedulingService`` with ``KubeBinder``,
-plus written-bind reservations and the orphan releaser.
+plus written-bind reservations, the orphan releaser and the Events on pods (``app.kube.events``).
 
 ``ClusterRuntime.start()`` runs in the event loop that will own the API client: it connects (kubeconfig or
 in-cluster), then discovers the served ``resource.k8s.io`` versions and starts the informers in the
@@ -24,9 +24,11 @@ from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
 from app.config.derivationlog import DerivationLog
 from app.config.settings import ClusterSettings
+from app.kube.apimetrics import APIMetrics
 from app.kube.binder import KubeBinder
 from app.kube.client import KubeClient
 from app.kube.clock import Clock, SystemClock
+from app.kube.events import EventRecorder, reporting_instance
 from app.kube.informers import Informers
 from app.kube.leader import SchedulerLease
 from app.kube.recovery import OrphanReleaser
@@ -64,9 +66,14 @@ class ClusterRuntime:
         )
         self.client = client
         self._owns_client = client is None
+        self.api_metrics = APIMetrics()
+        """What the client ``connect`` creates counts (``app.kube.apimetrics``); ``serve`` exposes it."""
         self.binder = KubeBinder(client, self.state, lock, self.reservations, settings, clock=self.clock)
         self.service.binder = self.binder
         self.service.binding_timeout_seconds = settings.binding_timeout_seconds
+        leader = SchedulerLease(client, settings.scheduler_lease, identity)
+        self.events = EventRecorder(client, reporting_instance(leader.identity), clock=self.clock)
+        self.service.events = self.events
         self.informers = Informers(
             client,
             self.state,
@@ -83,7 +90,8 @@ class ClusterRuntime:
             settings,
             self.binder.in_flight,
             clock=self.clock,
-            leader=SchedulerLease(client, settings.scheduler_lease, identity),
+            leader=leader,
+            events=self.events,
         )
         self.derivation_log = DerivationLog(self.state.inventory, lock)
         self._tasks: list[asyncio.Task[None]] = []
@@ -98,8 +106,9 @@ class ClusterRuntime:
                 request_timeout=self.settings.request_timeout_seconds,
                 connect_timeout=self.settings.connect_timeout_seconds,
                 watch_read_timeout=self.settings.watch_idle_seconds,
+                metrics=self.api_metrics,
             )
-        for user in (self.binder, self.releaser, self.releaser.leader):
+        for user in (self.binder, self.releaser, self.releaser.leader, self.events):
             user.client = self.client
         self.informers.source = self.client
 
@@ -108,6 +117,7 @@ class ClusterRuntime:
         await self.connect()
         self.binder.loop = asyncio.get_running_loop()
         self._tasks.append(asyncio.create_task(self._run(), name="cluster-runtime"))
+        self._tasks.append(asyncio.create_task(self.events.run(), name="pod-events"))
 
     async def _run(self) -> None:
         await self.informers.start()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from allocator.errors import AllocatorError
@@ -21,9 +22,10 @@ from allocator.inventory import AllocatedDevice, allocated_devices
 from app.scheduling.binder import BindError, BindPlan, ExtendedBind
 from app.scheduling.claimrules import has_allocation, is_allocated
 from app.scheduling.decisions import Asked, claims_shape, spec_key
-from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
+from app.scheduling.podevents import failed_binding
+from app.state.podclaims import ClaimNotReady, PodClaim, claim_names, pod_key, state_pod_claims
 
-__all__ = ["BIND_WAIT", "INDEX_LAG_SECONDS", "BindCoordination", "elsewhere"]
+__all__ = ["BIND_WAIT", "INDEX_LAG_SECONDS", "BindCoordination", "Bound", "elsewhere"]
 
 INDEX_LAG_SECONDS = 2.0
 """How long a bind waits for the index to show a claim its pod names. kube-scheduler's informers and ours
@@ -42,30 +44,76 @@ BIND_WAIT = 20.0
 take, README); then it fails and kube-scheduler retries it."""
 
 
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """What a bind that succeeded did."""
+
+    devices: list[str]
+    """Devices this bind allocated, ``<claim key>: <driver>/<pool>/<device>``."""
+    kept: tuple[str, ...] = ()
+    """Claims of the pod that were allocated already (shared with another pod, or written by an earlier
+    attempt of this bind), left as they were but for the pod's reservation."""
+    already_bound: bool = False
+    """The pod was on the node already (kube-scheduler retried a bind that had succeeded): nothing written."""
+
+    def summary(self) -> str:
+        """One line for the log: the devices, the claims kept, or why there are none."""
+        if self.already_bound:
+            return "the pod is on the node already (a retried bind); nothing written"
+        parts = [", ".join(self.devices)] if self.devices else []
+        if self.kept:
+            parts.append(f"claims allocated already: {', '.join(self.kept)}")
+        return "; ".join(parts) or "the pod has no ResourceClaims; only the binding written"
+
+
 class BindCoordination:
     """Bind's half of ``SchedulingService``: the plan, the reservation, the write, binds in flight."""
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> list[str]:
-        """Allocate on ``node_name`` and write it through the binder; returns the devices this bind
-        allocated, ``<claim key>: <driver>/<pool>/<device>`` (none for a retried bind of a pod already
-        there, or one whose claims were all allocated). Raises BindError; then nothing is written and the
-        devices are free again. Either way the outcome goes to ``bind_log``."""
+        """``bind_outcome``'s devices: those this bind allocated."""
+        return self.bind_outcome(namespace, name, uid, node_name).devices
+
+    def bind_outcome(self, namespace: str, name: str, uid: str, node_name: str) -> Bound:
+        """Allocate on ``node_name`` and write it through the binder; returns what it did. Raises
+        BindError; then nothing is written and the devices are free again. Either way the outcome goes to
+        ``bind_log``; a failure is also an Event on the pod naming the claims and their devices
+        (``app.scheduling.podevents``)."""
         key = f"{namespace}/{name}"
+        plan: BindPlan | None = None
         try:
-            devices = self._bind(key, uid, node_name)
+            started = self._start_bind_once_indexed(key, uid, node_name)
+            if started is None:
+                bound = Bound([], already_bound=True)
+            else:
+                plan = started[0]
+                bound = self._write(key, node_name, *started)
         except Exception as e:
             with self.lock:
                 self.bind_log.record(key, uid, node_name, str(e))
+                claims = _bind_claims(plan) if plan is not None else self._pod_claim_allocations(key)
+            self.events.record(failed_binding(key, uid, node_name, claims, str(e)))
             raise
         with self.lock:
             self.bind_log.record(key, uid, node_name, "")
-        return devices
+        return bound
 
-    def _bind(self, key: str, uid: str, node_name: str) -> list[str]:
-        started = self._start_bind_once_indexed(key, uid, node_name)
-        if started is None:
+    def _pod_claim_allocations(self, key: str) -> list[tuple[str, Mapping[str, Any] | None]]:
+        """(key, allocation) of the claims of pod ``key`` as the state has them, for a bind that failed
+        before its plan."""
+        pod = self.state.get("Pod", key)
+        if pod is None:
             return []
-        plan, token, allocating, shape = started
+        namespace = key.partition("/")[0]
+        found = []
+        for claim_key in (f"{namespace}/{name}" for name in claim_names(pod)):
+            claim = self.state.get("ResourceClaim", claim_key)
+            found.append((claim_key, ((claim or {}).get("status") or {}).get("allocation")))
+        return found
+
+    def _write(
+        self, key: str, node_name: str, plan: BindPlan, token: str, allocating: list[str], shape: Asked | None
+    ) -> Bound:
+        """Write ``plan`` through the binder, then release its reservation (``_start_bind``'s)."""
         written = False
         try:
             self.binder.bind(plan)
@@ -83,7 +131,8 @@ class BindCoordination:
                 self._bind_done.notify_all()
                 if written and shape is not None:
                     self._patch_after_bind(shape)
-        return [f"{key}: {'/'.join(device.id)}" for key, device in _planned_devices(plan)]
+        devices = [f"{key}: {'/'.join(device.id)}" for key, device in _planned_devices(plan)]
+        return Bound(devices, tuple(pc.key for pc, allocation in plan.claims if allocation is None))
 
     def _start_bind_once_indexed(
         self, key: str, uid: str, node_name: str
@@ -237,6 +286,17 @@ class BindCoordination:
         """The node the state has this pod (same UID) bound to, or ''."""
         known = self._state_pod(pod)
         return str(((known or {}).get("spec") or {}).get("nodeName") or "")
+
+
+def _bind_claims(plan: BindPlan) -> list[tuple[str, Mapping[str, Any] | None]]:
+    """(key, allocation) of each claim of the plan: the one it writes, or the one the claim has."""
+    claims: list[tuple[str, Mapping[str, Any] | None]] = [
+        (pc.key, allocation if allocation is not None else (pc.claim.get("status") or {}).get("allocation"))
+        for pc, allocation in plan.claims
+    ]
+    if plan.extended is not None:
+        claims.append((plan.extended.key, plan.extended.allocation))
+    return claims
 
 
 def _planned_devices(plan: BindPlan) -> list[tuple[str, AllocatedDevice]]:

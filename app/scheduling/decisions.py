@@ -44,6 +44,8 @@ class FilterOutcome:
     """(key, uid) of extended-resource claims left from an earlier attempt (deleted by ``filter``)."""
     unusable: Mapping[str, Any] | None = None
     """An allocated claim of the pod that can never be bound, as seen (deallocated by ``filter``)."""
+    unusable_reason: str = ""
+    """Why ``unusable`` can never be bound."""
     in_request_order: bool = False
     """``passed`` is the asked names that pass, in the order asked, each once: built by walking the asked
     list, so the answer needs no check (``app.http.wire``)."""

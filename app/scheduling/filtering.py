@@ -162,6 +162,7 @@ class FilterDecisions:
                 node_names, f"claim {unusable[0].key} cannot be bound: {unusable[1]}"
             )
             outcome.unusable = unusable[0].claim
+            outcome.unusable_reason = unusable[1]
             return outcome
         view = self._view(uid, pending_claims, pod, shared, keep=select)
         refusals = self._refusals(pending)

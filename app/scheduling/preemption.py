@@ -18,6 +18,10 @@ A victim's claim is released only when every consumer in its ``reservedFor`` is 
 does not use it; its devices are then free for the what-if allocation (``allocator.eviction``). The answer
 keeps kube-scheduler's PDB violation count (only it sees PodDisruptionBudgets). Nodes not decided within
 the filter time budget are dropped: preemption there is not shown to help.
+
+kube-scheduler evicts the victims of the node it picks (and records ``Preempted`` on each); where the
+service added victims of its own, an Event on the preemptor names them, per node, with the claims and
+devices their eviction releases (``AddedPreemptionVictims``, ``app.scheduling.podevents``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from allocator.decide import fits
 from allocator.eviction import ReleasedView
 from allocator.inventory import AllocatedDevice, allocated_devices
 from app.scheduling.claimrules import allocated_claims_reason
+from app.scheduling.podevents import added_preemption_victims, claim_with_devices
 from app.scheduling.service import SchedulingService, needs_no_devices
 from app.state.podclaims import ClaimNotReady, claim_names
 
@@ -69,20 +74,24 @@ def preempt(
     with service.lock:
         on_node = _pods_by_node(service.state.objects["Pod"].values(), candidates)
     kept: dict[str, Victims] = {}
+    added: list[tuple[str, list[str], list[str]]] = []
     for name, victims in candidates.items():
         if time.monotonic() > deadline:
             log.info("preempt pod=%s: time budget used up; nodes left undecided are dropped", _ref(pod))
             break
         with service.lock:  # one node at a time: filters and binds wait at most one node's searches
             try:
-                found = _NodeEviction(service, pod, name, on_node.get(name, {}), sent_pods or {}).victims(
-                    victims
-                )
+                eviction = _NodeEviction(service, pod, name, on_node.get(name, {}), sent_pods or {})
+                found = eviction.victims(victims)
             except ClaimNotReady as e:
                 log.info("preempt pod=%s: %s; no node can be helped", _ref(pod), e)
                 return {}
+            if found is not None and len(found.uids) > len(victims.uids):
+                added.append(eviction.added(found.uids[len(victims.uids) :], set(found.uids)))
         if found is not None:
             kept[name] = found
+    if added:
+        service.events.record(added_preemption_victims(_ref(pod), _uid(pod), added))
     return kept
 
 
@@ -132,6 +141,22 @@ class _NodeEviction:
             if self._fits(evicted | {_uid(p) for p in rest}):
                 added = rest
         return Victims((*given.uids, *(_uid(p) for p in added)), given.pdb_violations)
+
+    def added(self, uids: Iterable[str], evicted: set[str]) -> tuple[str, list[str], list[str]]:
+        """For the preemptor's Event: this node, the victims ``uids`` the service added, and the claims
+        (with devices) evicting ``evicted`` releases among theirs."""
+        assert self.node is not None
+        released = self._released(evicted)
+        claims = self.service.state.objects["ResourceClaim"]
+        victims, freed = [], []
+        for uid in uids:
+            victim = self.pods[uid]  # added victims are the node's pods
+            victims.append(_ref(victim))
+            namespace = (victim.get("metadata") or {}).get("namespace") or "default"
+            for key in (f"{namespace}/{n}" for n in claim_names(victim)):
+                if key in released:
+                    freed.append(claim_with_devices(key, (claims[key].get("status") or {}).get("allocation")))
+        return self.node.name, victims, freed
 
     def _evictable(self, pod: Obj) -> bool:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}

@@ -12,7 +12,8 @@
   is the attempt kube-scheduler would make next. An allocated claim that can never be bound (a binding
   failure condition True, or its binding timeout passed: ``app.scheduling.bindingconditions``) fails every
   node; as kube-scheduler's PostFilter, the service deallocates it through the binder when it is reserved for
-  nobody or only this pod, and kube-scheduler tries the pod again once it sees the claim change.
+  nobody or only this pod (an Event on the pod says so: ``app.scheduling.podevents``), and kube-scheduler
+  tries the pod again once it sees the claim change.
 * prioritize: 0-10 per node from the kept decision (``allocator.scoring``: NUMA and PCIe alignment,
   binpack or spread, the firstAvailable rank), choosing devices first on nodes filter passed by counts;
   devices inside a node are chosen by the device-selection policy (``allocator.alignment``: ``aligned``
@@ -20,9 +21,10 @@
 * bind: decide on the chosen node (the kept decision while it is current), reserve those
   devices in the inventory so concurrent filters treat them as used, and let the ``Binder`` write the
   claims and the pod (``app.scheduling.binder``); the reservation is released once the write is done or
-  failed. One bind per pod at a time: while it writes, a second bind of the pod is refused and a filter of it
-  fails every node (kube-scheduler retries both once its ``httpTimeout`` passes), so neither can release the
-  first attempt's reservation or delete the extended-resource claim it has just created.
+  failed (a failed bind is an Event on the pod). One bind per pod at a time: while it writes, a second
+  bind of the pod is refused and a filter of it fails every node (kube-scheduler retries both once its
+  ``httpTimeout`` passes), so neither can release the first attempt's reservation or delete the
+  extended-resource claim it has just created.
 
 Each node is decided by ``allocator.decide`` (counts, search, device choice, score, reason); this service
 keeps the state lookups, the decisions per claims shape (``app.scheduling.decisions``), the lock and the
@@ -70,6 +72,7 @@ from app.scheduling.decisions import (
 from app.scheduling.extended import PodExtendedResources, pod_extended_resources
 from app.scheduling.filtering import FilterDecisions, NotQuick
 from app.scheduling.nodefit import fit_node_allocatable
+from app.scheduling.podevents import DiscardEvents, PodEvents, deallocated_claim
 from app.scheduling.sampling import NodeSampler
 from app.state.cluster import ClusterState, node_from_api, object_key
 from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
@@ -148,6 +151,29 @@ class SchedulingService(FilterDecisions, BindCoordination):
         self.binding_timeout_seconds = 600.0
         """kube-scheduler's ``bindingTimeout``: how long allocated devices may wait for their binding
         conditions (``ClusterSettings.binding_timeout_seconds``); set before serving."""
+        self.events: PodEvents = DiscardEvents()
+        """Where the service's own actions on pods are reported (``app.scheduling.podevents``); set before
+        serving in cluster mode."""
+
+    def set_policy(
+        self,
+        device_selection: str,
+        scoring: ScoringConfig,
+        filter_time_budget: float | None,
+        filter_timeout: float | None = FILTER_TIMEOUT,
+    ) -> None:
+        """Device selection, scoring, the filter time budget (None: ``FILTER_TIME_BUDGET``) and one node's
+        search timeout (None: no limit), also while serving (a config reload): decisions kept under the
+        previous policy are dropped, so the next filter and bind decide under the new one."""
+        with self.lock:
+            self.device_selection = device_selection
+            self.scoring = scoring
+            self.filter_time_budget = FILTER_TIME_BUDGET if filter_time_budget is None else filter_time_budget
+            self.filter_timeout = filter_timeout
+            self._decisions.clear()
+            self._outcomes.clear()
+            for uid in list(self._pods):
+                self._forget(uid)
 
     def _state_pod(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The state's copy of the request's pod (same namespace, name and UID), or None."""
@@ -289,6 +315,10 @@ class SchedulingService(FilterDecisions, BindCoordination):
             note = "; it stays allocated: reserved for other pods"
         elif self._release(claim, str(uid or "")):
             note = "; deallocated it, so the pod can be scheduled again"
+            key = object_key("ResourceClaim", claim)
+            self.events.record(
+                deallocated_claim(pod_key(pod), str(uid or ""), key, claim, outcome.unusable_reason)
+            )
         else:
             return
         outcome.failed = {name: reason + note for name, reason in outcome.failed.items()}

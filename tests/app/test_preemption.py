@@ -13,6 +13,7 @@ import pytest
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
 from app.http import wire
+from app.scheduling.podevents import PodEvent
 from app.scheduling.preemption import Victims, preempt
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
@@ -302,3 +303,52 @@ def test_a_node_short_of_free_devices_is_offered_to_preemption_and_kept_by_it():
     outcome = svc.filter(svc.state.get("Pod", f"{NS}/new"), ["n1", "n2"])
     assert (outcome.passed, list(outcome.failed), list(outcome.unresolvable)) == ([], ["n1"], ["n2"])
     assert _ask(svc, "low") == {"n1": Victims((_uid("low"),), 1)}
+
+
+class _Recorded:
+    """``PodEvents`` keeping what it is given."""
+
+    def __init__(self) -> None:
+        self.events: list[PodEvent] = []
+
+    def record(self, event: PodEvent) -> None:
+        self.events.append(event)
+
+
+def test_added_victims_are_an_event_on_the_preemptor():
+    # As in test_the_lowest_priority_device_holder_is_added_to_the_victims: a (gpu-0) is added.
+    svc = _service(
+        2,
+        ("ResourceClaim", _allocated("a", ["gpu-0"], ["a"])),
+        ("ResourceClaim", _allocated("b", ["gpu-1"], ["b"])),
+        ("Pod", _bound("a", 1, ["a"])),
+        ("Pod", _bound("b", 2, ["b"])),
+        ("Pod", _bound("cpu-hog", 10)),
+        *_preemptor(),
+    )
+    svc.events = recorded = _Recorded()
+    _ask(svc, "cpu-hog")
+    assert recorded.events == [
+        PodEvent(
+            NS,
+            "new",
+            _uid("new"),
+            "Normal",
+            "AddedPreemptionVictims",
+            "Preempting",
+            "evicting more pods than kube-scheduler chose frees the devices: node n1: ml/a "
+            f"(releases ResourceClaim ml/a ({DRIVER}/n1/gpu-0))",
+        )
+    ]
+
+
+def test_no_event_when_kube_schedulers_victims_suffice():
+    svc = _service(
+        1,
+        ("ResourceClaim", _allocated("low", ["gpu-0"], ["low"])),
+        ("Pod", _bound("low", 10, ["low"])),
+        *_preemptor(),
+    )
+    svc.events = recorded = _Recorded()
+    _ask(svc, "low")
+    assert recorded.events == []

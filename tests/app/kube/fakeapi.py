@@ -13,6 +13,8 @@ What it serves (only what the extender uses, with the API server's rules that ma
   and ``metadata.uid`` in a body are preconditions (409); finalizers delay deletion;
 * ``POST pods/{name}/binding`` with the UID precondition, "already assigned to node" and spec.nodeName;
 * strategic-merge ``PATCH pods/{name}/status`` (top-level status keys);
+* events.k8s.io/v1 Events: create with the API server's validation of a new Event (``_event_problem``),
+  strategic-merge ``PATCH`` of an Event (``series``);
 * TokenReview and SubjectAccessReview (non-resource URLs) from ``tokens`` and ``allowed``.
 
 Faults: ``fail`` (answer an error status N times), ``disconnect`` (close the connection without an answer),
@@ -51,6 +53,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ResourceClaimTemplate": (DRA, "resourceclaimtemplates", True),
     "DeviceTaintRule": (DRA, "devicetaintrules", False),
     "Lease": ("coordination.k8s.io", "leases", True),
+    "Event": ("events.k8s.io", "events", True),
 }
 _BY_PLURAL = {(g, p): k for k, (g, p, _) in KINDS.items()}
 _DEFAULT_DRA = {
@@ -313,7 +316,9 @@ class FakeKubeAPI(FaultPlan):
         )
 
     def writes(self) -> list[Recorded]:
-        return [r for r in self.requests if r.method != "GET"]
+        """Every write but the Events': those are written apart, whenever the recorder gets to them
+        (``app.kube.events``), so a test of what an action writes does not see them interleaved."""
+        return [r for r in self.requests if r.method != "GET" and "/apis/events.k8s.io/" not in r.path]
 
     # --- HTTP -----------------------------------------------------------------------------------------------
 
@@ -385,6 +390,8 @@ class FakeKubeAPI(FaultPlan):
                 return self._update(request, kind, namespace, name, status=False)
             if method == "DELETE":
                 return self._delete(request, kind, namespace, name)
+            if method == "PATCH" and kind == "Event":
+                return self._patch_event(request, namespace, name)
         elif sub == "status" and method == "PUT":
             return self._update(request, kind, namespace, name, status=True)
         elif sub == "status" and method == "PATCH":
@@ -584,6 +591,9 @@ class FakeKubeAPI(FaultPlan):
 
     def _create(self, request: web.Request, kind: str, namespace: str | None) -> web.Response:
         body = copy.deepcopy(request[_BODY] or {})
+        problem = _event_problem(body, namespace) if kind == "Event" else None
+        if problem is not None:
+            return self._error(422, "Invalid", f"Event.events.k8s.io is invalid: {problem}")
         meta = body.setdefault("metadata", {})
         meta["namespace"] = namespace
         name = meta.get("name")
@@ -630,6 +640,23 @@ class FakeKubeAPI(FaultPlan):
                 status[k] = v
         return self._json(self.put(kind, new))
 
+    def _patch_event(self, request: web.Request, namespace: str | None, name: str) -> web.Response:
+        stored = self.get("Event", namespace or "", name)
+        if stored is None:
+            return self._error(404, "NotFound", f'events.events.k8s.io "{name}" not found')
+        patch = request[_BODY] or {}
+        if set(patch) - {"series"}:
+            return self._error(422, "Invalid", f"only series may change: {sorted(patch)}")
+        series = patch.get("series")
+        if (
+            not isinstance(series, dict)
+            or int(series.get("count") or 0) < 2
+            or not series.get("lastObservedTime")
+        ):
+            return self._error(422, "Invalid", "series.count: should be at least 2; series.lastObservedTime")
+        stored["series"] = series
+        return self._json(self.put("Event", stored))
+
     def _binding(self, request: web.Request, namespace: str | None, name: str) -> web.Response:
         body = request[_BODY] or {}
         pod = self.store.get(("", "pods"), {}).get((namespace or "", name))
@@ -659,3 +686,27 @@ class FakeKubeAPI(FaultPlan):
         new.setdefault("spec", {})["nodeName"] = (body.get("target") or {}).get("name")
         self.put("Pod", new)
         return self._json(status_body(201, "", ""), status=201)
+
+
+def _event_problem(event: Obj, namespace: str | None) -> str | None:
+    """What kube-apiserver refuses in a new events.k8s.io/v1 Event (``ValidateEventCreate``), or None."""
+    regarding = event.get("regarding") or {}
+    required = ("eventTime", "reportingController", "reportingInstance", "action", "reason")
+    missing = [f for f in required if not event.get(f)]
+    if missing:
+        return f"{missing[0]}: Required value"
+    if event.get("type") not in ("Normal", "Warning"):
+        return f"type: Invalid value: {event.get('type')!r}"
+    if regarding.get("namespace") and regarding["namespace"] != namespace:
+        return "regarding.namespace: does not match the Event's namespace"
+    limits = {"reportingInstance": 128, "action": 128, "reason": 128, "note": 1024}
+    for field_name, limit in limits.items():
+        if len(str(event.get(field_name) or "").encode()) > limit:
+            return f"{field_name}: can have at most {limit} characters"
+    name = str((event.get("metadata") or {}).get("name") or "")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", name):
+        return f"metadata.name: Invalid value: {name!r}: a DNS subdomain"
+    series = event.get("series")
+    if series is not None and (int(series.get("count") or 0) < 2 or not series.get("lastObservedTime")):
+        return "series: count at least 2 and lastObservedTime"
+    return None

@@ -218,6 +218,8 @@ def test_rbac_is_least_privilege(rendered):
         # checked by the API server before any change of status.allocation / status.reservedFor
         # (DRAResourceClaimGranularStatusAuthorization, on since 1.36)
         ("resource.k8s.io", "resourceclaims/binding"): {"update"},
+        # Events on pods (app.kube.events): create, and patch for a repeat's series.count
+        ("events.k8s.io", "events"): {"create", "patch"},
     }
     lease = _one(rendered, "Role", "dra-scheduler-leader-election")
     assert {r["resources"][0]: set(r["verbs"]) for r in lease["rules"] if r.get("resourceNames")} == {
