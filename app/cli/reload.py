@@ -7,8 +7,8 @@ the running one:
 
 * applied at once (``LIVE``): ``scheduling.deviceSelection``, ``scoringPolicy``, ``scoreWeights``,
   ``filterTimeBudgetSeconds`` and ``filterTimeoutSeconds`` (decisions kept under the previous policy are
-  dropped, so the next filter decides under the new one), ``server.logLevel``, ``verbosity`` and ``logFormat``, and
-  ``derivedAttributes`` (every device derived again);
+  dropped, so the next filter decides under the new one), ``server.logLevel``, ``verbosity`` and
+  ``logFormat``, and ``derivedAttributes`` (every device derived again);
 * every other setting is only logged, at warning, naming the field, its running and its new value, as
   needing a restart: listeners, TLS settings, feature gates, the CEL engine, the cluster connection and
   timings are built into running objects. The warning repeats on each later change until a restart;
