@@ -16,6 +16,7 @@ from typing import Any
 
 import shtab
 
+from allocator.decide import FILTER_TIMEOUT
 from allocator.features import FeatureGates, parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from app.cli.explain import add_explain_parser
@@ -335,6 +336,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             cel_engine=args.cel_engine,
             # set only by a config file (app.config.extenderconfig), like the cluster settings without a flag
             filter_time_budget_seconds=getattr(args, "filter_time_budget_seconds", None),
+            filter_timeout_seconds=getattr(args, "filter_timeout_seconds", FILTER_TIMEOUT),
             percentage_of_nodes_to_score=getattr(args, "percentage_of_nodes_to_score", 0),
         )
         if args.command == "serve":

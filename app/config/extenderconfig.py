@@ -176,6 +176,13 @@ FIELDS: tuple[FieldSpec, ...] = (
         "longest one filter call searches; undecided nodes fail saying so (default 3; kube-scheduler: 5)",
     ),
     FieldSpec(
+        "scheduling.filterTimeoutSeconds",
+        "number",
+        "filter_timeout_seconds",
+        "longest one node's device search runs; the node then fails as timed out (default 10, as "
+        "kube-scheduler's filterTimeout)",
+    ),
+    FieldSpec(
         "scheduling.percentageOfNodesToScore",
         "integer",
         "percentage_of_nodes_to_score",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from allocator.alignment import DEVICE_SELECTION_POLICIES
+from allocator.decide import FILTER_TIMEOUT
 from allocator.features import FeatureGates
 from allocator.scoring import ScoringConfig
 
@@ -106,6 +107,7 @@ RANGES: dict[str, Range] = {
     "verbosity": Range(0, 10, closed=True, integer=True),
     "max_body_bytes": Range(high=MAX_BODY_BYTES, integer=True, high_note="32 MiB"),
     "filter_time_budget_seconds": _SECONDS,
+    "filter_timeout_seconds": _SECONDS,
     "percentage_of_nodes_to_score": Range(0, 100, closed=True, integer=True),
     "connect_timeout_seconds": _SECONDS,
     "request_timeout_seconds": _SECONDS,
@@ -252,6 +254,11 @@ class SchedulingSettings:
     """Longest one filter call searches; nodes not decided by then fail with a reason saying so and are
     decided on the next call. None: the service's 3 s (``app.scheduling.service.FILTER_TIME_BUDGET``), below
     kube-scheduler's 5 s extender timeout for filter."""
+
+    filter_timeout_seconds: float = FILTER_TIMEOUT
+    """Longest one node's device search runs; a node still undecided then fails with a reason saying it
+    timed out. 10 s: kube-scheduler's default ``filterTimeout`` of the DynamicResources plugin, the only
+    bound upstream puts on the search (it has no step limit, so neither does the extender)."""
 
     percentage_of_nodes_to_score: int = 0
     """How many of the nodes that fit filter passes on to kube-scheduler's scoring, with kube-scheduler's

@@ -39,6 +39,7 @@ FULL = {
         "scoringPolicy": "spread",
         "scoreWeights": {"numa": 5},
         "filterTimeBudgetSeconds": 1.5,
+        "filterTimeoutSeconds": 2.5,
     },
     "cluster": {
         "bindingTimeoutSeconds": 120,
@@ -77,6 +78,7 @@ def test_serve_takes_every_setting_from_the_file_and_flags_win(tmp_path, monkeyp
     assert scheduling.scoring.weights["numa"] == 5 and scheduling.scoring.weights["pcie"] == 2
     assert scheduling.feature_gates == FeatureGates(DRAListTypeAttributes=True)
     assert scheduling.filter_time_budget_seconds == 1.5
+    assert scheduling.filter_timeout_seconds == 2.5
     capsys.readouterr()
 
 

@@ -183,3 +183,12 @@ def test_a_refused_edit_changes_nothing_and_the_metrics_say_so(tmp_path, logs):
     assert served.devices()[0] == "ml/pair: gpu.example.com/n1/gpu-1"  # still aligned
     assert served.edit({"scheduling": {"deviceSelection": "first-fit"}}) is True
     assert state() == (hashlib.sha256(served.config.read_bytes()).hexdigest(), 1)
+
+
+def test_a_live_edit_of_the_filter_timeout_reaches_the_service(tmp_path, logs):
+    served = Served(tmp_path, {"scheduling": {"filterTimeoutSeconds": 10}})
+    assert served.service.filter_timeout == 10
+    assert served.edit({"scheduling": {"filterTimeoutSeconds": 2.5}}) is True
+    assert served.service.filter_timeout == 2.5
+    [line] = _lines(logs)
+    assert line == f"config {served.config} reloaded: applied scheduling.filterTimeoutSeconds 10 -> 2.5"

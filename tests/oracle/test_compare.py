@@ -14,7 +14,7 @@ STATE = {"gates": {}, "slices": []}
     ("product", "agreed"),
     [
         ({"kind": "nofit"}, True),
-        ({"kind": "limit", "error": "search limit reached after 50000 steps"}, True),
+        ({"kind": "timeout", "error": "timed out trying to allocate devices (filter timeout 10 s)"}, True),
         ({"kind": "results", "results": []}, False),
         ({"kind": "error", "error": "x", "class": "input"}, False),
     ],
