@@ -1,7 +1,9 @@
-"""The product's ``first-fit`` allocator on one oracle state, answered in the oracle's shape."""
+"""The product's ``first-fit`` allocator on one oracle state, answered in the oracle's shape, after the
+scheduling layer's check of the claims' namespace for admin access."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
@@ -18,11 +20,22 @@ from allocator.model import (
 from allocator.nodeselector import Node
 from allocator.search import Allocator
 from allocator.selectors import SelectorCache
+from app.scheduling.claimrules import check_admin_access
 
 __all__ = ["allocate"]
 
 _ENGINE = ExprEngine()
 _GATES = {f.name for f in fields(FeatureGates)}
+
+
+class _Namespaces:
+    """The state's Namespaces, looked up as the scheduling layer's check of the admin-access label does."""
+
+    def __init__(self, objects: Iterable[dict[str, Any]]) -> None:
+        self._by_name = {o["metadata"]["name"]: o for o in objects}
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        return self._by_name.get(name) if kind == "Namespace" else None
 
 
 def state_gates(state: dict[str, Any]) -> FeatureGates:
@@ -47,6 +60,9 @@ def allocate(state: dict[str, Any]) -> dict[str, Any]:
         for i, allocation in enumerate(state["allocated"]):
             inventory.set_allocation(f"default/allocated-{i}", allocated_devices(allocation, "allocated"))
         claims = [parse_claim(obj) for obj in state["claims"]]
+        namespaces = _Namespaces(state.get("namespaces") or ())
+        for claim in claims:
+            check_admin_access(namespaces, claim)  # type: ignore[arg-type]  # the one lookup it makes
         meta = state["node"]["metadata"]
         declared = (state["node"].get("status") or {}).get("declaredFeatures") or ()
         node = Node(meta["name"], meta.get("labels") or {}, frozenset(declared))
