@@ -67,15 +67,20 @@ ones on), NewAllocator picks incubating."""
 @st.composite
 def _gates(draw: st.DrawFn) -> dict[str, bool]:
     """Gates by profile: everything on (the 1.37 defaults and then some, 7 in 20), at random (each off one
-    time in three, 7 in 20), the stable allocator's (every beta gate beyond its four off, 3 in 20) or the
-    incubating allocator's (the experimental-only gates off, 3 in 20)."""
+    time in three, 7 in 20), the stable allocator's (every beta gate beyond its four off but maybe one of
+    the binding pair, 3 in 20) or the incubating allocator's (the experimental-only gates off, 3 in 20)."""
     profile = draw(st.integers(0, 19))
     if profile < 7:
         return dict.fromkeys(GATES, True)
     if profile < 14:
         return {g: not _one_in(draw, 3) for g in GATES}
     if profile < 17:
-        return {g: g in STABLE_GATES and not _one_in(draw, 5) for g in GATES}
+        gates = {g: g in STABLE_GATES and not _one_in(draw, 5) for g in GATES}
+        # One gate of the binding pair alone leaves the allocator's DeviceBindingAndStatus off: still stable.
+        alone = draw(st.sampled_from(("", "DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus")))
+        if alone:
+            gates[alone] = True
+        return gates
     return {g: g not in EXPERIMENTAL_GATES for g in GATES}
 
 
@@ -414,6 +419,9 @@ def _pool(draw: st.DrawFn, index: int) -> list[Obj]:
             reused = serial > 0 and s > 0 and _one_in(draw, 15)
             devices.append(draw(_device(f"dev-{index}-{0 if reused else serial}", counter_sets, per)))
             serial += 1
+        if devices and "nodeName" not in node_field and _one_in(draw, 3):
+            # Where the pool is not tied to the node, bindsToNode decides whether the allocation is pinned.
+            draw(st.sampled_from(devices))["bindsToNode"] = True
         slices.append({"metadata": {"name": f"{pool}-s{s}"}, "spec": spec({"devices": devices})})
     if generation > 1 and _one_in(draw, 4):
         stale = [draw(_device(f"dev-{index}-old", (), None if not per_device else {"allNodes": True}))]
@@ -474,7 +482,7 @@ def _exactly(draw: st.DrawFn, classes: list[str], gates: dict[str, bool], sub: b
         extreme = _one_in(draw, 6)
         memory = _EXTREME_REQUESTS if extreme else st.sampled_from(("1Gi", "2Gi", "3Gi", "1500Mi"))
         requests = {"memory": draw(memory)}
-        if _one_in(draw, 2):
+        if _one_in(draw, 2) and not extreme:  # a device without cores is skipped before the memory check
             requests["cores"] = draw(st.sampled_from(("0.7", "1.2", "2", "300m")))
         body["capacity"] = {"requests": requests}
     return body

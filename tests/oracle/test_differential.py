@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.oracle.client import Oracle
@@ -29,6 +30,11 @@ def _explained(state: dict, expected: dict, actual: dict) -> str:
     return f"state: {json.dumps(state)}\nupstream: {json.dumps(expected)}\nproduct: {json.dumps(actual)}"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 36: the generator now draws what the product still gets wrong (items 5, 6-9, 11, 12 in "
+    "`make oracle N=5000`); remove this mark once those fixes are merged",
+)
 @_seeded(STATES_PER_RUN)
 @given(state=states())
 def test_first_fit_allocates_like_upstream(oracle: Oracle, state):
