@@ -7,8 +7,13 @@ answer as the table runs it against upstream's allocator). Each case is compared
 test compares a generated state (``tests/oracle/compare.py``), and also fed back to the oracle program to
 prove the bridge format carries the case whole. Without the export (no Go) the tests skip, saying so.
 
-Cases where the product still disagrees are ``xfail(strict=True)`` naming the item of issue 36 they belong
-to: fixing the item turns them into failures until the mark goes.
+Where a case cannot stand as a cluster state it is adapted, and the oracle test proves the adapted state
+keeps upstream's answer: slices sharing a name are renamed, the claims' namespace is given (labelled for
+admin access, as admission requires). Cases holding objects the API server refuses must be refused as
+input (``REFUSED_BY_API``); the table's context-cancellation cases and a case whose quantity has no
+faithful JSON form are skipped with that reason. Cases where the product still disagrees are
+``xfail(strict=True)`` naming the item of issue 36 they belong to: fixing the item turns them into
+failures until the mark goes.
 """
 
 from __future__ import annotations
