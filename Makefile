@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos chaos-e2e lock clean oracle-bin oracle kustomize-bin loadtest
+.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos chaos-e2e lock clean oracle-bin oracle upstream-table kustomize-bin loadtest
 
 # The upstream allocator as a test oracle (tests/oracle, Go): built into .cache/ (git-ignored) when go is on
 # PATH and its sources changed; without go the differential tests skip.
@@ -18,6 +18,10 @@ ORACLE_SRC := $(wildcard tests/oracle/*.go) tests/oracle/go.mod tests/oracle/go.
 # conformance battery (tests/allocator/test_cel_conformance.py).
 CEL_ORACLE := .cache/oracle/celoracle
 CEL_ORACLE_SRC := $(wildcard tests/oracle/celoracle/*.go) tests/oracle/go.mod tests/oracle/go.sum
+# Upstream's own allocator table, exported as oracle states (tests/oracle/upstreamtable: the module copied
+# from the Go module cache into .cache/ with our exporter added; nothing of upstream is committed).
+UPSTREAM_TABLE := .cache/upstream-table/cases.jsonl
+UPSTREAM_TABLE_SRC := $(wildcard tests/oracle/upstreamtable/*) tests/oracle/go.mod tests/oracle/go.sum
 # kustomize, to render manifests/ and its overlays in the tests: built from its Go module into .cache/ when
 # go is on PATH (about a minute, once); without go the tests use `kubectl kustomize`, or skip.
 KUSTOMIZE_VERSION := v5.7.1
@@ -42,7 +46,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check app allocator tests bench loadtests e2e
 	$(BIN)/lint-imports --no-cache
 
-unit: $(STAMP) oracle-bin kustomize-bin
+unit: $(STAMP) oracle-bin upstream-table kustomize-bin
 	$(BIN)/python -m pytest -q
 
 $(ORACLE): $(ORACLE_SRC)
@@ -56,6 +60,16 @@ oracle-bin: $(ORACLE) $(CEL_ORACLE)
 else
 oracle-bin:
 	@echo "go not on PATH: the differential tests against the upstream allocator will skip"
+endif
+
+$(UPSTREAM_TABLE): $(UPSTREAM_TABLE_SRC)
+	bash tests/oracle/upstreamtable/export.sh $@
+
+ifneq ($(GO),)
+upstream-table: $(UPSTREAM_TABLE)
+else
+upstream-table:
+	@echo "go not on PATH: the tests on upstream's allocator table will skip"
 endif
 
 ifneq ($(GO),)
@@ -152,4 +166,4 @@ lock: $(STAMP)
 		-c requirements.lock -o requirements-runtime.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info .cache/oracle  # the built e2e components are kept
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info .cache/oracle .cache/upstream-table  # the built e2e components are kept

@@ -90,7 +90,7 @@ def outcome(answer: dict[str, Any]) -> tuple[Any, ...]:
                 tuple(_result(r) for r in allocation["devices"]["results"]),
                 str(_pruned(allocation.get("nodeSelector"))),
             )
-            for allocation in answer["results"]
+            for allocation in answer.get("results") or ()  # Go leaves out an empty list (no claims)
         ),
     )
 

@@ -1,4 +1,6 @@
-"""The product's ``first-fit`` allocator on one oracle state, answered in the oracle's shape."""
+"""The product's ``first-fit`` allocator on one oracle state, answered in the oracle's shape. The state's
+namespaces are not consulted: like upstream's scheduler, the product decides a claim with admin access
+whatever its namespace's label says (the API server's admission checks the label)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.oracle.compare import agrees
+from tests.oracle.compare import agrees, outcome
 
 TIMED_OUT = {"kind": "timeout", "error": "filter operation aborted: context deadline exceeded"}
 STATE = {"gates": {}, "slices": []}
@@ -21,3 +21,8 @@ STATE = {"gates": {}, "slices": []}
 )
 def test_an_upstream_timeout_agrees_only_with_not_placing(product: dict, agreed: bool) -> None:
     assert agrees(None, STATE, TIMED_OUT, product) is agreed  # type: ignore[arg-type]
+
+
+def test_no_claims_agree_whether_or_not_the_empty_list_is_written() -> None:
+    """Go's encoder leaves out an empty results list (upstream's table has cases without claims)."""
+    assert outcome({"kind": "results"}) == outcome({"kind": "results", "results": []})

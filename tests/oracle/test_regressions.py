@@ -16,7 +16,7 @@ from allocator.quantity import parse_quantity
 from tests.oracle.client import Oracle
 from tests.oracle.compare import STABLE_RETRIES, error_class, outcome
 from tests.oracle.product import allocate, state_gates
-from tests.oracle.states import GATES, NODE
+from tests.oracle.states import ADMIN_ACCESS_LABEL, GATES, NODE
 
 DRIVER = "a.example.com"
 ON = dict.fromkeys(GATES, True) | {"DRAOptionalNodeOperations": False}
@@ -56,8 +56,10 @@ def claim(
 
 
 def state(slices: list[dict[str, Any]], claims: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """The claims live in namespace ``default``, labelled for admin access (admission admitted them)."""
     return {
         "gates": ON | extra.pop("gates", {}),
+        "namespaces": [{"metadata": {"name": "default", "labels": {ADMIN_ACCESS_LABEL: "true"}}}],
         "node": NODE,
         "classes": [{"metadata": {"name": "c"}, "spec": {"selectors": extra.pop("selectors", [])}}],
         "slices": slices,
