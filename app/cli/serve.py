@@ -336,6 +336,7 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
                     auth=auth,
                     metrics=_serve_metrics(server, Metrics(runtime.service, runtime.informers)),
                     heartbeat=probes,
+                    rejected=runtime.rejected,
                 ),
                 sock,
                 host=server.host,

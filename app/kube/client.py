@@ -7,7 +7,9 @@ Objects in and out are plain API-shaped dicts.
 
 Timeouts (``ClusterSettings``): every request has a connect timeout; ordinary requests a total timeout;
 watches a socket read timeout (a half-dead TCP connection otherwise hangs forever: kubernetes-asyncio
-#360).
+#360). Rate: every request, watches included, first takes a token from ``rate_limit`` when one is given
+(``app.kube.ratelimit``; ``ClusterSettings.api_qps`` / ``api_burst``), as client-go's rate limiter does for
+kube-scheduler.
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
@@ -42,6 +44,7 @@ from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from app.kube.proxy import proxy_for
+from app.kube.ratelimit import TokenBucket
 
 __all__ = [
     "COORDINATION_LEASES",
@@ -211,7 +214,8 @@ class KubeClient:
     """Raw, orjson-parsed calls to one API server. Create with ``connect`` inside the event loop that uses it.
 
     ``request_timeout``: total seconds for one non-watch request; ``connect_timeout``: seconds to open a
-    connection; ``watch_read_timeout``: seconds a watch may go without receiving a byte.
+    connection; ``watch_read_timeout``: seconds a watch may go without receiving a byte; ``rate_limit``:
+    the token bucket every request waits on (None: none).
     """
 
     def __init__(
@@ -221,8 +225,10 @@ class KubeClient:
         request_timeout: float = 10.0,
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 90.0,
+        rate_limit: TokenBucket | None = None,
     ) -> None:
         self._api = api
+        self._rate_limit = rate_limit
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._watch_timeout = aiohttp.ClientTimeout(
             sock_connect=connect_timeout, sock_read=watch_read_timeout
@@ -238,6 +244,7 @@ class KubeClient:
         request_timeout: float = 10.0,
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 90.0,
+        rate_limit: TokenBucket | None = None,
     ) -> KubeClient:
         """Load the kubeconfig (``kubeconfig``, else ``$KUBECONFIG``) or the in-cluster configuration.
 
@@ -262,6 +269,7 @@ class KubeClient:
             request_timeout=request_timeout,
             connect_timeout=connect_timeout,
             watch_read_timeout=watch_read_timeout,
+            rate_limit=rate_limit,
         )
 
     @property
@@ -285,6 +293,8 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        if self._rate_limit is not None:
+            await self._rate_limit.take()
         try:
             response: aiohttp.ClientResponse = await self._api.call_api(
                 path,

@@ -1,5 +1,5 @@
 """Cluster mode wiring: client → informers → ``ClusterState`` → ``SchedulingService`` with ``KubeBinder``,
-plus written-bind reservations and the orphan releaser.
+plus written-bind reservations, the orphan releaser and the requeuer of rejected pods.
 
 ``ClusterRuntime.start()`` runs in the event loop that will own the API client: it connects (kubeconfig or
 in-cluster), then discovers the served ``resource.k8s.io`` versions and starts the informers in the
@@ -29,8 +29,11 @@ from app.kube.client import KubeClient
 from app.kube.clock import Clock, SystemClock
 from app.kube.informers import Informers
 from app.kube.leader import SchedulerLease
+from app.kube.ratelimit import TokenBucket
 from app.kube.recovery import OrphanReleaser
+from app.kube.requeue import Requeuer
 from app.kube.reservations import WrittenReservations
+from app.scheduling.requeue import RejectedPods
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 
@@ -67,13 +70,17 @@ class ClusterRuntime:
         self.binder = KubeBinder(client, self.state, lock, self.reservations, settings, clock=self.clock)
         self.service.binder = self.binder
         self.service.binding_timeout_seconds = settings.binding_timeout_seconds
+        self.rejected = RejectedPods(
+            self.state, self.service.selectors, settings.scheduler_names, settings.requeue_max_pods
+        )
+        """The pods filter rejected, for the requeuer (the HTTP layer records filter answers in it)."""
         self.informers = Informers(
             client,
             self.state,
             lock,
             settings,
             clock=self.clock,
-            observers=[self.reservations.observe, self.service.observe],
+            observers=[self.reservations.observe, self.service.observe, self.rejected.observe],
         )
         self.releaser = OrphanReleaser(
             client,
@@ -85,6 +92,7 @@ class ClusterRuntime:
             clock=self.clock,
             leader=SchedulerLease(client, settings.scheduler_lease, identity),
         )
+        self.requeuer = Requeuer(client, self.rejected, settings, self.releaser.leader, clock=self.clock)
         self.derivation_log = DerivationLog(self.state.inventory, lock)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -98,8 +106,9 @@ class ClusterRuntime:
                 request_timeout=self.settings.request_timeout_seconds,
                 connect_timeout=self.settings.connect_timeout_seconds,
                 watch_read_timeout=self.settings.watch_idle_seconds,
+                rate_limit=TokenBucket(self.settings.api_qps, self.settings.api_burst),
             )
-        for user in (self.binder, self.releaser, self.releaser.leader):
+        for user in (self.binder, self.releaser, self.releaser.leader, self.requeuer):
             user.client = self.client
         self.informers.source = self.client
 
@@ -114,7 +123,7 @@ class ClusterRuntime:
         claims = self.informers.resources["ResourceClaim"]
         self.binder.claims = claims
         self.releaser.claims = claims
-        await asyncio.gather(self.releaser.run(), self._report_derivation_errors())
+        await asyncio.gather(self.releaser.run(), self.requeuer.run(), self._report_derivation_errors())
 
     async def _report_derivation_errors(self) -> None:
         """Log cluster-wide derived attribute errors as slices bring them (``app.config.derivationlog``), at

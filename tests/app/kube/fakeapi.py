@@ -12,7 +12,8 @@ What it serves (only what the extender uses, with the API server's rules that ma
   ``reservedFor`` needs an allocation); the main resource ignores status changes; ``metadata.resourceVersion``
   and ``metadata.uid`` in a body are preconditions (409); finalizers delay deletion;
 * ``POST pods/{name}/binding`` with the UID precondition, "already assigned to node" and spec.nodeName;
-* strategic-merge ``PATCH pods/{name}/status`` (top-level status keys);
+* strategic-merge ``PATCH pods/{name}/status`` (top-level status keys) and ``PATCH pods/{name}`` (labels
+  and annotations; ``metadata.uid`` a precondition, 409);
 * TokenReview and SubjectAccessReview (non-resource URLs) from ``tokens`` and ``allowed``.
 
 Faults: ``fail`` (answer an error status N times), ``disconnect`` (close the connection without an answer),
@@ -385,6 +386,8 @@ class FakeKubeAPI(FaultPlan):
                 return self._update(request, kind, namespace, name, status=False)
             if method == "DELETE":
                 return self._delete(request, kind, namespace, name)
+            if method == "PATCH" and kind == "Pod":
+                return self._patch_metadata(request, kind, namespace, name)
         elif sub == "status" and method == "PUT":
             return self._update(request, kind, namespace, name, status=True)
         elif sub == "status" and method == "PATCH":
@@ -628,6 +631,31 @@ class FakeKubeAPI(FaultPlan):
                 status.pop(k, None)
             else:
                 status[k] = v
+        return self._json(self.put(kind, new))
+
+    def _patch_metadata(
+        self, request: web.Request, kind: str, namespace: str | None, name: str
+    ) -> web.Response:
+        stored = self.store.get(self._res(kind), {}).get((namespace or "", name))
+        if stored is None:
+            return self._error(404, "NotFound", f'pods "{name}" not found')
+        patch = (request[_BODY] or {}).get("metadata") or {}
+        uid = patch.get("uid")
+        if uid and uid != stored["metadata"].get("uid"):
+            return self._error(
+                409,
+                "Conflict",
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                f"{stored['metadata'].get('uid')}",
+            )
+        new = copy.deepcopy(stored)
+        for field_name in ("labels", "annotations"):
+            merged = new["metadata"].setdefault(field_name, {})
+            for k, v in (patch.get(field_name) or {}).items():
+                if v is None:
+                    merged.pop(k, None)
+                else:
+                    merged[k] = v
         return self._json(self.put(kind, new))
 
     def _binding(self, request: web.Request, namespace: str | None, name: str) -> web.Response:
