@@ -2,8 +2,9 @@
 as the in-tree DynamicResources plugin's queueing hints do (README "Requeue of rejected pods").
 
 The signal is an update of the pod itself: a strategic-merge patch of one annotation,
-``dra-extender.resource.k8s.io/requeue: <RFC 3339 time>``, with the pod's UID as a precondition (a pod
-recreated under the name is left alone). kube-scheduler v1.37.2 turns any update of an unscheduled pod into
+``dra-extender.resource.k8s.io/requeue: <RFC 3339 time>``, with the pod's UID in the patch: the API server
+refuses the patch of a pod recreated under the name (its UID differs: 422, an immutable field), and one
+deleted meanwhile is 404. kube-scheduler v1.37.2 turns any update of an unscheduled pod into
 the event ``TargetPod/Update`` (``framework.PodSchedulingPropertiesChange``: an annotation is none of the
 specific changes); ``PriorityQueue.Update`` asks the pod's rejectors whether it is worth a retry, and the
 ``Extender`` pseudo-plugin registers every ``TargetPod`` action with no hint function, so the answer is
@@ -28,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.config.settings import ClusterSettings
-from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError
+from app.kube.client import CORE_PODS, KubeAPIError
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
 from app.kube.ratelimit import TokenBucket
@@ -39,6 +40,10 @@ __all__ = ["REQUEUE_ANNOTATION", "RequeueStats", "Requeuer"]
 log = logging.getLogger(__name__)
 
 REQUEUE_ANNOTATION = "dra-extender.resource.k8s.io/requeue"
+
+_GONE = (404, 409, 422)
+"""The pod is deleted (404), or recreated under its name (the UID in the patch changes an immutable field:
+422; 409 as a UID precondition would answer)."""
 
 
 @dataclass(slots=True)
@@ -109,10 +114,10 @@ class Requeuer:
         body = {"metadata": {"uid": ref.uid, "annotations": {REQUEUE_ANNOTATION: now}}}
         try:
             await self.client.patch(CORE_PODS, ref.namespace, ref.name, body)
-        except (NotFoundError, ConflictError):
-            self.stats.gone += 1
-            return
         except KubeAPIError as e:
+            if e.status in _GONE:
+                self.stats.gone += 1
+                return
             self.stats.failed += 1
             log.warning("requeue signal failed: %s", e, extra={"pod": f"{ref.namespace}/{ref.name}"})
             return

@@ -13,7 +13,7 @@ What it serves (only what the extender uses, with the API server's rules that ma
   and ``metadata.uid`` in a body are preconditions (409); finalizers delay deletion;
 * ``POST pods/{name}/binding`` with the UID precondition, "already assigned to node" and spec.nodeName;
 * strategic-merge ``PATCH pods/{name}/status`` (top-level status keys) and ``PATCH pods/{name}`` (labels
-  and annotations; ``metadata.uid`` a precondition, 409);
+  and annotations; another ``metadata.uid`` is refused as an immutable-field change, 422);
 * TokenReview and SubjectAccessReview (non-resource URLs) from ``tokens`` and ``allowed``.
 
 Faults: ``fail`` (answer an error status N times), ``disconnect`` (close the connection without an answer),
@@ -643,10 +643,9 @@ class FakeKubeAPI(FaultPlan):
         uid = patch.get("uid")
         if uid and uid != stored["metadata"].get("uid"):
             return self._error(
-                409,
-                "Conflict",
-                f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                f"{stored['metadata'].get('uid')}",
+                422,
+                "Invalid",
+                f'Pod "{name}" is invalid: metadata.uid: Invalid value: "{uid}": field is immutable',
             )
         new = copy.deepcopy(stored)
         for field_name in ("labels", "annotations"):
