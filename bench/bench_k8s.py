@@ -160,14 +160,19 @@ class BoundWatch:
         path = Kube.path("Pod", self._namespace)
         while not self._stop.is_set():
             params = {"watch": "true", "timeoutSeconds": "30", "allowWatchBookmarks": "false"}
-            with self._kube.http.stream("GET", path, params=params, timeout=None) as response:
-                for line in response.iter_lines():
-                    if self._stop.is_set():
-                        return
-                    pod = json.loads(line)["object"]
-                    name = pod["metadata"]["name"]
-                    if pod.get("spec", {}).get("nodeName") and name not in self.bound:
-                        self.bound[name] = time.monotonic()
+            try:
+                with self._kube.http.stream("GET", path, params=params, timeout=None) as response:
+                    for line in response.iter_lines():
+                        if self._stop.is_set():
+                            return
+                        pod = json.loads(line)["object"]
+                        name = pod["metadata"]["name"]
+                        if pod.get("spec", {}).get("nodeName") and name not in self.bound:
+                            self.bound[name] = time.monotonic()
+            except httpx.HTTPError:
+                # The stream broke: the control plane stopping after ``stop`` (a stopped watch may still
+                # be waiting for its next line), else watch again.
+                self._stop.wait(0.2)
 
     def stop(self) -> None:
         self._stop.set()

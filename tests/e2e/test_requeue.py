@@ -105,7 +105,6 @@ def test_device_taint_rule_deleted(scenario: Scenario) -> None:
     """Every device is tainted NoSchedule by a DeviceTaintRule; deleting the rule frees them."""
 
     def prepare(sc: Scenario, scheduler: str) -> None:
-        sc.add_nodes(1, WAITING)
         sc.kube.create(
             {
                 "apiVersion": "resource.k8s.io/v1",
@@ -117,6 +116,8 @@ def test_device_taint_rule_deleted(scenario: Scenario) -> None:
                 },
             }
         )
+        time.sleep(1.0)  # both schedulers' watches have the rule before the devices appear
+        sc.add_nodes(1, WAITING)
 
     def untaint(sc: Scenario) -> None:
         sc.kube.delete("DeviceTaintRule", f"{sc.name}-maintenance")
