@@ -28,19 +28,6 @@ class TokenBucket:
         self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
         self._at = now
 
-    def try_take(self) -> bool:
-        """Take a token if one is there now."""
-        self._refill()
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
-
-    def delay(self) -> float:
-        """Seconds until a token is there (0: now)."""
-        self._refill()
-        return max(0.0, (1.0 - self._tokens) / self.qps)
-
     async def take(self) -> None:
         """Take a token, waiting for it. Waiters reserve in call order: the token is taken before the wait
         (the bucket goes negative), as client-go's limiter does."""
