@@ -317,6 +317,8 @@ def test_one_day_is_taken(tmp_path, spec):
         ),
         ("--binding-timeout", "nan", "binding_timeout_seconds: must be a finite number, got nan"),
         ("--binding-timeout", "-5", "binding_timeout_seconds: must be positive, got -5.0"),
+        ("--kube-api-qps", "0", "api_qps: must be positive, got 0.0"),
+        ("--kube-api-burst", "0", "api_burst: must be positive, got 0"),
         ("--percentage-of-nodes-to-score", "101", "percentage_of_nodes_to_score: must be in 0..100, got 101"),
     ],
 )
