@@ -285,6 +285,22 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
         help=f"how long a bind waits for devices' binding conditions (default {wait:g}, kube-scheduler's "
         "bindingTimeout); keep kube-scheduler's extender httpTimeout above it",
     )
+    defaults = ClusterSettings()
+    group.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=defaults.api_qps,
+        metavar="QPS",
+        help="API requests a second, as kube-scheduler's clientConnection.qps "
+        f"(default {defaults.api_qps:g}); raise both together",
+    )
+    group.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=defaults.api_burst,
+        metavar="N",
+        help=f"API requests at once above --kube-api-qps (default {defaults.api_burst})",
+    )
     tls = serve.add_argument_group("TLS (kube-scheduler enableHTTPS / tlsConfig)")
     tls.add_argument("--ssl-certfile", type=Path, metavar="PEM", help="serve HTTPS with this certificate")
     tls.add_argument("--ssl-keyfile", type=Path, metavar="PEM", help="key of --ssl-certfile")
@@ -382,6 +398,8 @@ def cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
             scheduler_names=tuple(n.strip() for n in args.scheduler_name.split(",") if n.strip()),
             orphan_grace_period_seconds=args.orphan_grace_period,
             binding_timeout_seconds=args.binding_timeout,
+            api_qps=args.kube_api_qps,
+            api_burst=args.kube_api_burst,
             **{name: getattr(args, name) for name in _CONFIG_ONLY_CLUSTER if hasattr(args, name)},
         )
     except ValueError as e:

@@ -336,6 +336,7 @@ def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: 
                     auth=auth,
                     metrics=metrics,
                     heartbeat=probes,
+                    rejected=runtime.rejected,
                 ),
                 sock,
                 host=server.host,

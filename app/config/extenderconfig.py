@@ -284,6 +284,36 @@ FIELDS: tuple[FieldSpec, ...] = (
         "reservation_ttl_seconds",
         "an unconfirmed write's reservation is dropped after this long (default 600)",
     ),
+    FieldSpec(
+        "cluster.kubeAPIQPS",
+        "number",
+        "kube_api_qps",
+        "API requests a second, as kube-scheduler's clientConnection.qps (default 50)",
+        "--kube-api-qps",
+        "api_qps",
+    ),
+    FieldSpec(
+        "cluster.kubeAPIBurst",
+        "integer",
+        "kube_api_burst",
+        "API requests at once above kubeAPIQPS, as clientConnection.burst (default 100)",
+        "--kube-api-burst",
+        "api_burst",
+    ),
+    FieldSpec(
+        "cluster.requeueDelaySeconds",
+        "number",
+        "requeue_delay_seconds",
+        "events gathered this long before rejected pods are signalled (default 0.2)",
+    ),
+    FieldSpec("cluster.requeueQPS", "number", "requeue_qps", "requeue signals a second (default 20)"),
+    FieldSpec("cluster.requeueBurst", "integer", "requeue_burst", "requeue signals at once (default 100)"),
+    FieldSpec(
+        "cluster.requeueMaxPods",
+        "integer",
+        "requeue_max_pods",
+        "rejected pods remembered for requeue signals (default 10,000)",
+    ),
 )
 
 

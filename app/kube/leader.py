@@ -1,7 +1,8 @@
 """Is this replica the active one? The HA model is a sidecar of a dedicated kube-scheduler (README "Cluster
 mode"): kube-scheduler elects its leader with a coordination.k8s.io Lease, only the leader calls its extender,
 so binds reach one extender only. The extender writes outside binds only to release orphaned allocations
-(``app.kube.recovery``); ``SchedulerLease`` lets it do that only next to the leader.
+(``app.kube.recovery``) and to signal rejected pods (``app.kube.requeue``); ``SchedulerLease`` lets it do
+that only next to the leader.
 
 kube-scheduler's leader identity is ``<hostname>_<uuid>``; the sidecar shares the pod's hostname, so the
 replica is active when the Lease's ``spec.holderIdentity`` starts with ``<hostname>_``. Without a configured

@@ -28,6 +28,8 @@ TEST_SETTINGS = ClusterSettings(
     orphan_grace_period_seconds=300.0,
     orphan_check_interval_seconds=86_400.0,  # the most it takes: tests call OrphanReleaser.sweep() themselves
     scheduler_names=("default-scheduler",),  # test pods carry no schedulerName: the API server's default
+    api_qps=10_000.0,  # the client's limit runs on real time; tests that count on it set their own
+    api_burst=100_000,
 )
 
 

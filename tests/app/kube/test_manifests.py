@@ -205,7 +205,7 @@ def test_rbac_is_least_privilege(rendered):
     assert _rules(_one(rendered, "ClusterRole", "dra-extender")) == {
         ("", "namespaces"): {"get", "list", "watch"},
         ("", "nodes"): {"get", "list", "watch"},
-        ("", "pods"): {"get", "list", "watch"},
+        ("", "pods"): {"get", "list", "watch", "patch"},  # patch: the requeue annotation
         ("", "pods/binding"): {"create"},
         ("scheduling.k8s.io", "podgroups"): {"get", "list", "watch"},
         ("", "pods/status"): {"patch"},
