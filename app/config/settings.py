@@ -119,6 +119,7 @@ RANGES: dict[str, Range] = {
     "binding_poll_seconds": _SECONDS,
     "orphan_grace_period_seconds": _SECONDS,
     "orphan_check_interval_seconds": _SECONDS,
+    "scheduler_lease_retry_seconds": _SECONDS,
     "reservation_ttl_seconds": _SECONDS,
 }
 """Per numeric field of the settings below (by name), the values it accepts. Every one is finite: an
@@ -354,8 +355,12 @@ class ClusterSettings:
 
     scheduler_lease: str | None = None
     """``namespace/name`` of the leader-election Lease of the kube-scheduler this extender is a sidecar of.
-    When set, only the replica next to the leader releases orphaned allocations (standbys keep their index
-    warm and write nothing). None: this is the only replica."""
+    When set, only the replica next to the leader binds and releases orphaned allocations (standbys keep
+    their index warm, refuse binds and write nothing; ``app.kube.leader``). None: this is the only replica."""
+
+    scheduler_lease_retry_seconds: float = 2.0
+    """How often the Lease is read. 2 s: kube-scheduler's ``leaderElection.retryPeriod`` default, the pace at
+    which the leader renews it and a standby tries to take it; keep the two equal."""
 
     def __post_init__(self) -> None:
         _check_ranges(self)

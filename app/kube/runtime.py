@@ -64,7 +64,16 @@ class ClusterRuntime:
         )
         self.client = client
         self._owns_client = client is None
-        self.binder = KubeBinder(client, self.state, lock, self.reservations, settings, clock=self.clock)
+        self.lease = SchedulerLease(
+            client,
+            settings.scheduler_lease,
+            identity,
+            clock=self.clock,
+            retry_seconds=settings.scheduler_lease_retry_seconds,
+        )
+        self.binder = KubeBinder(
+            client, self.state, lock, self.reservations, settings, clock=self.clock, lease=self.lease
+        )
         self.service.binder = self.binder
         self.service.binding_timeout_seconds = settings.binding_timeout_seconds
         self.informers = Informers(
@@ -83,7 +92,7 @@ class ClusterRuntime:
             settings,
             self.binder.in_flight,
             clock=self.clock,
-            leader=SchedulerLease(client, settings.scheduler_lease, identity),
+            leader=self.lease,
         )
         self.derivation_log = DerivationLog(self.state.inventory, lock)
         self._tasks: list[asyncio.Task[None]] = []
@@ -99,7 +108,7 @@ class ClusterRuntime:
                 connect_timeout=self.settings.connect_timeout_seconds,
                 watch_read_timeout=self.settings.watch_idle_seconds,
             )
-        for user in (self.binder, self.releaser, self.releaser.leader):
+        for user in (self.binder, self.releaser, self.lease):
             user.client = self.client
         self.informers.source = self.client
 
@@ -108,6 +117,7 @@ class ClusterRuntime:
         await self.connect()
         self.binder.loop = asyncio.get_running_loop()
         self._tasks.append(asyncio.create_task(self._run(), name="cluster-runtime"))
+        self._tasks.append(asyncio.create_task(self.lease.run(), name="scheduler-lease"))
 
     async def _run(self) -> None:
         await self.informers.start()
