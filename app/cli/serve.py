@@ -334,7 +334,9 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
                     settings,
                     ready=runtime.ready,
                     auth=auth,
-                    metrics=_serve_metrics(server, Metrics(runtime.service, runtime.informers)),
+                    metrics=_serve_metrics(
+                        server, Metrics(runtime.service, runtime.informers, runtime.conflicts)
+                    ),
                     heartbeat=probes,
                 ),
                 sock,

@@ -25,7 +25,9 @@ per request:
   claims of each namespace hold, by the DeviceClass their request asked for;
 * cluster mode, per informer (``resource`` = kind): ``dra_extender_informer_synced`` (0/1),
   ``dra_extender_informer_events_total``, ``dra_extender_informer_relists_total``,
-  ``dra_extender_informer_seconds_since_last_event`` (absent before the first event);
+  ``dra_extender_informer_seconds_since_last_event`` (absent before the first event); and
+  ``dra_extender_device_conflicts_total``: devices found in two claims' allocations (``app.kube.conflicts``:
+  another writer allocates; anything above 0 deserves an alert);
 * unchanged since the first ``/metrics``: ``dra_extender_derived_attribute_errors{attribute}``,
   ``dra_extender_cel_program_bytes``, ``dra_extender_cel_results``, ``dra_extender_kept_pod_decisions``.
 
@@ -69,9 +71,10 @@ NODE_RESULTS = ("passed", "failed", "unresolvable")
 class _StateCollector(Collector):
     """Metrics read from the service (and the informers) at scrape time."""
 
-    def __init__(self, service: SchedulingService, informers: Any = None) -> None:
+    def __init__(self, service: SchedulingService, informers: Any = None, conflicts: Any = None) -> None:
         self.service = service
         self.informers = informers
+        self.conflicts = conflicts
 
     def collect(self) -> Iterator[Metric]:
         service = self.service
@@ -111,6 +114,10 @@ class _StateCollector(Collector):
         yield held
         if self.informers is not None:
             yield from _informer_metrics(self.informers)
+        if self.conflicts is not None:
+            yield _counter(
+                "device_conflicts", "Devices seen allocated to two ResourceClaims.", self.conflicts.total
+            )
         derived = GaugeMetricFamily(
             _PREFIX + "derived_attribute_errors",
             "Devices a cluster-wide derived attribute failed on.",
@@ -191,9 +198,10 @@ def _namespace_devices(claims: Iterable[tuple[str, Mapping[str, Any]]]) -> Tally
 
 
 class Metrics:
-    """The extender's metrics. ``informers``: cluster mode's ``app.kube.informers.Informers``."""
+    """The extender's metrics. ``informers``: cluster mode's ``app.kube.informers.Informers``;
+    ``conflicts``: its ``app.kube.conflicts.DeviceConflicts``."""
 
-    def __init__(self, service: SchedulingService, informers: Any = None) -> None:
+    def __init__(self, service: SchedulingService, informers: Any = None, conflicts: Any = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Histogram(
             _PREFIX + "request_duration_seconds",
@@ -219,7 +227,7 @@ class Metrics:
         for result in RESULTS:
             self.binds.labels(result)
         self._node_series = tuple(self.filter_nodes.labels(result) for result in NODE_RESULTS)
-        self.registry.register(_StateCollector(service, informers))
+        self.registry.register(_StateCollector(service, informers, conflicts))
 
     def observe_request(self, verb: str, ok: bool, seconds: float) -> None:
         self._request_series[verb, ok].observe(seconds)

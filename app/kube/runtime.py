@@ -1,5 +1,5 @@
 """Cluster mode wiring: client → informers → ``ClusterState`` → ``SchedulingService`` with ``KubeBinder``,
-plus written-bind reservations and the orphan releaser.
+plus written-bind reservations, the orphan releaser, the scheduler Lease and the device conflict check.
 
 ``ClusterRuntime.start()`` runs in the event loop that will own the API client: it connects (kubeconfig or
 in-cluster), then discovers the served ``resource.k8s.io`` versions and starts the informers in the
@@ -27,6 +27,7 @@ from app.config.settings import ClusterSettings
 from app.kube.binder import KubeBinder
 from app.kube.client import KubeClient
 from app.kube.clock import Clock, SystemClock
+from app.kube.conflicts import DeviceConflicts
 from app.kube.informers import Informers
 from app.kube.leader import SchedulerLease
 from app.kube.recovery import OrphanReleaser
@@ -94,6 +95,9 @@ class ClusterRuntime:
             clock=self.clock,
             leader=self.lease,
         )
+        self.conflicts = DeviceConflicts(
+            self.state, lock, settings.orphan_check_interval_seconds, clock=self.clock
+        )
         self.derivation_log = DerivationLog(self.state.inventory, lock)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -124,7 +128,7 @@ class ClusterRuntime:
         claims = self.informers.resources["ResourceClaim"]
         self.binder.claims = claims
         self.releaser.claims = claims
-        await asyncio.gather(self.releaser.run(), self._report_derivation_errors())
+        await asyncio.gather(self.releaser.run(), self.conflicts.run(), self._report_derivation_errors())
 
     async def _report_derivation_errors(self) -> None:
         """Log cluster-wide derived attribute errors as slices bring them (``app.config.derivationlog``), at

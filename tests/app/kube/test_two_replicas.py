@@ -23,6 +23,7 @@ import pytest
 
 from app.config.settings import Settings
 from app.http.api import create_app
+from app.http.metrics import Metrics
 from app.kube.runtime import ClusterRuntime
 from loadtests.chaos import DRIVER, NS, audit, seed
 from tests.app.kube.conftest import FakeClock, Start, eventually
@@ -154,3 +155,36 @@ async def test_racing_replicas_never_put_a_device_in_two_claims(
     assert b.binds["bound"] > 0
     assert a.binds["bound"] == 0 and a.binds["refused"] > 0
     assert all("pod-b_2222" in r for r in a.refusals), a.refusals[:3]
+
+
+async def test_a_device_another_writer_put_in_a_second_claim_is_reported(
+    api: FakeKubeAPI, names: list[str], replicas: list[Replica], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both replicas see it (a standby too): an ERROR naming the device and both claims, and the counter
+    ``dra_extender_device_conflicts_total``, once it has shown at two checks in a row."""
+    first, second = sorted(n for n in names if api.get("ResourceClaim", NS, f"{n}-gpu"))[:2]
+    for name in (first, second):  # both allocated n00's gpu-0, as two writers racing would
+        written = api.get("ResourceClaim", NS, f"{name}-gpu")
+        assert written is not None
+        written["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": DRIVER, "pool": "n00", "device": "gpu-0"}]
+                }
+            }
+        }
+        api.put("ResourceClaim", written)
+    for replica in replicas:
+        conflicts = replica.runtime.conflicts
+        await eventually(lambda c=conflicts: c.state.inventory.double_allocations())
+        assert conflicts.check() == []  # seen once: maybe a relist in progress
+        device = (DRIVER, "n00", "gpu-0")
+        assert conflicts.check() == [(device, (f"{NS}/{first}-gpu", f"{NS}/{second}-gpu"))]
+        assert conflicts.check() == []  # reported once
+        metrics = Metrics(replica.runtime.service, replica.runtime.informers, conflicts).render().decode()
+        assert "dra_extender_device_conflicts_total 1.0" in metrics
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    expected = (
+        f"device {DRIVER}/n00/gpu-0 is allocated to 2 ResourceClaims: {NS}/{first}-gpu, {NS}/{second}-gpu"
+    )
+    assert len(errors) == 2 and all(e.startswith(expected) for e in errors), errors
