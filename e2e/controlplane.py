@@ -515,8 +515,11 @@ class ControlPlane:
 class KubeletProbe:
     """What the kubelet does with the kube-scheduler container's ``livenessProbe`` (``deployment.yaml``),
     there being no kubelet here: GET ``url`` (the extender's probe listener, the pod's port) every
-    ``periodSeconds`` with ``timeoutSeconds``; after ``failureThreshold`` failures in a row, restart
-    ``target`` (SIGTERM, then start it again). ``restarts``: when it did (monotonic)."""
+    ``periodSeconds`` with ``timeoutSeconds``; after ``failureThreshold`` failures in a row, stop ``target``
+    (SIGTERM) and start it again, at once the first time, then after the kubelet's restart back-off (10 s,
+    doubling up to 5 minutes, forgotten after 10 minutes of running). ``restarts``: when (monotonic)."""
+
+    BACKOFF_SECONDS, BACKOFF_MAX_SECONDS, BACKOFF_RESET_SECONDS = 10.0, 300.0, 600.0
 
     def __init__(self, url: str, target: Component) -> None:
         probe = _sidecar_container("kube-scheduler")["livenessProbe"]
@@ -526,6 +529,7 @@ class KubeletProbe:
         self.timeout = float(probe.get("timeoutSeconds", 1))
         self.threshold = int(probe.get("failureThreshold", 3))
         self.restarts: list[float] = []
+        self._backoff = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"probe-{target.name}", daemon=True)
 
@@ -546,11 +550,23 @@ class KubeletProbe:
                 ok = False
             failures = 0 if ok else failures + 1
             if failures >= self.threshold and not self._stop.is_set():
-                self.restarts.append(time.monotonic())
-                with self.target.log.open("ab") as out:
-                    out.write(f"\n===== liveness probe failed {failures} times; restarting\n".encode())
-                self.target.restart()
+                self._restart(failures)
                 failures = 0
+
+    def _restart(self, failures: int) -> None:
+        now = time.monotonic()
+        if self.restarts and now - self.restarts[-1] > self.BACKOFF_RESET_SECONDS:
+            self._backoff = 0.0
+        self.restarts.append(now)
+        with self.target.log.open("ab") as out:
+            out.write(
+                f"\n===== liveness probe failed {failures} times; restart in {self._backoff:g} s\n".encode()
+            )
+        self.target.stop()
+        if self._stop.wait(self._backoff):
+            return  # the scenario is over: whoever stopped the probe starts the target again if needed
+        self._backoff = min(max(self._backoff * 2, self.BACKOFF_SECONDS), self.BACKOFF_MAX_SECONDS)
+        self.target.start()
 
 
 def _sidecar_container(name: str) -> dict[str, Any]:

@@ -188,7 +188,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "cluster.schedulerLeaseRetryPeriodSeconds",
         "number",
         "scheduler_lease_retry_seconds",
-        "how often the Lease is read: kube-scheduler's leaderElection.retryPeriod (default 2)",
+        "how often the Lease is read (default 2)",
     ),
     FieldSpec(
         "cluster.bindingTimeoutSeconds",

@@ -359,8 +359,9 @@ class ClusterSettings:
     their index warm, refuse binds and write nothing; ``app.kube.leader``). None: this is the only replica."""
 
     scheduler_lease_retry_seconds: float = 2.0
-    """How often the Lease is read. 2 s: kube-scheduler's ``leaderElection.retryPeriod`` default, the pace at
-    which the leader renews it and a standby tries to take it; keep the two equal."""
+    """How often the Lease is read: at most how long a replica whose kube-scheduler gave the Lease up may
+    still bind (a bind that finds it not ours reads it again at once, so taking over waits for nothing).
+    2 s: kube-scheduler's default ``leaderElection.retryPeriod``; one GET per period."""
 
     def __post_init__(self) -> None:
         _check_ranges(self)

@@ -10,9 +10,8 @@ Lease is ours when ``spec.holderIdentity`` is ``<identity>_...``. A Lease whose 
 take it any moment. Our kube-scheduler writes ``renewTime`` with this node's clock, which is the clock
 compared against, so no skew enters. Without a configured Lease the replica takes itself as the only one.
 
-Cost: no API request per bind. ``run`` reads the Lease every ``scheduler_lease_retry_seconds``
-(kube-scheduler's ``leaderElection.retryPeriod``, the pace at which it renews and a standby retries), and
-``refusal`` answers from that record. Only an answer of "not ours" is checked again with one read before it
+Cost: no API request per bind. ``run`` reads the Lease every ``scheduler_lease_retry_seconds`` (2 s,
+kube-scheduler's default ``leaderElection.retryPeriod``), and ``refusal`` answers from that record. Only an answer of "not ours" is checked again with one read before it
 counts (``refusal_now``), so the first bind after a failover does not wait for the next refresh. A Lease
 that cannot be read keeps the last record, which expires by itself; before any read it is not ours: a
 replica that writes nothing is always safe, two that write are not.

@@ -61,9 +61,9 @@ def pairs(scenario: Scenario) -> Iterator[dict[str, tuple[Component, Component, 
             probe.stop()
         scheduler_b.stop()
         extender_b.stop()
-        extender, scheduler = first
-        if extender.process is None or extender.process.poll() is not None:
-            extender.start()
+        for component in first:  # a probe stopped during the kubelet's back-off left it down
+            if component.process is None or component.process.poll() is not None:
+                component.start()
         mine = f"{socket.gethostname()}_"
         poll(lambda: _holder(plane).startswith(mine), timeout=120, what="the first pair leads again")
 

@@ -315,10 +315,12 @@ def test_kube_scheduler_gives_up_the_lease_when_its_extender_cannot_answer(sched
     liveness = scheduler["livenessProbe"]
     assert liveness["httpGet"] == {"path": "/readyz", "port": int(address.rpartition(":")[2])}
     # Detected within periodSeconds x failureThreshold; the standby then takes the released Lease within
-    # its retryPeriod (2 s, kube-scheduler's default, left as is): within the 15 s allowed, with room.
-    assert liveness["periodSeconds"] * liveness["failureThreshold"] <= 10
-    assert scheduler_config["leaderElection"]["leaderElect"] is True
-    assert "retryPeriod" not in scheduler_config["leaderElection"]
+    # 2.2 x retryPeriod (client-go's jitter). Twice that (the restarted kube-scheduler may take the Lease
+    # back once before the kubelet's restart back-off keeps it down) stays within the 15 s allowed.
+    election = scheduler_config["leaderElection"]
+    assert election["leaderElect"] is True
+    retry = float(election["retryPeriod"].removesuffix("s"))
+    assert 2 * liveness["periodSeconds"] * liveness["failureThreshold"] + 2.2 * retry <= 15
 
 
 KUBE_SCHEDULER_DEPRECATED_FLAGS = {
