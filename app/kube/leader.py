@@ -11,10 +11,11 @@ take it any moment. Our kube-scheduler writes ``renewTime`` with this node's clo
 compared against, so no skew enters. Without a configured Lease the replica takes itself as the only one.
 
 Cost: no API request per bind. ``run`` reads the Lease every ``scheduler_lease_retry_seconds`` (2 s,
-kube-scheduler's default ``leaderElection.retryPeriod``), and ``refusal`` answers from that record. Only an answer of "not ours" is checked again with one read before it
-counts (``refusal_now``), so the first bind after a failover does not wait for the next refresh. A Lease
-that cannot be read keeps the last record, which expires by itself; before any read it is not ours: a
-replica that writes nothing is always safe, two that write are not.
+kube-scheduler's default ``leaderElection.retryPeriod``), and ``refusal`` answers from that record. Only
+an answer of "not ours" is checked again with one read before it counts (``refusal_now``), so the first
+bind after a failover does not wait for the next refresh. A Lease that cannot be read keeps the last
+record, which expires by itself; before any read it is not ours: a replica that writes nothing is always
+safe, two that write are not.
 
 How long two replicas may overlap: a standby's kube-scheduler takes the Lease only once it has seen no
 renewal for ``leaseDurationSeconds``, by which time the record here has expired too; a kube-scheduler that
