@@ -54,7 +54,10 @@ class LeaseRecord:
 
     @classmethod
     def from_lease(cls, lease: Mapping[str, Any]) -> LeaseRecord:
-        spec = lease.get("spec") or {}
+        """Fields of the wrong type read as absent."""
+        spec = lease.get("spec")
+        if not isinstance(spec, Mapping):
+            spec = {}
         duration = spec.get("leaseDurationSeconds")
         return cls(
             str(spec.get("holderIdentity") or ""),

@@ -116,6 +116,7 @@ def test_a_lease_record_reads_the_api_fields() -> None:
     # A released Lease (kube-scheduler's ReleaseOnCancel): no holder, one second.
     assert LeaseRecord.from_lease({"spec": {"leaseDurationSeconds": 1}}) == LeaseRecord("", None, 1.0)
     assert LeaseRecord.from_lease({"spec": {"renewTime": "yesterday"}}).renewed is None
+    assert LeaseRecord.from_lease({"spec": ["not", "a", "map"]}) == LeaseRecord("", None, None)
 
 
 async def test_without_a_configured_lease_the_replica_is_the_only_one(client: KubeClient) -> None:
