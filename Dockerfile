@@ -4,7 +4,7 @@
 # (manifests/, `kubectl apply -k manifests/`) run it as a sidecar of a dedicated kube-scheduler with
 # `serve --in-cluster --host=127.0.0.1 --port=8888 --scheduler-lease=dra-extender/dra-scheduler`.
 #
-# Build:  docker build -t dra-extender:0.1.0 .
+# Build:  docker build -t dra-extender:0.1.0 --build-arg GIT_COMMIT=$(git rev-parse HEAD) .
 # Run:    docker run --rm -p 8888:8888 dra-extender:0.1.0
 #
 # Reproducible: the base image is pinned by digest (same image in both stages: the venv's interpreter symlinks
@@ -36,13 +36,16 @@ RUN pip install --no-deps . \
  && dra-extender --help > /dev/null
 
 FROM ${PYTHON_IMAGE} AS runtime
+# The commit shown by `dra-extender --version` and dra_extender_build_info (app/config/buildinfo.py).
+ARG GIT_COMMIT=unknown
 LABEL org.opencontainers.image.title="dra-extender" \
       org.opencontainers.image.description="kube-scheduler extender that allocates Kubernetes DRA devices (resource.k8s.io/v1)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="0.1.0"
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    DRA_EXTENDER_GIT_COMMIT=${GIT_COMMIT}
 COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
 COPY LICENSE /app/LICENSE

@@ -84,7 +84,8 @@ def add_explain_parser(
     )
     add_output_flag(sub, "table")
     sub.epilog = (
-        "Exit status: 0 when it ran, 2 on unusable input or an unknown pod / node (message on stderr)."
+        "Exit status: 0 when it ran, 2 on unusable input or an unknown pod / node (message on stderr). A "
+        "what-if FILE is always strict: a field its apiVersion does not have is an error."
     )
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
-from importlib.metadata import version
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from app.cli.explain import add_explain_parser
 from app.cli.output import add_output_flag, positive_int
 from app.cli.runtime import StartupError
 from app.cli.validate import add_validate_parser
+from app.config.buildinfo import version_text
 from app.config.extenderconfig import FIELDS
 from app.config.logs import LOG_FORMATS
 from app.config.settings import (
@@ -60,6 +61,18 @@ def _score_weights(text: str) -> dict[str, float]:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: ``app.config.buildinfo.version_text``, computed only when asked for (it may run
+    git)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_text(), file=sys.stdout)
+        parser.exit()
+
+
 def _policy_flags(sub: argparse.ArgumentParser) -> None:
     """Device selection and scoring (``allocator.alignment``, ``allocator.scoring``)."""
     sub.add_argument(
@@ -90,7 +103,11 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
     parser = argparse.ArgumentParser(
         prog="dra-extender", description="kube-scheduler extender allocating DRA devices"
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version('dra-extender')}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the version, Python, the Kubernetes API supported and the git commit, and exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(sub: argparse.ArgumentParser, state_required: bool = True) -> None:
@@ -118,14 +135,16 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
             "--config",
             type=Path,
             metavar="FILE",
-            help="ExtenderConfiguration file: settings (flags override them; read at start) and cluster-wide "
-            "derivedAttributes (serve reloads those when the file changes)",
+            help="ExtenderConfiguration file: settings (flags override them) and cluster-wide "
+            "derivedAttributes; serve applies a changed file (what needs a restart is logged)",
         )
         sub.add_argument(
             "--strict",
             action="store_true",
-            help="unknown fields in the state and DeviceClass selectors that do not compile are errors "
-            "(exit 2), not warnings",
+            help="a problem in the state (what validate lists: unknown fields or kinds, CEL selectors that "
+            "do not compile, pod claims whose ResourceClaim or template is missing, manifest entries that "
+            "are not regular files, no object at all) is an error naming the first (exit 2), not a warning; "
+            "validate lists every problem either way (exit 1). What-if files are always strict",
         )
 
     serve = commands.add_parser("serve", help="serve filter/prioritize/bind over HTTP")
@@ -133,7 +152,22 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
     defaults = ServerSettings()
     serve.add_argument("--host", default=defaults.host, help=f"interface (default {defaults.host})")
     serve.add_argument("--port", type=int, default=defaults.port, help=f"TCP port (default {defaults.port})")
-    serve.add_argument("--log-level", choices=LOG_LEVELS, default=defaults.log_level)
+    serve.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=defaults.log_level,
+        help=f"log level (default {defaults.log_level}); -v 1 or more means debug",
+    )
+    serve.add_argument(
+        "-v",
+        "--v",
+        dest="verbosity",
+        type=int,
+        default=defaults.verbosity,
+        metavar="N",
+        help="klog-style verbosity: 0 (default) logs at --log-level, 1 or more at debug (the more verbose "
+        "of the two wins)",
+    )
     serve.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
@@ -309,6 +343,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 args.port,
                 args.max_body_bytes,
                 args.log_level,
+                verbosity=args.verbosity,
                 log_format=args.log_format,
                 metrics_bind_address=args.metrics_bind_address,
                 health_probe_bind_address=args.health_probe_bind_address,

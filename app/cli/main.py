@@ -5,7 +5,8 @@
 ``simulate --state DIR`` (``app.cli.simulate``): schedule every pending pod of the state offline, one at
 a time, and print one JSON document to stdout; ``-o yaml`` the same in YAML, ``-o table`` tables instead.
 
-``--version`` prints the installed package's version.
+``--version`` prints the version, the Python version, the Kubernetes API supported and the git commit
+(``app.config.buildinfo``).
 
 ``explain --state DIR ns/pod | claim.yaml``: why a pod (or a what-if claim) fits or not on each node
 (``app.cli.explain``): a summary by default, ``--node`` / ``--all`` in full.
@@ -23,9 +24,10 @@ a time, and print one JSON document to stdout; ``-o yaml`` the same in YAML, ``-
 
 Exit codes: 0 when the command ran (pods may stay pending), 2 on unusable input (missing directory,
 invalid manifests or DRA objects, bad flags, an unknown ``--nodes`` name, a port in use, a cluster that
-cannot be read; with ``--strict`` also unknown fields and DeviceClass CEL that does not compile) with the
-message on stderr. Warnings (unknown fields, such CEL, a state without objects) go to stderr too. Ctrl-C:
-130 (``app.cli.run``).
+cannot be read, a what-if file with an unknown field; with ``--strict`` also the state's problems) with
+the message on stderr. The state's problems (``app.cli.runtime.Runtime.warnings``: unknown fields and
+kinds, CEL that does not compile, missing pod claims, ...) are warnings on stderr otherwise; ``validate``
+exits 1 listing them. Ctrl-C: 130 (``app.cli.run``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from app.cli.simulate import run_simulate
 from app.cli.validate import run_validate
 from app.config.derivedconfig import ConfigError, load_config
 from app.config.extenderconfig import COMMAND_SECTIONS
+from app.config.logs import configure as configure_logging
 
 __all__ = ["main", "parse_args"]
 
@@ -80,7 +83,8 @@ def _offline(args: argparse.Namespace) -> Runtime:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The options, with a ``--config`` file's settings as the defaults of the command's flags (a flag
-    given on the command line wins). Raises SystemExit (argparse) or StartupError (unusable config)."""
+    given on the command line wins). Raises SystemExit (argparse) or StartupError (unusable config, or a
+    file it names that cannot be used, naming the field)."""
     args = parser().parse_args(argv)
     if args.command not in COMMAND_SECTIONS or args.config is None:
         return args
@@ -88,6 +92,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         config = load_config(args.config)
     except ConfigError as e:
         raise StartupError(str(e)) from e
+    # Options naming files default to None: one set here was given on the command line, overriding the file.
+    given = {dest for dest, value in vars(args).items() if value is not None}
+    problems = config.file_problems(COMMAND_SECTIONS[args.command], overridden=given)
+    if problems:
+        raise StartupError(problems[0])
     return parser({args.command: config.defaults_for(args.command)}).parse_args(argv)
 
 
@@ -108,7 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_validate(args)
         if args.command == "explain":
             return run_explain(args, _offline(args).service)
-        return run_serve(args) if args.command == "serve" else run_simulate(args, _offline(args))
+        return run_serve(args, argv) if args.command == "serve" else run_simulate(args, _offline(args))
     except StartupError as e:
-        print(f"dra-extender: {e}", file=sys.stderr)
+        if args.command == "serve" and args.log_format == "json":  # every line of serve's stream is JSON
+            configure_logging(args.log_level, "json")
+            log.error("%s", e)
+        else:
+            print(f"dra-extender: {e}", file=sys.stderr)
         return EXIT_USAGE

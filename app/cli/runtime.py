@@ -9,12 +9,15 @@ state in a ``SchedulingService`` with the chosen CEL engine (``new_engine``: cel
 The inventory evaluates DeviceClass selectors as objects arrive (its class-match index uses the service's
 ``SelectorCache``). With ``config`` (``app.config.derivedconfig``) the cluster-wide derived attributes are
 installed before the first slice arrives, so every device is derived once; ``Runtime.problems`` lists the
-devices where one failed, and ``Runtime.watcher`` reloads the file when it changes (``serve`` starts it).
+devices where one failed (``serve`` reloads the file when it changes: ``app.cli.reload``).
 
-``Runtime.warnings`` lists what to show at startup without stopping: unknown fields
-(``app.state.knownfields``),
-DeviceClass CEL selectors that do not compile (file, class, field path, compile error; both errors with
-``strict_fields``), and a state with no object the extender uses (a wrong or empty directory).
+``Runtime.warnings`` lists the state's problems, shown at startup without stopping (``strict_fields``:
+the first one is a StartupError; ``dra-extender validate`` lists them all): entries of the state directory
+that are not regular files (``ClusterObjects.skipped_files``), unknown kinds and fields
+(``app.state.knownfields``), CEL selectors of DeviceClasses, ResourceClaims and ResourceClaimTemplates that
+do not compile (file, object, field path, compile error), pod claims whose ResourceClaim or
+ResourceClaimTemplate is not in the state (``app.state.references``), and a state with no object the
+extender uses (a wrong or empty directory).
 
 Errors: ``StartupError`` with one line naming the problem: ``<file>: <Kind> <ns/name>: <field>:
 <problem>``, from the loader or from the DRA object parsers (``allocator.errors.InvalidInputError``), or
@@ -36,11 +39,12 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import CELCompileError, InvalidInputError
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
-from app.config.derivedconfig import ConfigError, ConfigWatcher, ExtenderConfig, install, load_config
+from app.config.derivedconfig import ConfigError, install, load_config
 from app.config.settings import SchedulingSettings, Settings
 from app.scheduling.service import SchedulingService
 from app.state.claimgen import generate_template_claims
 from app.state.cluster import ClusterState
+from app.state.references import missing_pod_claims
 from app.state.statedir import ClusterObjects, StateLoadError, load_state
 
 __all__ = [
@@ -57,7 +61,6 @@ __all__ = [
     "print_limited",
     "runtime_from_objects",
     "state_summary",
-    "watch_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,11 +95,8 @@ class Runtime:
     """Cluster-wide derived attributes that failed on devices, one line per attribute with the count
     (``<config>: derived attribute ...: failed on N devices, e.g. ...``), to print at startup; the
     attribute is absent on those devices until the config or the device changes."""
-    watcher: ConfigWatcher | None = None
-    """Reloads the config file when it changes (None without ``config``); ``serve`` starts it."""
     warnings: list[str] = field(default_factory=list)
-    """To print at startup: unknown fields in the objects, DeviceClass selectors that do not compile, a
-    state without any object the extender uses."""
+    """The state's problems (see the module docstring), to print at startup; ``validate`` reports them."""
 
 
 def _ordered(objects: ClusterObjects) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -122,19 +122,6 @@ def new_engine(name: str = "cel-expr") -> CELEngine:
     raise ValueError(f"unknown CEL engine {name!r} (cel-expr or cel-python)")
 
 
-def watch_config(config: Path, service: SchedulingService) -> ConfigWatcher:
-    """A watcher that installs a changed config under the service lock and logs its device errors (for any
-    runtime serving ``service``; call ``start()`` on it)."""
-
-    def apply(new: ExtenderConfig) -> None:
-        with service.lock:
-            problems = install(new, service.state.inventory, service.selectors)
-        for problem in problems:
-            log.error("config %s: %s", config, problem)
-
-    return ConfigWatcher(config, apply)
-
-
 def install_config(config: Path, state: ClusterState, selectors: SelectorCache) -> list[str]:
     """Load the config file and install its cluster-wide derived attributes on ``state``'s inventory;
     returns the devices where one failed. Raises StartupError for an unusable config file."""
@@ -154,22 +141,27 @@ def build_runtime(
     config: Path | None = None,
 ) -> Runtime:
     """Load ``path`` (a directory or one manifest file) and build the service with the ``cel_engine``
-    engine and the config file ``config`` (if any). ``strict_fields``: unknown fields and DeviceClass
-    selectors that do not compile are errors, not warnings. Raises StartupError (also for a ``path`` that
-    does not exist)."""
+    engine and the config file ``config`` (if any). ``strict_fields``: the state's problems
+    (``Runtime.warnings``) are errors, not warnings. Raises StartupError (also for a ``path`` that does not
+    exist)."""
     try:
         objects = load_state(Path(path), strict=strict, strict_fields=strict_fields)
     except StateLoadError as e:
         raise StartupError(str(e)) from e
-    runtime = runtime_from_objects(
-        objects, Path(path), gates, strict_fields=strict_fields, cel_engine=cel_engine, config=config
-    )
+    runtime = runtime_from_objects(objects, Path(path), gates, cel_engine=cel_engine, config=config)
     if objects.count() == 0:
         found = f"{objects.files} manifest file(s), none with a" if objects.files else "no manifest files, no"
         runtime.warnings.append(
             f"{path}: {found} Node, Pod or DRA object (resource.k8s.io): is this the state directory?"
         )
+    _refuse_problems(runtime, strict_fields)
     return runtime
+
+
+def _refuse_problems(runtime: Runtime, strict_fields: bool) -> None:
+    """With ``strict_fields``, the first of the state's problems is a StartupError."""
+    if strict_fields and runtime.warnings:
+        raise StartupError(runtime.warnings[0])
 
 
 def runtime_from_objects(
@@ -182,47 +174,85 @@ def runtime_from_objects(
     config: Path | None = None,
 ) -> Runtime:
     """The runtime of loaded objects (a state directory, or a cluster snapshot: ``app.snapshot``);
-    ``source`` names where they came from. Raises StartupError."""
+    ``source`` names where they came from. Raises StartupError (with ``strict_fields`` also for the first
+    of the state's problems)."""
     selectors = SelectorCache(new_engine(cel_engine))
     state = ClusterState(gates)
     state.inventory.attach_selectors(selectors)
     if config is not None:
         install_config(config, state, selectors)
     notes = list(objects.warnings)
+    missing_claims = missing_pod_claims(objects)  # before template claims are generated
     notes.extend(generate_template_claims(objects, workload_claims=state.gates.workload_claims))
     for kind, obj in _ordered(objects):
         try:
             state.apply(kind, obj)
         except InvalidInputError as e:
             raise StartupError(f"{_source(objects, kind, obj)}: {e}") from e
-    cel_problems = _class_selector_problems(objects, selectors)
-    if strict_fields and cel_problems:
-        raise StartupError(cel_problems[0])
+    warnings = [
+        *objects.skipped_files,
+        *objects.unknown_kinds,
+        *objects.unknown_fields,
+        *_selector_problems(objects, selectors),
+        *missing_claims,
+    ]
     service = SchedulingService(state, selectors)
-    runtime = Runtime(source, state, service, notes, warnings=[*objects.unknown_fields, *cel_problems])
+    runtime = Runtime(source, state, service, notes, warnings=warnings)
+    _refuse_problems(runtime, strict_fields)
     if config is not None:
         runtime.problems = [f"{config}: {problem}" for problem in state.inventory.derivation_summary()]
-        runtime.watcher = watch_config(Path(config), service)
     return runtime
 
 
-def _class_selector_problems(objects: ClusterObjects, selectors: SelectorCache) -> list[str]:
-    """``<file>: DeviceClass <name>: spec.selectors[i].cel.expression: <compile error>`` per selector that
-    does not compile (the API server compiles them on create; a class that does not compile matches no
-    device, and every pod asking for it fails)."""
+def _selector_problems(objects: ClusterObjects, selectors: SelectorCache) -> list[str]:
+    """``<file>: <Kind> <ref>: <path>.cel.expression: <compile error>`` per CEL selector of a DeviceClass,
+    ResourceClaim or ResourceClaimTemplate that does not compile (the API server compiles them on create; a
+    class that does not compile matches no device, and every pod asking for it fails). Claims made from a
+    template here are left out: their template is reported."""
     problems = []
-    for obj in objects.device_classes:
-        name = (obj.get("metadata") or {}).get("name")
-        for i, selector in enumerate((obj.get("spec") or {}).get("selectors") or ()):
-            expression = ((selector or {}).get("cel") or {}).get("expression")
-            if not isinstance(expression, str):
-                continue  # the converter checked the shape
-            try:
-                selectors.program(expression)
-            except CELCompileError as e:
-                where = f"spec.selectors[{i}].cel.expression"
-                problems.append(f"{_source(objects, 'DeviceClass', obj)}: DeviceClass {name}: {where}: {e}")
+    for kind, obj, path, expression in _cel_selectors(objects):
+        try:
+            selectors.program(expression)
+        except CELCompileError as e:
+            meta = obj.get("metadata") or {}
+            ref = meta["name"] if kind == "DeviceClass" else f"{meta.get('namespace')}/{meta['name']}"
+            problems.append(f"{_source(objects, kind, obj)}: {kind} {ref}: {path}.cel.expression: {e}")
     return problems
+
+
+def _cel_selectors(objects: ClusterObjects) -> Iterator[tuple[str, Mapping[str, Any], str, str]]:
+    """(kind, object, selector path, expression) of every CEL selector, in file order."""
+    for obj in objects.device_classes:
+        yield from _expressions(
+            "DeviceClass", obj, (obj.get("spec") or {}).get("selectors"), "spec.selectors"
+        )
+    for kind, spec_path, of_kind in (
+        ("ResourceClaimTemplate", "spec.spec", objects.resource_claim_templates),
+        ("ResourceClaim", "spec", objects.resource_claims),
+    ):
+        for obj in of_kind:
+            if objects.source_of(kind, obj) is None:
+                continue  # generated from a template
+            spec = obj.get("spec") or {}
+            if kind == "ResourceClaimTemplate":
+                spec = spec.get("spec") or {}
+            for i, request in enumerate((spec.get("devices") or {}).get("requests") or ()):
+                where = f"{spec_path}.devices.requests[{i}]"
+                exactly = request.get("exactly") or {}
+                yield from _expressions(kind, obj, exactly.get("selectors"), f"{where}.exactly.selectors")
+                for j, sub in enumerate(request.get("firstAvailable") or ()):
+                    yield from _expressions(
+                        kind, obj, sub.get("selectors"), f"{where}.firstAvailable[{j}].selectors"
+                    )
+
+
+def _expressions(
+    kind: str, obj: Mapping[str, Any], selectors: Any, path: str
+) -> Iterator[tuple[str, Mapping[str, Any], str, str]]:
+    for i, selector in enumerate(selectors or ()):
+        expression = ((selector or {}).get("cel") or {}).get("expression")
+        if isinstance(expression, str):  # the converter checked the shape
+            yield kind, obj, f"{path}[{i}]", expression
 
 
 def state_summary(state: ClusterState) -> dict[str, int]:
@@ -248,22 +278,22 @@ MAX_PROBLEMS_SHOWN = 20
 """Warnings, and config problems (failed derived attributes), printed at startup; the rest are counted."""
 
 
-def print_limited(level: str, lines: Sequence[str], what: str) -> None:
-    """The first ``MAX_PROBLEMS_SHOWN`` lines on stderr, then how many more there are."""
-    for line in lines[:MAX_PROBLEMS_SHOWN]:
-        print(f"dra-extender: {level}: {line}", file=sys.stderr)
+def print_limited(level: str, lines: Sequence[str], what: str, *, as_records: bool = False) -> None:
+    """The first ``MAX_PROBLEMS_SHOWN`` lines on stderr, then how many more there are; ``as_records``: as
+    log records at ``level`` (``warning``, ``error``) instead, for ``serve --log-format json``."""
+    shown = list(lines[:MAX_PROBLEMS_SHOWN])
     if len(lines) > MAX_PROBLEMS_SHOWN:
-        print(
-            f"dra-extender: {level}: ... and {len(lines) - MAX_PROBLEMS_SHOWN} more {what}", file=sys.stderr
-        )
+        shown.append(f"... and {len(lines) - MAX_PROBLEMS_SHOWN} more {what}")
+    for line in shown:
+        if as_records:
+            log.log(logging.getLevelName(level.upper()), "%s", line)
+        else:
+            print(f"dra-extender: {level}: {line}", file=sys.stderr)
 
 
 def apply_policies(service: SchedulingService, scheduling: SchedulingSettings) -> None:
-    """Device selection and scoring of the settings, on the service."""
-    service.device_selection = scheduling.device_selection
-    service.scoring = scheduling.scoring
-    if scheduling.filter_time_budget_seconds is not None:
-        service.filter_time_budget = scheduling.filter_time_budget_seconds
+    """Device selection, scoring and the filter time budget of the settings, on the service."""
+    service.set_policy(scheduling.device_selection, scheduling.scoring, scheduling.filter_time_budget_seconds)
 
 
 def load_runtime(
@@ -289,8 +319,9 @@ def load_runtime(
             cel_engine=scheduling.cel_engine,
             config=settings.config_file,
         )
-    print_limited("warning", runtime.warnings, "warnings")
-    print_limited("error", runtime.problems, "derived attribute errors")
+    as_records = settings.server.log_format == "json"
+    print_limited("warning", runtime.warnings, "warnings", as_records=as_records)
+    print_limited("error", runtime.problems, "derived attribute errors", as_records=as_records)
     apply_policies(runtime.service, settings.scheduling)
     # The loaded state is long-lived: keep the cyclic collector from rescanning it on every full collection
     # (with 10^6 objects each one costs tens of ms on the request path).

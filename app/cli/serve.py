@@ -3,10 +3,11 @@
 ``serve --state DIR``: load the state, print a banner to stderr, serve the extender with uvicorn (one
 worker: the cluster state lives in this process). ``serve --kubeconfig PATH`` / ``--in-cluster`` /
 ``$KUBECONFIG`` (``app.kube``): list+watch the API server and write binds to it; ``/readyz`` is 503 until
-every informer has synced. The port is bound before the state loads, TLS files are checked before
-anything else (``--ssl-certfile`` / ``--ssl-keyfile`` serve HTTPS, ``--ssl-ca-certs`` also requires
-client certificates); the metrics and probe listeners (``--metrics-bind-address``,
-``--health-probe-bind-address``) share one binder that names the flag when an address cannot be bound.
+every informer has synced. The port is bound before the state loads, the files the options name (TLS,
+kubeconfig: ``app.config.files``) are checked before anything else (``--ssl-certfile`` / ``--ssl-keyfile``
+serve HTTPS, ``--ssl-ca-certs`` also requires client certificates); the metrics and probe listeners
+(``--metrics-bind-address``, ``--health-probe-bind-address``) share one binder that names the flag when
+an address cannot be bound.
 """
 
 from __future__ import annotations
@@ -17,16 +18,15 @@ import contextlib
 import dataclasses
 import logging
 import socket
-import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
 from allocator.selectors import SelectorCache
 from app.cli.flags import cluster_settings, settings_from_args
+from app.cli.reload import config_watcher
 from app.cli.runtime import (
     EXIT_OK,
     StartupError,
@@ -35,11 +35,13 @@ from app.cli.runtime import (
     load_runtime,
     new_engine,
     state_summary,
-    watch_config,
 )
+from app.config.derivedconfig import ConfigError, ConfigWatcher, load_config
+from app.config.extenderconfig import PATH_FIELDS
+from app.config.files import file_problems
 from app.config.logs import configure as configure_logging
 from app.config.settings import ServerSettings, Settings
-from app.http.metrics import Metrics
+from app.http.metrics import ConfigReloadCollector, Metrics
 from app.http.probes import ProbeListener
 from app.scheduling.service import SchedulingService
 
@@ -93,6 +95,15 @@ def _banner(
     return "\n".join(lines)
 
 
+def _announce(server: ServerSettings, banner: str) -> None:
+    """The startup banner: as it is on stderr for a person, one info record with ``--log-format json`` (a
+    log collector reads every line of the stream as JSON)."""
+    if server.log_format == "json":
+        log.info("%s", banner)
+    else:
+        print(banner, file=sys.stderr, flush=True)
+
+
 def _bind_example(service: SchedulingService) -> tuple[Mapping[str, Any] | None, str | None]:
     """The first pending pod and a node it fits on (for the banner's bind example), or (None, None)."""
     pending = service.state.pending_pods()
@@ -116,50 +127,78 @@ SWITCH_INTERVAL_SECONDS = 0.0005
 """How long a thread holding the GIL may keep it while another thread waits for it, in cluster mode."""
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+    """``serve`` with ``args`` parsed from ``argv`` (None: ``sys.argv``; parsed again when the config file
+    changes, ``app.cli.reload``)."""
     settings = settings_from_args(args)
-    _check_tls(settings.server)  # before the state loads: a bad file must not cost minutes, then a traceback
-    configure_logging(settings.server.log_level, settings.server.log_format)
+    _check_files(args)  # before the state loads: a bad file must not cost minutes, then a traceback
+    configure_logging(settings.server.effective_log_level, settings.server.log_format)
     cluster = cluster_settings(args)
     if cluster is None and settings.server.delegated_auth:
         raise StartupError("--delegated-auth needs cluster mode: it asks the API server about callers")
+    started = _StartedWith(args, sys.argv[1:] if argv is None else list(argv))
     if cluster is not None:
-        return _serve_cluster(dataclasses.replace(settings, state_dir=None, cluster=cluster))
+        return _serve_cluster(dataclasses.replace(settings, state_dir=None, cluster=cluster), started)
     with _listen(settings.server) as sock:
-        return _serve_state(settings, args.strict, sock)
+        return _serve_state(settings, started, sock)
 
 
-def _serve_state(settings: Settings, strict_fields: bool, sock: socket.socket) -> int:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _StartedWith:
+    """The command line ``serve`` started with: its options and its words (``app.cli.reload``)."""
+
+    args: argparse.Namespace
+    argv: list[str]
+
+    def config_watcher(self, settings: Settings, service: SchedulingService) -> ConfigWatcher | None:
+        """The watcher applying config file changes to ``service`` (call ``start()``); None without
+        ``--config``. Raises StartupError for an unusable file."""
+        if settings.config_file is None:
+            return None
+        try:
+            config = load_config(settings.config_file)
+        except ConfigError as e:
+            raise StartupError(str(e)) from e
+        return config_watcher(self.argv, self.args, config, service)
+
+
+def _metrics(
+    service: SchedulingService,
+    watcher: ConfigWatcher | None,
+    informers: Any = None,
+    collectors: Sequence[Any] = (),
+) -> Metrics:
+    """``Metrics`` of ``service`` with the config file's reload state (``watcher``) and, in cluster mode,
+    the ``informers`` and the API client's ``collectors``."""
+    reload_state = [ConfigReloadCollector(watcher)] if watcher is not None else []
+    return Metrics(service, informers, collectors=[*collectors, *reload_state])
+
+
+def _serve_state(settings: Settings, started: _StartedWith, sock: socket.socket) -> int:
     """Load the state directory, print the banner and serve on ``sock``."""
     from app.http.api import create_app
     from app.http.server import serve, server_config
 
-    runtime = load_runtime(settings, strict_fields)
+    runtime = load_runtime(settings, started.args.strict)
     for note in runtime.notes:
         log.debug("%s", note)
     example_pod, example_node = _bind_example(runtime.service)
-    print(
-        _banner(
-            settings,
-            state_summary(runtime.state),
-            example_pod,
-            example_node,
-            sorted(runtime.state.objects["Node"]),
-        ),
-        file=sys.stderr,
-        flush=True,
+    nodes = sorted(runtime.state.objects["Node"])
+    _announce(
+        settings.server, _banner(settings, state_summary(runtime.state), example_pod, example_node, nodes)
     )
-    if runtime.watcher is not None:
-        runtime.watcher.start()
-    metrics = _serve_metrics(settings.server, Metrics(runtime.service))
-    with _serve_probes(settings.server, lambda: True) as probes:
+    watcher = started.config_watcher(settings, runtime.service)
+    if watcher is not None:
+        watcher.start()
+    metrics = _metrics(runtime.service, watcher)
+    with _serve_metrics(settings.server, metrics), _serve_probes(settings.server, lambda: True) as probes:
         # One worker: the cluster state and the in-flight allocations live in this process.
         serve(
             create_app(runtime.service, settings, metrics=metrics, heartbeat=probes),
             sock,
             host=settings.server.host,
             port=settings.server.port,
-            log_level=settings.server.log_level,
+            log_level=settings.server.effective_log_level,
             log_config=None,  # uvicorn's records go through the handler configure_logging installed
             workers=1,
             **server_config(),
@@ -182,18 +221,22 @@ def _serve_probes(server: ServerSettings, ready: Callable[[], bool]) -> Iterator
         yield probes
 
 
-def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Metrics:
-    """Start the ``--metrics-bind-address`` listener (a daemon thread) when asked for; returns ``metrics``.
-    Raises StartupError when the address cannot be bound."""
-    if server.metrics_bind_address is not None:
-        from prometheus_client import start_http_server
+@contextlib.contextmanager
+def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Iterator[None]:
+    """The ``--metrics-bind-address`` listener (``app.http.metricsport``: ``/metrics`` only) while the
+    block runs, when asked for. Raises StartupError when the address cannot be bound."""
+    if server.metrics_bind_address is None:
+        yield
+        return
+    from app.http.metricsport import MetricsListener
 
-        _listen_on(
-            "--metrics-bind-address",
-            server.metrics_bind_address,
-            lambda host, port: start_http_server(port, host, registry=metrics.registry),
-        )
-    return metrics
+    listener = _listen_on(
+        "--metrics-bind-address",
+        server.metrics_bind_address,
+        lambda host, port: MetricsListener(host, port, metrics.registry),
+    )
+    with listener:
+        yield
 
 
 def _listen_on(flag: str, address: str, start: Callable[[str, int], _T]) -> _T:
@@ -210,60 +253,16 @@ def _url(server: ServerSettings) -> str:
     return f"{'https' if server.ssl_certfile else 'http'}://{server.host}:{server.port}"
 
 
-def _check_tls(server: ServerSettings) -> None:
-    """Load the TLS files as uvicorn will. Raises StartupError naming the flag and the file: unreadable,
-    not PEM, or a key that does not belong to the certificate."""
-    if server.ssl_certfile is None:
-        return
-    import ssl
-
-    files = {
-        "--ssl-certfile": server.ssl_certfile,
-        "--ssl-keyfile": server.ssl_keyfile,
-        "--ssl-ca-certs": server.ssl_ca_certs,
-    }
-    for flag, path in files.items():
-        if path is not None:
-            _check_tls_file(flag, path)
-    for flag in ("--ssl-certfile", "--ssl-ca-certs"):
-        try:  # as a trust store: fails unless the file holds PEM certificates
-            if files[flag] is not None:
-                ssl.create_default_context(cafile=files[flag])
-        except ssl.SSLError as e:
-            raise StartupError(f"{flag} {files[flag]}: no PEM certificate in it ({e.reason or e})") from e
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-            server.ssl_certfile, server.ssl_keyfile
-        )
-    except ssl.SSLError as e:
-        raise StartupError(
-            f"--ssl-keyfile {server.ssl_keyfile}: not a PEM private key of the certificate "
-            f"{server.ssl_certfile} ({e.reason or e})"
-        ) from e
-
-
-MAX_TLS_FILE_BYTES = 4 << 20
-"""4 MiB: a CA bundle of every public root is ~250 KiB. OpenSSL reads the whole file, and a device or a
-sparse file would be read into memory."""
-
-
-def _check_tls_file(flag: str, path: Path) -> None:
-    """A TLS file must be a readable regular file of at most ``MAX_TLS_FILE_BYTES``: OpenSSL (and uvicorn,
-    which opens it again) waits forever on a FIFO without a writer and reads /dev/zero without end.
-    Raises StartupError naming the flag and the file."""
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise StartupError(f"{flag} {path}: not a regular file")
-        if info.st_size > MAX_TLS_FILE_BYTES:
-            raise StartupError(
-                f"{flag} {path}: larger than {MAX_TLS_FILE_BYTES >> 20} MiB ({info.st_size} bytes): "
-                "not a PEM file"
-            )
-        with path.open("rb") as file:
-            file.read(1)
-    except OSError as e:
-        raise StartupError(f"{flag} {path}: cannot read it: {e.strerror or e}") from e
+def _check_files(args: argparse.Namespace) -> None:
+    """The files the options name (TLS, kubeconfig) must be usable (``app.config.files``): a StartupError
+    names the flag and the file. Those a config file gave were checked naming its field when it was read
+    (``app.cli.main.parse_args``)."""
+    flags = {spec.dest: spec.flag for spec in PATH_FIELDS}
+    files = {dest: getattr(args, dest) for dest in flags}
+    problems = file_problems(files)
+    if problems:
+        dest, problem = problems[0]
+        raise StartupError(f"{flags[dest]} {files[dest]}: {problem}")
 
 
 def _ssl_options(server: ServerSettings) -> dict[str, Any]:
@@ -283,7 +282,7 @@ def _ssl_options(server: ServerSettings) -> dict[str, Any]:
     return options
 
 
-def _serve_cluster(settings: Settings) -> int:
+def _serve_cluster(settings: Settings, started: _StartedWith) -> int:
     """Cluster mode: the informers and the bind writes on their own thread, uvicorn on the main one."""
     from app.kube.runtime import ClusterRuntime
 
@@ -294,18 +293,19 @@ def _serve_cluster(settings: Settings) -> int:
         install_config(settings.config_file, runtime.state, selectors)
     apply_policies(runtime.service, settings.scheduling)
     with _listen(settings.server) as sock:
-        return _run_cluster(settings, runtime, sock)
+        return _run_cluster(settings, started, runtime, sock)
 
 
-def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
+def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: socket.socket) -> int:
     """Start the informers (``runtime``: an ``app.kube.runtime.ClusterRuntime``) and serve on ``sock``."""
     from app.http.api import create_app
     from app.http.auth import DelegatedAuth
     from app.http.server import serve, server_config
     from app.kube.runtime import BackgroundRuntime
 
-    if settings.config_file is not None:
-        watch_config(settings.config_file, runtime.service).start()  # re-derive on change, as offline
+    watcher = started.config_watcher(settings, runtime.service)
+    if watcher is not None:
+        watcher.start()
     # The informers' thread turns watch events into state while the event loop answers kube-scheduler:
     # a loop thread back from a socket wait would otherwise wait up to the default 5 ms for the GIL, at
     # every wait of every request.
@@ -317,32 +317,31 @@ def _run_cluster(settings: Settings, runtime: Any, sock: socket.socket) -> int:
         raise StartupError(f"cannot load the Kubernetes client configuration: {e}") from e
     server = settings.server
     url = _url(server)
-    print(
+    _announce(
+        server,
         f"dra-extender: cluster mode, API server {runtime.client.host}; serving {url} (kube-scheduler "
         f"urlPrefix: {url}/scheduler); ready (/readyz) once every informer has synced",
-        file=sys.stderr,
-        flush=True,
     )
     auth = None
     if server.delegated_auth:
         auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
+    collectors = [*runtime.api_metrics.collectors(), *runtime.conflicts.collectors()]
+    metrics = _metrics(runtime.service, watcher, runtime.informers, collectors)
     try:
-        with _serve_probes(server, runtime.ready) as probes:
+        with _serve_metrics(server, metrics), _serve_probes(server, runtime.ready) as probes:
             serve(
                 create_app(
                     runtime.service,
                     settings,
                     ready=runtime.ready,
                     auth=auth,
-                    metrics=_serve_metrics(
-                        server, Metrics(runtime.service, runtime.informers, runtime.conflicts)
-                    ),
+                    metrics=metrics,
                     heartbeat=probes,
                 ),
                 sock,
                 host=server.host,
                 port=server.port,
-                log_level=server.log_level,
+                log_level=server.effective_log_level,
                 log_config=None,
                 workers=1,
                 **server_config(),

@@ -1,16 +1,23 @@
 """``dra-extender validate``: check a state directory and / or a config file without serving.
 
-The state is loaded with the same rules as ``serve`` and ``simulate`` (file, object and field named on
-the first problem); the config file is parsed and compiled, and with a state its cluster-wide derived
-attributes are computed on the state's devices, reporting runtime errors once per attribute with the
-device count. Exit status: 0 valid, 1 valid but a derived attribute fails on some devices (it is then
-absent there), 2 unusable input."""
+The state is loaded with the same rules as ``serve`` and ``simulate``; what those print as warnings are
+the state's problems here (``app.cli.runtime.Runtime.warnings``: entries that are not regular files,
+unknown kinds and fields, CEL selectors that do not compile, pod claims whose ResourceClaim or
+ResourceClaimTemplate is missing, a state without any object the extender uses), listed in full. The
+config file is parsed and compiled, the files its fields name are checked as ``serve`` checks them
+(``app.config.files``, naming the field), and with a state its cluster-wide derived attributes are
+computed on the state's devices, reporting runtime errors once per attribute with the device count.
+
+Exit status: 0 clean, 1 problems (listed on stdout), 2 unusable input (on stderr: a file that does not
+parse, an invalid object or config field). ``--strict`` changes nothing here: every problem is listed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from allocator.selectors import SelectorCache
@@ -19,7 +26,7 @@ from app.config.derivedconfig import ConfigError, load_config
 
 __all__ = ["add_validate_parser", "run_validate"]
 
-EXIT_VALID, EXIT_RUNTIME_ERRORS, EXIT_INVALID = 0, 1, 2
+EXIT_VALID, EXIT_PROBLEMS, EXIT_INVALID = 0, 1, 2
 
 
 def add_validate_parser(commands: Any, common: Callable[..., None]) -> None:
@@ -27,51 +34,60 @@ def add_validate_parser(commands: Any, common: Callable[..., None]) -> None:
     sub = commands.add_parser(
         "validate",
         help="check a state directory and/or a config file",
-        description="Load a state directory and/or a config file as serve would, and report problems.",
+        description="Load a state directory and/or a config file as serve would, and list every problem: "
+        "unknown fields and kinds, CEL selectors that do not compile, pod claims whose ResourceClaim or "
+        "template is missing, manifest entries that are not regular files, files named in the config "
+        "that cannot be used, derived attributes that fail on the state's devices.",
     )
     common(sub, state_required=False)
-    sub.epilog = (
-        "Exit status: 0 valid, 1 a derived attribute fails on some devices, 2 unusable input (on stderr)."
-    )
+    sub.epilog = "Exit status: 0 clean, 1 problems (listed), 2 unusable input (on stderr)."
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    """Run ``validate``; the verdicts go to stdout, unusable input to stderr. Returns the exit code."""
+    """Run ``validate``; the verdicts and problems go to stdout, unusable input to stderr. Returns the
+    exit code."""
     if args.state is None and args.config is None:
         print("dra-extender: validate needs --state DIR, --config FILE or both", file=sys.stderr)
         return EXIT_INVALID
+    runtime = None
     try:
-        if args.state is None:
-            config = load_config(args.config)
+        config = None if args.config is None else load_config(args.config)
+        if args.state is not None:
+            # Never strict: every problem is listed rather than the first one raised.
+            runtime = build_runtime(
+                args.state, args.feature_gates, cel_engine=args.cel_engine, config=args.config
+            )
+        elif config is not None:
             config.derivation(SelectorCache(new_engine(args.cel_engine)))  # compiles every expression
-            print(f"{args.config}: valid ({len(config.attributes)} derived attributes)")
-            return EXIT_VALID
-        runtime = build_runtime(
-            args.state,
-            args.feature_gates,
-            strict_fields=args.strict,
-            cel_engine=args.cel_engine,
-            config=args.config,
-        )
     except (StartupError, ConfigError) as e:
         print(f"dra-extender: {e}", file=sys.stderr)
         return EXIT_INVALID
-    for warning in runtime.warnings:
-        print(f"dra-extender: warning: {warning}", file=sys.stderr)
-    counts = state_summary(runtime.state)
-    print(
-        f"{args.state}: valid ({counts['nodes']} nodes, {counts['resource_slices']} ResourceSlices, "
-        f"{counts['devices']} devices, {counts['resource_claims']} ResourceClaims, "
-        f"{counts['pending_pods']} pending pods)"
-    )
-    if args.config is None:
+    exit_code = EXIT_VALID
+    if runtime is not None:
+        counts = state_summary(runtime.state)
+        summary = (
+            f"{counts['nodes']} nodes, {counts['resource_slices']} ResourceSlices, {counts['devices']} "
+            f"devices, {counts['resource_claims']} ResourceClaims, {counts['pending_pods']} pending pods"
+        )
+        exit_code = _report(args.state, summary, runtime.warnings)
+    if config is not None:
+        summary = f"{len(config.attributes)} derived attributes"
+        if runtime is not None:
+            summary += ", computed on the state's devices"
+        # runtime.problems: the derived attributes that fail on some of the state's devices.
+        problems = [*config.file_problems(), *(runtime.problems if runtime is not None else ())]
+        exit_code = max(exit_code, _report(args.config, summary, problems))
+    return exit_code
+
+
+def _report(source: Path, summary: str, problems: Sequence[str]) -> int:
+    """``<source>: valid (<summary>)``, or the count and each problem indented (the source's own name left
+    out where a problem starts with it). Returns the exit code."""
+    if not problems:
+        print(f"{source}: valid ({summary})")
         return EXIT_VALID
-    attributes = len(load_config(args.config).attributes)
-    if not runtime.problems:
-        none = "no runtime errors on the state's devices"
-        print(f"{args.config}: valid ({attributes} derived attributes, {none})")
-        return EXIT_VALID
-    print(f"{args.config}: {attributes} derived attributes, runtime errors on the state's devices:")
-    for problem in runtime.problems:
-        print(f"  {problem.removeprefix(f'{args.config}: ')}")
-    return EXIT_RUNTIME_ERRORS
+    print(f"{source}: {len(problems)} problem{'s' if len(problems) > 1 else ''} ({summary}):")
+    for problem in problems:
+        # A CEL compile error spans lines (the expression, a caret under the error): kept under its problem.
+        print("  " + problem.removeprefix(f"{source}: ").replace("\n", "\n    "))
+    return EXIT_PROBLEMS

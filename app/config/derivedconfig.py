@@ -1,6 +1,7 @@
 """The extender's config file (``--config FILE``): cluster-wide derived attributes, reloaded on change, and
 with ``apiVersion: dra-extender.io/v1alpha1`` / ``kind: ExtenderConfiguration`` the settings sections
-``server``, ``scheduling`` and ``cluster`` (``app.config.extenderconfig``: read at start only).
+``server``, ``scheduling`` and ``cluster`` (``app.config.extenderconfig``; what a reload applies of them:
+``app.cli.reload``).
 
 Format (YAML or JSON; every key optional except the two of an entry; a file without ``apiVersion`` may hold
 only ``derivedAttributes``)::
@@ -25,10 +26,12 @@ the previous config when the new one is invalid, logging why.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,15 @@ from allocator.errors import CELCompileError
 from allocator.inventory import Inventory
 from allocator.model import qualified_name_problem
 from allocator.selectors import SelectorCache
-from app.config.extenderconfig import API_VERSION, COMMAND_SECTIONS, KIND, SECTIONS, parse_sections
+from app.config.extenderconfig import (
+    API_VERSION,
+    COMMAND_SECTIONS,
+    KIND,
+    PATH_FIELDS,
+    SECTIONS,
+    parse_sections,
+)
+from app.config.files import file_problems
 from app.state.statedir import load_yaml_document
 
 __all__ = [
@@ -80,11 +91,32 @@ class ExtenderConfig:
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Per section (``server``, ``scheduling``, ``cluster``), option dest -> value
     (app.config.extenderconfig)."""
+    digest: str = ""
+    """SHA-256 of the file's bytes, hex ("" for a config not read from a file)."""
 
     def defaults_for(self, command: str) -> dict[str, Any]:
         """The option defaults this file gives ``command`` (flags on the command line override them)."""
         sections = COMMAND_SECTIONS.get(command, ())
         return {dest: v for section in sections for dest, v in self.settings.get(section, {}).items()}
+
+    def file_problems(
+        self, sections: Sequence[str] = SECTIONS, overridden: Collection[str] = ()
+    ) -> list[str]:
+        """``<config file>: <field>: <path>: <problem>`` per field of ``sections`` naming a file that cannot
+        be used (``server.sslCertFile``, ``cluster.kubeconfig``, ...: ``app.config.files``), in field order;
+        ``overridden``: option dests a flag set instead (their fields are not used, nor checked)."""
+        specs = {
+            spec.dest: spec
+            for spec in PATH_FIELDS
+            if spec.path.partition(".")[0] in sections and spec.dest not in overridden
+        }
+        files = {
+            dest: self.settings.get(spec.path.partition(".")[0], {}).get(dest) for dest, spec in specs.items()
+        }
+        return [
+            f"{self.path}: {specs[dest].path}: {files[dest]}: {problem}"
+            for dest, problem in file_problems(files)
+        ]
 
     def derivation(self, selectors: SelectorCache) -> ClusterDerivation | None:
         """The compiled derived attributes (None when there are none). Raises ConfigError for an
@@ -108,10 +140,11 @@ def _string(entry: Mapping[str, Any], key: str, where: str, *, required: bool) -
     return value
 
 
-def parse_config(data: Any, path: Path) -> ExtenderConfig:
-    """Check a loaded document (None = empty file). Raises ConfigError naming ``path`` and the field."""
+def parse_config(data: Any, path: Path, digest: str = "") -> ExtenderConfig:
+    """Check a loaded document (None = empty file) whose file has ``digest``. Raises ConfigError naming
+    ``path`` and the field."""
     if data is None:
-        return ExtenderConfig(path)
+        return ExtenderConfig(path, digest=digest)
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"{path}: must be a mapping with a derivedAttributes list, got {type(data).__name__}"
@@ -162,7 +195,7 @@ def parse_config(data: Any, path: Path) -> ExtenderConfig:
                 source=f"{path.name}: derivedAttributes[{i}]",
             )
         )
-    return ExtenderConfig(path, tuple(attributes), settings)
+    return ExtenderConfig(path, tuple(attributes), settings, digest)
 
 
 def load_config(path: Path) -> ExtenderConfig:
@@ -187,7 +220,7 @@ def load_config(path: Path) -> ExtenderConfig:
         data = load_yaml_document(text, str(path), json_numbers=False)
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    return parse_config(data, Path(path))
+    return parse_config(data, Path(path), hashlib.sha256(raw).hexdigest())
 
 
 def _signature(path: Path, stat: Callable[[Path], Any]) -> tuple[int, int, int] | None:
@@ -202,9 +235,14 @@ class ConfigWatcher:
     """Reloads the config file when it changes and hands the new config to ``apply``.
 
     ``poll()`` checks once (tests call it directly); ``start()`` runs it every ``interval`` seconds in a
-    daemon thread until ``stop()``. A file that is missing, unreadable or invalid, or that ``apply`` rejects
-    with ConfigError, is logged at error level and the previous config stays in force; the next change is
-    tried again. ``stat`` and ``wait`` are injectable so tests need no real sleeps.
+    daemon thread until ``stop()``. A file rewritten with the same bytes (``digest``) is not applied again.
+    A file that is missing, unreadable or invalid, or that ``apply`` rejects with ConfigError, is logged
+    at error level and the previous config stays in force; the next change is tried again. ``apply`` logs
+    what it changed. ``stat`` and ``wait`` are injectable so tests need no real sleeps.
+
+    The state of the last reload, for the metrics (``app.http.metrics``, as Prometheus and Alertmanager
+    expose theirs): ``digest`` of the config in force, ``last_reload_successful``,
+    ``last_success_seconds`` (Unix time of the last config applied, startup included).
     """
 
     def __init__(
@@ -212,6 +250,7 @@ class ConfigWatcher:
         path: Path,
         apply: Callable[[ExtenderConfig], None],
         *,
+        digest: str = "",
         interval: float = DEFAULT_POLL_SECONDS,
         stat: Callable[[Path], Any] = os.stat,
     ) -> None:
@@ -223,10 +262,14 @@ class ConfigWatcher:
         self._seen = _signature(self.path, stat)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.digest = digest
+        """SHA-256 of the config in force (``ExtenderConfig.digest``)."""
         self.reloads = 0
         """Configs applied after startup."""
         self.last_error = ""
         """Why the latest change was not applied ("" after a successful reload)."""
+        self.last_reload_successful = True
+        self.last_success_seconds = time.time()
 
     def poll(self) -> bool:
         """Apply the file if it changed since the last look; True when a new config was applied."""
@@ -238,17 +281,24 @@ class ConfigWatcher:
             self._fail(f"{self.path}: config file is gone")
             return False
         try:
-            self._apply(load_config(self.path))
+            config = load_config(self.path)
+            if config.digest == self.digest:
+                log.debug("config %s: rewritten with the same content", self.path)
+                self.last_reload_successful, self.last_error = True, ""
+                return False
+            self._apply(config)
         except ConfigError as e:
             self._fail(str(e))
             return False
+        self.digest = config.digest
         self.reloads += 1
         self.last_error = ""
-        log.info("config %s reloaded", self.path)
+        self.last_reload_successful, self.last_success_seconds = True, time.time()
         return True
 
     def _fail(self, message: str) -> None:
         self.last_error = message
+        self.last_reload_successful = False
         log.error("config reload failed, keeping the previous config: %s", message)
 
     def start(self) -> None:

@@ -18,8 +18,9 @@ here, numbers also for their range (``app.config.settings.RANGES``), the score w
 check them: an error names the field's path. The settings check the ranges again (naming the setting),
 since flags set them too.
 
-Reload: these sections are read once, at start; ``serve`` reloads only ``derivedAttributes`` when the file
-changes (a changed setting here needs a restart).
+Reload: when the file changes while ``serve`` runs, ``app.cli.reload`` applies the settings it can at once
+(device selection, scoring, the filter time budget, the log level, verbosity and format, the derived
+attributes) and logs every other changed field as needing a restart.
 """
 
 from __future__ import annotations
@@ -35,7 +36,16 @@ from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from app.config.logs import LOG_FORMATS
 from app.config.settings import CEL_ENGINES, LOG_LEVELS, RANGES
 
-__all__ = ["API_VERSION", "COMMAND_SECTIONS", "FIELDS", "KIND", "SECTIONS", "FieldSpec", "parse_sections"]
+__all__ = [
+    "API_VERSION",
+    "COMMAND_SECTIONS",
+    "FIELDS",
+    "KIND",
+    "PATH_FIELDS",
+    "SECTIONS",
+    "FieldSpec",
+    "parse_sections",
+]
 
 API_VERSION = "dra-extender.io/v1alpha1"
 KIND = "ExtenderConfiguration"
@@ -76,6 +86,13 @@ FIELDS: tuple[FieldSpec, ...] = (
         "--max-body-bytes",
     ),
     FieldSpec("server.logLevel", _one_of(LOG_LEVELS), "log_level", "log level (default info)", "--log-level"),
+    FieldSpec(
+        "server.verbosity",
+        "integer",
+        "verbosity",
+        "klog-style verbosity 0..10: 1 or more logs at debug whatever logLevel says (default 0)",
+        "-v",
+    ),
     FieldSpec(
         "server.logFormat",
         _one_of(LOG_FORMATS),
@@ -268,6 +285,10 @@ FIELDS: tuple[FieldSpec, ...] = (
         "an unconfirmed write's reservation is dropped after this long (default 600)",
     ),
 )
+
+
+PATH_FIELDS = tuple(spec for spec in FIELDS if spec.kind == "path")
+"""The fields that name a file (``app.config.files`` checks it can be used)."""
 
 
 def _typed(spec: FieldSpec, value: Any) -> Any:

@@ -7,7 +7,11 @@ loggers (``uvicorn.error``, ``uvicorn.access``) propagate there instead of insta
   (klog's text format puts them there too).
 * ``json``: one object per line with klog-style keys: ``ts`` (Unix seconds), ``level`` (lower case),
   ``logger``, ``msg``, then the structured keys a record carries (``pod``, ``node``, ``claim``,
-  ``devices``) and ``exc_info`` for a traceback (python-json-logger).
+  ``devices``, ``reason``) and ``exc_info`` for a traceback (python-json-logger).
+
+The level is ``ServerSettings.effective_log_level``: ``--log-level``, or debug with klog's ``-v N`` above 0.
+``serve`` logs its startup banner, warnings and errors as records too when the format is ``json``, so every
+line of the stream is JSON.
 
 Structured keys are passed as ``extra={"pod": "ns/name", "node": ...}``. Probe and scrape requests
 (``/livez``, ``/readyz``, ``/healthz``, ``/metrics``) are access-logged at debug, not info: a kubelet
@@ -22,13 +26,13 @@ from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter
 
-__all__ = ["LOG_FORMATS", "PROBE_PATHS", "configure"]
+__all__ = ["LOG_FORMATS", "PROBE_PATHS", "adjust", "configure"]
 
 LOG_FORMATS = ("text", "json")
 
 PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/metrics"})
 
-STRUCTURED_KEYS = ("pod", "node", "claim", "devices")
+STRUCTURED_KEYS = ("pod", "node", "claim", "devices", "reason")
 """Keys a record may carry through ``extra``, in output order."""
 
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -74,23 +78,46 @@ class _ProbesAtDebug(logging.Filter):
         return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
+def _formatter(log_format: str) -> logging.Formatter:
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log_format: must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+    return _KlogJsonFormatter() if log_format == "json" else _TextFormatter(_TEXT)
+
+
 def configure(level: str, log_format: str, stream: Any = None) -> None:
     """Send every log record (the extender's and uvicorn's) to ``stream`` (stderr) in ``log_format`` at
     ``level`` (a ``logging`` level name, any case). Replaces handlers set before: call once at startup."""
-    if log_format not in LOG_FORMATS:
-        raise ValueError(f"log_format: must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(_KlogJsonFormatter() if log_format == "json" else _TextFormatter(_TEXT))
+    handler.setFormatter(_formatter(log_format))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level.upper())
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    for name in _UVICORN_LOGGERS:
         uvicorn_logger = logging.getLogger(name)
         uvicorn_logger.handlers.clear()
         uvicorn_logger.propagate = True
-        uvicorn_logger.setLevel(logging.NOTSET)
+    _set_level(level)
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, _ProbesAtDebug) for f in access.filters):
         access.addFilter(_ProbesAtDebug())
+
+
+def adjust(level: str, log_format: str) -> None:
+    """Change the level and the format of the stream ``configure`` set up, while serving (a config file
+    reload): the same handler and stream, so nothing is lost or written twice."""
+    formatter = _formatter(log_format)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
+    _set_level(level)
+
+
+_UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def _set_level(level: str) -> None:
+    logging.getLogger().setLevel(level.upper())
+    # uvicorn sets its loggers' levels when it starts: they follow the root's again (a propagated record
+    # is checked against its own logger's level only).
+    for name in _UVICORN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)

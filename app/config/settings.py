@@ -103,6 +103,7 @@ _SECONDS_INTEGER = Range(high=MAX_SECONDS, integer=True, high_note="one day")
 
 RANGES: dict[str, Range] = {
     "port": Range(1, 65535, closed=True, integer=True),
+    "verbosity": Range(0, 10, closed=True, integer=True),
     "max_body_bytes": Range(high=MAX_BODY_BYTES, integer=True, high_note="32 MiB"),
     "filter_time_budget_seconds": _SECONDS,
     "percentage_of_nodes_to_score": Range(0, 100, closed=True, integer=True),
@@ -160,15 +161,19 @@ class ServerSettings:
     log_level: str = "info"
     """Python ``logging`` / uvicorn level name. ``info`` logs startup and one line per request."""
 
+    verbosity: int = 0
+    """klog-style ``-v N`` (0..10): 0 leaves ``log_level`` as it is, 1 or more logs at debug (the extender
+    has no finer levels); the more verbose of the two wins (``effective_log_level``)."""
+
     log_format: str = "text"
     """``text`` or ``json`` (``app.config.logs``): one format for the extender's and uvicorn's records;
     ``json`` has klog-style keys (``ts``, ``level``, ``msg``, ``pod``, ``node``, ``claim``) for log
     collectors."""
 
     metrics_bind_address: str | None = None
-    """``host:port`` of a second listener serving nothing but the metrics (prometheus-client's own HTTP
-    server, which answers them on any path), for Prometheus to scrape the pod while the extender's port
-    stays on loopback (``manifests/`` uses ``0.0.0.0:9090``, with a NetworkPolicy). None: metrics only at
+    """``host:port`` of a second listener serving nothing but ``/metrics`` (every other path 404,
+    ``app.http.metricsport``), for Prometheus to scrape the pod while the extender's port stays on
+    loopback (``manifests/`` uses ``0.0.0.0:9090``, with a NetworkPolicy). None: metrics only at
     ``/metrics`` on the extender's port."""
 
     health_probe_bind_address: str | None = None
@@ -196,6 +201,11 @@ class ServerSettings:
     scheduler_user: str = "system:kube-scheduler"
     """The user allowed on ``/scheduler/*`` with ``delegated_auth`` (a token's username or a
     certificate's CN; for a scheduler running as a service account: ``system:serviceaccount:NS:NAME``)."""
+
+    @property
+    def effective_log_level(self) -> str:
+        """The level records are logged at: ``log_level``, or ``debug`` with a ``verbosity`` above 0."""
+        return "debug" if self.verbosity > 0 else self.log_level
 
     def __post_init__(self) -> None:
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
@@ -267,8 +277,8 @@ class ClusterSettings:
     (``app.kube.informers``), writes binds (``app.kube.binder``) and recovers (``app.kube.recovery``)."""
 
     kubeconfig: Path | None = None
-    """kubeconfig file. None: the first file of ``$KUBECONFIG`` when set, else the in-cluster service
-    account."""
+    """kubeconfig file. None: the files of ``$KUBECONFIG`` when set (merged as kubectl merges them: missing
+    and empty ones skipped), else the in-cluster service account."""
 
     context: str | None = None
     """kubeconfig context; None: its ``current-context``."""
@@ -386,7 +396,7 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     config_file: Path | None = None
-    """Extender config file (``app.config.derivedconfig``: cluster-wide derived attributes), reloaded by
-    ``serve`` when it changes. None: no config."""
+    """Extender config file (``app.config.derivedconfig``: settings and cluster-wide derived attributes),
+    applied by ``serve`` when it changes (``app.cli.reload``). None: no config."""
     cluster: ClusterSettings | None = None
     """Cluster mode (list+watch the API server, write binds to it) instead of ``state_dir``."""

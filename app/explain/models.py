@@ -3,7 +3,8 @@ prints (documented in the OpenAPI at ``/docs``), and the two ways an explanation
 
 Field names follow the API objects they describe (``request``, ``driver``, ``pool``, ``device``,
 ``shareID``, ``consumedCapacity``, ``bindingConditions``...). ``NotFound``: an unknown pod, claim or node
-(HTTP 404); ``BadObject``: a what-if body that is not a ResourceClaim or ResourceClaimTemplate (400, or 413).
+(HTTP 404); ``BadObject``: a what-if body that is not a ResourceClaim or ResourceClaimTemplate, or has an
+unknown field (400, or 413).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ the device-selection policy would choose and its score broken down (``allocator.
 Nothing is created or kept: the functions below read the cluster state under the service lock (taken
 per node, within filter's time budget) and never write it, never keep per-(pod, node) results, never
 reserve devices. Errors: ``NotFound`` for an unknown pod or node; ``BadObject`` for a what-if body that
-is not a ResourceClaim or ResourceClaimTemplate (``app.explain.models``).
+is not a ResourceClaim or ResourceClaimTemplate, or has a field its apiVersion does not have
+(``app.explain.models``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from app.scheduling.claimrules import allocated_claims_reason, check_admin_acces
 from app.scheduling.extended import ExtendedClaim
 from app.scheduling.service import SchedulingService
 from app.state.convert import ConversionError, to_v1
+from app.state.knownfields import strict_decoding_error
 from app.state.podclaims import ClaimNotReady, PodClaim, state_pod_claims
 from app.state.statedir import check_encodable, load_yaml_document
 
@@ -310,8 +312,9 @@ def _group_name(pc: PodClaim) -> str:
 
 
 def parse_object(body: bytes | str) -> dict[str, Any]:
-    """A JSON or YAML document: one ResourceClaim or ResourceClaimTemplate. Raises BadObject (status 413
-    for YAML beyond ``MAX_YAML_BYTES``)."""
+    """A JSON or YAML document: one ResourceClaim or ResourceClaimTemplate, every field known to its
+    apiVersion (strict field validation: ``app.state.knownfields``). Raises BadObject (status 413 for YAML
+    beyond ``MAX_YAML_BYTES``)."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -343,6 +346,10 @@ def parse_object(body: bytes | str) -> dict[str, Any]:
     ):
         raise BadObject("metadata: must be an object whose name, namespace and uid are strings")
     obj = {**obj, "kind": kind}
+    # Typed by a person: a typo (`cuont: 2`) would otherwise silently mean "count unset".
+    unknown = strict_decoding_error({"apiVersion": "resource.k8s.io/v1", **obj})
+    if unknown:
+        raise BadObject(unknown)
     if obj.get("apiVersion", "resource.k8s.io/v1") != "resource.k8s.io/v1":
         try:
             obj = to_v1(obj)  # older resource.k8s.io versions, as the state loader accepts them

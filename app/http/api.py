@@ -305,12 +305,12 @@ def create_app(
         args = wire.decode_binding_args(body)
         pod = {"pod": f"{args.pod_namespace}/{args.pod_name}", "node": args.node}
         try:
-            devices = service.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+            bound = service.bind_outcome(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except (BindError, AllocatorError) as e:
-            log.info("bind failed: %s", e, extra=pod)
+            log.warning("bind failed", extra={**pod, "reason": str(e)})  # klog: the message, then the keys
             metrics.binds.labels("error").inc()
             return wire.encode_binding_result(str(e)), False
-        log.info("bound: %s", ", ".join(devices) or "no devices", extra={**pod, "devices": devices})
+        log.info("bound: %s", bound.summary(), extra={**pod, "devices": bound.devices})
         metrics.binds.labels("success").inc()
         return wire.encode_binding_result(), True
 

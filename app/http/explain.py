@@ -6,7 +6,9 @@
     POST /api/v1/explain[?node=N]   ResourceClaim | ResourceClaimTemplate (JSON or YAML) → WhatIfExplanation
 
 One pod or what-if explanation at a time (each may search every node, holding the service lock per
-node): a second one gets 429 with ``Retry-After``. Unknown objects get 404, bad what-if bodies 400 / 413.
+node): a second one gets 429 with ``Retry-After``. Unknown objects get 404, bad what-if bodies 400 / 413
+(a field the object's apiVersion does not have is one: ``unknown field "<path>"``, as kubectl's strict
+field validation).
 """
 
 from __future__ import annotations
@@ -121,7 +123,10 @@ def explain_router(service: SchedulingService, max_body_bytes: int, budget: Body
         "/explain",
         response_model=WhatIfExplanation,
         responses={
-            400: {"model": ErrorAnswer, "description": "Not a ResourceClaim or ResourceClaimTemplate"},
+            400: {
+                "model": ErrorAnswer,
+                "description": "Not a ResourceClaim or ResourceClaimTemplate, or an unknown field",
+            },
             413: {"model": ErrorAnswer, "description": "Body larger than max_body_bytes"},
             **_NOT_FOUND,
         },

@@ -25,31 +25,67 @@ per request:
   claims of each namespace hold, by the DeviceClass their request asked for;
 * cluster mode, per informer (``resource`` = kind): ``dra_extender_informer_synced`` (0/1),
   ``dra_extender_informer_events_total``, ``dra_extender_informer_relists_total``,
-  ``dra_extender_informer_seconds_since_last_event`` (absent before the first event); and
-  ``dra_extender_device_conflicts_total``: devices found in two claims' allocations (``app.kube.conflicts``:
-  another writer allocates; anything above 0 deserves an alert);
+  ``dra_extender_informer_seconds_since_last_event`` (absent before the first event);
 * unchanged since the first ``/metrics``: ``dra_extender_derived_attribute_errors{attribute}``,
   ``dra_extender_cel_program_bytes``, ``dra_extender_cel_results``, ``dra_extender_kept_pod_decisions``.
 
-Each ``Metrics`` has its own registry: one per app, so tests and processes do not share counters.
+About the process (``Metrics`` registers prometheus-client's collectors, as its default registry would):
+
+* ``process_*`` (CPU seconds, resident and virtual memory, open file descriptors, start time; Linux),
+  ``python_info`` and ``python_gc_*`` (collections, objects collected, uncollectable);
+* ``dra_extender_build_info{version, python, git}``: 1, with the version, the Python version and the git
+  commit (``app.config.buildinfo``);
+* cluster mode: the API client's ``dra_extender_rest_client_*`` (``app.kube.apimetrics``) and
+  ``dra_extender_device_conflicts_total`` (``app.kube.conflicts``: devices another writer put in two
+  claims; alert on anything above 0), passed in as ``collectors``;
+* with ``--config`` (``ConfigReloadCollector``, as Prometheus and Alertmanager expose their own):
+  ``dra_extender_config_hash{sha256}`` 1 (the SHA-256 of the file in force),
+  ``dra_extender_config_last_reload_successful`` (0 while the file on disk is not in force: invalid,
+  refused, gone) and ``dra_extender_config_last_reload_success_timestamp_seconds``.
+
+Counters have no ``_created`` series (``disable_created_metrics``): one more series per counter that
+Prometheus does not use. Each ``Metrics`` has its own registry: one per app, so tests and processes do
+not share counters.
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from allocator.usage import UsageSnapshot
+from app.config import buildinfo
+from app.config.derivedconfig import ConfigWatcher
 from app.scheduling.service import SchedulingService
 
-__all__ = ["CONTENT_TYPE", "NODE_RESULTS", "REQUEST_BUCKETS", "RESULTS", "VERBS", "Metrics"]
+__all__ = [
+    "CONTENT_TYPE",
+    "NODE_RESULTS",
+    "REQUEST_BUCKETS",
+    "RESULTS",
+    "VERBS",
+    "ConfigReloadCollector",
+    "Metrics",
+]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+disable_created_metrics()
 
 
 def _exponential(start: float, factor: float, count: int) -> list[float]:
@@ -71,10 +107,9 @@ NODE_RESULTS = ("passed", "failed", "unresolvable")
 class _StateCollector(Collector):
     """Metrics read from the service (and the informers) at scrape time."""
 
-    def __init__(self, service: SchedulingService, informers: Any = None, conflicts: Any = None) -> None:
+    def __init__(self, service: SchedulingService, informers: Any = None) -> None:
         self.service = service
         self.informers = informers
-        self.conflicts = conflicts
 
     def collect(self) -> Iterator[Metric]:
         service = self.service
@@ -114,10 +149,6 @@ class _StateCollector(Collector):
         yield held
         if self.informers is not None:
             yield from _informer_metrics(self.informers)
-        if self.conflicts is not None:
-            yield _counter(
-                "device_conflicts", "Devices seen allocated to two ResourceClaims.", self.conflicts.total
-            )
         derived = GaugeMetricFamily(
             _PREFIX + "derived_attribute_errors",
             "Devices a cluster-wide derived attribute failed on.",
@@ -197,12 +228,51 @@ def _namespace_devices(claims: Iterable[tuple[str, Mapping[str, Any]]]) -> Tally
     return counts
 
 
+class ConfigReloadCollector(Collector):
+    """The config file's reload state, read from its ``app.config.derivedconfig.ConfigWatcher``."""
+
+    def __init__(self, watcher: ConfigWatcher) -> None:
+        self.watcher = watcher
+
+    def collect(self) -> Iterator[Metric]:
+        watcher = self.watcher
+        config_hash = GaugeMetricFamily(
+            _PREFIX + "config_hash",
+            "1, labelled with the SHA-256 of the config file in force.",
+            labels=["sha256"],
+        )
+        config_hash.add_metric([watcher.digest], 1)
+        yield config_hash
+        yield _gauge(
+            "config_last_reload_successful",
+            "1 when the config file on disk is the one in force, 0 when its last change was not applied.",
+            1 if watcher.last_reload_successful else 0,
+        )
+        yield _gauge(
+            "config_last_reload_success_timestamp_seconds",
+            "Unix time the config in force was applied (startup or reload).",
+            watcher.last_success_seconds,
+        )
+
+
 class Metrics:
     """The extender's metrics. ``informers``: cluster mode's ``app.kube.informers.Informers``;
-    ``conflicts``: its ``app.kube.conflicts.DeviceConflicts``."""
+    ``collectors``: more to expose (the API client's metrics, the config reload's state)."""
 
-    def __init__(self, service: SchedulingService, informers: Any = None, conflicts: Any = None) -> None:
+    def __init__(
+        self, service: SchedulingService, informers: Any = None, *, collectors: Sequence[Collector] = ()
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        for process_collector in (ProcessCollector, PlatformCollector, GCCollector):
+            process_collector(registry=self.registry)
+        Gauge(
+            _PREFIX + "build_info",
+            "1, labelled with the version, the Python version and the git commit of the extender",
+            ["version", "python", "git"],
+            registry=self.registry,
+        ).labels(buildinfo.version(), buildinfo.python_version(), buildinfo.git_commit()).set(1)
+        for collector in collectors:
+            self.registry.register(collector)
         self.requests = Histogram(
             _PREFIX + "request_duration_seconds",
             "Latency of the extender verbs kube-scheduler calls.",
@@ -227,7 +297,7 @@ class Metrics:
         for result in RESULTS:
             self.binds.labels(result)
         self._node_series = tuple(self.filter_nodes.labels(result) for result in NODE_RESULTS)
-        self.registry.register(_StateCollector(service, informers, conflicts))
+        self.registry.register(_StateCollector(service, informers))
 
     def observe_request(self, verb: str, ok: bool, seconds: float) -> None:
         self._request_series[verb, ok].observe(seconds)

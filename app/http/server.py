@@ -8,19 +8,40 @@ Bodies have their own read time (``app.http.bodies``). With client certificates 
 verified certificate goes into the request's scope (``extensions.tls.client_cert``) for ``app.http.auth``.
 
 ``listen`` binds the listening socket before anything is printed or loaded into the server (a port in use
-fails at once, naming the address), and ``serve`` runs uvicorn on it."""
+fails at once, naming the address), and ``serve`` runs uvicorn on it.
+
+With TLS, ``CertificateFiles`` looks at the certificate and key files every ``CERTIFICATE_POLL_SECONDS``
+(on uvicorn's tick, in the event loop) and loads a changed pair into the live ``SSLContext``: new
+handshakes present the new certificate, open connections keep theirs, so kube-scheduler's extender
+connection survives a rotation (cert-manager renewing the Secret) without a restart. A pair that does not
+load (a key that does not match yet, half-written files) is logged and the previous one stays; the next
+change is tried again."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import socket
+import ssl
+from collections.abc import Callable
 from typing import Any
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["IDLE_SECONDS", "IdleClosingH11Protocol", "listen", "serve", "server_config"]
+__all__ = [
+    "CERTIFICATE_POLL_SECONDS",
+    "IDLE_SECONDS",
+    "CertificateFiles",
+    "IdleClosingH11Protocol",
+    "listen",
+    "serve",
+    "server_config",
+]
+
+log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 5
 """uvicorn's keep-alive default, also the time a connection gets to send complete request headers."""
@@ -85,6 +106,85 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+CERTIFICATE_POLL_SECONDS = 2.0
+"""How often the certificate and key files are looked at (two ``stat`` calls): a rotated certificate is
+served within 2 s, as a changed config file is applied."""
+
+_TICK_SECONDS = 0.1
+"""uvicorn's main loop ticks every 0.1 s (``uvicorn.Server.main_loop``)."""
+
+
+def _signature(path: str, stat: Callable[[str], os.stat_result]) -> tuple[int, int, int] | None:
+    try:
+        st = stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+class CertificateFiles:
+    """The server certificate and key of a live ``SSLContext``, loaded into it again when they change."""
+
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        certfile: str,
+        keyfile: str,
+        stat: Callable[[str], os.stat_result] = os.stat,
+    ) -> None:
+        self.context = context
+        self.certfile, self.keyfile = certfile, keyfile
+        self._stat = stat
+        self._seen = self._signatures()
+
+    def _signatures(self) -> tuple[Any, Any]:
+        return _signature(self.certfile, self._stat), _signature(self.keyfile, self._stat)
+
+    def poll(self) -> bool:
+        """Load the pair into the context if either file changed since the last look; True when loaded."""
+        seen = self._signatures()
+        if seen == self._seen:
+            return False
+        self._seen = seen
+        try:
+            # The pair is tried on a scratch context first: loading the certificate into the live one and
+            # then failing on the key would leave it unable to complete any handshake.
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.certfile, self.keyfile)
+            self.context.load_cert_chain(self.certfile, self.keyfile)
+        except (OSError, ssl.SSLError) as e:
+            log.warning(
+                "TLS certificate %s or key %s changed but does not load, keeping the previous pair: %s",
+                self.certfile,
+                self.keyfile,
+                e,
+            )
+            return False
+        log.info(
+            "TLS certificate %s and key %s reloaded: new connections get them", self.certfile, self.keyfile
+        )
+        return True
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, reloading its TLS certificate and key when they change (``CertificateFiles``)."""
+
+    certificates: CertificateFiles | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        config = self.config
+        if isinstance(config.ssl, ssl.SSLContext) and config.ssl_certfile and config.ssl_keyfile:
+            self.certificates = CertificateFiles(
+                config.ssl, str(config.ssl_certfile), str(config.ssl_keyfile)
+            )
+        await super().startup(sockets)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.certificates is not None and counter % round(CERTIFICATE_POLL_SECONDS / _TICK_SECONDS) == 0:
+            self.certificates.poll()
+        return await super().on_tick(counter)
+
+
 def serve(app: Any, sock: socket.socket, **options: Any) -> None:
-    """Run uvicorn with ``options`` (``uvicorn.Config`` arguments) on the bound socket ``sock``."""
-    uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[sock])
+    """Run uvicorn with ``options`` (``uvicorn.Config`` arguments) on the bound socket ``sock``; with
+    ``ssl_certfile`` and ``ssl_keyfile``, a changed pair is served without a restart."""
+    _Server(uvicorn.Config(app, **options)).run(sockets=[sock])

@@ -380,6 +380,7 @@ class KubeBinder:
                     pod_key(plan.pod),
                     plan.node,
                     message,
+                    extra={"pod": pod_key(plan.pod), "node": plan.node, "reason": message},
                 )
                 raise BindError(f"pod {pod_key(plan.pod)}: {message} (outcome unknown)") from e
             await self._rollback(plan, journal)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,9 @@ import orjson
 import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.config.kube_config import ENV_KUBECONFIG_PATH_SEPARATOR
 
+from app.kube.apimetrics import ERROR_CODE, APIMetrics
 from app.kube.proxy import proxy_for
 
 __all__ = [
@@ -55,7 +58,7 @@ __all__ = [
     "NotFoundError",
     "Resource",
     "TransportError",
-    "kubeconfig_path",
+    "kubeconfig_paths",
 ]
 
 log = logging.getLogger(__name__)
@@ -142,21 +145,29 @@ async def review(client: Any, plural: str, body: dict[str, Any]) -> dict[str, An
     return answer
 
 
-def kubeconfig_path(explicit: Path | None) -> Path | None:
-    """``explicit``, else the first entry of ``$KUBECONFIG``, else None (in-cluster configuration)."""
+def kubeconfig_paths(explicit: Path | None) -> tuple[Path, ...]:
+    """``explicit``, else every entry of ``$KUBECONFIG`` (merged as kubectl merges them), else () (the
+    in-cluster configuration)."""
     if explicit is not None:
-        return explicit
+        return (explicit,)
     env = os.environ.get("KUBECONFIG", "")
-    first = next((p for p in env.split(os.pathsep) if p), None)
-    return Path(first) if first else None
+    return tuple(Path(p) for p in env.split(ENV_KUBECONFIG_PATH_SEPARATOR) if p)
 
 
-def _check_kubeconfig(path: Path) -> None:
-    """Raises ConfigException naming ``path`` when it cannot be a kubeconfig: unreadable, empty (comments
-    only), not YAML, not a mapping. kubernetes-asyncio's own messages say none of that ("'NoneType' object
-    does not support item assignment" for an empty file)."""
+class _SkippedKubeconfig(kube_config.ConfigException):
+    """A kubeconfig file that is missing or empty: an error alone, skipped in a ``$KUBECONFIG`` list (as
+    kubectl skips it)."""
+
+
+def _check_kubeconfig(path: Path) -> Mapping[str, Any]:
+    """The kubeconfig document of ``path``. Raises ConfigException naming ``path`` when it cannot be a
+    kubeconfig: unreadable, empty (comments only), not YAML, not a mapping (``_SkippedKubeconfig`` when
+    missing or empty). kubernetes-asyncio's own messages say none of that ("'NoneType' object does not
+    support item assignment" for an empty file)."""
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise _SkippedKubeconfig(f"{path}: no such file") from e
     except (OSError, UnicodeDecodeError) as e:
         raise kube_config.ConfigException(
             f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}"
@@ -164,12 +175,34 @@ def _check_kubeconfig(path: Path) -> None:
     except yaml.YAMLError as e:
         raise kube_config.ConfigException(f"{path}: not valid YAML: {' '.join(str(e).split())}") from e
     if document is None:
-        raise kube_config.ConfigException(f"{path}: the kubeconfig file is empty")
+        raise _SkippedKubeconfig(f"{path}: the kubeconfig file is empty")
     if not isinstance(document, Mapping):
         raise kube_config.ConfigException(
             f"{path}: not a kubeconfig: expected a mapping (apiVersion, clusters, users, contexts), "
             f"got a {type(document).__name__}"
         )
+    return document
+
+
+def _kubeconfig_files(paths: Sequence[Path]) -> tuple[list[Path], str | None]:
+    """The files of ``paths`` kubernetes-asyncio merges, and the current context kubectl takes from them:
+    the first one set (the library would take the last). One file must be a usable kubeconfig; of several
+    (``$KUBECONFIG=a:b``), missing and empty ones are skipped. Raises ConfigException naming the file, or
+    every file when none is left."""
+    usable, skipped, current = [], [], None
+    for path in paths:
+        try:
+            document = _check_kubeconfig(path)
+        except _SkippedKubeconfig as e:
+            if len(paths) == 1:
+                raise
+            skipped.append(str(e))
+            continue
+        usable.append(path)
+        current = current or document.get("current-context") or None
+    if not usable:
+        raise kube_config.ConfigException(f"no usable kubeconfig in $KUBECONFIG: {'; '.join(skipped)}")
+    return usable, current
 
 
 def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIError:
@@ -211,7 +244,8 @@ class KubeClient:
     """Raw, orjson-parsed calls to one API server. Create with ``connect`` inside the event loop that uses it.
 
     ``request_timeout``: total seconds for one non-watch request; ``connect_timeout``: seconds to open a
-    connection; ``watch_read_timeout``: seconds a watch may go without receiving a byte.
+    connection; ``watch_read_timeout``: seconds a watch may go without receiving a byte; ``metrics``: counts
+    every request (``app.kube.apimetrics``).
     """
 
     def __init__(
@@ -221,8 +255,10 @@ class KubeClient:
         request_timeout: float = 10.0,
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 90.0,
+        metrics: APIMetrics | None = None,
     ) -> None:
         self._api = api
+        self._metrics = metrics
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._watch_timeout = aiohttp.ClientTimeout(
             sock_connect=connect_timeout, sock_read=watch_read_timeout
@@ -231,25 +267,28 @@ class KubeClient:
     @classmethod
     async def connect(
         cls,
-        kubeconfig: Path | None = None,
+        kubeconfig: Path | Sequence[Path] | None = None,
         *,
         context: str | None = None,
         in_cluster: bool = False,
         request_timeout: float = 10.0,
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 90.0,
+        metrics: APIMetrics | None = None,
     ) -> KubeClient:
-        """Load the kubeconfig (``kubeconfig``, else ``$KUBECONFIG``) or the in-cluster configuration.
+        """Load the kubeconfig (``kubeconfig``: one file or several to merge, else ``$KUBECONFIG``'s
+        files, merged as kubectl merges them) or the in-cluster configuration.
 
         Raises ``kubernetes_asyncio.config.ConfigException`` (or OSError) when neither can be loaded.
         """
         configuration = Configuration()
-        path = None if in_cluster else kubeconfig_path(kubeconfig)
-        if path is not None:
-            _check_kubeconfig(path)
+        paths = (kubeconfig,) if isinstance(kubeconfig, Path) else tuple(kubeconfig or ())
+        paths = () if in_cluster else paths or kubeconfig_paths(None)
+        if paths:
+            files, current = _kubeconfig_files(paths)
             await kube_config.load_kube_config(
-                config_file=str(path),
-                context=context,
+                config_file=ENV_KUBECONFIG_PATH_SEPARATOR.join(map(str, files)),
+                context=context or current,
                 client_configuration=configuration,
                 persist_config=False,
             )
@@ -262,6 +301,7 @@ class KubeClient:
             request_timeout=request_timeout,
             connect_timeout=connect_timeout,
             watch_read_timeout=watch_read_timeout,
+            metrics=metrics,
         )
 
     @property
@@ -285,6 +325,7 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        started, code = time.perf_counter(), ERROR_CODE
         try:
             response: aiohttp.ClientResponse = await self._api.call_api(
                 path,
@@ -296,10 +337,14 @@ class KubeClient:
                 _preload_content=False,
                 _request_timeout=timeout or self._timeout,
             )
+            code = str(response.status)
         except aiohttp.ClientConnectorError as e:
             raise TransportError(f"{method} {path}: cannot connect: {e}", sent=False) from e
         except (aiohttp.ClientError, TimeoutError) as e:
             raise TransportError(f"{method} {path}: {type(e).__name__}: {e}", sent=True) from e
+        finally:
+            if self._metrics is not None:
+                self._metrics.observe(method, path, query, code, time.perf_counter() - started)
         if not 200 <= response.status <= 299:
             try:
                 data = await response.read()

@@ -21,6 +21,9 @@ import logging
 from contextlib import AbstractContextManager
 from typing import Any
 
+from prometheus_client import Counter
+from prometheus_client.registry import Collector
+
 from allocator.model import DeviceID
 from app.kube.clock import Clock, SystemClock
 from app.state.cluster import ClusterState
@@ -33,7 +36,7 @@ _Conflict = tuple[DeviceID, tuple[str, ...]]
 
 
 class DeviceConflicts:
-    """Reports devices allocated to two claims (module docstring). ``total``: conflicts reported so far."""
+    """Reports devices allocated to two claims (module docstring); ``collectors()`` for ``/metrics``."""
 
     def __init__(
         self,
@@ -47,9 +50,16 @@ class DeviceConflicts:
         self.lock = lock
         self.interval_seconds = interval_seconds
         self.clock: Clock = clock or SystemClock()
-        self.total = 0
+        self.reported = Counter(
+            "dra_extender_device_conflicts",
+            "Devices seen allocated to two ResourceClaims (another writer allocates).",
+            registry=None,
+        )
         self._seen: set[_Conflict] = set()
         self._reported: set[_Conflict] = set()
+
+    def collectors(self) -> tuple[Collector, ...]:
+        return (self.reported,)
 
     async def run(self) -> None:
         """Check every ``interval_seconds`` until cancelled."""
@@ -73,7 +83,7 @@ class DeviceConflicts:
                 ", ".join(claims),
                 extra={"claim": claims[0], "device": "/".join(device)},
             )
-        self.total += len(new)
+        self.reported.inc(len(new))
         self._reported = (self._reported & current) | set(new)
         self._seen = current
         return new

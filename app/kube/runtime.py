@@ -24,6 +24,7 @@ from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
 from app.config.derivationlog import DerivationLog
 from app.config.settings import ClusterSettings
+from app.kube.apimetrics import APIMetrics
 from app.kube.binder import KubeBinder
 from app.kube.client import KubeClient
 from app.kube.clock import Clock, SystemClock
@@ -65,6 +66,8 @@ class ClusterRuntime:
         )
         self.client = client
         self._owns_client = client is None
+        self.api_metrics = APIMetrics()
+        """What the client ``connect`` creates counts (``app.kube.apimetrics``); ``serve`` exposes it."""
         self.lease = SchedulerLease(
             client,
             settings.scheduler_lease,
@@ -111,6 +114,7 @@ class ClusterRuntime:
                 request_timeout=self.settings.request_timeout_seconds,
                 connect_timeout=self.settings.connect_timeout_seconds,
                 watch_read_timeout=self.settings.watch_idle_seconds,
+                metrics=self.api_metrics,
             )
         for user in (self.binder, self.releaser, self.lease):
             user.client = self.client

@@ -22,7 +22,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from app.kube.client import KubeAPIError, KubeClient, Resource, kubeconfig_path
+from app.kube.client import KubeAPIError, KubeClient, Resource, kubeconfig_paths
 from app.kube.informers import CORE_KINDS, DRA_VERSIONS, REQUIRED_DRA_KINDS, discover_dra
 from app.state.statedir import ClusterObjects, StateLoadError, load_documents
 
@@ -39,7 +39,7 @@ class SnapshotError(Exception):
 def take_snapshot(
     kubeconfig: Path | None, context: str | None = None, *, strict_fields: bool = False
 ) -> ClusterObjects:
-    """List the cluster of ``kubeconfig`` (None: the first file of ``$KUBECONFIG``, else
+    """List the cluster of ``kubeconfig`` (None: the files of ``$KUBECONFIG``, merged, else
     ``~/.kube/config``) at ``context`` (None: its current context) into ``ClusterObjects``. Raises
     SnapshotError."""
     try:
@@ -54,9 +54,9 @@ def take_snapshot(
 
 async def _list_all(kubeconfig: Path | None, context: str | None) -> list[tuple[Path, list[Any]]]:
     # As kubectl: without --kubeconfig and $KUBECONFIG, ~/.kube/config (never the in-cluster account).
-    path = kubeconfig_path(kubeconfig) or Path.home() / ".kube" / "config"
+    paths = kubeconfig_paths(kubeconfig) or (Path.home() / ".kube" / "config",)
     try:
-        client = await KubeClient.connect(path, context=context)
+        client = await KubeClient.connect(paths, context=context)
     except Exception as e:  # kubernetes-asyncio raises ConfigException, OSError, ValueError, ...
         raise SnapshotError(f"cannot load the Kubernetes client configuration: {e}") from e
     try:

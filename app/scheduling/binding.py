@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from allocator.errors import AllocatorError
@@ -23,7 +24,7 @@ from app.scheduling.claimrules import has_allocation, is_allocated
 from app.scheduling.decisions import Asked, claims_shape, spec_key
 from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
 
-__all__ = ["BIND_WAIT", "INDEX_LAG_SECONDS", "BindCoordination", "elsewhere"]
+__all__ = ["BIND_WAIT", "INDEX_LAG_SECONDS", "BindCoordination", "Bound", "elsewhere"]
 
 INDEX_LAG_SECONDS = 2.0
 """How long a bind waits for the index to show a claim its pod names. kube-scheduler's informers and ours
@@ -42,29 +43,54 @@ BIND_WAIT = 20.0
 take, README); then it fails and kube-scheduler retries it."""
 
 
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """What a bind that succeeded did."""
+
+    devices: list[str]
+    """Devices this bind allocated, ``<claim key>: <driver>/<pool>/<device>``."""
+    kept: tuple[str, ...] = ()
+    """Claims of the pod that were allocated already (shared with another pod, or written by an earlier
+    attempt of this bind), left as they were but for the pod's reservation."""
+    already_bound: bool = False
+    """The pod was on the node already (kube-scheduler retried a bind that had succeeded): nothing written."""
+
+    def summary(self) -> str:
+        """One line for the log: the devices, the claims kept, or why there are none."""
+        if self.already_bound:
+            return "the pod is on the node already (a retried bind); nothing written"
+        parts = [", ".join(self.devices)] if self.devices else []
+        if self.kept:
+            parts.append(f"claims allocated already: {', '.join(self.kept)}")
+        return "; ".join(parts) or "the pod has no ResourceClaims; only the binding written"
+
+
 class BindCoordination:
     """Bind's half of ``SchedulingService``: the plan, the reservation, the write, binds in flight."""
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> list[str]:
-        """Allocate on ``node_name`` and write it through the binder; returns the devices this bind
-        allocated, ``<claim key>: <driver>/<pool>/<device>`` (none for a retried bind of a pod already
-        there, or one whose claims were all allocated). Raises BindError; then nothing is written and the
-        devices are free again. Either way the outcome goes to ``bind_log``."""
+        """``bind_outcome``'s devices: those this bind allocated."""
+        return self.bind_outcome(namespace, name, uid, node_name).devices
+
+    def bind_outcome(self, namespace: str, name: str, uid: str, node_name: str) -> Bound:
+        """Allocate on ``node_name`` and write it through the binder; returns what it did. Raises
+        BindError; then nothing is written and the devices are free again. Either way the outcome goes to
+        ``bind_log``."""
         key = f"{namespace}/{name}"
         try:
-            devices = self._bind(key, uid, node_name)
+            bound = self._bind(key, uid, node_name)
         except Exception as e:
             with self.lock:
                 self.bind_log.record(key, uid, node_name, str(e))
             raise
         with self.lock:
             self.bind_log.record(key, uid, node_name, "")
-        return devices
+        return bound
 
-    def _bind(self, key: str, uid: str, node_name: str) -> list[str]:
+    def _bind(self, key: str, uid: str, node_name: str) -> Bound:
         started = self._start_bind_once_indexed(key, uid, node_name)
         if started is None:
-            return []
+            return Bound([], already_bound=True)
         plan, token, allocating, shape = started
         written = False
         try:
@@ -83,7 +109,8 @@ class BindCoordination:
                 self._bind_done.notify_all()
                 if written and shape is not None:
                     self._patch_after_bind(shape)
-        return [f"{key}: {'/'.join(device.id)}" for key, device in _planned_devices(plan)]
+        devices = [f"{key}: {'/'.join(device.id)}" for key, device in _planned_devices(plan)]
+        return Bound(devices, tuple(pc.key for pc, allocation in plan.claims if allocation is None))
 
     def _start_bind_once_indexed(
         self, key: str, uid: str, node_name: str

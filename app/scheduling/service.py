@@ -146,6 +146,21 @@ class SchedulingService(FilterDecisions, BindCoordination):
         """kube-scheduler's ``bindingTimeout``: how long allocated devices may wait for their binding
         conditions (``ClusterSettings.binding_timeout_seconds``); set before serving."""
 
+    def set_policy(
+        self, device_selection: str, scoring: ScoringConfig, filter_time_budget: float | None
+    ) -> None:
+        """Device selection, scoring and the filter time budget (None: ``FILTER_TIME_BUDGET``), also while
+        serving (a config reload): decisions kept under the previous policy are dropped, so the next filter
+        and bind decide under the new one."""
+        with self.lock:
+            self.device_selection = device_selection
+            self.scoring = scoring
+            self.filter_time_budget = FILTER_TIME_BUDGET if filter_time_budget is None else filter_time_budget
+            self._decisions.clear()
+            self._outcomes.clear()
+            for uid in list(self._pods):
+                self._forget(uid)
+
     def _state_pod(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The state's copy of the request's pod (same namespace, name and UID), or None."""
         known = self.state.get("Pod", pod_key(pod))

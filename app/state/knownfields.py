@@ -3,7 +3,9 @@
 The API server drops a field it does not know (or, with ``kubectl --validate=strict``, rejects the object);
 either way a typo such as ``cuont: 3`` in a request silently means "count unset". ``unknown_fields(obj)``
 lists the field paths of an object that its kind and apiVersion do not have, e.g.
-``spec.devices.requests[0].exactly.cuont``, so that the state loader can warn (or, strict, refuse).
+``spec.devices.requests[0].exactly.cuont``, so that the state loader can warn (or, strict, refuse);
+``strict_decoding_error(obj)`` words them as the API server's strict field validation does, for objects a
+person submits (what-ifs: ``app.explain.pod``), which are always refused.
 
 What a kind has comes from the Kubernetes OpenAPI schemas that kubernetes-validate ships (its
 ``v<k8s>-local-strict`` set), reduced to field names: ``knownfields.json`` beside this module, written by
@@ -12,6 +14,7 @@ the
 extender does not need its 100 MB of schemas at run time). The reduced form::
 
     {"kubernetes": "1.37.0",
+     "kinds": {"<group>": ["<kind>", ...]},
      "roots": {"<apiVersion> <kind>": <spec>},
      "defs": {"<definition>": {"<field>": <spec>}}}
 
@@ -22,6 +25,11 @@ extender does not need its 100 MB of schemas at run time). The reduced form::
 
 Kinds without a schema (``resource.k8s.io/v1alpha3`` ResourceSlice of Kubernetes 1.31-1.33) are not
 checked.
+
+``unknown_kind(api_version, kind)`` is True for a kind that no version of its API group has, in the groups
+the state loader reads (``KIND_GROUPS``): ``resource.k8s.io/v1 ResourceClame`` is a typo the API server
+would refuse (``no matches for kind``), while kinds of other groups (apps, CRDs) are merely not used. The
+file's ``"kinds"`` holds, per group, every kind of its versions in the schemas.
 
 ``wrong_types(obj)`` lists the fields whose value is not the shape the schema gives them (an object, a
 list, a map; null is allowed, as Go decodes it to the zero value), as kubectl's decoding refuses them. The
@@ -39,7 +47,16 @@ from typing import Any
 
 import orjson
 
-__all__ = ["KINDS", "SCHEMA_FILE", "generate", "unknown_fields", "wrong_types"]
+__all__ = [
+    "KINDS",
+    "KIND_GROUPS",
+    "SCHEMA_FILE",
+    "generate",
+    "strict_decoding_error",
+    "unknown_fields",
+    "unknown_kind",
+    "wrong_types",
+]
 
 SCHEMA_FILE = Path(__file__).with_name("knownfields.json")
 KUBERNETES_VERSION = "1.37.0"
@@ -65,6 +82,9 @@ KINDS = {
 }
 """apiVersion → the kinds the state loader keeps that have a schema at that version."""
 
+KIND_GROUPS = ("", "resource.k8s.io", "scheduling.k8s.io")
+"""API groups of the kinds the state loader keeps ("": core): every kind of theirs is known."""
+
 _MAX_REPORTED = 20
 """Unknown fields reported per object (a wrong apiVersion would otherwise list every field)."""
 
@@ -88,6 +108,19 @@ def unknown_fields(obj: Mapping[str, Any]) -> list[str]:
         if len(found) == _MAX_REPORTED:
             break
     return found
+
+
+def unknown_kind(api_version: str, kind: str) -> bool:
+    """True when ``api_version``'s group is one of ``KIND_GROUPS`` and none of its versions has ``kind``."""
+    group = api_version.rpartition("/")[0]
+    kinds = _schema()["kinds"].get(group)
+    return kinds is not None and kind not in kinds
+
+
+def strict_decoding_error(obj: Mapping[str, Any]) -> str:
+    """The API server's answer to ``obj`` under strict field validation (``kubectl --validate=strict``),
+    ``unknown field "<path>"`` per unknown field, comma-separated; "" when every field is known."""
+    return ", ".join(f'unknown field "{path}"' for path in unknown_fields(obj))
 
 
 def _walk(value: object, spec: Any, path: str, defs: Mapping[str, Any]) -> Iterator[str]:
@@ -191,13 +224,23 @@ def generate() -> dict[str, Any]:
             defs[name] = {key: reduce(value) for key, value in sorted(schema["properties"].items())}
         return name
 
+    kinds_of: dict[str, set[str]] = {group: set() for group in KIND_GROUPS}
+    for definition in definitions.values():
+        for gvk in definition.get("x-kubernetes-group-version-kind") or ():
+            if gvk["group"] in kinds_of:
+                kinds_of[gvk["group"]].add(gvk["kind"])
     roots = {}
     for api_version, kinds in KINDS.items():
         group, _, version = api_version.rpartition("/")
         package = f"io.k8s.api.{group.split('.')[0] if group else 'core'}.{version}"
         for kind in kinds:
             roots[f"{api_version} {kind}"] = define(f"{package}.{kind}")
-    return {"kubernetes": KUBERNETES_VERSION, "roots": roots, "defs": dict(sorted(defs.items()))}
+    return {
+        "kubernetes": KUBERNETES_VERSION,
+        "kinds": {group: sorted(kinds) for group, kinds in kinds_of.items()},
+        "roots": roots,
+        "defs": dict(sorted(defs.items())),
+    }
 
 
 def render(schema: Mapping[str, Any]) -> bytes:

@@ -2,8 +2,8 @@
 
 ``load_state(path)`` reads every ``*.yaml``, ``*.yml`` and ``*.json`` file below ``path`` (recursively, in
 sorted order, hidden files and directories skipped; entries so named that are not regular files, such as
-FIFOs, devices, sockets, dangling links and links to directories, are skipped with a warning, unopened) or
-the single file ``path``. A file may hold several YAML
+FIFOs, devices, sockets, dangling links and links to directories, are skipped unopened and listed in
+``ClusterObjects.skipped_files``) or the single file ``path``. A file may hold several YAML
 documents; ``kind: List`` and typed ``<Kind>List`` objects are flattened through their ``items``.
 
 Kept kinds (plain dicts, each a private copy in the ``resource.k8s.io/v1`` / core ``v1`` shape)::
@@ -13,7 +13,10 @@ Kept kinds (plain dicts, each a private copy in the ``resource.k8s.io/v1`` / cor
     ResourceClaimTemplate, DeviceTaintRule     (converted by app.state.convert.to_v1)
 
 Other kinds (Namespace, Deployment, Job, ConfigMap, CRDs, ResourcePoolStatusRequest, ...) are skipped with a
-warning (``ClusterObjects.warnings`` and the ``logging`` logger of this module). Namespaced kinds without
+warning (``ClusterObjects.warnings`` and the ``logging`` logger of this module), except a kind its API group
+does not have (``app.state.knownfields.unknown_kind``: ``resource.k8s.io/v1 ResourceClame``), listed in
+``ClusterObjects.unknown_kinds`` as kubectl reports it (``<file>: ResourceClame ns/name: no matches for kind
+"ResourceClame" in version "resource.k8s.io/v1" (did you mean ResourceClaim?)``). Namespaced kinds without
 ``metadata.namespace`` get ``default``. Pods without ``metadata.uid`` get ``stable_uid("Pod", ns, name)`` so
 that owner references of generated claims (app.state.claimgen) work and are the same on every load.
 
@@ -33,7 +36,7 @@ parts that are unknown):
 Unknown fields (``app.state.knownfields``: not in the Kubernetes 1.37 schema of the object's apiVersion,
 e.g. a typo'd ``cuont: 3``) are warnings in ``ClusterObjects.unknown_fields`` (``<file>: <Kind> <ref>:
 <field path>: unknown field``), as kubectl's strict decoding reports them; with ``strict_fields=True``
-they are errors.
+they, and unknown kinds, are errors.
 
 With ``strict=False`` each of those errors becomes a warning and the object (or the whole file, for file-level
 errors) is skipped; with ``strict=True`` the first one raises.
@@ -44,6 +47,7 @@ lenient modes) are one contract, and every error names the file, object and fiel
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import os
@@ -60,7 +64,7 @@ import yaml
 
 from app.state.cluster import NAMESPACED_KINDS
 from app.state.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
-from app.state.knownfields import unknown_fields, wrong_types
+from app.state.knownfields import unknown_fields, unknown_kind, wrong_types
 from app.state.podgroups import check_pod_group, check_scheduling_group
 
 __all__ = [
@@ -153,6 +157,12 @@ class ClusterObjects:
     unknown_fields: list[str] = field(default_factory=list)
     """``<file>: <Kind> <ref>: <field path>: unknown field``, one per field ``app.state.knownfields`` does not
     know (the object is kept: the API server would drop the field)."""
+    unknown_kinds: list[str] = field(default_factory=list)
+    """``<file>: <Kind> <ref>: no matches for kind ...``, one per object of a kind its API group does not
+    have (skipped: the API server would refuse it)."""
+    skipped_files: list[str] = field(default_factory=list)
+    """``<file>: skipped (<what it is>)``, one per entry named like a manifest that is not a regular file
+    (a dangling link, a FIFO, a link to a directory): what it names was not loaded."""
     files: int = 0
     """Manifest files read."""
     sources: dict[tuple[str, str, str], Path] = field(default_factory=dict)
@@ -188,12 +198,11 @@ def load_state(path: Path, *, strict: bool = True, strict_fields: bool = False) 
     """Load every manifest below ``path`` (a directory, or one file) into ``ClusterObjects``.
 
     Raises StateLoadError (see the module docstring); with ``strict=False`` problems become warnings.
-    Unknown fields are listed in ``ClusterObjects.unknown_fields``, or with ``strict_fields`` are errors.
+    Unknown fields and kinds are listed in ``ClusterObjects.unknown_fields`` / ``unknown_kinds``, or with
+    ``strict_fields`` are errors.
     """
     loader = _Loader(strict=strict, strict_fields=strict_fields)
-    files, skipped = _state_files(Path(path))
-    for message in skipped:
-        loader._warn(message)
+    files, loader.objects.skipped_files = _state_files(Path(path))
     for file in files:
         loader.load_file(file)
         loader.objects.files += 1
@@ -213,7 +222,7 @@ def load_documents(
 
 
 def _state_files(path: Path) -> tuple[list[Path], list[str]]:
-    """The manifest files to load, and a warning per entry named like one that is not a regular file."""
+    """The manifest files to load, and a line per entry named like one that is not a regular file."""
     if path.is_file():
         return [path], []
     if not path.is_dir():
@@ -337,14 +346,25 @@ class _Loader:
         # what the pods need, so they are an error like classic-DRA claims.
         if api_version == CLASSIC_DRA_VERSION:
             raise StateLoadError(CLASSIC_DRA_PROBLEM, file=file, kind=kind, ref=ref, field_path="apiVersion")
+        if unknown_kind(api_version, kind):
+            near = difflib.get_close_matches(kind, KIND_FIELDS, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            problem = f'no matches for kind "{kind}" in version "{api_version}"{hint}'
+            self._unknown(StateLoadError(problem, file=file, kind=kind, ref=ref), self.objects.unknown_kinds)
+            return
         self._warn(f"{file}: {kind} {ref}: skipped ({api_version} {kind} is not used by the extender)")
 
     def _check_fields(self, obj: Obj, kind: str, ref: str, file: Path) -> None:
         """Fields the object's apiVersion does not have (before conversion: the paths are the file's)."""
         for path in unknown_fields(obj):
-            if self.strict_fields:
-                raise StateLoadError("unknown field", file=file, kind=kind, ref=ref, field_path=path)
-            self.objects.unknown_fields.append(f"{file}: {kind} {ref}: {path}: unknown field")
+            error = StateLoadError("unknown field", file=file, kind=kind, ref=ref, field_path=path)
+            self._unknown(error, self.objects.unknown_fields)
+
+    def _unknown(self, error: StateLoadError, found: list[str]) -> None:
+        """An unknown field or kind: raised with ``strict_fields``, else listed in ``found``."""
+        if self.strict_fields:
+            raise error
+        found.append(str(error))
 
     @staticmethod
     def _check_metadata(obj: Obj, kind: str, ref: str, file: Path) -> None:

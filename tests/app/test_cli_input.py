@@ -42,10 +42,42 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_version_is_the_package_version(capsys):
+def test_version_names_the_package_python_the_kubernetes_api_and_the_commit(capsys, monkeypatch):
+    import platform
+
+    from app.config import buildinfo
+
+    monkeypatch.setenv("DRA_EXTENDER_GIT_COMMIT", "0123abc")
+    buildinfo.git_commit.cache_clear()
     code, out, _ = run(capsys, "--version")
+    buildinfo.git_commit.cache_clear()
     assert code == 0
-    assert out.strip() == "dra-extender 0.1.0"  # pyproject.toml [project] version
+    assert out.splitlines() == [
+        "dra-extender 0.1.0",  # pyproject.toml [project] version
+        f"Python {platform.python_version()}",
+        "Kubernetes API: resource.k8s.io/v1 (Kubernetes 1.37); also reads resource.k8s.io/v1beta2, "
+        "resource.k8s.io/v1beta1, resource.k8s.io/v1alpha3",
+        "git commit: 0123abc",
+    ]
+
+
+def test_the_commit_comes_from_the_checkout_without_the_build_variable(monkeypatch):
+    import subprocess
+
+    from app.config import buildinfo
+
+    monkeypatch.delenv("DRA_EXTENDER_GIT_COMMIT", raising=False)
+    buildinfo.git_commit.cache_clear()
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(Path(buildinfo.__file__).parents[2]), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert buildinfo.git_commit() == head
+    finally:
+        buildinfo.git_commit.cache_clear()
 
 
 def test_serve_on_a_port_in_use_exits_2_naming_the_address_before_any_banner(capsys, monkeypatch, state_dir):

@@ -13,7 +13,8 @@ import orjson
 import pytest
 import yaml
 
-from app.cli.main import main
+from app.cli.main import main, parse_args
+from app.cli.reload import config_watcher
 from app.cli.runtime import StartupError, build_runtime
 from app.cli.simulate import simulate
 from app.config.derivedconfig import ConfigError, ConfigWatcher, load_config
@@ -210,14 +211,19 @@ class FakeStat:
         return SimpleNamespace(st_mtime_ns=self.version, st_size=real.st_size, st_ino=real.st_ino)
 
 
+def _serve_watcher(state_dir: Path, config: Path, runtime: Any) -> ConfigWatcher:
+    """The watcher ``serve --state state_dir --config config`` runs on ``runtime``'s service."""
+    argv = ["serve", "--state", str(state_dir), "--config", str(config)]
+    return config_watcher(argv, parse_args(argv), load_config(config), runtime.service)
+
+
 def test_reload_rederives_and_keeps_the_previous_config_when_invalid(state_dir: Path, tmp_path: Path):
     config = write(tmp_path / "derived.yaml", [GPU_NUMA, NIC_NUMA])
     runtime = build_runtime(state_dir, config=config)
     stat = FakeStat()
-    watcher = runtime.watcher
-    assert watcher is not None
+    watcher = _serve_watcher(state_dir, config, runtime)
     watcher.stat = stat  # a new "mtime" per write, no sleeping
-    assert watcher.poll() is True  # the fake mtime differs from the real one: same config again
+    assert watcher.poll() is False  # the fake mtime differs from the real one, the bytes do not
     assert watcher.poll() is False  # unchanged
     service, the_pod = runtime.service, runtime.state.get("Pod", f"{NS}/p")
     assert service.filter(the_pod, ["n1", "n2"]).passed == ["n1"]
@@ -246,16 +252,17 @@ def test_reload_rederives_and_keeps_the_previous_config_when_invalid(state_dir: 
     write(config, [GPU_NUMA, NIC_NUMA])
     stat.version = 4
     assert watcher.poll() is True
-    assert (watcher.reloads, watcher.last_error) == (3, "")
+    assert (watcher.reloads, watcher.last_error) == (2, "")
     assert devices(simulate(service)) == [("gpu", "gpu-1"), ("nic", "nic-0")]
 
 
 def test_a_removed_file_keeps_the_previous_config(state_dir: Path, tmp_path: Path):
     config = write(tmp_path / "derived.yaml", [GPU_NUMA, NIC_NUMA])
     runtime = build_runtime(state_dir, config=config)
+    watcher = _serve_watcher(state_dir, config, runtime)
     config.unlink()
-    assert runtime.watcher.poll() is False
-    assert "config file is gone" in runtime.watcher.last_error
+    assert watcher.poll() is False
+    assert "config file is gone" in watcher.last_error
     assert runtime.service.filter(runtime.state.get("Pod", f"{NS}/p"), ["n1"]).passed == ["n1"]
 
 
@@ -319,16 +326,18 @@ def test_validate_checks_a_state_directory_and_a_config_file(
     assert main(["validate", "--state", str(state_dir), "--config", str(good)]) == 0
     assert capsys.readouterr().out == (
         f"{state_dir}: valid (2 nodes, 3 ResourceSlices, 4 devices, 1 ResourceClaims, 1 pending pods)\n"
-        f"{good}: valid (2 derived attributes, no runtime errors on the state's devices)\n"
+        f"{good}: valid (2 derived attributes, computed on the state's devices)\n"
     )
     assert main(["validate", "--config", str(good)]) == 0
     assert capsys.readouterr().out == f"{good}: valid (2 derived attributes)\n"
-    # Runtime errors on devices: usable, but said once per attribute, and exit 1.
+    # Runtime errors on devices: usable, but a problem said once per attribute, and exit 1.
     failing = write(tmp_path / "failing.yaml", [{"name": "example.com/numa", "expression": '{"a": 1}["b"]'}])
     assert main(["validate", "--state", str(state_dir), "--config", str(failing)]) == 1
     out, err = capsys.readouterr()
-    assert f"{failing}: 1 derived attributes, runtime errors on the state's devices:" in out
-    assert "failed on 4 devices" in out and err == ""
+    lines = out.splitlines()
+    assert lines[1] == f"{failing}: 1 problem (1 derived attributes, computed on the state's devices):"
+    assert lines[2].startswith("  derived attribute example.com/numa") and "failed on 4 devices" in lines[2]
+    assert len(lines) == 3 and err == ""
     # Unusable input: exit 2 naming the file and field.
     bad = write(tmp_path / "bad.yaml", text="derivedAttributes: 3\n")
     assert main(["validate", "--config", str(bad)]) == 2

@@ -735,3 +735,44 @@ async def test_a_yaml_what_if_body_beyond_the_yaml_cap_is_refused_unparsed(clien
     assert response.json() == {
         "Error": f"a YAML body may have at most {explain_api.MAX_YAML_BYTES} bytes (JSON: the body cap)"
     }
+
+
+def _typo_what_if(api_version: str = "resource.k8s.io/v1") -> dict[str, Any]:
+    """A what-if claim with `cuont` for `count` (the API server's strict field validation refuses it)."""
+    exactly = {"deviceClassName": "gpu.nvidia.com", "cuont": 2}
+    request = {"name": "gpus", "exactly": exactly}
+    if api_version == "resource.k8s.io/v1beta1":
+        request = {"name": "gpus", **exactly}
+    return {
+        "apiVersion": api_version,
+        "kind": "ResourceClaim",
+        "metadata": {"name": "typo", "namespace": "demo", "lables": {}},
+        "spec": {"devices": {"requests": [request]}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("api_version", "path"),
+    [
+        ("resource.k8s.io/v1", "spec.devices.requests[0].exactly.cuont"),
+        ("resource.k8s.io/v1beta1", "spec.devices.requests[0].cuont"),
+    ],
+)
+@pytest.mark.parametrize("encode", [orjson.dumps, yaml.safe_dump])
+async def test_what_if_with_an_unknown_field_is_a_400_naming_every_path(
+    client, demo, api_version, path, encode
+):
+    before = snapshot(demo.service)
+    response = await client.post("/api/v1/explain", content=encode(_typo_what_if(api_version)))
+    assert response.status_code == 400
+    # kubectl's strict field validation, in document order.
+    assert response.json() == {"Error": f'unknown field "metadata.lables", unknown field "{path}"'}
+    assert snapshot(demo.service) == before
+
+
+async def test_what_if_template_with_an_unknown_field_in_its_claim_spec_is_a_400(client):
+    template = template_claim("gpu-nic-aligned")
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selecters"] = []
+    response = await client.post("/api/v1/explain", content=orjson.dumps(template))
+    assert response.status_code == 400
+    assert response.json() == {"Error": 'unknown field "spec.spec.devices.requests[0].exactly.selecters"'}

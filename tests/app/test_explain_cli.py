@@ -185,3 +185,23 @@ def test_spread_policy_is_accepted(capsys):
     )
     assert code == 0
     assert orjson.loads(out)["pods"]
+
+
+@pytest.mark.parametrize("flags", [[], ["--strict"], ["--node", "gpu-node-1"]])
+def test_explain_what_if_file_with_an_unknown_field_exits_2_naming_it(capsys, tmp_path, flags):
+    # Lenient state or strict, summary or full: a what-if is typed by a person, its typo is an error.
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "typo", "namespace": "demo"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "cuont": 2}}]
+            }
+        },
+    }
+    path = tmp_path / "claim.yaml"
+    path.write_text(yaml.safe_dump(claim))
+    code, out, err = run(capsys, "explain", "--state", str(DEMO), *flags, str(path))
+    assert (code, out) == (2, "")
+    assert err == 'dra-extender: unknown field "spec.devices.requests[0].exactly.cuont"\n'

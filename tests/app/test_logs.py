@@ -94,7 +94,7 @@ def test_unknown_format_is_refused(stream: io.StringIO):
         configure("info", "yaml", stream)
 
 
-def test_serve_logs_json_for_the_app_and_uvicorn_and_serves_metrics_apart():
+def test_serve_logs_only_json_for_the_banner_the_app_and_uvicorn_and_serves_metrics_apart():
     port, metrics_port = free_ports(2)
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -113,6 +113,8 @@ def test_serve_logs_json_for_the_app_and_uvicorn_and_serves_metrics_apart():
             time.sleep(0.2)
         bind = (REPO / "examples/requests/bind-two-gpus.json").read_bytes()
         assert httpx.post(f"{url}/scheduler/bind", content=bind).json() == {"Error": ""}
+        elsewhere = json.loads(bind) | {"Node": "no-such-node"}
+        assert httpx.post(f"{url}/scheduler/bind", json=elsewhere).json()["Error"]
         httpx.get(f"{url}/metrics")
         # The metrics listener shows the same registry as the extender's port.
         apart = samples(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text)
@@ -120,9 +122,20 @@ def test_serve_logs_json_for_the_app_and_uvicorn_and_serves_metrics_apart():
     finally:
         server.terminate()
         _, err = server.communicate(timeout=30)
-    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in err.splitlines()]  # every line, the banner's too
     loggers = {r["logger"] for r in records}
-    assert {"uvicorn.error", "uvicorn.access", "app.http.api"} <= loggers, err
+    assert {"uvicorn.error", "uvicorn.access", "app.http.api", "app.cli.serve"} <= loggers, err
+    [banner] = [r for r in records if r["logger"] == "app.cli.serve"]
+    assert banner["level"] == "info" and f"serving {url} " in banner["msg"]
+    lifecycle = [r["msg"] for r in records if r["logger"] == "uvicorn.error"]
+    assert any(m.startswith("Started server process") for m in lifecycle), lifecycle
+    assert "Application startup complete." in lifecycle and "Application shutdown complete." in lifecycle
+    [failed] = [r for r in records if r["msg"] == "bind failed"]
+    assert failed["level"] == "warning" and failed["node"] == "no-such-node"
+    assert (
+        failed["pod"] == "demo/two-gpus"
+        and failed["reason"] == "node no-such-node is not known to dra-extender"
+    )
     [bound] = [r for r in records if r["msg"].startswith("bound:")]
     assert bound["pod"] == "demo/two-gpus" and bound["node"] == "gpu-node-1"
     assert len(bound["devices"]) == 2 and all("gpu.nvidia.com" in d for d in bound["devices"])
@@ -130,3 +143,113 @@ def test_serve_logs_json_for_the_app_and_uvicorn_and_serves_metrics_apart():
     assert any("/scheduler/bind" in m for m in access)
     assert not any(p in m for m in access for p in ("/readyz", "/metrics"))
     assert not [r for r in records if "color_message" in r]
+
+
+def _bind_service():
+    """n1: gpu-0, gpu-1. ml/kept is allocated gpu-0 and reserved for ml/p (an earlier attempt of p's bind
+    wrote it; the binding did not happen); ml/fresh is not allocated; ml/q has no claims."""
+    from allocator.cel.expr_engine import ExprEngine
+    from allocator.selectors import SelectorCache
+    from app.scheduling.service import SchedulingService
+    from app.state.cluster import ClusterState
+    from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+
+    driver = "gpu.example.com"
+    kept = claim("ml", "kept", [request("gpu", "gpu")])
+    result = {"request": "gpu", "driver": driver, "pool": "n1", "device": "gpu-0"}
+    kept["status"] = {
+        "allocation": {"devices": {"results": [result]}},
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-pod-ml-p"}],
+    }
+    state = ClusterState.from_objects(
+        [
+            ("Node", node("n1")),
+            ("DeviceClass", device_class("gpu", f'device.driver == "{driver}"')),
+            ("ResourceSlice", resource_slice("n1", driver, "n1", [device("gpu-0"), device("gpu-1")])),
+            ("ResourceClaim", kept),
+            ("ResourceClaim", claim("ml", "fresh", [request("gpu", "gpu")])),
+            ("Pod", pod("ml", "p", ["kept"])),
+            ("Pod", pod("ml", "r", ["kept", "fresh"])),
+            ("Pod", pod("ml", "q")),
+        ]
+    )
+    return SchedulingService(state, SelectorCache(ExprEngine()), device_selection="first-fit")
+
+
+async def test_binds_log_what_they_did_and_failures_at_warning_with_pod_node_and_reason(stream):
+    from pathlib import Path as _Path
+
+    import orjson
+
+    from app.config.settings import Settings
+    from app.http.api import create_app
+
+    configure("info", "json", stream)
+    app = create_app(_bind_service(), Settings(_Path("unused")))
+
+    async def bind(name: str, node_name: str) -> dict:
+        body = {"PodName": name, "PodNamespace": "ml", "PodUID": f"uid-pod-ml-{name}", "Node": node_name}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as http:
+            return (await http.post("/scheduler/bind", content=orjson.dumps(body))).json()
+
+    assert (await bind("p", "n9"))["Error"]  # no such node
+    assert await bind("p", "n1") == {"Error": ""}  # its only claim is allocated already
+    assert await bind("p", "n1") == {"Error": ""}  # kube-scheduler retries a bind that succeeded
+    assert await bind("q", "n1") == {"Error": ""}
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    binds = [r for r in records if r["logger"] == "app.http.api"]
+    failed, kept, again, no_claims = binds
+    assert failed["level"] == "warning"
+    assert (failed["pod"], failed["node"]) == ("ml/p", "n9")
+    assert failed["reason"] == "node n9 is not known to dra-extender"
+    assert failed["msg"] == "bind failed"  # the reason is a key of its own, as klog puts it
+    assert kept["level"] == "info" and kept["devices"] == []
+    assert kept["msg"] == "bound: claims allocated already: ml/kept"
+    assert again["msg"] == "bound: the pod is on the node already (a retried bind); nothing written"
+    assert no_claims["msg"] == "bound: the pod has no ResourceClaims; only the binding written"
+    assert not [r for r in binds if "no devices" in r["msg"]]
+
+
+async def test_a_bind_names_the_devices_it_allocated_and_the_claims_it_kept(stream):
+    configure("info", "text", stream)
+    service = _bind_service()
+    bound = service.bind_outcome("ml", "r", "uid-pod-ml-r", "n1")
+    assert bound.devices == ["ml/fresh: gpu.example.com/n1/gpu-1"]
+    assert bound.summary() == "ml/fresh: gpu.example.com/n1/gpu-1; claims allocated already: ml/kept"
+
+
+@pytest.mark.parametrize(
+    ("flags", "level"),
+    [
+        ([], "info"),
+        (["-v", "0"], "info"),
+        (["-v", "1"], "debug"),
+        (["--v=4"], "debug"),
+        (["--log-level", "warning"], "warning"),
+        (["--log-level", "warning", "-v2"], "debug"),
+        (["--log-level", "debug", "-v", "0"], "debug"),
+    ],
+)
+def test_klog_verbosity_and_the_log_level_combine_the_more_verbose_wins(flags, level):
+    from app.cli.flags import parser, settings_from_args
+
+    args = parser().parse_args(["serve", "--state", str(REPO / "examples/cluster"), *flags])
+    assert settings_from_args(args).server.effective_log_level == level
+
+
+def test_a_verbosity_out_of_range_exits_2_naming_it(capsys):
+    from app.cli.main import main
+
+    assert main(["serve", "--state", str(REPO / "examples/cluster"), "-v", "11"]) == 2
+    assert "verbosity: must be in 0..10, got 11" in capsys.readouterr().err
+
+
+def test_a_startup_error_in_json_mode_is_a_json_record(stream, capsys, tmp_path):
+    from app.cli.main import main
+
+    missing = tmp_path / "missing.pem"
+    tls = ["--ssl-certfile", str(missing), "--ssl-keyfile", str(missing)]
+    assert main(["serve", "--state", str(REPO / "examples/cluster"), "--log-format", "json", *tls]) == 2
+    [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert record["level"] == "error" and record["logger"] == "app.cli.main"
+    assert record["msg"].startswith(f"--ssl-certfile {missing}: cannot read it")

@@ -3,6 +3,7 @@ counted by hand from the small state below."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -15,9 +16,11 @@ import pytest
 from allocator.cel.expr_engine import ExprEngine
 from allocator.inventory import AllocatedDevice
 from allocator.selectors import SelectorCache
+from app.config.derivedconfig import ConfigWatcher
 from app.config.settings import Settings
 from app.http.api import create_app
-from app.http.metrics import REQUEST_BUCKETS, Metrics
+from app.http.metrics import REQUEST_BUCKETS, ConfigReloadCollector, Metrics
+from app.kube.apimetrics import APIMetrics
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.app.metrics_support import names, samples
@@ -202,7 +205,7 @@ def test_informer_state_in_cluster_mode(service: SchedulingService):
     assert ("dra_extender_informer_seconds_since_last_event", _labels(resource="ResourceSlice")) not in values
 
 
-def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: SchedulingService):
+def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: SchedulingService, tmp_path: Path):
     dashboard = json.loads((ROOT / "manifests/components/monitoring/dra-extender-dashboard.json").read_text())
     queried = {
         name
@@ -210,8 +213,17 @@ def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: Scheduli
         for target in panel["targets"]
         for name in re.findall(r"\bdra_extender_[a-z_]+", target["expr"])
     }
-    exposed = names(Metrics(service, _Informers()).render().decode())
-    assert len(queried) >= 15 and queried - exposed == set()
+    client = APIMetrics()
+    client.observe("GET", "/api/v1/pods", [("watch", "true")], "200", 0.01)
+    client.observe("GET", "/api/v1/pods", [("watch", "true")], "200", 0.01)  # a restart
+    client.observe("PUT", "/api/v1/namespaces/ml/pods/p", [], "409", 0.01)
+    client.observe("PUT", "/api/v1/namespaces/ml/pods/p", [], "200", 0.01)  # its retry
+    config = tmp_path / "extender.yaml"
+    config.write_text("derivedAttributes: []\n")
+    watcher = ConfigWatcher(config, lambda _: None, digest=hashlib.sha256(config.read_bytes()).hexdigest())
+    collectors = [*client.collectors(), ConfigReloadCollector(watcher)]
+    exposed = names(Metrics(service, _Informers(), collectors=collectors).render().decode())
+    assert len(queried) >= 20 and queried - exposed == set()
 
 
 @pytest.mark.parametrize(
@@ -242,3 +254,38 @@ def test_a_metrics_address_in_use_exits_2_naming_the_flag(capsys, monkeypatch):
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         assert main(serve_example_argv("--metrics-bind-address", address)) == 2
     assert f"--metrics-bind-address {address}: " in capsys.readouterr().err
+
+
+def test_the_page_has_the_process_python_and_build_families_and_no_created_series(service: SchedulingService):
+    import platform
+
+    from app.config import buildinfo
+
+    text = Metrics(service).render().decode()
+    exposed = names(text)
+    # prometheus-client's ProcessCollector (Linux), PlatformCollector and GCCollector.
+    for family in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"):
+        assert family in exposed
+    assert {"python_info", "python_gc_objects_collected_total"} <= exposed
+    build = {"version": "0.1.0", "python": platform.python_version(), "git": buildinfo.git_commit()}
+    assert samples(text)[("dra_extender_build_info", frozenset(build.items()))] == 1
+    assert not [line for line in text.splitlines() if "_created" in line.split(" ")[0]]
+
+
+def test_the_metrics_port_serves_only_metrics(service: SchedulingService):
+    from app.cli.serve import _serve_metrics
+    from app.config.settings import ServerSettings
+    from tests.ports import free_ports
+
+    [port] = free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    with _serve_metrics(ServerSettings(metrics_bind_address=f"127.0.0.1:{port}"), Metrics(service)):
+        page = httpx.get(f"{url}/metrics")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert ("dra_extender_binds_total", _labels(result="success")) in samples(page.text)
+        for path in ("/", "/healthz", "/metrics/", "/readyz", "/favicon.ico"):
+            answer = httpx.get(f"{url}{path}")
+            assert (answer.status_code, answer.text) == (404, "404 page not found\n"), path
+        only = httpx.get(f"{url}/metrics?name[]=dra_extender_binds_total")
+        assert {name for name, _ in samples(only.text)} == {"dra_extender_binds_total"}

@@ -153,14 +153,75 @@ def test_cluster_settings_reject_values_that_cannot_work(field, value):
         ClusterSettings(**{field: value})
 
 
-def test_kubeconfig_path_takes_the_first_kubeconfig_entry(monkeypatch):
-    from app.kube.client import kubeconfig_path
+def test_kubeconfig_paths_are_the_flag_else_every_kubeconfig_entry(monkeypatch):
+    from app.kube.client import kubeconfig_paths
 
-    monkeypatch.setenv("KUBECONFIG", "/a/config:/b/config")
-    assert kubeconfig_path(None) == Path("/a/config")
-    assert kubeconfig_path(Path("/x")) == Path("/x")
+    monkeypatch.setenv("KUBECONFIG", "/a/config::/b/config")
+    assert kubeconfig_paths(None) == (Path("/a/config"), Path("/b/config"))
+    assert kubeconfig_paths(Path("/x")) == (Path("/x"),)
     monkeypatch.delenv("KUBECONFIG")
-    assert kubeconfig_path(None) is None
+    assert kubeconfig_paths(None) == ()
+
+
+_OTHER_KUBECONFIG = (
+    "apiVersion: v1\nkind: Config\n"
+    "clusters:\n- name: other\n  cluster:\n    server: https://other.invalid:6443\n"
+    "users:\n- name: other\n  user:\n    token: other-token\n"
+    "contexts:\n- name: other\n  context:\n    cluster: other\n    user: other\n"
+)
+"""A kubeconfig without a current-context whose only context is not the fake API server's."""
+
+
+@pytest.mark.parametrize(
+    ("first_current", "context"), [(None, None), (None, "fake"), ("fake", None), ("other", "fake")]
+)
+async def test_a_merged_kubeconfig_resolves_a_context_of_its_second_file(
+    api, tmp_path, monkeypatch, first_current, context
+):
+    """As kubectl: the files are merged, the first file's current-context wins over a later one's."""
+    from app.kube.client import CORE_NODES, KubeClient
+
+    first = tmp_path / "a.yaml"
+    current = f"current-context: {first_current}\n" if first_current else ""
+    first.write_text(_OTHER_KUBECONFIG + current)
+    second = api.kubeconfig(tmp_path)  # current-context: fake, the fake API server
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{tmp_path / 'absent.yaml'}:{second}")
+    client = await KubeClient.connect(context=context)
+    try:
+        assert client.host == api.url
+        await client.list(CORE_NODES)  # the token of the second file's user is accepted
+    finally:
+        await client.close()
+    assert any(r.path == "/api/v1/nodes" for r in api.requests)
+
+
+async def test_the_first_current_context_of_a_merged_kubeconfig_wins(api, tmp_path, monkeypatch):
+    from app.kube.client import KubeClient
+
+    first = tmp_path / "a.yaml"
+    first.write_text(_OTHER_KUBECONFIG + "current-context: other\n")
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{api.kubeconfig(tmp_path)}")  # the second: fake
+    client = await KubeClient.connect()
+    try:
+        assert client.host == "https://other.invalid:6443"
+    finally:
+        await client.close()
+
+
+async def test_a_kubeconfig_list_without_a_usable_file_names_each(tmp_path, monkeypatch):
+    from kubernetes_asyncio.config import ConfigException
+
+    from app.kube.client import KubeClient
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    missing = tmp_path / "missing.yaml"
+    monkeypatch.setenv("KUBECONFIG", f"{empty}:{missing}")
+    with pytest.raises(ConfigException) as raised:
+        await KubeClient.connect()
+    assert str(raised.value) == (
+        f"no usable kubeconfig in $KUBECONFIG: {empty}: the kubeconfig file is empty; {missing}: no such file"
+    )
 
 
 def test_serve_in_cluster_mode_reports_an_unusable_config_file(monkeypatch, tmp_path, capsys):

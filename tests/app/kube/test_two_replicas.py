@@ -181,7 +181,7 @@ async def test_a_device_another_writer_put_in_a_second_claim_is_reported(
         device = (DRIVER, "n00", "gpu-0")
         assert conflicts.check() == [(device, (f"{NS}/{first}-gpu", f"{NS}/{second}-gpu"))]
         assert conflicts.check() == []  # reported once
-        metrics = Metrics(replica.runtime.service, replica.runtime.informers, conflicts).render().decode()
+        metrics = Metrics(replica.runtime.service, collectors=conflicts.collectors()).render().decode()
         assert "dra_extender_device_conflicts_total 1.0" in metrics
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     expected = (
