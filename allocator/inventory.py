@@ -640,6 +640,21 @@ class Inventory:
         keys = {*entry.exclusive, *(h for h, _ in entry.shares)}
         return sorted(k.partition(":")[2] for k in keys)
 
+    def double_allocations(self) -> list[tuple[DeviceID, tuple[str, ...]]]:
+        """Devices in the allocation of two or more claims, one of which has it whole (no ``shareID``):
+        what no allocator writes, so a sign of a second writer. Per device the claim keys, sorted; binds in
+        flight are not claims. One pass over the allocated devices."""
+        claims = f"{id(self._claims)}:"
+        found = []
+        for device_id, entry in self._holders.items():
+            if not entry.exclusive or (len(entry.exclusive) == 1 and not entry.shares):
+                continue
+            exclusive = [h for h in entry.exclusive if h.startswith(claims)]
+            holders = {*exclusive, *(h for h, _ in entry.shares if h.startswith(claims))}
+            if exclusive and len(holders) > 1:
+                found.append((device_id, tuple(sorted(h.removeprefix(claims) for h in holders))))
+        return found
+
 
 def counters_left(inventory: Inventory, pool: PoolView) -> dict[str, dict[str, Fraction]]:
     """Per counter set and counter: the pool's value minus what allocated devices consume (§11), for the

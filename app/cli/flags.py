@@ -258,7 +258,7 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
         "--scheduler-lease",
         metavar="NS/NAME",
         help="Lease of the kube-scheduler this extender is a sidecar of: only the replica next to the leader "
-        "releases orphaned allocations",
+        "binds and releases orphaned allocations",
     )
     names = ",".join(ClusterSettings().scheduler_names)
     group.add_argument(

@@ -204,8 +204,15 @@ FIELDS: tuple[FieldSpec, ...] = (
         "cluster.schedulerLease",
         "string",
         "scheduler_lease",
-        "namespace/name of the kube-scheduler's Lease: only the replica next to the leader releases orphans",
+        "namespace/name of the kube-scheduler's Lease: only the replica next to the leader binds and "
+        "releases orphans",
         "--scheduler-lease",
+    ),
+    FieldSpec(
+        "cluster.schedulerLeaseRetryPeriodSeconds",
+        "number",
+        "scheduler_lease_retry_seconds",
+        "how often the Lease is read (default 2)",
     ),
     FieldSpec(
         "cluster.bindingTimeoutSeconds",

@@ -125,6 +125,7 @@ RANGES: dict[str, Range] = {
     "binding_poll_seconds": _SECONDS,
     "orphan_grace_period_seconds": _SECONDS,
     "orphan_check_interval_seconds": _SECONDS,
+    "scheduler_lease_retry_seconds": _SECONDS,
     "reservation_ttl_seconds": _SECONDS,
     "api_qps": _RATE,
     "api_burst": _BURST,
@@ -380,8 +381,14 @@ class ClusterSettings:
 
     scheduler_lease: str | None = None
     """``namespace/name`` of the leader-election Lease of the kube-scheduler this extender is a sidecar of.
-    When set, only the replica next to the leader releases orphaned allocations and signals rejected pods
-    (standbys keep their index warm and write nothing). None: this is the only replica."""
+    When set, only the replica next to the leader binds, releases orphaned allocations and signals rejected
+    pods (standbys keep their index warm, refuse binds and write nothing; ``app.kube.leader``). None: this is
+    the only replica."""
+
+    scheduler_lease_retry_seconds: float = 2.0
+    """How often the Lease is read: at most how long a replica whose kube-scheduler gave the Lease up may
+    still bind (a bind that finds it not ours reads it again at once, so taking over waits for nothing).
+    2 s: kube-scheduler's default ``leaderElection.retryPeriod``; one GET per period."""
 
     api_qps: float = 50.0
     """Requests a second the API client sends at most, on average (a token bucket, as client-go's and
