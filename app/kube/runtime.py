@@ -29,8 +29,8 @@ from app.kube.apimetrics import APIMetrics
 from app.kube.binder import KubeBinder
 from app.kube.client import KubeClient
 from app.kube.clock import Clock, SystemClock
-from app.kube.events import EventRecorder, reporting_instance
 from app.kube.conflicts import DeviceConflicts
+from app.kube.events import EventRecorder, reporting_instance
 from app.kube.informers import Informers
 from app.kube.leader import SchedulerLease
 from app.kube.ratelimit import TokenBucket
