@@ -50,13 +50,15 @@ OUTPUTS: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = (
 _SOURCE = re.compile(r"^---\n# Source: [^/\n]+/templates/(\S+)\n", re.MULTILINE)
 
 
-def render(*values: str) -> str:
+def render(*values: str, values_file: Path | None = None) -> str:
     """``helm template`` of the chart as release ``dra-extender`` in namespace ``dra-extender``, with
-    ``--set`` of each of ``values``. Raises FileNotFoundError without the pinned helm, CalledProcessError
-    (with helm's message in ``stderr``) when the chart does not render."""
+    ``values_file`` and ``--set`` of each of ``values``. Raises FileNotFoundError without the pinned helm,
+    CalledProcessError (with helm's message in ``stderr``) when the chart does not render."""
     if not HELM.is_file():
         raise FileNotFoundError(f"{HELM}: run `make helm-bin` (needs go)")
     command = [str(HELM), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    if values_file is not None:
+        command += ["--values", str(values_file)]
     for value in values:
         command += ["--set", value]
     return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
