@@ -350,6 +350,9 @@ def test_each_value_renders_what_it_says_and_validates(overrides, check, tmp_pat
     docs = helm(tmp_path=tmp_path, overrides=overrides)
     _validate(docs)
     check(docs)
+    lint = [str(chart.HELM), "lint", "--strict", str(chart.CHART), "--values", str(tmp_path / "values.yaml")]
+    out = subprocess.run(lint, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_every_value_is_in_the_table():
