@@ -1,4 +1,4 @@
-{{/* The KubeSchedulerConfiguration of the dedicated kube-scheduler (its ConfigMap: kube-scheduler-config.yaml). */}}
+{{/* The dedicated kube-scheduler's KubeSchedulerConfiguration (its ConfigMap: kube-scheduler-config.yaml). */}}
 {{- define "dra-extender.kubeSchedulerConfig" -}}
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -41,7 +41,8 @@ extenders:
   # where evicting lower-priority pods frees enough devices, adding the device holders to evict (README
   # "Preemption").
   preemptVerb: preempt
-  weight: {{ .Values.kubeScheduler.extenderWeight }}     # scores are 0..10 x weight x 10; why 2: README "Scoring and device selection"
+  # Scores are 0..10 x weight x 10; why 2 by default: README "Scoring and device selection".
+  weight: {{ .Values.kubeScheduler.extenderWeight }}
   # A bind whose devices have binding conditions holds this call while the driver attaches them (the
   # extender's --binding-timeout, 600 s as kube-scheduler's bindingTimeout) plus the bind's own writes
   # (20 s): below that, kube-scheduler gives up on a bind that is still going to succeed and retries the
