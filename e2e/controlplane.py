@@ -3,12 +3,13 @@ their Go modules (``e2e/build.sh``), plus the extender, every one a child proces
 log in the run directory.
 
 Identities are the ones a cluster gives them: the harness (a client certificate in ``system:masters``)
-applies the shipped ``manifests/`` namespace, ServiceAccount and RBAC, then asks the TokenRequest API for
-a token of that ServiceAccount; kube-scheduler and the extender run with it, so a permission missing from
-``manifests/base/rbac.yaml`` fails the tests as it would fail a deployment. kube-controller-manager, which is
-not under test, uses its own certificate. kube-scheduler reads the shipped
-``manifests/base/kube-scheduler-config.yaml`` with only its kubeconfig and the extender's address changed; the
-extender is started with the sidecar's arguments from ``manifests/base/deployment.yaml``.
+applies the shipped ``manifests/`` (the Helm chart rendered: ``e2e/chart.py``) namespace, ServiceAccount
+and RBAC, then asks the TokenRequest API for a token of that ServiceAccount; kube-scheduler and the
+extender run with it, so a permission missing from ``manifests/base/rbac.yaml`` fails the tests as it
+would fail a deployment. kube-controller-manager, which is not under test, uses its own certificate.
+kube-scheduler reads the configuration of the shipped ``manifests/base/kube-scheduler-config.yaml``
+ConfigMap with only its kubeconfig and the extender's address changed; the extender is started with the
+sidecar's arguments from ``manifests/base/deployment.yaml``.
 
 Children get SIGTERM when the process that started them dies (``PR_SET_PDEATHSIG``), so nothing outlives
 a test run."""
@@ -186,6 +187,12 @@ def _kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str]) -> Path
 
 def shipped(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
+
+
+def shipped_scheduler_config() -> dict[str, Any]:
+    """The KubeSchedulerConfiguration the shipped ConfigMap mounts into kube-scheduler."""
+    [configmap] = shipped("kube-scheduler-config.yaml")
+    return yaml.safe_load(configmap["data"]["config.yaml"])
 
 
 @dataclass
@@ -438,7 +445,7 @@ class ControlPlane:
         ``dra-extender-<x>``); ``hostname``: its pod's (``start_pair``)."""
         port = free_port()
         if with_extender:
-            config = yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
+            config = shipped_scheduler_config()
             config["clientConnection"] = {"kubeconfig": str(self.scheduler_kubeconfig)}
             for entry in config["extenders"]:
                 entry["urlPrefix"] = f"{self.extender_urls[extender]}/scheduler"

@@ -46,7 +46,8 @@ def rendered() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def scheduler_config() -> dict[str, Any]:
-    return yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
+    [configmap] = [d for d in yaml.safe_load_all((MANIFESTS / "kube-scheduler-config.yaml").read_text()) if d]
+    return yaml.safe_load(configmap["data"]["config.yaml"])
 
 
 def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -147,8 +148,8 @@ def test_readme_says_what_the_manifests_ship(scheduler_config):
     assert f"**`weight: {extender['weight']}`** is recommended" in readme
     timeout = extender["httpTimeout"].removesuffix("s")
     assert f"`manifests/` ships {timeout} s" in readme
-    images = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["images"]
-    tag = next(i["newTag"] for i in images if i["name"] == "registry.k8s.io/kube-scheduler")
+    values = yaml.safe_load((ROOT / "charts" / "dra-extender" / "values.yaml").read_text())
+    tag = values["kubeScheduler"]["image"]["tag"]
     assert f"| kube-scheduler | {tag.removeprefix('v')} |" in readme  # the supported-versions table
 
 
