@@ -307,6 +307,14 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
     tls.add_argument(
         "--ssl-ca-certs", type=Path, metavar="PEM", help="require client certificates from this CA"
     )
+    webhook = serve.add_argument_group("admission webhook (one allocator per DRA pod; docs/webhook.md)")
+    webhook.add_argument(
+        "--webhook-bind-address",
+        metavar="HOST:PORT",
+        help="serve the admission webhook over HTTPS on this address (default: none)",
+    )
+    webhook.add_argument("--webhook-certfile", type=Path, metavar="PEM", help="the webhook's certificate")
+    webhook.add_argument("--webhook-keyfile", type=Path, metavar="PEM", help="key of --webhook-certfile")
     auth = serve.add_argument_group("authentication (when listening beyond loopback; cluster mode)")
     auth.add_argument(
         "--delegated-auth",
@@ -368,6 +376,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 ssl_certfile=args.ssl_certfile,
                 ssl_keyfile=args.ssl_keyfile,
                 ssl_ca_certs=args.ssl_ca_certs,
+                webhook_bind_address=args.webhook_bind_address,
+                webhook_certfile=args.webhook_certfile,
+                webhook_keyfile=args.webhook_keyfile,
                 delegated_auth=args.delegated_auth,
                 scheduler_user=args.scheduler_user,
             )

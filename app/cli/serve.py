@@ -7,7 +7,8 @@ every informer has synced. The port is bound before the state loads, the files t
 kubeconfig: ``app.config.files``) are checked before anything else (``--ssl-certfile`` / ``--ssl-keyfile``
 serve HTTPS, ``--ssl-ca-certs`` also requires client certificates); the metrics and probe listeners
 (``--metrics-bind-address``, ``--health-probe-bind-address``) share one binder that names the flag when
-an address cannot be bound.
+an address cannot be bound, and so does the admission webhook's HTTPS listener (``--webhook-bind-address``,
+``app.http.webhook``) on a thread of its own.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from app.config.derivedconfig import ConfigError, ConfigWatcher, load_config
 from app.config.extenderconfig import PATH_FIELDS
 from app.config.files import file_problems
 from app.config.logs import configure as configure_logging
-from app.config.settings import ServerSettings, Settings
+from app.config.settings import ClusterSettings, ServerSettings, Settings
 from app.http.metrics import ConfigReloadCollector, Metrics
 from app.http.probes import ProbeListener
 from app.scheduling.service import SchedulingService
@@ -191,7 +192,11 @@ def _serve_state(settings: Settings, started: _StartedWith, sock: socket.socket)
     if watcher is not None:
         watcher.start()
     metrics = _metrics(runtime.service, watcher)
-    with _serve_metrics(settings.server, metrics), _serve_probes(settings.server, lambda: True) as probes:
+    with (
+        _serve_metrics(settings.server, metrics),
+        _serve_webhook(settings, runtime.service),
+        _serve_probes(settings.server, lambda: True) as probes,
+    ):
         # One worker: the cluster state and the in-flight allocations live in this process.
         serve(
             create_app(runtime.service, settings, metrics=metrics, heartbeat=probes),
@@ -236,6 +241,36 @@ def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Iterator[None]:
         lambda host, port: MetricsListener(host, port, metrics.registry),
     )
     with listener:
+        yield
+
+
+@contextlib.contextmanager
+def _serve_webhook(settings: Settings, service: SchedulingService) -> Iterator[None]:
+    """The ``--webhook-bind-address`` listener (``app.http.webhook``, HTTPS) while the block runs, when asked
+    for. Raises StartupError when the address cannot be bound."""
+    server = settings.server
+    if server.webhook_bind_address is None:
+        yield
+        return
+    from app.http.server import ServerThread, listen, server_config
+    from app.http.webhook import create_webhook_app
+
+    names = (settings.cluster or ClusterSettings()).scheduler_names
+    sock = _listen_on("--webhook-bind-address", server.webhook_bind_address, listen)
+    app = create_webhook_app(service, names, server.max_body_bytes)
+    with (
+        sock,
+        ServerThread(
+            "webhook",
+            app,
+            sock,
+            log_level=server.effective_log_level,
+            log_config=None,
+            ssl_certfile=str(server.webhook_certfile),
+            ssl_keyfile=str(server.webhook_keyfile),
+            **server_config(),
+        ),
+    ):
         yield
 
 
@@ -328,7 +363,11 @@ def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: 
     collectors = [*runtime.api_metrics.collectors(), *runtime.conflicts.collectors()]
     metrics = _metrics(runtime.service, watcher, runtime.informers, collectors)
     try:
-        with _serve_metrics(server, metrics), _serve_probes(server, runtime.ready) as probes:
+        with (
+            _serve_metrics(server, metrics),
+            _serve_webhook(settings, runtime.service),
+            _serve_probes(server, runtime.ready) as probes,
+        ):
             serve(
                 create_app(
                     runtime.service,

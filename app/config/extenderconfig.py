@@ -114,6 +114,23 @@ FIELDS: tuple[FieldSpec, ...] = (
         "host:port of a listener answering only the probes, from a process of its own (default none)",
         "--health-probe-bind-address",
     ),
+    FieldSpec(
+        "server.webhookBindAddress",
+        "string",
+        "webhook_bind_address",
+        "host:port of the admission webhook's HTTPS listener (default none)",
+        "--webhook-bind-address",
+    ),
+    FieldSpec(
+        "server.webhookCertFile",
+        "path",
+        "webhook_certfile",
+        "PEM certificate of the webhook listener",
+        "--webhook-certfile",
+    ),
+    FieldSpec(
+        "server.webhookKeyFile", "path", "webhook_keyfile", "PEM key of webhookCertFile", "--webhook-keyfile"
+    ),
     FieldSpec("server.sslCertFile", "path", "ssl_certfile", "PEM certificate: serve HTTPS", "--ssl-certfile"),
     FieldSpec("server.sslKeyFile", "path", "ssl_keyfile", "PEM key of sslCertFile", "--ssl-keyfile"),
     FieldSpec(

@@ -1,5 +1,6 @@
-"""The files settings name: ``server.sslCertFile``, ``server.sslKeyFile``, ``server.sslCACerts`` and
-``cluster.kubeconfig`` (the ``path`` fields of ``app.config.extenderconfig``) and their flags.
+"""The files settings name: ``server.sslCertFile``, ``server.sslKeyFile``, ``server.sslCACerts``,
+``server.webhookCertFile``, ``server.webhookKeyFile`` and ``cluster.kubeconfig`` (the ``path`` fields of
+``app.config.extenderconfig``) and their flags.
 
 ``file_problems(files)`` is the one check of whether they can be used, shared by ``serve`` (before it
 loads anything, naming the flag, or the config field a flag did not override) and ``validate --config``
@@ -25,27 +26,35 @@ would otherwise be read into memory."""
 
 def file_problems(files: Mapping[str, Path | None]) -> list[tuple[str, str]]:
     """``(setting, problem)`` for the files that cannot be used, in the order of ``files`` (settings field
-    name → path, None when unset: ``ssl_certfile``, ``ssl_keyfile``, ``ssl_ca_certs``, ``kubeconfig``).
+    name → path, None when unset: ``ssl_certfile``, ``ssl_keyfile``, ``ssl_ca_certs``, ``webhook_certfile``,
+    ``webhook_keyfile``, ``kubeconfig``).
     The TLS files' contents are looked at once every file is readable: the certificate and CA files must
     hold PEM certificates, and the key must belong to the certificate (when both are given)."""
     problems = [(name, p) for name, path in files.items() if path is not None and (p := file_problem(path))]
     if problems:
         return problems
-    for name in ("ssl_certfile", "ssl_ca_certs"):
+    for name in ("ssl_certfile", "ssl_ca_certs", "webhook_certfile"):
         path = files.get(name)
         try:  # as a trust store: fails unless the file holds PEM certificates
             if path is not None:
                 ssl.create_default_context(cafile=path)
         except ssl.SSLError as e:
             problems.append((name, f"no PEM certificate in it ({e.reason or e})"))
-    cert, key = files.get("ssl_certfile"), files.get("ssl_keyfile")
-    if problems or cert is None or key is None:
+    if problems:
         return problems
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
-    except ssl.SSLError as e:
-        problems.append(("ssl_keyfile", f"not a PEM private key of the certificate {cert} ({e.reason or e})"))
+    for cert_name, key_name in _PAIRS:
+        cert, key = files.get(cert_name), files.get(key_name)
+        if cert is None or key is None:
+            continue
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except ssl.SSLError as e:
+            problems.append((key_name, f"not a PEM private key of the certificate {cert} ({e.reason or e})"))
     return problems
+
+
+_PAIRS = (("ssl_certfile", "ssl_keyfile"), ("webhook_certfile", "webhook_keyfile"))
+"""Certificate and key settings that must belong together."""
 
 
 def file_problem(path: Path) -> str:

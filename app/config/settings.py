@@ -204,6 +204,18 @@ class ServerSettings:
     ``keyFile``). Without ``delegated_auth`` the endpoint has no other authentication, so listen beyond
     loopback only with this. With it, certificates are optional (a bearer token also identifies)."""
 
+    webhook_bind_address: str | None = None
+    """``host:port`` of the admission webhook's HTTPS listener (``app.http.webhook``: ``/mutate`` sets the
+    extender's ``schedulerName`` on DRA pods of the default scheduler, ``/validate`` refuses DRA pods of
+    other schedulers), with ``webhook_certfile`` / ``webhook_keyfile``. None (default): no webhook."""
+
+    webhook_certfile: Path | None = None
+    """PEM serving certificate of the webhook listener (the API server only calls webhooks over HTTPS);
+    reloaded when it changes, as ``ssl_certfile``."""
+
+    webhook_keyfile: Path | None = None
+    """PEM key of ``webhook_certfile``."""
+
     delegated_auth: bool = False
     """Authenticate callers with the API server (TokenReview, or a verified client certificate) and
     authorize them: ``/scheduler/*`` only for ``scheduler_user``, ``/api/*`` by SubjectAccessReview
@@ -223,8 +235,14 @@ class ServerSettings:
             raise ValueError("ssl_certfile, ssl_keyfile: give both or neither")
         if self.ssl_ca_certs is not None and self.ssl_certfile is None:
             raise ValueError("ssl_ca_certs: client certificates need HTTPS (ssl_certfile, ssl_keyfile)")
+        if (self.webhook_bind_address is None) != (self.webhook_certfile is None) or (
+            self.webhook_certfile is None
+        ) != (self.webhook_keyfile is None):
+            raise ValueError(
+                "webhook_bind_address, webhook_certfile, webhook_keyfile: give all three or none"
+            )
         _check_ranges(self)
-        for field_name in ("metrics_bind_address", "health_probe_bind_address"):
+        for field_name in ("metrics_bind_address", "health_probe_bind_address", "webhook_bind_address"):
             address = getattr(self, field_name)
             if address is not None:
                 host, _, port = address.rpartition(":")

@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "IDLE_SECONDS",
     "CertificateFiles",
     "IdleClosingH11Protocol",
+    "ServerThread",
     "listen",
     "serve",
     "server_config",
@@ -188,3 +190,25 @@ def serve(app: Any, sock: socket.socket, **options: Any) -> None:
     """Run uvicorn with ``options`` (``uvicorn.Config`` arguments) on the bound socket ``sock``; with
     ``ssl_certfile`` and ``ssl_keyfile``, a changed pair is served without a restart."""
     _Server(uvicorn.Config(app, **options)).run(sockets=[sock])
+
+
+class ServerThread:
+    """``serve`` on a daemon thread of its own (its own event loop) until ``close()`` or the ``with`` block's
+    end: a second listener (the admission webhook, ``app.http.webhook``) beside the main one."""
+
+    def __init__(self, name: str, app: Any, sock: socket.socket, **options: Any) -> None:
+        self._server = _Server(uvicorn.Config(app, **options))
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name=name, daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join()
+
+    def __enter__(self) -> ServerThread:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -62,6 +62,7 @@ __all__ = [
     "is_dra_extended_resource_name",
     "missing_extended_resources",
     "pod_extended_resources",
+    "requested_extended_resources",
 ]
 
 Obj = Mapping[str, Any]
@@ -427,6 +428,16 @@ def missing_extended_resources(
         and not _allocatable(node, r)
         and not (resolver is not None and resolver.class_for(r))
     ]
+
+
+def requested_extended_resources(pod: Obj) -> list[str]:
+    """Names some container or init container of ``pod`` requests (non-zero) that DRA could back
+    (``is_dra_extended_resource_name``), sorted; whether a DeviceClass maps them is the caller's question.
+    Raises InvalidInputError for a malformed quantity."""
+    containers = _containers(pod)
+    names = sorted({r for c in containers for r in c.requests if is_dra_extended_resource_name(r)})
+    pod_ref = pod_key(pod)
+    return [r for r in names if any(_count(c, r, pod_ref) for c in containers)]
 
 
 def pod_extended_resources(
