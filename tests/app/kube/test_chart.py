@@ -7,6 +7,7 @@ helm is the build ``make helm-bin`` puts in .cache/ (from its Go module); withou
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import tomllib
 from collections.abc import Callable
@@ -15,6 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtensionOID
 
 from allocator.features import FeatureGates, parse_feature_gates
 from app.config.derivedconfig import parse_config
@@ -43,8 +47,8 @@ def helm(*values: str, tmp_path: Path | None = None, overrides: dict[str, Any] |
 def _validate(docs: Docs) -> None:
     validate = pytest.importorskip("kubernetes_validate")
     for doc in docs:
-        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
-            continue  # a CRD: no schema in kubernetes-validate (test_manifests checks its fields)
+        if doc["apiVersion"].startswith(("monitoring.coreos.com/", "cert-manager.io/")):
+            continue  # a CRD: no schema in kubernetes-validate (test_manifests, _check_webhook_* check them)
         validate.validate(doc, "1.37", strict=True)
 
 
@@ -251,6 +255,106 @@ def _check_namespace(docs: Docs) -> None:
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
+def _webhooks(docs: Docs) -> dict[str, dict[str, Any]]:
+    """The chart's webhook configurations' one webhook each, by kind."""
+    found = {d["kind"]: d for d in docs if d["kind"].endswith("WebhookConfiguration")}
+    for config in found.values():
+        assert config["metadata"]["name"] == "dra-scheduler"
+    return {kind: config["webhooks"][0] for kind, config in found.items()}
+
+
+def _check_webhook_wiring(docs: Docs) -> None:
+    """The extender serves the webhook with the Secret's pair, the Service and NetworkPolicy reach it."""
+    extender = _extender(docs)
+    assert {
+        "--webhook-bind-address=0.0.0.0:9443",
+        "--webhook-certfile=/etc/dra-extender-webhook/tls.crt",
+        "--webhook-keyfile=/etc/dra-extender-webhook/tls.key",
+    } <= set(extender["args"])
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in extender["ports"]
+    [mount] = [m for m in extender["volumeMounts"] if m["name"] == "webhook-tls"]
+    assert mount["mountPath"] == "/etc/dra-extender-webhook" and "subPath" not in mount
+    [volume] = [v for v in _pod_spec(docs)["volumes"] if v["name"] == "webhook-tls"]
+    assert volume["secret"]["secretName"] == "dra-scheduler-webhook-tls"
+    service = _one(docs, "Service", "dra-scheduler-webhook")
+    assert service["spec"]["ports"] == [
+        {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}
+    ]
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "dra-scheduler"}
+    rules = _one(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert {"ports": [{"port": 9443, "protocol": "TCP"}]} in rules
+    for webhook in _webhooks(docs).values():
+        assert webhook["clientConfig"]["service"]["name"] == "dra-scheduler-webhook"
+        assert webhook["clientConfig"]["service"]["port"] == 443
+        assert webhook["rules"] == [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ]
+        assert webhook["sideEffects"] == "None" and webhook["admissionReviewVersions"] == ["v1"]
+        # never the scheduler's own namespace nor kube-system, whatever the user selects
+        assert {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["dra-extender", "kube-system"],
+        } in webhook["namespaceSelector"]["matchExpressions"]
+
+
+def _check_webhook(docs: Docs) -> None:
+    _check_webhook_wiring(docs)
+    webhooks = _webhooks(docs)
+    assert list(webhooks) == ["MutatingWebhookConfiguration"]  # mode mutating by default
+    [mutating] = webhooks.values()
+    assert mutating["clientConfig"]["service"]["path"] == "/mutate"
+    assert (mutating["failurePolicy"], mutating["timeoutSeconds"]) == ("Ignore", 5)
+    assert "objectSelector" not in mutating
+    # The generated certificate: signed by the caBundle the API server gets, for the Service's DNS names.
+    secret = _one(docs, "Secret", "dra-scheduler-webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    ca_pem = base64.b64decode(mutating["clientConfig"]["caBundle"])
+    assert base64.b64decode(secret["data"]["ca.crt"]) == ca_pem
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+    assert "dra-scheduler-webhook.dra-extender.svc" in names.get_values_for_type(x509.DNSName)
+    key = serialization.load_pem_private_key(base64.b64decode(secret["data"]["tls.key"]), None)
+    assert key.public_key().public_numbers() == cert.public_key().public_numbers()
+
+
+def _check_webhook_both(docs: Docs) -> None:
+    _check_webhook_wiring(docs)
+    webhooks = _webhooks(docs)
+    assert sorted(webhooks) == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    assert webhooks["ValidatingWebhookConfiguration"]["clientConfig"]["service"]["path"] == "/validate"
+    for webhook in webhooks.values():
+        assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Fail", 10)
+        selector = webhook["namespaceSelector"]
+        assert selector["matchLabels"] == {"dra.example.com/guardrail": "on"}
+        assert selector["matchExpressions"][0] == {"key": "tier", "operator": "In", "values": ["gpu"]}
+        assert webhook["objectSelector"] == {"matchLabels": {"app": "trainer"}}
+
+
+def _check_webhook_cert_manager(docs: Docs) -> None:
+    _check_webhook_wiring(docs)
+    webhooks = _webhooks(docs)
+    assert list(webhooks) == ["ValidatingWebhookConfiguration"]
+    [validating] = webhooks.values()
+    assert "caBundle" not in validating["clientConfig"]  # cert-manager's CA injector fills it
+    config = _one(docs, "ValidatingWebhookConfiguration")
+    annotation = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    certificate = _one(docs, "Certificate")
+    assert annotation == f"dra-extender/{certificate['metadata']['name']}"
+    assert certificate["spec"]["secretName"] == "dra-scheduler-webhook-tls"
+    assert "dra-scheduler-webhook.dra-extender.svc" in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["issuerRef"] == {"name": "cluster-ca", "kind": "ClusterIssuer"}
+    assert not [d for d in docs if d["kind"] in ("Issuer", "Secret")]
+
+
 NODE_AFFINITY = {
     "requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]
@@ -342,6 +446,38 @@ OPTIONS: list[tuple[str, dict[str, Any], Callable[[Docs], None]]] = [
     ),
     ("json-logs", {"logFormat": "json"}, _check_json_logs),
     ("namespace", {"namespace": {"create": True}}, _check_namespace),
+    ("webhook", {"webhook": {"enabled": True}}, _check_webhook),
+    (
+        "webhook-both",
+        {
+            "webhook": {
+                "enabled": True,
+                "mode": "both",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+                "namespaceSelector": {
+                    "matchLabels": {"dra.example.com/guardrail": "on"},
+                    "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}],
+                },
+                "objectSelector": {"matchLabels": {"app": "trainer"}},
+            }
+        },
+        _check_webhook_both,
+    ),
+    (
+        "webhook-cert-manager",
+        {
+            "webhook": {
+                "enabled": True,
+                "mode": "validating",
+                "certManager": {
+                    "enabled": True,
+                    "issuerRef": {"name": "cluster-ca", "kind": "ClusterIssuer"},
+                },
+            }
+        },
+        _check_webhook_cert_manager,
+    ),
 ]
 
 
@@ -370,6 +506,9 @@ def test_every_value_is_in_the_table():
         ({"image": {"repo": "x"}}, "additional properties 'repo' not allowed"),
         ({"extenderConfig": {"sheduling": {}}}, "additional properties 'sheduling' not allowed"),
         ({"schedulerName": "GPU_scheduler"}, "/schedulerName"),
+        ({"webhook": {"mode": "mutate"}}, "/webhook/mode"),
+        ({"webhook": {"failurePolicy": "ignore"}}, "/webhook/failurePolicy"),
+        ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
     ],
 )
 def test_schema_refuses_a_wrong_value(overrides, message, tmp_path):
