@@ -35,6 +35,16 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ResourceClaim": ("apis/resource.k8s.io/v1", "resourceclaims", True),
     "ResourceClaimTemplate": ("apis/resource.k8s.io/v1", "resourceclaimtemplates", True),
     "DeviceTaintRule": ("apis/resource.k8s.io/v1", "devicetaintrules", False),
+    "MutatingWebhookConfiguration": (
+        "apis/admissionregistration.k8s.io/v1",
+        "mutatingwebhookconfigurations",
+        False,
+    ),
+    "ValidatingWebhookConfiguration": (
+        "apis/admissionregistration.k8s.io/v1",
+        "validatingwebhookconfigurations",
+        False,
+    ),
 }
 
 
@@ -96,9 +106,11 @@ class Kube:
             raise ApiError(response)
         return response.json()
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """The object created (``dry_run``: as it would be, admission included, without storing it)."""
         ns = obj.get("metadata", {}).get("namespace") if KINDS[obj["kind"]][2] else None
-        return self._call("POST", self.path(obj["kind"], ns), json=obj)
+        params = {"dryRun": "All"} if dry_run else None
+        return self._call("POST", self.path(obj["kind"], ns), json=obj, params=params)
 
     def ensure(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create ``obj``, or leave the existing object of that name as it is (manifests applied twice)."""

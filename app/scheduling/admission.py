@@ -44,15 +44,14 @@ class AdmissionDecision:
 
 
 def dra_use(pod: Obj, device_classes: Callable[[], Iterable[Obj]] | None) -> str | None:
-    """What makes ``pod`` use DRA devices, for messages (``ResourceClaim "gpu" (spec.resourceClaims[0])``,
+    """What makes ``pod`` use DRA devices, for messages (``ResourceClaim "x" (spec.resourceClaims[0] "gpu")``,
     ``extended resource "example.com/gpu" (DeviceClass "gpu.example.com")``), or None when nothing does.
 
     ``device_classes`` gives the DeviceClass dicts, called only when a container requests an extended
     resource; None when DRAExtendedResource is off (extended resources are then never DRA's)."""
     claims = (pod.get("spec") or {}).get("resourceClaims") or ()
     if claims:
-        first = claims[0] if isinstance(claims[0], Mapping) else {}
-        return f'ResourceClaim "{first.get("name") or ""}" (spec.resourceClaims[0])'
+        return _claim_use(claims[0] if isinstance(claims[0], Mapping) else {})
     if device_classes is None:
         return None
     try:
@@ -67,6 +66,15 @@ def dra_use(pod: Obj, device_classes: Callable[[], Iterable[Obj]] | None) -> str
         if class_name:
             return f'extended resource "{name}" (DeviceClass "{class_name}")'
     return None
+
+
+def _claim_use(entry: Obj) -> str:
+    where = f'spec.resourceClaims[0] "{entry.get("name") or ""}"'
+    if entry.get("resourceClaimName"):
+        return f'ResourceClaim "{entry["resourceClaimName"]}" ({where})'
+    if entry.get("resourceClaimTemplateName"):
+        return f'a ResourceClaim of template "{entry["resourceClaimTemplateName"]}" ({where})'
+    return where
 
 
 def _scheduler(pod: Obj) -> str:

@@ -59,6 +59,7 @@ def _pod(
     claims: tuple[str, ...] = (),
     resources: Obj | None = None,
     init_resources: Obj | None = None,
+    named: bool = False,
 ) -> Obj:
     spec: Obj = {"containers": [{"name": "app", "image": "busybox", "resources": resources or {}}]}
     if init_resources is not None:
@@ -66,7 +67,9 @@ def _pod(
     if scheduler is not None:
         spec["schedulerName"] = scheduler
     if claims:
-        spec["resourceClaims"] = [{"name": c, "resourceClaimTemplateName": f"{c}-template"} for c in claims]
+        source = "resourceClaimName" if named else "resourceClaimTemplateName"
+        suffix = "claim" if named else "template"
+        spec["resourceClaims"] = [{"name": c, source: f"{c}-{suffix}"} for c in claims]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team"}, "spec": spec}
 
 
@@ -119,7 +122,19 @@ INIT_EXTENDED = _pod(init_resources={"requests": {GPU: "1"}})
 
 # (name, pod, schedulerName after /mutate, /validate's message or "" when allowed)
 SHAPES = [
-    ("claim, default scheduler", CLAIM, "dra-scheduler", 'ResourceClaim "gpu" (spec.resourceClaims[0])'),
+    (
+        "claim, default scheduler",
+        CLAIM,
+        "dra-scheduler",
+        'pod uses a ResourceClaim of template "gpu-template" (spec.resourceClaims[0] "gpu") but '
+        'spec.schedulerName is "default-scheduler"',
+    ),
+    (
+        "named claim",
+        _pod(claims=("gpu",), named=True),
+        "dra-scheduler",
+        'ResourceClaim "gpu-claim" (spec.resourceClaims[0] "gpu")',
+    ),
     ("claim, no schedulerName", _pod(None, ("gpu",)), "dra-scheduler", '"default-scheduler"'),
     ("claim, empty schedulerName", _pod("", ("gpu",)), "dra-scheduler", '"default-scheduler"'),
     (
