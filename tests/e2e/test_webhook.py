@@ -150,6 +150,9 @@ def test_webhook_keeps_dra_pods_on_the_extender(
     scenario.add_claim("forgot")
     scenario.add_claim("explicit")
 
+    # Without the webhook the pod would be the default scheduler's (the in-tree path would allocate it).
+    unguarded = scenario.kube.create(_pod(scenario, "probe", None, "forgot"), dry_run=True)
+    assert unguarded["spec"]["schedulerName"] == "default-scheduler"
     # Mutating: no schedulerName -> dra-scheduler, bound by the extender, never seen by the in-tree path.
     _register(
         scenario,
