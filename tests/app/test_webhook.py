@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import socket
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from app.http.server import ServerThread, listen, server_config
 from app.http.webhook import create_webhook_app
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
+from tests.app.test_tls_reload import _der, _install
 from tests.builders import device_class
 from tests.ports import EXAMPLE_CLUSTER, free_ports
 
@@ -248,12 +251,21 @@ def test_the_webhook_listener_needs_its_certificate_and_key():
         ServerSettings(webhook_bind_address="9443", webhook_certfile=Path("c"), webhook_keyfile=Path("k"))
 
 
-def test_the_listener_answers_over_https(tmp_path):
+def _served(port: int, context: ssl.SSLContext) -> bytes:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def test_the_listener_answers_over_https_and_serves_a_rotated_certificate(tmp_path):
     ca = trustme.CA()
-    issued = ca.issue_cert("127.0.0.1")
+    first, second = ca.issue_cert("127.0.0.1"), ca.issue_cert("127.0.0.1")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    issued.cert_chain_pems[0].write_to_path(str(cert))
-    issued.private_key_pem.write_to_path(str(key))
+    _install(first, cert, key)
     sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]
     app = create_webhook_app(_service(), ("dra-scheduler",), 64 << 10)
@@ -266,6 +278,12 @@ def test_the_listener_answers_over_https(tmp_path):
         httpx.Client(verify=context, timeout=10) as client,
     ):
         response = client.post(f"https://127.0.0.1:{port}/mutate", content=orjson.dumps(_review(CLAIM)))
+        assert _served(port, context) == _der(first)
+        _install(second, cert, key)  # as cert-manager renews the Secret
+        deadline = time.monotonic() + 30
+        while _served(port, context) != _der(second):
+            assert time.monotonic() < deadline, "the renewed certificate was never served"
+            time.sleep(0.5)
     assert response.status_code == 200
     patch = orjson.loads(base64.b64decode(response.json()["response"]["patch"]))
     assert patch == [{"op": "add", "path": "/spec/schedulerName", "value": "dra-scheduler"}]
