@@ -194,7 +194,7 @@ def _serve_state(settings: Settings, started: _StartedWith, sock: socket.socket)
     metrics = _metrics(runtime.service, watcher)
     with (
         _serve_metrics(settings.server, metrics),
-        _serve_webhook(settings, runtime.service),
+        _serve_webhook(settings, runtime.service, metrics),
         _serve_probes(settings.server, lambda: True) as probes,
     ):
         # One worker: the cluster state and the in-flight allocations live in this process.
@@ -245,7 +245,7 @@ def _serve_metrics(server: ServerSettings, metrics: Metrics) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _serve_webhook(settings: Settings, service: SchedulingService) -> Iterator[None]:
+def _serve_webhook(settings: Settings, service: SchedulingService, metrics: Metrics) -> Iterator[None]:
     """The ``--webhook-bind-address`` listener (``app.http.webhook``, HTTPS) while the block runs, when asked
     for. Raises StartupError when the address cannot be bound."""
     server = settings.server
@@ -257,7 +257,12 @@ def _serve_webhook(settings: Settings, service: SchedulingService) -> Iterator[N
 
     names = (settings.cluster or ClusterSettings()).scheduler_names
     sock = _listen_on("--webhook-bind-address", server.webhook_bind_address, listen)
-    app = create_webhook_app(service, names, server.max_body_bytes)
+    app = create_webhook_app(service, names, server.max_body_bytes, metrics.admission_reviews)
+    log.info(
+        "admission webhook on https://%s (/mutate, /validate): DRA pods go to schedulerName %s",
+        server.webhook_bind_address,
+        names[0],
+    )
     with (
         sock,
         ServerThread(
@@ -365,7 +370,7 @@ def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: 
     try:
         with (
             _serve_metrics(server, metrics),
-            _serve_webhook(settings, runtime.service),
+            _serve_webhook(settings, runtime.service, metrics),
             _serve_probes(server, runtime.ready) as probes,
         ):
             serve(

@@ -297,6 +297,16 @@ class Metrics:
         for result in RESULTS:
             self.binds.labels(result)
         self._node_series = tuple(self.filter_nodes.labels(result) for result in NODE_RESULTS)
+        self.admission_reviews = Counter(
+            _PREFIX + "admission_reviews",
+            "Pod creations the admission webhook answered (app.http.webhook), by endpoint (mutate, validate) "
+            "and outcome (patched, refused, allowed: unchanged).",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        for endpoint in ("mutate", "validate"):
+            for outcome in ("patched", "refused", "allowed"):
+                self.admission_reviews.labels(endpoint, outcome)
         self.registry.register(_StateCollector(service, informers))
 
     def observe_request(self, verb: str, ok: bool, seconds: float) -> None:

@@ -7,6 +7,8 @@ they change, as the main listener's, ``app.http.server``)::
     POST /validate   AdmissionReview → 200 AdmissionReview: DRA pods of another scheduler refused
     GET  /healthz                    → 200 ok
 
+Answers to pod creations are counted in ``dra_extender_admission_reviews_total{endpoint, outcome}``.
+
 What is patched or refused: ``app.scheduling.admission``. A review that is not for a Pod CREATE is
 allowed untouched. A body that is not an AdmissionReview (not JSON, wrong ``apiVersion``/``kind``, no
 ``request.uid``) gets 400 ``{"Error": "<the field>"}``; larger than ``--max-body-bytes`` 413. The answer
@@ -23,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
+from prometheus_client import Counter
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -106,10 +109,14 @@ def _device_classes(service: SchedulingService) -> Callable[[], list[Any]] | Non
 
 
 def create_webhook_app(
-    service: SchedulingService, scheduler_names: Sequence[str], max_body_bytes: int
+    service: SchedulingService,
+    scheduler_names: Sequence[str],
+    max_body_bytes: int,
+    reviews: Counter | None = None,
 ) -> Starlette:
     """The webhook's ASGI app, deciding with ``service``'s DeviceClasses for the profiles
-    ``scheduler_names`` (the first one is what a pod is patched to)."""
+    ``scheduler_names`` (the first one is what a pod is patched to); ``reviews`` counts the answers to pod
+    creations by endpoint and outcome (``Metrics.admission_reviews``)."""
     budget = BodyBudget(max_body_bytes)
 
     def endpoint(decide: Decide) -> Callable[[Request], Any]:
@@ -127,6 +134,9 @@ def create_webhook_app(
             if _is_pod_create(admission):
                 pod = admission["object"]
                 decision = decide(pod, scheduler_names, _device_classes(service))
+                outcome = "refused" if not decision.allowed else "patched" if decision.patch else "allowed"
+                if reviews is not None:
+                    reviews.labels(decide.__name__, outcome).inc()
                 if decision.patch or not decision.allowed:
                     name = admission.get("name") or (pod.get("metadata") or {}).get("generateName") or ""
                     outcome = "schedulerName set" if decision.allowed else f"refused: {decision.message}"

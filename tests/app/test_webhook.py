@@ -28,6 +28,7 @@ from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
 from app.cli import main as cli
 from app.config.settings import ServerSettings
+from app.http.metrics import Metrics
 from app.http.server import ServerThread, listen, server_config
 from app.http.webhook import create_webhook_app
 from app.scheduling.service import SchedulingService
@@ -191,6 +192,33 @@ async def test_mutate_and_validate_each_pod_shape(client, pod, scheduler, refuse
     assert again["allowed"] is (
         after["spec"]["schedulerName"] in ("dra-scheduler", "dra-other") or not refused
     )
+
+
+async def test_answers_are_counted_by_endpoint_and_outcome():
+    service = _service()
+    metrics = Metrics(service)
+    app = create_webhook_app(service, ("dra-scheduler",), 64 << 10, metrics.admission_reviews)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://w") as client:
+        for pod in (CLAIM, CLAIM, _pod()):
+            await _answer(client, "/mutate", _review(pod))
+        await _answer(client, "/validate", _review(CLAIM))
+        await _answer(client, "/validate", _review(CLAIM, "UPDATE"))  # not a creation: not counted
+    value = metrics.registry.get_sample_value
+    counts = {
+        (endpoint, outcome): value(
+            "dra_extender_admission_reviews_total", {"endpoint": endpoint, "outcome": outcome}
+        )
+        for endpoint in ("mutate", "validate")
+        for outcome in ("patched", "refused", "allowed")
+    }
+    assert counts == {
+        ("mutate", "patched"): 2,
+        ("mutate", "refused"): 0,
+        ("mutate", "allowed"): 1,
+        ("validate", "patched"): 0,
+        ("validate", "refused"): 1,
+        ("validate", "allowed"): 0,
+    }
 
 
 @pytest.mark.parametrize(("operation", "kind"), [("UPDATE", "Pod"), ("DELETE", "Pod"), ("CREATE", "Binding")])
