@@ -139,13 +139,9 @@ def create_webhook_app(
                     reviews.labels(decide.__name__, outcome).inc()
                 if decision.patch or not decision.allowed:
                     name = admission.get("name") or (pod.get("metadata") or {}).get("generateName") or ""
-                    outcome = "schedulerName set" if decision.allowed else f"refused: {decision.message}"
+                    said = "schedulerName set" if decision.allowed else f"refused: {decision.message}"
                     log.info(
-                        "admission %s: pod %s/%s: %s",
-                        decide.__name__,
-                        admission.get("namespace"),
-                        name,
-                        outcome,
+                        "admission %s: pod %s/%s: %s", decide.__name__, admission.get("namespace"), name, said
                     )
             return Response(orjson.dumps(_answer(admission["uid"], decision)), media_type=_JSON)
 
