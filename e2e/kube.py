@@ -22,6 +22,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Event": ("api/v1", "events", True),
     "ServiceAccount": ("api/v1", "serviceaccounts", True),
     "ConfigMap": ("api/v1", "configmaps", True),
+    "Secret": ("api/v1", "secrets", True),
     "Deployment": ("apis/apps/v1", "deployments", True),
     "ClusterRole": ("apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),

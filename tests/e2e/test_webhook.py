@@ -13,6 +13,7 @@ only, so scenarios running beside it are not affected."""
 from __future__ import annotations
 
 import base64
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from e2e import pki
+from e2e import chart, pki
 from e2e.controlplane import ControlPlane, free_port
 from e2e.kube import ApiError, Kube, poll
 from e2e.workload import EXTENDER_SCHEDULER, Scenario, allocated_devices, in_tree_scheduler
@@ -196,3 +197,72 @@ def test_webhook_keeps_dra_pods_on_the_extender(
     assert "allocation" not in scenario.kube.get("ResourceClaim", "explicit", scenario.namespace).get(
         "status", {}
     )
+
+
+HELM_RELEASE = "webhook-e2e"
+
+
+def _helm(plane: ControlPlane, *args: str) -> str:
+    command = [
+        str(chart.HELM),
+        *args,
+        "--namespace",
+        HELM_RELEASE,
+        "--kubeconfig",
+        str(plane.admin_kubeconfig),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(not chart.HELM.is_file(), reason=f"no {chart.HELM}: make helm-bin (needs go)")
+def test_chart_webhook_is_accepted_and_keeps_its_certificate_across_upgrades(
+    control_plane: ControlPlane,
+) -> None:
+    # A release of its own, its webhook inert here (an objectSelector no pod matches; nothing runs its pods).
+    plane = control_plane
+    kube = plane.client()
+    scheduler = f"{HELM_RELEASE}-scheduler"
+    values = [
+        "--set",
+        f"schedulerName={scheduler}",
+        "--set",
+        "webhook.enabled=true",
+        "--set",
+        "webhook.mode=both",
+    ]
+    values += ["--set", "webhook.objectSelector.matchLabels.e2e-no-pod-has-this=x"]
+    _helm(plane, "install", HELM_RELEASE, str(chart.CHART), "--create-namespace", *values)
+    try:
+
+        def certificates() -> tuple[str, str, str]:
+            secret = kube.get("Secret", f"{scheduler}-webhook-tls", HELM_RELEASE)
+            mutating = kube.get("MutatingWebhookConfiguration", scheduler)
+            validating = kube.get("ValidatingWebhookConfiguration", scheduler)
+            bundles = {
+                w["clientConfig"]["caBundle"] for w in (*mutating["webhooks"], *validating["webhooks"])
+            }
+            assert bundles == {secret["data"]["ca.crt"]}  # the API server trusts the CA of the served pair
+            return secret["data"]["ca.crt"], secret["data"]["tls.crt"], secret["data"]["tls.key"]
+
+        installed = certificates()
+        _helm(
+            plane,
+            "upgrade",
+            HELM_RELEASE,
+            str(chart.CHART),
+            "--reuse-values",
+            "--set",
+            "webhook.timeoutSeconds=7",
+        )
+        assert kube.get("MutatingWebhookConfiguration", scheduler)["webhooks"][0]["timeoutSeconds"] == 7
+        assert certificates() == installed  # found by lookup and kept, not generated again
+        _helm(plane, "uninstall", HELM_RELEASE, "--wait")
+        with pytest.raises(ApiError) as gone:
+            kube.get("MutatingWebhookConfiguration", scheduler)
+        assert gone.value.status == 404
+    finally:
+        _helm(plane, "uninstall", HELM_RELEASE, "--ignore-not-found")
+        kube.delete("Namespace", HELM_RELEASE)
+        kube.close()
