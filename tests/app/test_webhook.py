@@ -339,3 +339,19 @@ def test_serve_refuses_a_webhook_address_in_use(tmp_path, capsys):
         argv += ["--webhook-certfile", str(cert), "--webhook-keyfile", str(key)]
         assert cli.main(argv) == 2
     assert f"--webhook-bind-address {address}" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_webhook_key_of_another_certificate(tmp_path, capsys):
+    ca = trustme.CA()
+    first, second = ca.issue_cert("127.0.0.1"), ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    first.cert_chain_pems[0].write_to_path(str(cert))
+    second.private_key_pem.write_to_path(str(key))
+    with listen("127.0.0.1", 0) as taken:  # were the key not checked first, serve would stop here
+        argv = ["serve", "--state", str(EXAMPLE_CLUSTER), "--port", str(taken.getsockname()[1])]
+        argv += ["--webhook-bind-address", "127.0.0.1:9443"]
+        argv += ["--webhook-certfile", str(cert), "--webhook-keyfile", str(key)]
+        assert cli.main(argv) == 2
+    assert (
+        f"--webhook-keyfile {key}: not a PEM private key of the certificate {cert}" in capsys.readouterr().err
+    )
