@@ -7,9 +7,11 @@ paths, and a small allowlist of cluster tools)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import io
+import json
 import re
 import shlex
 import subprocess
@@ -104,6 +106,7 @@ class Command:
     page: str
     block: int  # the fenced block's number in the page: a `cd` lasts until its end
     line: str  # one logical line: continuations joined, heredoc bodies dropped
+    shown: str = ""  # the answer the page shows on the comment line after it (`# {...}`), if any
 
     def __str__(self) -> str:
         return f"{self.page}: {self.line}"
@@ -139,7 +142,9 @@ def commands() -> list[Command]:
                 pending = ""
                 if m := re.search(r"<<-?'?(\w+)'?", line):
                     heredoc_end = m.group(1)
-                if line and not line.startswith("#"):
+                if re.match(r"# [{[]", line) and found and found[-1].block == number:
+                    found[-1] = dataclasses.replace(found[-1], shown=line.removeprefix("# "))
+                elif line and not line.startswith("#"):
                     found.append(Command(str(page.relative_to(ROOT)), number, line))
     return found
 
@@ -236,6 +241,21 @@ def test_every_command_the_tests_cannot_run_names_things_that_exist():
     assert not problems, "\n".join(problems)
 
 
+def matches(answer: object, shown: object) -> bool:
+    """``answer`` is what the page shows, where the page elides a string as "..."."""
+    if shown == "...":
+        return isinstance(answer, str)
+    if isinstance(shown, dict):
+        return (
+            isinstance(answer, dict)
+            and answer.keys() == shown.keys()
+            and all(matches(answer[k], v) for k, v in shown.items())
+        )
+    if isinstance(shown, list):
+        return isinstance(answer, list) and len(answer) == len(shown) and all(map(matches, answer, shown))
+    return answer == shown
+
+
 @pytest.fixture(scope="module")
 def demo_port() -> Iterator[int]:
     """The example cluster served as `make run` serves it, on a free loopback port."""
@@ -281,5 +301,9 @@ def test_every_offline_command_runs(demo_port: int):
         )
         assert result.returncode == 0, f"{command}: exit {result.returncode}\n{result.stderr[-2000:]}"
         assert result.stdout.strip(), f"{command}: printed nothing"
+        if command.shown:
+            assert matches(json.loads(result.stdout), json.loads(command.shown)), (
+                f"{command}: {result.stdout}"
+            )
         ran += 1
     assert ran >= 8
