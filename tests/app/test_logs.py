@@ -253,3 +253,24 @@ def test_a_startup_error_in_json_mode_is_a_json_record(stream, capsys, tmp_path)
     [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert record["level"] == "error" and record["logger"] == "app.cli.main"
     assert record["msg"].startswith(f"--ssl-certfile {missing}: cannot read it")
+
+
+@pytest.mark.parametrize("config_text", [None, "apiVersion: dra-extender.io/v1alpha1\nkind: Nope\n"])
+def test_an_unusable_config_file_in_json_mode_is_a_json_record(stream, capsys, tmp_path, config_text):
+    from app.cli.main import main
+
+    config = tmp_path / "extender.yaml"
+    if config_text is not None:
+        config.write_text(config_text)
+    argv = [
+        "serve",
+        "--state",
+        str(REPO / "examples/cluster"),
+        "--log-format",
+        "json",
+        "--config",
+        str(config),
+    ]
+    assert main(argv) == 2
+    [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert record["level"] == "error" and record["msg"].startswith(f"{config}: ")
