@@ -183,3 +183,15 @@ def test_a_refused_edit_changes_nothing_and_the_metrics_say_so(tmp_path, logs):
     assert served.devices()[0] == "ml/pair: gpu.example.com/n1/gpu-1"  # still aligned
     assert served.edit({"scheduling": {"deviceSelection": "first-fit"}}) is True
     assert state() == (hashlib.sha256(served.config.read_bytes()).hexdigest(), 1)
+
+
+def test_a_feature_gate_edit_names_the_gate_that_changed_not_every_gate(tmp_path, logs):
+    served = Served(tmp_path, {"scheduling": {"featureGates": {"DRAAdminAccess": True}}})
+    edited = {"scheduling": {"featureGates": {"DRAAdminAccess": False, "DRAListTypeAttributes": True}}}
+    assert served.edit(edited) is True
+    assert _lines(logs) == [
+        f"config {served.config}: scheduling.featureGates.DRAAdminAccess True -> False needs a restart; "
+        "running with the previous value until then",
+        f"config {served.config}: scheduling.featureGates.DRAListTypeAttributes False -> True needs a "
+        "restart; running with the previous value until then",
+    ]
