@@ -237,7 +237,11 @@ def _check_context(
         raise kube_config.ConfigException(f'context "{context}" is not in the kubeconfig {where} {listed}')
     spec = contexts[context].get("context")
     cluster = spec.get("cluster") if isinstance(spec, Mapping) else None
-    if isinstance(cluster, str) and cluster not in _named(documents, "clusters"):
+    if not isinstance(cluster, str):
+        raise kube_config.ConfigException(
+            f'context "{context}" in the kubeconfig {where}: its context must be a mapping naming a cluster'
+        )
+    if cluster not in _named(documents, "clusters"):
         raise kube_config.ConfigException(
             f'context "{context}": cluster "{cluster}" is not in the kubeconfig {where}'
         )

@@ -275,3 +275,9 @@ async def test_a_context_whose_cluster_is_missing_or_no_context_at_all_is_said_p
     assert str(raised.value) == (
         f"the kubeconfig {kubeconfig} has no current-context: name one with --context (its contexts: other)"
     )
+    kubeconfig.write_text("contexts:\n- name: other\n  context: just-a-string\n")
+    with pytest.raises(ConfigException) as raised:
+        await KubeClient.connect(kubeconfig, context="other")
+    assert str(raised.value) == (
+        f'context "other" in the kubeconfig {kubeconfig}: its context must be a mapping naming a cluster'
+    )
