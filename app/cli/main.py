@@ -85,14 +85,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The options, with a ``--config`` file's settings as the defaults of the command's flags (a flag
     given on the command line wins). Raises SystemExit (argparse) or StartupError (unusable config, or a
     file it names that cannot be used, naming the field)."""
-    return _with_config(parser().parse_args(argv), argv)
+    args, problems = _with_config(parser().parse_args(argv), argv)
+    if problems:
+        raise StartupError(problems[0])
+    return args
 
 
-def _with_config(args: argparse.Namespace, argv: Sequence[str] | None) -> argparse.Namespace:
+def _with_config(
+    args: argparse.Namespace, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, list[str]]:
     """``args`` (the command line's options) parsed again with the ``--config`` file's settings as the
-    defaults. Raises StartupError, SystemExit."""
+    defaults, and the files the config names that cannot be used (``ExtenderConfig.file_problems``).
+    Raises StartupError (the config file itself cannot be used), SystemExit."""
     if args.command not in COMMAND_SECTIONS or args.config is None:
-        return args
+        return args, []
     try:
         config = load_config(args.config)
     except ConfigError as e:
@@ -100,9 +106,7 @@ def _with_config(args: argparse.Namespace, argv: Sequence[str] | None) -> argpar
     # Options naming files default to None: one set here was given on the command line, overriding the file.
     given = {dest for dest, value in vars(args).items() if value is not None}
     problems = config.file_problems(COMMAND_SECTIONS[args.command], overridden=given)
-    if problems:
-        raise StartupError(problems[0])
-    return parser({args.command: config.defaults_for(args.command)}).parse_args(argv)
+    return parser({args.command: config.defaults_for(args.command)}).parse_args(argv), problems
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,12 +114,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
         try:
-            # An unusable config file is reported in the format the command line asks for (below).
-            args = _with_config(args, argv)
+            # Errors are reported in the log format asked for: on the command line while the config file
+            # cannot be used, else the config's too (below).
+            args, problems = _with_config(args, argv)
         except StartupError as e:
             return _startup_error(args, e)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    if problems:
+        return _startup_error(args, StartupError(problems[0]))
     try:
         if args.command == "completion":
             print(shtab.complete(parser(), shell=args.shell))
@@ -133,7 +140,8 @@ def _startup_error(args: argparse.Namespace, error: StartupError) -> int:
     """Report ``error`` on stderr, as one JSON record when serve logs JSON (every line of its stream is
     JSON); the exit code."""
     if args.command == "serve" and args.log_format == "json":
-        configure_logging(args.log_level, "json")
+        # Shown at any --log-level: with critical the one line saying why serve stopped was dropped.
+        configure_logging("error" if args.log_level == "critical" else args.log_level, "json")
         log.error("%s", error)
     else:
         print(f"dra-extender: {error}", file=sys.stderr)
