@@ -302,3 +302,20 @@ def test_the_error_that_stops_serve_is_shown_at_any_log_level(stream, capsys):
     assert main(argv) == 2
     [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert (record["level"], record["msg"]) == ("error", "/nonexistent: no such file or directory")
+
+
+def test_a_python_warning_is_a_record_of_the_stream_too(stream):
+    """A library's ``warnings.warn`` went to stderr as plain text, between the JSON lines."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        logging.captureWarnings(False)  # an earlier test's configure captured pytest's showwarning
+        configure("info", "json", stream)
+        try:
+            warnings.warn("a library's warning", UserWarning, stacklevel=1)
+        finally:
+            logging.captureWarnings(False)
+    [record] = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert (record["level"], record["logger"]) == ("warning", "py.warnings")
+    assert "UserWarning: a library's warning" in record["msg"]
