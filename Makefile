@@ -7,17 +7,29 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos chaos-e2e lock clean oracle-bin oracle kustomize-bin loadtest
+.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos chaos-e2e lock clean oracle-bin oracle upstream-table kustomize-bin helm-bin manifests loadtest
 
 # The upstream allocator as a test oracle (tests/oracle, Go): built into .cache/ (git-ignored) when go is on
 # PATH and its sources changed; without go the differential tests skip.
 GO := $(shell command -v go 2>/dev/null)
 ORACLE := .cache/oracle/oracle
 ORACLE_SRC := $(wildcard tests/oracle/*.go) tests/oracle/go.mod tests/oracle/go.sum
+# Upstream's DRA CEL environment alone (compile + evaluate one selector on one device), for the CEL
+# conformance battery (tests/allocator/test_cel_conformance.py).
+CEL_ORACLE := .cache/oracle/celoracle
+CEL_ORACLE_SRC := $(wildcard tests/oracle/celoracle/*.go) tests/oracle/go.mod tests/oracle/go.sum
+# Upstream's own allocator table, exported as oracle states (tests/oracle/upstreamtable: the module copied
+# from the Go module cache into .cache/ with our exporter added; nothing of upstream is committed).
+UPSTREAM_TABLE := .cache/upstream-table/cases.jsonl
+UPSTREAM_TABLE_SRC := $(wildcard tests/oracle/upstreamtable/*) tests/oracle/go.mod tests/oracle/go.sum
 # kustomize, to render manifests/ and its overlays in the tests: built from its Go module into .cache/ when
 # go is on PATH (about a minute, once); without go the tests use `kubectl kustomize`, or skip.
 KUSTOMIZE_VERSION := v5.7.1
 KUSTOMIZE := .cache/kustomize-$(KUSTOMIZE_VERSION)/kustomize
+# helm, to lint and render charts/dra-extender (the source of manifests/) in the tests: built the same way
+# (a few minutes, once); without go the chart tests skip. e2e/chart.py names the same version.
+HELM_VERSION := v4.3.2
+HELM := .cache/helm-$(HELM_VERSION)/helm
 N ?= 100000
 SEED ?= 0
 JOBS ?= 2
@@ -38,17 +50,30 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check app allocator tests bench loadtests e2e
 	$(BIN)/lint-imports --no-cache
 
-unit: $(STAMP) oracle-bin kustomize-bin
+unit: $(STAMP) oracle-bin upstream-table kustomize-bin helm-bin
 	$(BIN)/python -m pytest -q
 
 $(ORACLE): $(ORACLE_SRC)
 	cd tests/oracle && go build -o ../../$(ORACLE) .
 
+$(CEL_ORACLE): $(CEL_ORACLE_SRC)
+	cd tests/oracle && go build -o ../../$(CEL_ORACLE) ./celoracle
+
 ifneq ($(GO),)
-oracle-bin: $(ORACLE)
+oracle-bin: $(ORACLE) $(CEL_ORACLE)
 else
 oracle-bin:
 	@echo "go not on PATH: the differential tests against the upstream allocator will skip"
+endif
+
+$(UPSTREAM_TABLE): $(UPSTREAM_TABLE_SRC)
+	bash tests/oracle/upstreamtable/export.sh $@
+
+ifneq ($(GO),)
+upstream-table: $(UPSTREAM_TABLE)
+else
+upstream-table:
+	@echo "go not on PATH: the tests on upstream's allocator table will skip"
 endif
 
 ifneq ($(GO),)
@@ -60,6 +85,21 @@ endif
 
 $(KUSTOMIZE):
 	GOBIN=$(CURDIR)/$(dir $(KUSTOMIZE)) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+
+ifneq ($(GO),)
+helm-bin: $(HELM)
+else
+helm-bin:
+	@echo "go not on PATH: the Helm chart tests will skip"
+endif
+
+$(HELM):
+	GOBIN=$(CURDIR)/$(dir $(HELM)) go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+
+# manifests/base and manifests/components/monitoring are charts/dra-extender rendered (e2e/chart.py);
+# a test fails when they differ from the chart.
+manifests: $(STAMP) helm-bin
+	$(BIN)/python -m e2e.chart
 
 # A long differential run against the upstream allocator: prints feature coverage, outcome kinds and
 # disagreements.
@@ -145,4 +185,4 @@ lock: $(STAMP)
 		-c requirements.lock -o requirements-runtime.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info .cache/oracle  # the built e2e components are kept
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info .cache/oracle .cache/upstream-table  # the built e2e components are kept

@@ -37,7 +37,7 @@ from allocator.explain import DeviceChecker, device_label, node_devices
 from allocator.inventory import Inventory
 from allocator.model import Claim, Device, DeviceRequest
 from allocator.nodeselector import Node
-from allocator.search import Allocator, Candidate
+from allocator.search import Allocator, Candidate, Deadline
 from allocator.selectors import SelectorCache
 
 __all__ = [
@@ -304,15 +304,18 @@ def select(
     policy: str = "aligned",
     topology: Topology | None = None,
     budget: int = ALIGNED_STEP_BUDGET,
+    deadline: Deadline | None = None,
 ) -> Selection:
-    """Allocate ``claims`` together on ``node`` with device-selection ``policy``.
+    """Allocate ``claims`` together on ``node`` with device-selection ``policy``, every search stopping
+    at ``deadline``.
 
     Raises what ``Allocator.allocate`` raises for the first-fit search (AllocatorError: fatal for the pod;
-    NodeLocalError: this node only); errors of the restricted searches only end those attempts.
+    NodeLocalError: this node only, SearchTimeoutError among them); errors of the restricted searches only
+    end those attempts.
     """
     if policy not in DEVICE_SELECTION_POLICIES:
         raise ValueError(f"unknown device selection policy {policy!r}")
-    allocator = Allocator(inventory, selectors)
+    allocator = Allocator(inventory, selectors, deadline)
     first = allocator.allocate(node, claims)
     tried = allocator.stats.devices_tried
     if first is None or policy == "first-fit" or not claims:
@@ -338,7 +341,7 @@ def select(
     for label, allowed in attempts:
         if spent >= budget:
             break
-        attempt = Allocator(inventory, selectors)
+        attempt = Allocator(inventory, selectors, deadline)
         attempt.max_steps = budget - spent
         try:
             results = attempt.allocate(node, claims, candidate_order=aligner.order(allowed))

@@ -7,6 +7,13 @@ min, then min + n*step; validValues: the smallest listed value >= request); a va
 is always allowed; otherwise a value off the policy (validRange: above max or off the steps; validValues:
 not listed) does not fit.
 
+Fatal for the pod, not "this device does not fit" (upstream ``CmpRequestOverCapacity`` aborts the
+allocation with ``errCapacityRequestNotRepresentable`` or ``errNegativeCapacity``): a request the validRange
+arithmetic cannot represent (above MaxInt64 in whole units, not a whole number of milli-units or outside
+their int64 range in milli-units, or rounded up past that range by the step), and a consumed value below
+zero. Every capacity of the device is resolved (and may fail so) before any is checked against its policy
+or value, so the outcome does not depend on which capacity comes first.
+
 validRange arithmetic (upstream ``roundUpRange`` / ``useMilli``): in milli-units when
 DRAFractionalCapacityRange is on and min, max and step are whole milli-units (so "1.2" with min 0.5 and
 step 0.5 rounds to 1.5), else in whole units, each operand rounded up as ``Quantity.Value()`` does.
@@ -17,10 +24,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
+from allocator.errors import CapacityRequestError
 from allocator.model import Device, DeviceCapacity, RequestPolicy
 from allocator.quantity import Quantity
 
 __all__ = ["capacity_consumption"]
+
+_MAX_INT64 = 2**63 - 1
+_MIN_INT64 = -(2**63)
 
 
 def _ceil(value: Fraction) -> int:
@@ -50,23 +61,48 @@ def _capacity_key(device: Device, name: str) -> str | None:
     return full if full in device.capacity else None
 
 
+def _milli(value: Fraction) -> int | None:
+    """``value`` in milli-units when that is exact and fits an int64 (upstream ``safeMilliValue``)."""
+    milli = value * 1000
+    return milli.numerator if milli.denominator == 1 and _MIN_INT64 <= milli <= _MAX_INT64 else None
+
+
 def _scale(policy: RequestPolicy, fractional: bool) -> int:
-    """Units per 1 that validRange arithmetic counts in: 1000 (milli-units) or 1."""
-    bounds = [q.value * 1000 for q in (policy.min, policy.max, policy.step) if q is not None]
-    milli = all(b.denominator == 1 for b in bounds) and (policy.step is None or policy.step.value * 1000 >= 1)
+    """Units per 1 that validRange arithmetic counts in: 1000 (milli-units) or 1 (upstream ``useMilli``)."""
+    bounds = [q.value for q in (policy.min, policy.max, policy.step) if q is not None]
+    milli = all(_milli(b) is not None for b in bounds) and (
+        policy.step is None or policy.step.value * 1000 >= 1
+    )
     return 1000 if fractional and milli else 1
 
 
-def _rounded(requested: Fraction, policy: RequestPolicy, fractional: bool) -> Fraction:
+def _unrepresentable(name: str, detail: str) -> CapacityRequestError:
+    return CapacityRequestError(
+        f"capacity {name!r}: capacity request cannot be represented in the device's range arithmetic: "
+        f"{detail}"
+    )
+
+
+def _rounded(name: str, requested: Fraction, policy: RequestPolicy, fractional: bool) -> Fraction:
     if policy.min is not None:
         low = policy.min.value
         if requested < low:
             return low
         if policy.step is not None and policy.step.value > 0:
             scale = _scale(policy, fractional)
-            step = _ceil(policy.step.value * scale)
-            steps = _ceil(Fraction(_ceil(requested * scale) - _ceil(low * scale), step))
-            return Fraction(_ceil(low * scale) + steps * step, scale)
+            if scale == 1000 and _milli(requested) is None:
+                raise _unrepresentable(name, f"request {_text(requested)} is not a representable milli value")
+            if scale == 1 and requested > _MAX_INT64:
+                raise _unrepresentable(name, f"request {_text(requested)} exceeds MaxInt64")
+            step, base = _ceil(policy.step.value * scale), _ceil(low * scale)
+            steps = _ceil(Fraction(_ceil(requested * scale) - base, step))
+            # Whole units guard only a non-negative min (upstream); milli-units always.
+            if (scale == 1000 or base >= 0) and base + steps * step > _MAX_INT64:
+                limit = "the milli-value range" if scale == 1000 else "MaxInt64"
+                raise _unrepresentable(
+                    name, f"rounding request {_text(requested)} up to the next step passes {limit}"
+                )
+            return Fraction(base + steps * step, scale)
         return requested
     if policy.valid_values:
         for value in policy.valid_values:
@@ -85,6 +121,8 @@ def _allowed(value: Fraction, policy: RequestPolicy, fractional: bool) -> bool:
             return False
         if policy.step is not None and policy.step.value > 0:
             scale = _scale(policy, fractional)  # the units of the rounding
+            if scale == 1000 and _milli(value) is None:
+                return False
             offset = _ceil(value * scale) - _ceil(policy.min.value * scale)
             return offset % _ceil(policy.step.value * scale) == 0
         return True
@@ -93,7 +131,13 @@ def _allowed(value: Fraction, policy: RequestPolicy, fractional: bool) -> bool:
     return True
 
 
-def _consume(capacity: DeviceCapacity, requested: Quantity | None, fractional: bool) -> Fraction | None:
+def _text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
+
+
+def _resolve(name: str, capacity: DeviceCapacity, requested: Quantity | None, fractional: bool) -> Fraction:
+    """What one allocation consumes of the capacity (upstream ``calculateConsumedCapacity``); raises
+    CapacityRequestError."""
     policy = capacity.policy
     if requested is None:
         # The default, else the whole capacity; checked against the policy like a request (upstream
@@ -106,10 +150,17 @@ def _consume(capacity: DeviceCapacity, requested: Quantity | None, fractional: b
     elif policy is None:
         value = requested.value
     else:
-        value = _rounded(requested.value, policy, fractional)
+        value = _rounded(name, requested.value, policy, fractional)
+    if value < 0:
+        raise CapacityRequestError(f"capacity {name!r}: capacity value is negative")
+    return value
+
+
+def _fits(capacity: DeviceCapacity, value: Fraction, fractional: bool) -> bool:
+    policy = capacity.policy
     if policy is not None and not _allowed(value, policy, fractional):
-        return None
-    return value if value <= capacity.value.value else None
+        return False
+    return value <= capacity.value.value
 
 
 def capacity_consumption(
@@ -117,14 +168,15 @@ def capacity_consumption(
 ) -> dict[str, Fraction] | None:
     """Amount of every capacity of ``device`` one allocation for ``requests`` consumes, or None if the
     request does not fit the device's capacities or policies (the device is then skipped, no error).
-    ``fractional``: gate DRAFractionalCapacityRange."""
+    ``fractional``: gate DRAFractionalCapacityRange. Raises CapacityRequestError (fatal for the pod,
+    naming the capacity) for a request the range arithmetic cannot represent or a negative consumption."""
     matched = _lookup(device, requests)
     if matched is None:
         return None
-    consumption = {}
-    for name, capacity in device.capacity.items():
-        amount = _consume(capacity, matched.get(name), fractional)
-        if amount is None:
-            return None
-        consumption[name] = amount
+    consumption = {
+        name: _resolve(name, capacity, matched.get(name), fractional)
+        for name, capacity in device.capacity.items()
+    }
+    if not all(_fits(device.capacity[name], value, fractional) for name, value in consumption.items()):
+        return None
     return consumption

@@ -11,9 +11,8 @@ says "no" also spares the search its worst case: trying every combination before
 Left to the search (``verdict`` is None): requests sharing devices, a CEL or derived-attribute error on
 some device (the search decides whether it reaches that device), devices whose choice is not a plain
 yes/no (shares of multi-allocatable devices, devices consuming counters, devices with binding
-conditions, devices whose node selector the allocation result could not carry), nodes so large that
-even a straight search would reach ``MAX_SEARCH_STEPS``, and "no" on a node with an invalid pool (the
-search reports that pool instead).
+conditions, devices whose node selector the allocation result could not carry), and "no" on a node
+with an invalid pool (the search reports that pool instead).
 """
 
 from __future__ import annotations
@@ -26,12 +25,12 @@ from allocator.explain import DeviceChecker, NodeDevice, node_devices
 from allocator.inventory import Inventory
 from allocator.model import MAX_DEVICES_PER_CLAIM, Claim, DeviceRequest
 from allocator.nodeselector import Node
-from allocator.search import MAX_SEARCH_STEPS, Allocator
+from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 
 __all__ = ["Verdict", "countable", "verdict"]
 
-_SEARCH_DECIDES = frozenset({"cel-error", "derived-attribute-error"})
+_SEARCH_DECIDES = frozenset({"cel-error", "derived-attribute-error", "capacity-error"})
 """Rejections whose outcome depends on whether the search gets to the device (it stops at a fit)."""
 
 
@@ -87,9 +86,6 @@ def verdict(
     if not all(_plain(nd) for nd in devices):
         return None
     requests = [(claim, alt) for claim in claims for r in claim.requests for alt in r.alternatives]
-    # Each request scans the node's devices at most once when every request has enough of its own.
-    if len(requests) * len(devices) >= MAX_SEARCH_STEPS:
-        return None
     checker = DeviceChecker(inventory, selectors, node)
     taken: set[int] = set()
     short: tuple[Claim, DeviceRequest] | None = None

@@ -35,10 +35,24 @@ from allocator.inventory import Inventory
 from allocator.model import Claim
 from allocator.nodeselector import Node
 from allocator.scoring import ScoreBreakdown, ScoringConfig, score_allocation
-from allocator.search import Allocator
+from allocator.search import Allocator, Deadline
 from allocator.selectors import SelectorCache
 
-__all__ = ["Decision", "Fits", "NoFit", "Policy", "SearchNeeded", "allocate", "decide", "fits"]
+__all__ = [
+    "FILTER_TIMEOUT",
+    "Decision",
+    "Fits",
+    "NoFit",
+    "Policy",
+    "SearchNeeded",
+    "allocate",
+    "decide",
+    "fits",
+]
+
+FILTER_TIMEOUT = 10.0
+"""Seconds, kube-scheduler's default ``filterTimeout`` for the DynamicResources plugin: the only bound
+upstream puts on one node's search (no step limit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +62,9 @@ class Policy:
     device_selection: str = "aligned"
     """``aligned`` or ``first-fit`` (upstream's order; ``allocator.alignment``)."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    filter_timeout: float | None = FILTER_TIMEOUT
+    """Seconds one node's search may run before the node fails with "timed out" (``SearchTimeoutError``);
+    None: no limit. Upstream: kube-scheduler's ``DynamicResourcesArgs.filterTimeout``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +128,13 @@ def allocate(
         return Fits((), 0, placement="first-fit")
     try:
         selection = select(
-            inventory, selectors, node, claims, policy.device_selection, policy.scoring.topology
+            inventory,
+            selectors,
+            node,
+            claims,
+            policy.device_selection,
+            policy.scoring.topology,
+            deadline=_deadline(policy.filter_timeout),
         )
     except NodeLocalError as e:
         return NoFit(str(e), True)
@@ -121,12 +144,19 @@ def allocate(
     return Fits(tuple(selection.results), breakdown.score, breakdown, selection.placement)
 
 
-def fits(inventory: Inventory, selectors: SelectorCache, node: Node, claims: Sequence[Claim]) -> bool:
+def fits(
+    inventory: Inventory,
+    selectors: SelectorCache,
+    node: Node,
+    claims: Sequence[Claim],
+    timeout: float | None = None,
+) -> bool:
     """Whether the search finds any allocation of ``claims`` on ``node`` (nothing chosen or scored):
     preemption's question, asked of an inventory with its victims' claims released
-    (``allocator.eviction``). An invalid pool on the node is a no. Raises AllocatorError (fatal)."""
+    (``allocator.eviction``). An invalid pool on the node, or a search still running after ``timeout``
+    seconds (None: no limit), is a no. Raises AllocatorError (fatal)."""
     try:
-        return Allocator(inventory, selectors).allocate(node, list(claims)) is not None
+        return Allocator(inventory, selectors, _deadline(timeout)).allocate(node, list(claims)) is not None
     except NodeLocalError:
         return False
 
@@ -149,3 +179,7 @@ def _counted(
     if counted is None and claims and not search:
         raise SearchNeeded
     return None
+
+
+def _deadline(timeout: float | None) -> Deadline | None:
+    return Deadline(timeout) if timeout is not None else None

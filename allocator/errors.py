@@ -5,16 +5,18 @@ and a fatal error that aborts the pod on every node. Only the last one is an exc
 
     AllocatorError                  fatal for the pod (upstream: Allocate returns an error)
     ├── InvalidInputError           bad class, claim or object shape (names the object and field)
-    │   └── FeatureDisabledError    a field is used whose feature gate is off
+    │   ├── FeatureDisabledError    a field is used whose feature gate is off
+    │   └── CapacityRequestError    a capacity request past int64 range arithmetic, or a negative one
     ├── CELError                    selector problems
     │   ├── CELCompileError         the expression does not compile or is too long
     │   └── CELEvalError            a runtime error on one device (no such key, cost limit, non-bool)
     └── ClaimConstraintError        All-mode device breaks a claim constraint (upstream: fatal)
 
 ``NodeLocalError`` is separate: upstream's ``ErrFailedAllocationOnNode`` ("invalid resource pools were
-encountered") fails only the node, so it is not an ``AllocatorError``. ``SearchLimitError``, a
-``NodeLocalError``, is the search giving up on one node (upstream's counterpart is the filter timeout):
-neither "fits" nor "cannot be satisfied".
+encountered") fails only the node, so it is not an ``AllocatorError``. ``SearchTimeoutError``, a
+``NodeLocalError``, is the search still running at its deadline (upstream: kube-scheduler's
+``filterTimeout``, "timed out trying to allocate devices"); ``SearchLimitError`` is a search stopped at the
+step budget its caller set. Neither is "fits" nor "cannot be satisfied".
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ __all__ = [
     "CELCompileError",
     "CELError",
     "CELEvalError",
+    "CapacityRequestError",
     "ClaimConstraintError",
     "FeatureDisabledError",
     "InvalidInputError",
     "NodeLocalError",
     "SearchLimitError",
+    "SearchTimeoutError",
 ]
 
 
@@ -42,6 +46,12 @@ class InvalidInputError(AllocatorError):
 
 class FeatureDisabledError(InvalidInputError):
     """A request uses a field whose feature gate is disabled (upstream wording)."""
+
+
+class CapacityRequestError(InvalidInputError):
+    """A capacity request the device's validRange arithmetic cannot represent (past MaxInt64 or the
+    milli-value range), or a negative consumed capacity: upstream ``CmpRequestOverCapacity`` aborts the
+    allocation rather than skipping the device (``allocator.capacity``)."""
 
 
 class CELError(AllocatorError):
@@ -65,4 +75,8 @@ class NodeLocalError(Exception):
 
 
 class SearchLimitError(NodeLocalError):
-    """The search tried its step budget of devices on this node without deciding."""
+    """The search tried the step budget its caller set without deciding (``Allocator.max_steps``)."""
+
+
+class SearchTimeoutError(NodeLocalError):
+    """The search was still running at its deadline (upstream: the filter timeout, default 10 s)."""

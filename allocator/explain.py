@@ -41,7 +41,7 @@ from allocator.capacity import capacity_consumption
 from allocator.cel import AttributeValue, Version
 from allocator.constraints import lookup_attribute
 from allocator.derived import NO_DERIVED_VALUES, request_derived_values
-from allocator.errors import CELError
+from allocator.errors import CapacityRequestError, CELError
 from allocator.inventory import Inventory, counters_left
 from allocator.model import Claim, Constraint, Device, DeviceRequest, ResourceSlice, Taint
 from allocator.nodeoperations import DECLARED_FEATURE, allocatable_on
@@ -235,6 +235,12 @@ def _selector_rejection(
 
 def _capacity_rejection(inventory: Inventory, device: Device, alt: DeviceRequest) -> Rejection | None:
     label = device_label(device)
+    try:
+        consumption = capacity_consumption(
+            device, alt.capacity_requests, inventory.gates.DRAFractionalCapacityRange
+        )
+    except CapacityRequestError as e:
+        return Rejection(label, "counters_capacity", "capacity-error", str(e))
     if (
         not device.allow_multiple_allocations
         and inventory.is_allocated(device.id)
@@ -246,9 +252,6 @@ def _capacity_rejection(inventory: Inventory, device: Device, alt: DeviceRequest
             "capacity",
             "device has shares allocated but no longer allows multiple allocations",
         )
-    consumption = capacity_consumption(
-        device, alt.capacity_requests, inventory.gates.DRAFractionalCapacityRange
-    )
     if consumption is None:
         missing = [
             name

@@ -4,9 +4,10 @@ Updated incrementally by events (``upsert_*`` / ``delete_*`` / ``set_allocation`
 per request. Per node the gathered pools are cached and dropped only when a slice of a pool the node
 sees, the node's labels or the gates change. In-use state mirrors upstream's ``AllocatedState``:
 exclusively allocated devices, shares of multi-allocatable devices with their consumed capacity, and
-devices reserved by binds in flight. Admin-access results do not make a device in use. An allocated
-device a slice update no longer publishes keeps consuming its counter set (as last published) until its
-claim releases it: otherwise the rest of the set would be handed out beyond its capacity.
+devices reserved by binds in flight. Admin-access results do not make a device in use. Counter sets
+are consumed by the allocated devices the pool publishes now, as upstream's ``checkAvailableCounters``
+counts them: an allocated device a slice update drops consumes nothing, so an index kept up by events
+and one rebuilt from the same objects (a restart) give the same answer.
 
 Not thread-safe by itself: the caller serialises writers with readers (the app holds one lock).
 
@@ -36,7 +37,6 @@ from allocator.derived import ClusterDerivation, DerivationError, by_attribute, 
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import (
-    CounterConsumption,
     Device,
     DeviceClass,
     DeviceID,
@@ -196,9 +196,6 @@ class Inventory:
         self._claims: dict[str, tuple[AllocatedDevice, ...]] = {}
         self._reservations: dict[str, tuple[AllocatedDevice, ...]] = {}
         self._holders: dict[DeviceID, _Holders] = defaultdict(_Holders)
-        self._unpublished: dict[DeviceID, tuple[CounterConsumption, ...]] = {}
-        """The counter consumption of allocated devices no longer published: a driver republishing a slice
-        without a device still in use must not free its share of the counter set (``counters_left``)."""
         self._pools_by_node: dict[str, list[PoolView]] = {}
         self._taints: WeakKeyDictionary[Device, tuple[Taint, ...]] = WeakKeyDictionary()
         self.revision = 0
@@ -269,22 +266,6 @@ class Inventory:
         else:
             self._touch_all()
 
-    def _track_unpublished(self, old: tuple[Device, ...], new: tuple[Device, ...]) -> None:
-        """Remember the consumption of allocated devices ``old`` had and ``new`` lacks; forget it for
-        devices published again."""
-        for device in new:
-            self._unpublished.pop(device.id, None)
-        present = {d.id for d in new}
-        for device in old:
-            if device.consumes_counters and device.id not in present and device.id in self._holders:
-                self._unpublished[device.id] = device.consumes_counters
-
-    def unpublished_consumption(self, pool: PoolView) -> Iterable[tuple[CounterConsumption, ...]]:
-        """The remembered consumption of ``pool``'s allocated devices its slices no longer publish."""
-        for device_id, consumption in self._unpublished.items():
-            if device_id[:2] == pool.id and device_id[2] not in pool.devices_by_name:
-                yield consumption
-
     def _remove_slice(self, name: str) -> ResourceSlice | None:
         old = self._slices.pop(name, None)
         if old is None:
@@ -301,7 +282,6 @@ class Inventory:
     def _reindex(self, old: tuple[Device, ...], new: tuple[Device, ...]) -> None:
         """Keep the class-match index and the derivation errors in step with a slice's devices (a device
         object kept across a re-derivation keeps its results)."""
-        self._track_unpublished(old, new)
         kept = {id(d) for d in old} & {id(d) for d in new}
         removed = [d for d in old if id(d) not in kept]
         for device in removed:
@@ -586,7 +566,6 @@ class Inventory:
                 entry.remove(holder, old.share_id)
                 if not entry.exclusive and not entry.shares:
                     del self._holders[old.id]
-                    self._unpublished.pop(old.id, None)
         for new in devices:
             if new.admin_access:
                 continue
@@ -661,20 +640,35 @@ class Inventory:
         keys = {*entry.exclusive, *(h for h, _ in entry.shares)}
         return sorted(k.partition(":")[2] for k in keys)
 
+    def double_allocations(self) -> list[tuple[DeviceID, tuple[str, ...]]]:
+        """Devices in the allocation of two or more claims, one of which has it whole (no ``shareID``):
+        what no allocator writes, so a sign of a second writer. Per device the claim keys, sorted; binds in
+        flight are not claims. One pass over the allocated devices."""
+        claims = f"{id(self._claims)}:"
+        found = []
+        for device_id, entry in self._holders.items():
+            if not entry.exclusive or (len(entry.exclusive) == 1 and not entry.shares):
+                continue
+            exclusive = [h for h in entry.exclusive if h.startswith(claims)]
+            holders = {*exclusive, *(h for h, _ in entry.shares if h.startswith(claims))}
+            if exclusive and len(holders) > 1:
+                found.append((device_id, tuple(sorted(h.removeprefix(claims) for h in holders))))
+        return found
+
 
 def counters_left(inventory: Inventory, pool: PoolView) -> dict[str, dict[str, Fraction]]:
     """Per counter set and counter: the pool's value minus what allocated devices consume (§11), for the
     search's counter accounting and the funnel's counter stage.
 
-    A multi-allocatable device consumes its counters once, however many shares it has. An allocated device
-    the pool no longer publishes keeps consuming what it did when last published, until released."""
+    A multi-allocatable device consumes its counters once, however many shares it has. Only devices the
+    pool publishes count (upstream ``checkAvailableCounters`` walks the pool's slices): an allocated device
+    dropped from its slice consumes nothing, whether this index saw it published before or not."""
     left = {name: {c: q.value for c, q in counters.items()} for name, counters in pool.counter_sets.items()}
     consumptions = [
         device.consumes_counters
         for device in pool.devices_by_name.values()
         if device.consumes_counters and inventory.is_allocated(device.id)
     ]
-    consumptions.extend(inventory.unpublished_consumption(pool))
     for consumed in consumptions:
         for consumption in consumed:
             target = left.setdefault(consumption.counter_set, {})

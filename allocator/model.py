@@ -765,8 +765,9 @@ def parse_device_taint_rule(obj: Mapping[str, Any]) -> DeviceTaintRule:
 # --- ResourceClaim --------------------------------------------------------------------------------
 
 
-MAX_DERIVED_ATTRIBUTES = 8
-"""Entries of one request's ``derivedAttributes`` (KEP-6080)."""
+MAX_DERIVED_ATTRIBUTES = 32
+"""Entries of one request's ``derivedAttributes`` (KEP-6080; ``+k8s:maxItems=32`` in ``k8s.io/api``
+``resource/v1/types.go``)."""
 
 
 @dataclass(frozen=True, slots=True)

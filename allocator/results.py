@@ -3,7 +3,8 @@
 ``devices.results`` in allocation order; ``devices.config``: class configs once per class with the
 requests that used it (``FromClass``), then the claim's own configs once (``FromClaim``), and ``requests``
 cleared on any config that covers every request; ``nodeSelector`` pinned to the node when a device is
-node-local or ``bindsToNode``, else the merged single-term selectors, else omitted (usable anywhere).
+node-local or ``bindsToNode`` (not by upstream's stable allocator, whose ``createNodeSelector`` predates
+the field), else the merged single-term selectors, else omitted (usable anywhere).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _opaque(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k not in ("requests", "source")}
 
 
-def _node_selector(picked: list[PickedDevice], node: Node) -> dict[str, Any] | None:
+def _node_selector(picked: list[PickedDevice], node: Node, gates: FeatureGates) -> dict[str, Any] | None:
     pinned = {
         "nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
@@ -105,7 +106,7 @@ def _node_selector(picked: list[PickedDevice], node: Node) -> dict[str, Any] | N
     fields: list[dict[str, Any]] = []
     for p in picked:
         source = p.device if p.slice.per_device_node_selection else p.slice
-        if source.node_name or p.device.binds_to_node:
+        if source.node_name or (p.device.binds_to_node and not gates.stable_allocator):
             return pinned
         selector: NodeSelector | None = source.node_selector
         if selector is None:
@@ -143,7 +144,7 @@ def build_allocation(
     if configs:
         devices["config"] = configs
     allocation: dict[str, Any] = {"devices": devices}
-    selector = _node_selector(picked, node)
+    selector = _node_selector(picked, node, gates)
     if selector is not None:
         allocation["nodeSelector"] = selector
     return allocation

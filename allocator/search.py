@@ -12,8 +12,15 @@ Pruning never changes the answer: devices still to place that would exceed a cla
 branch before any is placed (as upstream does), and once the search backtracks, a slot with fewer usable
 devices left than it needs is abandoned, and a request that no alternative could satisfy even with every
 device of the node free (alone, or with the other requests of a claim constraint) ends the whole search as
-"no fit" (upstream would try every combination before it first). Running out of ``max_steps`` raises
-``SearchLimitError``: the search gave up, which is neither a fit nor "cannot be satisfied".
+"no fit" (upstream would try every combination before it first), and a choice after which the requests
+still to place need more devices than the node has free is dropped at once (when no device may serve two
+requests and nothing the dropped choices would reach could fail the pod: ``_may_prune_by_supply``).
+
+There is no step limit: like upstream, whose only bound is kube-scheduler's ``filterTimeout`` (a context
+deadline checked at each recursion), the search runs until its ``Deadline`` (read every
+``CLOCK_CHECK_STEPS`` devices tried) and then raises ``SearchTimeoutError``, which is neither a fit nor
+"cannot be satisfied". A caller may also set ``max_steps`` (the aligned device-selection attempts, which
+only look for a better fit than one already found): running out raises ``SearchLimitError``.
 
 One module, about 700 lines: upstream's ``allocator.go`` is one depth-first search whose steps share its
 state (counters, capacity and constraints taken and undone while backtracking); it stays one here too.
@@ -21,6 +28,7 @@ state (counters, capacity and constraints taken and undone while backtracking); 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -34,12 +42,14 @@ from allocator.compatibility import GroupIntersection, groups_in_use
 from allocator.constraints import ConstraintState, new_constraint_state
 from allocator.derived import check_request_derived, request_derived_values
 from allocator.errors import (
+    CapacityRequestError,
     CELError,
     ClaimConstraintError,
     FeatureDisabledError,
     InvalidInputError,
     NodeLocalError,
     SearchLimitError,
+    SearchTimeoutError,
 )
 from allocator.inventory import Inventory, counters_left
 from allocator.model import (
@@ -59,12 +69,24 @@ from allocator.results import PickedDevice, build_allocation
 from allocator.selectors import SelectorCache
 from allocator.supply import falls_short
 
-__all__ = ["MAX_SEARCH_STEPS", "Allocator", "Candidate", "SearchStats"]
+__all__ = ["CLOCK_CHECK_STEPS", "Allocator", "Candidate", "Deadline", "SearchStats"]
 
-MAX_SEARCH_STEPS = 50_000
-"""Devices tried per call before giving up on a node with ``SearchLimitError`` (~0.1-0.3 s here).
-Upstream bounds the search with a 10 s filter timeout; an extender answers kube-scheduler within its 5 s
-httpTimeout for every node at once, so one node's exponential search must stay far below that."""
+CLOCK_CHECK_STEPS = 256
+"""Devices tried between two reads of the deadline's clock (a few milliseconds of search)."""
+
+
+class Deadline:
+    """When a search gives up: ``seconds`` after it was made, by ``clock`` (injectable for tests)."""
+
+    __slots__ = ("at", "clock", "seconds")
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self.at = clock() + seconds
+
+    def passed(self) -> bool:
+        return self.clock() >= self.at
 
 
 class Candidate(NamedTuple):
@@ -85,6 +107,10 @@ class SearchStats:
 
 
 class _SearchLimit(Exception):
+    pass
+
+
+class _TimedOut(Exception):
     pass
 
 
@@ -119,8 +145,12 @@ class Allocator:
     One instance per call: ``Allocator(inventory, selectors).allocate(node, claims)``.
     """
 
-    def __init__(self, inventory: Inventory, selectors: SelectorCache) -> None:
+    def __init__(
+        self, inventory: Inventory, selectors: SelectorCache, deadline: Deadline | None = None
+    ) -> None:
         self.inventory = inventory
+        self.deadline = deadline
+        """When the search gives up with SearchTimeoutError (None: never)."""
         self.gates = inventory.gates
         self.selectors = selectors
         self.stats = SearchStats()
@@ -134,10 +164,19 @@ class Allocator:
         self._groups: dict[tuple[str, str], dict[str, GroupIntersection | None]] = {}
         self._selectable: dict[tuple[int, int], bool] = {}
         self._usable_after: dict[int, list[int]] = {}
-        self._looked_ahead = False
         """Per request alternative: how many candidates from each index on it might use (count pruning)."""
-        self.max_steps = MAX_SEARCH_STEPS
-        """Device placements tried before giving up (a policy trying several searches lowers it)."""
+        self._looked_ahead = False
+        self._free: set[DeviceID] = set()
+        """Devices of the node no claim holds (supply pruning counts those this search has not taken)."""
+        self._taken = 0
+        """How many of ``_free`` this search has placed."""
+        self._needed_after: list[list[int]] = []
+        """Per claim and request index: the fewest devices the requests from there on need, all claims."""
+        self._supply_pruning = False
+        """Whether a choice leaving fewer free devices than the rest needs may be dropped (``_short``)."""
+        self.max_steps: int | None = None
+        """Devices tried before giving up with SearchLimitError (None: no limit; a device-selection policy
+        trying several searches for a better fit sets it)."""
 
     # --- entry point ------------------------------------------------------------------------------
 
@@ -151,7 +190,8 @@ class Allocator:
 
         Returns one API-shaped ``AllocationResult`` dict per claim (claim order), or None when the node
         cannot satisfy them. Raises AllocatorError (fatal for the pod) or NodeLocalError (only this node:
-        no solution and the node has an invalid pool; SearchLimitError: ``max_steps`` devices tried).
+        no solution and the node has an invalid pool; SearchTimeoutError: the deadline passed;
+        SearchLimitError: ``max_steps`` devices tried).
 
         ``candidate_order`` (device-selection policies, ``allocator.alignment``): maps the candidates in
         upstream order to the ones ExactCount slots may use, in the order to try them (a subset and/or a
@@ -165,7 +205,20 @@ class Allocator:
         self._candidates = [Candidate(pool, s, d) for pool in pools for s in pool.slices for d in s.devices]
         self._usable_after = {}
         self._looked_ahead = False
+        self._supply_pruning = False
+        # A successful search keeps its placements; a second call on this instance starts afresh.
+        self._allocating.clear()
+        self._capacity.clear()
+        self._shares.clear()
+        self._counters.clear()
+        self._groups.clear()
+        self._taken = 0
         self._plans = [self._plan(claim, pools) for claim in claims]
+        # Over every candidate, before a policy's order restricts them: All requests still take any.
+        self._free = {
+            c.device.id for c in self._candidates if c.pool.usable and not self._allocated_elsewhere(c.device)
+        }
+        self._needed_after = self._needs()
         if candidate_order is not None:
             self._candidates = candidate_order(self._candidates)
         try:
@@ -174,6 +227,12 @@ class Allocator:
             found = False
         except _SearchLimit:
             raise SearchLimitError(f"search limit reached after {self.max_steps} steps") from None
+        except _TimedOut:
+            seconds = self.deadline.seconds if self.deadline is not None else 0
+            raise SearchTimeoutError(
+                f"timed out trying to allocate devices (filter timeout {seconds:g} s, "
+                f"{self.stats.devices_tried} devices tried)"
+            ) from None
         if not found:
             # Upstream fails the node when any of its pools is invalid, whether or not the search got there.
             if any(pool.invalid for pool in pools):
@@ -285,20 +344,27 @@ class Allocator:
             devices += [
                 c
                 for c in by_pool[pool.id]
-                if self._is_selectable(claim, alt, c) and self._static_capacity_fits(c.device, alt)
+                if self._is_selectable(claim, alt, c) and self._static_capacity_fits(claim, c.device, alt)
             ]
         return devices
 
-    def _static_capacity_fits(self, device: Device, alt: DeviceRequest) -> bool:
+    def _static_capacity_fits(self, claim: Claim, device: Device, alt: DeviceRequest) -> bool:
         """Whether the device's capacity could ever hold the request, ignoring its shares: "all" is every
         such device, so a device whose shares leave too little stays in it and the request fails, as
         upstream's, rather than being quietly left out."""
         if not self.gates.DRAConsumableCapacity:
             return True
-        return (
-            capacity_consumption(device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange)
-            is not None
-        )
+        return self._consumption(claim, alt, device) is not None
+
+    def _consumption(self, claim: Claim, alt: DeviceRequest, device: Device) -> dict[str, Fraction] | None:
+        """``capacity_consumption`` of the device for ``alt``; its error, fatal for the pod, names them."""
+        try:
+            return capacity_consumption(device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange)
+        except CapacityRequestError as e:
+            raise CapacityRequestError(
+                f"claim {claim.key}, request {alt.label}: checking capacity for device "
+                f"{device.driver}/{device.pool}/{device.name}: {e}"
+            ) from e
 
     # --- recursion (§5) ---------------------------------------------------------------------------
 
@@ -363,6 +429,9 @@ class Allocator:
             self._looked_ahead = True
             if self._unsatisfiable():
                 raise _Unsatisfiable
+            self._supply_pruning = self._may_prune_by_supply()
+        if self._supply_pruning and self._short(claim_index, request_index, alt, slot):
+            return False
         usable_after = self._usable_counts(claim, alt) if backtracking else None
         if usable_after is not None and usable_after[start] < alt.count - slot:
             return False
@@ -372,15 +441,13 @@ class Allocator:
                 continue
             if usable_after is not None and usable_after[index] < alt.count - slot:
                 return False
-            self.stats.devices_tried += 1
-            if self.stats.devices_tried > self.max_steps:
-                raise _SearchLimit
+            self._step()
             device = candidate.device
             if self._in_use(claim_index, alt, device):
                 continue
             if not self._is_selectable(claim, alt, candidate):
                 continue
-            consumption = self._capacity_consumption(device, alt)
+            consumption = self._capacity_consumption(claim, device, alt)
             if consumption is None:
                 continue
             undo = self._allocate_device(claim_index, alt, candidate, must=False, consumption=consumption)
@@ -390,6 +457,15 @@ class Allocator:
             if self._continue([undo], rest):
                 return True
         return False
+
+    def _step(self) -> None:
+        """Count one device tried; give up at the step limit or, checked every ``CLOCK_CHECK_STEPS``, the
+        deadline."""
+        tried = self.stats.devices_tried = self.stats.devices_tried + 1
+        if self.max_steps is not None and tried > self.max_steps:
+            raise _SearchLimit
+        if tried % CLOCK_CHECK_STEPS == 0 and self.deadline is not None and self.deadline.passed():
+            raise _TimedOut
 
     @staticmethod
     def _continue(undos: list[Callable[[], None]], search: Callable[[], bool]) -> bool:
@@ -430,6 +506,51 @@ class Allocator:
             if any(self._constraint_unsatisfiable(plan.claim, c) for c in plan.claim.constraints):
                 return True
         return self._devices_fall_short()
+
+    def _needs(self) -> list[list[int]]:
+        """``_needed_after``: per request, the fewest devices its alternatives ask for (an adminAccess one
+        needs none: it may take devices in use), summed from each request to the end of the search."""
+        needs: list[list[int]] = []
+        total = 0
+        for plan in reversed(self._plans):
+            suffix = [total]
+            for request in reversed(plan.claim.requests):
+                total += min(
+                    0
+                    if alt.admin_access
+                    else len(plan.all_devices[alt.name])
+                    if alt.mode == "All"
+                    else alt.count
+                    for alt in request.alternatives
+                )
+                suffix.append(total)
+            needs.append(suffix[::-1])
+        return needs[::-1]
+
+    def _short(self, claim_index: int, request_index: int, alt: DeviceRequest, slot: int) -> bool:
+        """Whether this slot, the rest of its request and every later request need more devices than the
+        node has left free: then no choice from here completes, and the search drops it at once."""
+        needed = (0 if alt.admin_access else alt.count - slot) + self._needed_after[claim_index][
+            request_index + 1
+        ]
+        return needed > len(self._free) - self._taken
+
+    def _may_prune_by_supply(self) -> bool:
+        """Whether dropping choices by ``_short`` keeps upstream's answer: no device may serve two requests
+        (multi-allocatable devices), and nothing the dropped choices would have reached could fail the pod
+        (a selector, derived attribute or capacity error, counted as unlimited usable devices, or an All
+        request breaking a claim constraint). Asked once, when the search starts backtracking."""
+        if any(self._multi(c.device) for c in self._candidates):
+            return False
+        for plan in self._plans:
+            for request in plan.claim.requests:
+                for alt in request.alternatives:
+                    if alt.mode == "All":
+                        if plan.constraints:
+                            return False
+                    elif self._usable_counts(plan.claim, alt)[0] >= _UNLIMITED:
+                        return False
+        return True
 
     def _devices_fall_short(self) -> bool:
         """Whether the requests of all claims together need more distinct devices than they might take
@@ -519,11 +640,13 @@ class Allocator:
         try:
             if not self._is_selectable(claim, alt, candidate):
                 return 0
+            if self.gates.DRAConsumableCapacity and self._consumption(claim, alt, candidate.device) is None:
+                return 0  # its capacity can never hold the request, whatever its shares
             # A derived attribute failing here fails the pod if the search places the device: reach it.
             values = request_derived_values(self.selectors, claim, alt, candidate.device)
             for name in values:
                 values[name]
-        except CELError:
+        except (CELError, CapacityRequestError):
             return _UNLIMITED
         return 1
 
@@ -576,10 +699,16 @@ class Allocator:
                 return False
         return True
 
-    def _capacity_consumption(self, device: Device, alt: DeviceRequest) -> dict[str, Fraction] | None:
-        """Consumption of every device capacity for this request, or None if it does not fit (§12)."""
+    def _capacity_consumption(
+        self, claim: Claim, device: Device, alt: DeviceRequest
+    ) -> dict[str, Fraction] | None:
+        """Consumption of every device capacity for this request, or None if it does not fit (§12).
+        Raises CapacityRequestError (fatal) before any other capacity check, as upstream."""
         if not self.gates.DRAConsumableCapacity:
             return {}
+        consumption = self._consumption(claim, alt, device)
+        if consumption is None:
+            return None
         inventory = self.inventory
         if (
             not device.allow_multiple_allocations
@@ -587,11 +716,6 @@ class Allocator:
             and not inventory.is_exclusively_allocated(device.id)
         ):
             return None  # has shares but is no longer multi-allocatable
-        consumption = capacity_consumption(
-            device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange
-        )
-        if consumption is None:
-            return None
         if device.allow_multiple_allocations:
             # An allocation without shareID keeps the device from other requests ("in use"), not from
             # adminAccess ones, which get a share beside it (upstream checks only the shares' capacity).
@@ -652,7 +776,11 @@ class Allocator:
             undos.append(lambda s=state: s.remove(alt, device))
         share_id, consumed = "", None
         if self._multi(device):
-            consumed = consumption if consumption is not None else self._capacity_consumption(device, alt)
+            consumed = (
+                consumption
+                if consumption is not None
+                else self._capacity_consumption(plan.claim, device, alt)
+            )
             if consumed is None:
                 undo_all()
                 return None
@@ -670,12 +798,24 @@ class Allocator:
             undos.append(undo_capacity)
             share_id = str(uuid.uuid4())
         else:
-            self._allocating[device.id].add(claim_index)
-            undos.append(lambda: self._allocating[device.id].discard(claim_index))
+            undos.append(self._hold(device.id, claim_index))
         plan.picked.append(PickedDevice(alt, candidate.slice, device, share_id, consumed))
         undos.append(plan.picked.pop)
         self.stats.placements += 1
         return undo_all
+
+    def _hold(self, device_id: DeviceID, claim_index: int) -> Callable[[], None]:
+        """Mark the device in use by the claim (upstream ``allocatingDevices``); returns the undo."""
+        holders = self._allocating[device_id]
+        counted = not holders and device_id in self._free
+        holders.add(claim_index)
+        self._taken += counted
+
+        def undo() -> None:
+            holders.discard(claim_index)
+            self._taken -= counted
+
+        return undo
 
     def _take_counters(self, candidate: Candidate) -> Callable[[], None] | None:
         """Add the device's counter consumption to its pool and check every counter stays >= 0 (§11)."""

@@ -3,12 +3,13 @@ their Go modules (``e2e/build.sh``), plus the extender, every one a child proces
 log in the run directory.
 
 Identities are the ones a cluster gives them: the harness (a client certificate in ``system:masters``)
-applies the shipped ``manifests/`` namespace, ServiceAccount and RBAC, then asks the TokenRequest API for
-a token of that ServiceAccount; kube-scheduler and the extender run with it, so a permission missing from
-``manifests/base/rbac.yaml`` fails the tests as it would fail a deployment. kube-controller-manager, which is
-not under test, uses its own certificate. kube-scheduler reads the shipped
-``manifests/base/kube-scheduler-config.yaml`` with only its kubeconfig and the extender's address changed; the
-extender is started with the sidecar's arguments from ``manifests/base/deployment.yaml``.
+applies the shipped ``manifests/`` (the Helm chart rendered: ``e2e/chart.py``) namespace, ServiceAccount
+and RBAC, then asks the TokenRequest API for a token of that ServiceAccount; kube-scheduler and the
+extender run with it, so a permission missing from ``manifests/base/rbac.yaml`` fails the tests as it
+would fail a deployment. kube-controller-manager, which is not under test, uses its own certificate.
+kube-scheduler reads the configuration of the shipped ``manifests/base/kube-scheduler-config.yaml``
+ConfigMap with only its kubeconfig and the extender's address changed; the extender is started with the
+sidecar's arguments from ``manifests/base/deployment.yaml``.
 
 Children get SIGTERM when the process that started them dies (``PR_SET_PDEATHSIG``), so nothing outlives
 a test run."""
@@ -86,6 +87,8 @@ class Component:
     log: Path
     ready: Callable[[], bool]
     env: dict[str, str] | None = None
+    hostname: str | None = None
+    """Run in a UTS namespace with this hostname (None: the machine's)."""
     process: subprocess.Popen[bytes] | None = None
     wanted: bool = False  # restart it when it exits by itself (a kubelet's restartPolicy: Always)
     exits: int = 0
@@ -97,11 +100,16 @@ class Component:
             self._spawn()
 
     def _spawn(self) -> None:
+        argv = self.argv
+        if self.hostname is not None:
+            # A hostname of its own, as a pod has: kube-scheduler's leader identity and the extender's
+            # view of it (app.kube.leader) start with it.
+            argv = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', self.hostname, *argv]
         with self.log.open("ab") as out:
-            out.write(f"\n===== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
+            out.write(f"\n===== start {time.strftime('%H:%M:%S')}: {' '.join(argv)}\n".encode())
             out.flush()
             self.process = subprocess.Popen(
-                self.argv,
+                argv,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -181,6 +189,12 @@ def shipped(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
 
 
+def shipped_scheduler_config() -> dict[str, Any]:
+    """The KubeSchedulerConfiguration the shipped ConfigMap mounts into kube-scheduler."""
+    [configmap] = shipped("kube-scheduler-config.yaml")
+    return yaml.safe_load(configmap["data"]["config.yaml"])
+
+
 @dataclass
 class ControlPlane:
     """A running control plane in ``directory`` (certificates, kubeconfigs, etcd data, ``logs/``)."""
@@ -193,9 +207,11 @@ class ControlPlane:
     tokens: dict[str, str] = field(default_factory=dict)
     """ServiceAccount name -> the token its kubeconfig holds."""
     extender_urls: dict[str, str] = field(default_factory=dict)
-    """Extender component name -> its URL (``extender_url`` is the one kube-scheduler calls)."""
+    """Extender component name -> its URL (``extender_url``: the first pair's, ``dra-extender``)."""
     scheduler_urls: dict[str, str] = field(default_factory=dict)
     """kube-scheduler component name -> its secure port's URL."""
+    probe_urls: dict[str, str] = field(default_factory=dict)
+    """Extender component name -> its probe listener's URL (``--health-probe-bind-address``)."""
     _watchdog_stop: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -316,9 +332,14 @@ class ControlPlane:
         self._apply_shipped_identity()
 
     def _add(
-        self, name: str, argv: list[str], ready: Callable[[], bool], env: dict[str, str] | None = None
+        self,
+        name: str,
+        argv: list[str],
+        ready: Callable[[], bool],
+        env: dict[str, str] | None = None,
+        hostname: str | None = None,
     ) -> Component:
-        component = Component(name, argv, self.logs / f"{name}.log", ready, env)
+        component = Component(name, argv, self.logs / f"{name}.log", ready, env, hostname)
         self.components[name] = component
         component.start()
         return component
@@ -360,15 +381,20 @@ class ControlPlane:
         )
 
     def start_extender(
-        self, *extra: str, name: str = "dra-extender", api_server: str | None = None
+        self,
+        *extra: str,
+        name: str = "dra-extender",
+        api_server: str | None = None,
+        hostname: str | None = None,
     ) -> Component:
         """The extender as the sidecar runs it (``manifests/base/deployment.yaml``), with a kubeconfig holding
         a token of the account bound only to the extender's roles instead of ``--in-cluster``, and a free
         port; ``extra`` arguments after the sidecar's (the last of a flag given twice wins). ``name``: the
         component's (a second extender needs another); ``api_server``: where it reaches kube-apiserver
-        instead (a proxy)."""
+        instead (a proxy); ``hostname``: its pod's (``start_pair``)."""
         port, probes = free_port(), f"127.0.0.1:{free_port()}"
         self.extender_urls[name] = f"http://127.0.0.1:{port}"
+        self.probe_urls[name] = f"http://{probes}"
         if name == "dra-extender":
             self.extender_url = self.extender_urls[name]
         kubeconfig = self.extender_kubeconfig
@@ -394,6 +420,7 @@ class ControlPlane:
             [str(Path(sys.executable).with_name("dra-extender")), *args, FEATURE_GATES, *extra],
             lambda: _get_ok(f"http://{probes}/readyz"),  # where the kubelet's probes go
             env,
+            hostname,
         )
 
     def start_scheduler(
@@ -404,6 +431,8 @@ class ControlPlane:
         verbosity: int | None = None,
         profiling: bool = False,
         nodes_to_score: int | None = None,
+        extender: str = "dra-extender",
+        hostname: str | None = None,
     ) -> Component:
         """kube-scheduler with the shipped configuration and the flags of the Deployment's kube-scheduler
         container (``with_extender``), or kube-scheduler's defaults
@@ -412,14 +441,18 @@ class ControlPlane:
         its ``--v`` instead of 2 (3 logs every scheduling attempt); ``profiling`` serves
         ``/debug/pprof/`` to requests without credentials (at ``scheduler_urls[name]``); ``nodes_to_score``
         replaces the configuration's ``percentageOfNodesToScore`` (0: kube-scheduler's adaptive
-        default)."""
+        default). ``extender``: the extender component it calls (``kube-scheduler-<x>`` for
+        ``dra-extender-<x>``); ``hostname``: its pod's (``start_pair``)."""
         port = free_port()
         if with_extender:
-            config = yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
+            config = shipped_scheduler_config()
             config["clientConnection"] = {"kubeconfig": str(self.scheduler_kubeconfig)}
-            for extender in config["extenders"]:
-                extender["urlPrefix"] = f"{self.extender_url}/scheduler"
-            name, kubeconfig = "kube-scheduler", self.scheduler_kubeconfig
+            for entry in config["extenders"]:
+                entry["urlPrefix"] = f"{self.extender_urls[extender]}/scheduler"
+            name, kubeconfig = (
+                "kube-scheduler" + extender.removeprefix("dra-extender"),
+                self.scheduler_kubeconfig,
+            )
             flags = [
                 f for f in _sidecar_container("kube-scheduler")["command"][1:] if not f.startswith("--config")
             ]
@@ -455,7 +488,18 @@ class ControlPlane:
                 *flags,
             ],
             lambda: _get_ok(f"https://127.0.0.1:{port}/readyz", verify=tls_context(None)),
+            hostname=hostname,
         )
+
+    def start_pair(self, suffix: str) -> tuple[Component, Component]:
+        """A second replica of the Deployment's pod: extender ``dra-extender-<suffix>`` and kube-scheduler
+        ``kube-scheduler-<suffix>`` calling it, both with the hostname ``dra-scheduler-<suffix>`` (the
+        first pair has the machine's), so the two kube-schedulers' leader identities tell the pairs apart
+        as pod names do. They share the shipped Lease with the first pair."""
+        hostname = f"dra-scheduler-{suffix}"
+        extender = self.start_extender(name=f"dra-extender-{suffix}", hostname=hostname)
+        scheduler = self.start_scheduler(extender=extender.name, hostname=hostname)
+        return extender, scheduler
 
     def _watchdog(self) -> None:
         while not self._watchdog_stop.wait(1.0):
@@ -473,6 +517,63 @@ class ControlPlane:
 
     def report_logs(self, lines: int = 60) -> str:
         return "\n".join(f"----- {c.name} ({c.log}) -----\n{c.tail(lines)}" for c in self.components.values())
+
+
+class KubeletProbe:
+    """What the kubelet does with the kube-scheduler container's ``livenessProbe`` (``deployment.yaml``),
+    there being no kubelet here: GET ``url`` (the extender's probe listener, the pod's port) every
+    ``periodSeconds`` with ``timeoutSeconds``; after ``failureThreshold`` failures in a row, stop ``target``
+    (SIGTERM) and start it again, at once the first time, then after the kubelet's restart back-off (10 s,
+    doubling up to 5 minutes, forgotten after 10 minutes of running). ``restarts``: when (monotonic)."""
+
+    BACKOFF_SECONDS, BACKOFF_MAX_SECONDS, BACKOFF_RESET_SECONDS = 10.0, 300.0, 600.0
+
+    def __init__(self, url: str, target: Component) -> None:
+        probe = _sidecar_container("kube-scheduler")["livenessProbe"]
+        self.url = f"{url}{probe['httpGet']['path']}"
+        self.target = target
+        self.period = float(probe.get("periodSeconds", 10))
+        self.timeout = float(probe.get("timeoutSeconds", 1))
+        self.threshold = int(probe.get("failureThreshold", 3))
+        self.restarts: list[float] = []
+        self._backoff = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"probe-{target.name}", daemon=True)
+
+    def start(self) -> KubeletProbe:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.wait(self.period):
+            try:
+                ok = 200 <= httpx.get(self.url, timeout=self.timeout).status_code < 400
+            except httpx.HTTPError:
+                ok = False
+            failures = 0 if ok else failures + 1
+            if failures >= self.threshold and not self._stop.is_set():
+                self._restart(failures)
+                failures = 0
+
+    def _restart(self, failures: int) -> None:
+        now = time.monotonic()
+        if self.restarts and now - self.restarts[-1] > self.BACKOFF_RESET_SECONDS:
+            self._backoff = 0.0
+        self.restarts.append(now)
+        with self.target.log.open("ab") as out:
+            out.write(
+                f"\n===== liveness probe failed {failures} times; restart in {self._backoff:g} s\n".encode()
+            )
+        self.target.stop()
+        if self._stop.wait(self._backoff):
+            return  # the scenario is over: whoever stopped the probe starts the target again if needed
+        self._backoff = min(max(self._backoff * 2, self.BACKOFF_SECONDS), self.BACKOFF_MAX_SECONDS)
+        self.target.start()
 
 
 def _sidecar_container(name: str) -> dict[str, Any]:

@@ -21,6 +21,8 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Pod": ("api/v1", "pods", True),
     "Event": ("api/v1", "events", True),
     "ServiceAccount": ("api/v1", "serviceaccounts", True),
+    "ConfigMap": ("api/v1", "configmaps", True),
+    "Deployment": ("apis/apps/v1", "deployments", True),
     "ClusterRole": ("apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "Role": ("apis/rbac.authorization.k8s.io/v1", "roles", True),

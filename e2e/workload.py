@@ -301,6 +301,13 @@ class Scenario:
         return self.kube.get("ResourceClaim", name, self.namespace)
 
 
+def in_tree_scheduler(plane: ControlPlane) -> str:
+    """The in-tree kube-scheduler's URL, started (with profiling, as bench-k8s --profile does) if not yet."""
+    if "kube-scheduler-in-tree" not in plane.components:
+        plane.start_scheduler(with_extender=False, profiling=True)
+    return plane.scheduler_urls["kube-scheduler-in-tree"]
+
+
 def _exists(kube: Kube, kind: str, name: str, namespace: str | None = None) -> bool:
     try:
         kube.get(kind, name, namespace)

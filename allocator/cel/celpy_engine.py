@@ -11,16 +11,18 @@ How the environment maps onto celpy:
   domain returns an empty map (upstream's ``mapper.Find``), so unknown domains are empty even through
   aliases, while ``in`` and iteration see only real domains.
 * Quantities and semvers are the Python value classes ``CelQuantity`` / ``CelSemver``; all library
-  functions are the shared ones of ``allocator.cel.library``.
-* ``==``, ``!=`` and ``in`` are replaced by CEL heterogeneous equality (celpy raises on ``1 == "1"``).
+  functions are the shared ones of ``allocator.cel.library``; the URL, IP, CIDR, lists-extension,
+  ``string.format`` and cross-type comparison functions come from ``allocator.cel.celpy_libs``.
+* ``==``, ``!=`` and ``in`` are replaced by CEL heterogeneous equality (celpy raises on ``1 == "1"``),
+  except that a semver, quantity, IP, CIDR or URL on the left of ``==`` refuses another type, as
+  upstream's ``Equal`` does.
 * ``cel.bind(v, init, body)`` is rewritten to ``[init].map(v, body)[0]`` (celpy has no bind macro).
 * Not supported (compile error naming this engine): optional syntax and functions (``?.``, ``[?``,
-  ``orValue`` ...) and two-variable comprehensions, which celpy cannot parse or evaluate.
+  ``orValue`` ..., hence the format library's ``validate`` and ``format.named``), two-variable
+  comprehensions and ``sortBy``, which celpy cannot parse or evaluate.
 
 Requires the ``cel-python`` distribution (not a declared project dependency; import fails without it).
 
-One module, about 630 lines: the adapter of the second engine (rewrites, value conversion, evaluation),
-whose parts have no use apart.
 """
 
 from __future__ import annotations
@@ -37,21 +39,14 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import AttributeValue, CELDevice
-from allocator.cel.expr_engine import (
-    Analysis,
-    CompiledProgram,
-    Frontend,
-    apply_edits,
-    matching_bracket,
-    skip_literal,
-)
+from allocator.cel.celpy_libs import NAMESPACES, CelCIDR, CelIP, CelURL, library_functions, plain, wrap
+from allocator.cel.expr_engine import Analysis, CompiledProgram, Frontend
 from allocator.cel.library import (
     CheckedAst,
     LibraryError,
     SemverValue,
     UnsupportedValue,
     cel_equal,
-    check_int64,
     compare_semver,
     convert_attributes,
     includes,
@@ -64,12 +59,14 @@ from allocator.cel.library import (
     plain_attribute,
     quantity_as_integer,
     quantity_compare,
+    quantity_int64,
     quantity_is_integer,
     quantity_sign,
     quantity_to_float,
     regex_find,
     regex_find_all,
 )
+from allocator.cel.source import apply_edits, matching_bracket, top_level_commas
 from allocator.errors import CELCompileError, CELEvalError
 
 __all__ = ["CelQuantity", "CelSemver", "CelpyEngine", "CelpyProgram", "CelpyValueProgram"]
@@ -78,13 +75,16 @@ __all__ = ["CelQuantity", "CelSemver", "CelpyEngine", "CelpyProgram", "CelpyValu
 
 
 class CelQuantity:
-    """A ``kubernetes.Quantity`` value: an exact Fraction; equal when the values are equal."""
+    """A ``kubernetes.Quantity`` value: an exact Fraction; equal when the values are equal.
+    ``decimal_held``: upstream's parse of the text holds it as a decimal, so ``isInteger`` is false
+    (``quantity_int64``)."""
 
-    __slots__ = ("value",)
+    __slots__ = ("decimal_held", "value")
     type_name = "kubernetes.Quantity"
 
-    def __init__(self, value: Fraction) -> None:
+    def __init__(self, value: Fraction, decimal_held: bool = False) -> None:
         self.value = value
+        self.decimal_held = decimal_held
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CelQuantity) and self.value == other.value
@@ -129,40 +129,6 @@ class _SetsNamespace:
 
 
 _SETS = _SetsNamespace()
-
-
-def plain(value: Any) -> Any:
-    """celtypes -> Python natives (celpy's bool is an int subclass, so it must be unwrapped first)."""
-    if isinstance(value, celtypes.BoolType):
-        return bool(value)
-    if isinstance(value, (celtypes.IntType, celtypes.UintType)):
-        return int(value)
-    if isinstance(value, celtypes.DoubleType):
-        return float(value)
-    if isinstance(value, celtypes.StringType):
-        return str(value)
-    if isinstance(value, celtypes.BytesType):
-        return bytes(value)
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {plain(k): plain(v) for k, v in value.items()}
-    return value
-
-
-def wrap(value: Any) -> Any:
-    """Python natives -> celtypes (library results)."""
-    if isinstance(value, bool):
-        return celtypes.BoolType(value)
-    if isinstance(value, int):
-        return celtypes.IntType(check_int64(value))
-    if isinstance(value, float):
-        return celtypes.DoubleType(value)
-    if isinstance(value, str):
-        return celtypes.StringType(value)
-    if isinstance(value, list):
-        return celtypes.ListType([wrap(v) for v in value])
-    return value
 
 
 def _type_name(value: Any) -> str:
@@ -214,7 +180,13 @@ def _library_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _eq(a: Any, b: Any) -> Any:
+    if isinstance(a, _TYPED_EQUALITY) and type(b) is not type(a):
+        # Upstream's Semver/Quantity/IP/CIDR/URL ``Equal`` refuses another type.
+        return CelpyEvalError("no such overload")
     return celtypes.BoolType(cel_equal(plain(a), plain(b)))
+
+
+_TYPED_EQUALITY = (CelSemver, CelQuantity, CelIP, CelCIDR, CelURL)
 
 
 def _ne(a: Any, b: Any) -> Any:
@@ -248,9 +220,20 @@ def _equivalent(target: Any, a: Any, b: Any) -> Any:
 
 def _quantity(text: Any) -> Any:
     try:
-        return CelQuantity(parse_cel_quantity(str(text)))
+        value = parse_cel_quantity(str(text))
     except LibraryError as err:
         return CelpyEvalError(str(err))
+    return CelQuantity(value, quantity_int64(str(text)) is None)
+
+
+def _is_integer(value: Any) -> bool:
+    return not getattr(value, "decimal_held", False) and quantity_is_integer(_quantity_arg(value))
+
+
+def _as_integer(value: Any) -> int:
+    if getattr(value, "decimal_held", False):
+        raise LibraryError("cannot convert value to integer")
+    return quantity_as_integer(_quantity_arg(value))
 
 
 def _semver(text: Any, relaxed: Any = False) -> Any:
@@ -300,40 +283,6 @@ def _is_valid(parse: Callable[..., Any]) -> Callable[..., bool]:
     return check
 
 
-def _format(template: str, args: list[Any]) -> str:
-    """``string.format(list)`` of the cel-go strings extension: %s %d %f %e %x %X %o %b and %%."""
-    out, values, i = [], iter(args), 0
-    spec = re.compile(r"%(?:\.(\d+))?([sdfeExXob%])")
-    for match in spec.finditer(template):
-        out.append(template[i : match.start()])
-        i = match.end()
-        precision, verb = match.groups()
-        if verb == "%":
-            out.append("%")
-            continue
-        try:
-            value = next(values)
-        except StopIteration:
-            raise LibraryError("format: not enough arguments") from None
-        out.append(_format_one(verb, value, int(precision) if precision else None))
-    if next(values, None) is not None:
-        raise LibraryError("format: too many arguments")
-    return "".join(out) + template[i:]
-
-
-def _format_one(verb: str, value: Any, precision: int | None) -> str:
-    if verb == "s":
-        return ("true" if value else "false") if isinstance(value, bool) else str(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LibraryError(f"format: %{verb} needs a number")
-    if verb == "d":
-        return str(int(value))
-    if verb in "fe":
-        return f"{value:.{6 if precision is None else precision}{verb}}"
-    base = {"x": "x", "X": "X", "o": "o", "b": "b"}[verb]
-    return format(int(value), base)
-
-
 def _substring(text: str, start: int, end: int | None = None) -> str:
     stop = len(text) if end is None else end
     if not 0 <= start <= stop <= len(text):
@@ -370,7 +319,7 @@ def _join(items: list[str], sep: str = "") -> str:
 
 def _functions() -> dict[str, Callable[..., Any]]:
     lib = _library_call
-    return {
+    return library_functions() | {
         "_==_": _errors_pass_through(_eq),
         "_!=_": _errors_pass_through(_ne),
         "_in_": _errors_pass_through(_in),
@@ -387,7 +336,6 @@ def _functions() -> dict[str, Callable[..., Any]]:
         "lowerAscii": lib(lambda s: "".join(c.lower() if c.isascii() else c for c in s)),
         "upperAscii": lib(lambda s: "".join(c.upper() if c.isascii() else c for c in s)),
         "charAt": lib(lambda s, i: s[i] if 0 <= i < len(s) else ""),
-        "format": lib(_format),
         "find": lib(regex_find),
         "findAll": lib(regex_find_all),
         "includes": lib(includes),
@@ -405,8 +353,8 @@ def _functions() -> dict[str, Callable[..., Any]]:
         "minor": lib(_semver_field("minor")),
         "patch": lib(_semver_field("patch")),
         "sign": lib(_quantity_fn(quantity_sign)),
-        "asInteger": lib(_quantity_fn(quantity_as_integer)),
-        "isInteger": lib(_quantity_fn(quantity_is_integer)),
+        "asInteger": lib(_as_integer),
+        "isInteger": lib(_is_integer),
         "asApproximateFloat": lib(_quantity_fn(quantity_to_float)),
         "add": lib(lambda a, b: CelQuantity(_quantity_arg(a) + _quantity_arg(b))),
         "sub": lib(lambda a, b: CelQuantity(_quantity_arg(a) - _quantity_arg(b))),
@@ -431,23 +379,6 @@ def _unsupported(ast: CheckedAst) -> str | None:
     return None
 
 
-def _top_level_commas(src: str, start: int, end: int) -> list[int]:
-    """Offsets of the commas between ``start`` and ``end`` that are not nested or quoted."""
-    commas, depth, i = [], 0, start
-    while i < end:
-        skipped = skip_literal(src, i)
-        if skipped != i:
-            i = skipped
-            continue
-        char = src[i]
-        depth += char in "([{"
-        depth -= char in ")]}"
-        if char == "," and depth == 0:
-            commas.append(i)
-        i += 1
-    return commas
-
-
 def _bind_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
     """``cel.bind(v, init, body)`` -> ``[init].map(v, body)[0]``, edited only at the bind's own tokens so
     nested binds inside ``init``/``body`` are rewritten independently."""
@@ -458,7 +389,7 @@ def _bind_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
             continue
         name = _BIND.search(src, 0, pos)
         close = matching_bracket(src, pos)
-        commas = _top_level_commas(src, pos + 1, close)
+        commas = top_level_commas(src, pos + 1, close)
         if name is None or len(commas) != 2:
             raise CELCompileError("cel.bind could not be translated for the cel-python engine")
         variable = node.vars[2]
@@ -501,7 +432,7 @@ def device_context(device: CELDevice) -> dict[str, Any]:
         "allowMultipleAllocations": celtypes.BoolType(device.allow_multiple_allocations),
     }
     device_map = celtypes.MapType({celtypes.StringType(k): v for k, v in fields.items()})
-    return {"device": device_map, "sets": _SETS}
+    return {"device": device_map, "sets": _SETS, **NAMESPACES}
 
 
 def _message(err: CelpyEvalError) -> str:

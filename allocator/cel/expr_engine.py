@@ -13,9 +13,16 @@ Environment (upstream ``dynamic-resource-allocation/cel/compile.go``, stored-exp
   as upstream) and CEL's message equality is value equality because the fields are canonical (reduced
   fraction; semver without build metadata). Library functions run in Python (``allocator.cel.library``);
   ``quantity("<const>")`` / ``semver("<const>")`` are turned into message literals at compile time.
-* Extensions: strings, ``cel.bind``, optional syntax, sets, two-variable comprehensions; plus Kubernetes'
-  quantity, semver, regex ``find``/``findAll``, list ``isSorted``/``sum``/``min``/``max`` and DRA's
-  ``includes``.
+* The rest of upstream's base environment (``k8s.io/apiserver/pkg/cel/environment/base.go`` v0.37.2,
+  StoredExpressions): ext.Strings v2, ``cel.bind``, optional types, ext.Sets, two-variable comprehensions,
+  the lists extension (cel-cpp's version 2 = cel-go's v3), cross-type numeric comparisons, Kubernetes'
+  quantity, semver, regex ``find``/``findAll``, typed lists ``isSorted``/``sum``/``min``/``max`` and
+  ``includes``, URL, IP, CIDR and format libraries (``allocator.cel.expr_libs``). The checker's gaps are
+  closed around it: homogeneous aggregate literals and constant ``string.format`` calls are checked on the
+  checked tree (``allocator.cel.validators``); ``format``, list ``indexOf``, ``transformMap`` and the
+  format library's optionals run through hidden ``__dra_...`` functions the expression itself may not
+  name (``expr_libs``); a ``quantity("<const>")`` read by ``isInteger``/``asInteger`` keeps how upstream
+  holds its text (``DECIMAL_HELD``).
 
 Unknown domains: upstream returns an empty map for a domain the device lacks. A plain map here would
 raise "no such key", so each compile rewrites the source text of every direct lookup
@@ -30,8 +37,7 @@ cel-python engine shares. Cost: the static worst-case bound (``allocator.cel.lib
 runtime's own iteration budget (10,000 comprehension iterations per evaluation) both raise CELEvalError
 containing "actual cost limit exceeded". The C++ parser limits nesting to 32 levels (cel-go: 250).
 
-One module, about 900 lines: the environment of one engine (declarations, value conversion, compile and
-evaluate) is one adapter whose parts have no use apart.
+Source scanning and editing live in ``allocator.cel.source``.
 """
 
 from __future__ import annotations
@@ -49,7 +55,17 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice
+from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice, Version
+from allocator.cel.expr_guards import HIDDEN_NOT_SEMVER, not_semver, semver_guard
+from allocator.cel.expr_libs import (
+    HIDDEN_INDEX_OF,
+    STDLIB_CONFIG,
+    format_library_edits,
+    library_declarations,
+    list_index_edits,
+    without_map_inserts,
+)
+from allocator.cel.lib_strformat import string_format
 from allocator.cel.library import (
     CheckedAst,
     Expr,
@@ -61,15 +77,12 @@ from allocator.cel.library import (
     decode_checked,
     derived_attribute_value,
     includes,
-    list_is_sorted,
-    list_max,
-    list_min,
-    list_sum,
     parse_cel_quantity,
     parse_semver,
     plain_attribute,
     quantity_as_integer,
     quantity_compare,
+    quantity_int64,
     quantity_is_integer,
     quantity_sign,
     quantity_to_float,
@@ -78,9 +91,25 @@ from allocator.cel.library import (
     worst_case_cost,
 )
 from allocator.cel.reads import device_reads
+from allocator.cel.source import apply_edits, matching_bracket
+from allocator.cel.validators import (
+    HIDDEN_FORMAT,
+    hidden_name_errors,
+    homogeneous_literal_errors,
+    list_index_errors,
+    location,
+    string_format_errors,
+)
 from allocator.errors import CELCompileError, CELEvalError
 
-__all__ = ["Analysis", "CompiledProgram", "ExprEngine", "ExprProgram", "ExprValueProgram", "Frontend"]
+__all__ = [
+    "Analysis",
+    "CompiledProgram",
+    "ExprEngine",
+    "ExprProgram",
+    "ExprValueProgram",
+    "Frontend",
+]
 
 ACTIVATION_REUSE = 256
 """Evaluations per cached activation. cel-expr-python allocates each evaluation's values in the
@@ -103,9 +132,10 @@ _DOMAIN_MAPS = frozenset({"device.attributes", "device.capacity"})
 # --------------------------------------------------------------------------------------- value types
 
 
-def _message_pool() -> tuple[descriptor_pool.DescriptorPool, Any, Any]:
+def _message_pool() -> tuple[Any, ...]:
     """A private pool with ``kubernetes.Quantity{num, den}`` and ``kubernetes.Semver{major, minor, patch,
-    pre}`` (decimal strings / uint64s; ``pre`` is the dot-joined prerelease)."""
+    pre}`` (decimal strings / uint64s; ``pre`` is the dot-joined prerelease) and the text-valued types
+    below; the pool, then the message class of each of ``_MESSAGES``."""
     proto = descriptor_pb2.FieldDescriptorProto
     file = descriptor_pb2.FileDescriptorProto(
         name="dra_extender/cel_values.proto", package="kubernetes", syntax="proto3"
@@ -119,15 +149,28 @@ def _message_pool() -> tuple[descriptor_pool.DescriptorPool, Any, Any]:
     semver.field.add(name="pre", number=4, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
+    # IP, CIDR and URL values hold their canonical text, a named format its name (allocator.cel.expr_libs);
+    # nothing builds an Unconstructible (it carries the list functions' implementations).
+    texts = [("net", "IP", "text"), ("net", "CIDR", "text"), ("kubernetes", "URL", "text")]
+    texts += [("kubernetes", "NamedFormat", "name"), ("dra_extender", "Unconstructible", "text")]
+    for package, name, field in texts:
+        one = descriptor_pb2.FileDescriptorProto(
+            name=f"dra_extender/cel_{name.lower()}.proto", package=package, syntax="proto3"
+        )
+        one.message_type.add(name=name).field.add(
+            name=field, number=1, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL
+        )
+        pool.Add(one)
     make = message_factory.GetMessageClass
     return (
         pool,
-        make(pool.FindMessageTypeByName("kubernetes.Quantity")),
-        make(pool.FindMessageTypeByName("kubernetes.Semver")),
+        *(make(pool.FindMessageTypeByName(n)) for n in _MESSAGES),
     )
 
 
-_POOL, QuantityMsg, SemverMsg = _message_pool()
+_MESSAGES = ("kubernetes.Quantity", "kubernetes.Semver", "net.IP", "net.CIDR", "kubernetes.URL")
+_MESSAGES += ("kubernetes.NamedFormat",)
+_POOL, QuantityMsg, SemverMsg, IPMsg, CIDRMsg, URLMsg, FormatMsg = _message_pool()
 _QUANTITY = cel.Type("kubernetes.Quantity")
 _SEMVER = cel.Type("kubernetes.Semver")
 
@@ -175,6 +218,21 @@ def _parsed_quantity(text: str) -> Fraction:
 @functools.lru_cache(maxsize=4096)
 def _parsed_semver(text: str, relaxed: bool) -> SemverValue:
     return parse_semver(text, relaxed)
+
+
+DECIMAL_HELD = "01"
+"""Denominator spelling of an integral quantity literal that upstream holds as a decimal (``_literal_edit``);
+such a message is only ever read by ``isInteger``/``asInteger``."""
+
+
+def _is_integer(message: Any) -> bool:
+    return message.den != DECIMAL_HELD and quantity_is_integer(_fraction(message))
+
+
+def _as_integer(message: Any) -> int:
+    if message.den == DECIMAL_HELD:
+        raise LibraryError("cannot convert value to integer")
+    return quantity_as_integer(_fraction(message))
 
 
 def _fn_quantity(text: str) -> Any:
@@ -232,11 +290,11 @@ def _overload(
 
 def _library() -> list[cel.FunctionDecl]:
     """Declarations of the Kubernetes/DRA functions (upstream overload ids where they exist)."""
-    s, b, i, d, dyn = cel.Type.STRING, cel.Type.BOOL, cel.Type.INT, cel.Type.DOUBLE, cel.Type.DYN
+    s, b, i, d = cel.Type.STRING, cel.Type.BOOL, cel.Type.INT, cel.Type.DOUBLE
     # A parameter declared dyn never matches at run time in cel-expr-python (it registers kind "dyn", which
     # no value has); google.protobuf.Any is the wildcard both for the checker and for runtime dispatch.
     anything = cel.Type("google.protobuf.Any")
-    q, v, dyn_list = _QUANTITY, _SEMVER, cel.Type.List(cel.Type.DYN)
+    q, v = _QUANTITY, _SEMVER
     return [
         cel.FunctionDecl("quantity", [_overload("string_to_quantity", q, [s], _fn_quantity, False)]),
         cel.FunctionDecl("isQuantity", [_overload("is_quantity_string", b, [s], _fn_is_quantity, False)]),
@@ -263,17 +321,14 @@ def _library() -> list[cel.FunctionDecl]:
         cel.FunctionDecl(
             "sign",
             [
-                # Upstream declares sign(q) as a global function; q.sign() is accepted too.
+                # Only the global function: upstream has no q.sign().
                 _overload("quantity_sign", i, [q], lambda m: quantity_sign(_fraction(m)), False),
-                _overload("quantity_sign_member", i, [q], lambda m: quantity_sign(_fraction(m))),
             ],
         ),
-        cel.FunctionDecl(
-            "asInteger", [_overload("quantity_get_int", i, [q], lambda m: quantity_as_integer(_fraction(m)))]
-        ),
+        cel.FunctionDecl("asInteger", [_overload("quantity_get_int", i, [q], _as_integer)]),
         cel.FunctionDecl(
             "isInteger",
-            [_overload("quantity_is_integer", b, [q], lambda m: quantity_is_integer(_fraction(m)))],
+            [_overload("quantity_is_integer", b, [q], _is_integer)],
         ),
         cel.FunctionDecl(
             "asApproximateFloat",
@@ -294,10 +349,19 @@ def _library() -> list[cel.FunctionDecl]:
             ],
         ),
         cel.FunctionDecl("includes", [_overload("dyn_includes_dyn", b, [anything, anything], includes)]),
-        cel.FunctionDecl("isSorted", [_overload("list_is_sorted", b, [dyn_list], list_is_sorted)]),
-        cel.FunctionDecl("sum", [_overload("list_sum", dyn, [dyn_list], list_sum)]),
-        cel.FunctionDecl("min", [_overload("list_min", dyn, [dyn_list], list_min)]),
-        cel.FunctionDecl("max", [_overload("list_max", dyn, [dyn_list], list_max)]),
+        cel.FunctionDecl(
+            HIDDEN_NOT_SEMVER,
+            [
+                _overload(
+                    "dra_not_semver", cel.Type.DYN, [anything], lambda x: not_semver(x, SemverMsg), False
+                )
+            ],
+        ),
+        cel.FunctionDecl(
+            HIDDEN_FORMAT,
+            [_overload("string_dra_format", s, [s, cel.Type.List(cel.Type.DYN)], string_format)],
+        ),
+        *library_declarations(IPMsg, CIDRMsg, URLMsg, FormatMsg),
         cel.FunctionDecl("find", [_overload("string_find_string", s, [s, s], regex_find)]),
         cel.FunctionDecl(
             "findAll",
@@ -320,7 +384,11 @@ def _compare_decl(name: str, result: cel.Type, impl: Callable[[Any, Any], Any]) 
     )
 
 
-_CONFIG = "extensions:\n  - name: sets\n  - name: two-var-comprehensions\n"
+# cel-cpp's lists extension version 2 has the functions of cel-go's ext.Lists v3 (which only adds costs).
+_CONFIG = (
+    "extensions:\n  - name: sets\n  - name: two-var-comprehensions\n  - name: lists\n    version: 2\n"
+    + STDLIB_CONFIG
+)
 
 
 def new_env() -> cel.Env:
@@ -330,7 +398,11 @@ def new_env() -> cel.Env:
     return cel.NewEnv(
         descriptor_pool=_POOL,
         config=cel.NewEnvConfigFromYaml(_CONFIG),
-        extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings(), ext_optional.ExtOptional()],
+        extensions=[
+            ext_strings.ExtStrings(version=2),
+            ext_bindings.ExtBindings(),
+            ext_optional.ExtOptional(),
+        ],
         variables={
             "device.driver": cel.Type.STRING,
             "device.attributes": attributes,
@@ -395,55 +467,17 @@ def _compile_message(err: Exception) -> str:
 # ----------------------------------------------------------------------------------- source rewrites
 
 
-# A string or bytes literal: an optional r/b prefix (not the tail of an identifier), then the opening quote.
-_LITERAL = re.compile(r'(?:(?<![A-Za-z0-9_])([rR][bB]?|[bB][rR]?))?(\'\'\'|"""|\'|")')
 _FIELD = re.compile(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def skip_literal(src: str, pos: int) -> int:
-    """Index after the string literal or ``//`` comment starting at ``pos`` (``pos`` itself if none)."""
-    if src.startswith("//", pos):
-        end = src.find("\n", pos)
-        return len(src) if end < 0 else end
-    start = _LITERAL.match(src, pos)
-    if start is None:
-        return pos
-    raw = "r" in (start.group(1) or "").lower()
-    quote = start.group(2)
-    i = start.end()
-    while i < len(src):
-        if not raw and src[i] == "\\":
-            i += 2
-        elif src.startswith(quote, i):
-            return i + len(quote)
-        else:
-            i += 1
-    return len(src)
-
-
-def matching_bracket(src: str, pos: int) -> int:
-    """Index of the bracket closing the one at ``pos`` (``(``/``[``/``{``), skipping strings and comments."""
-    depth, i = 0, pos
-    while i < len(src):
-        skipped = skip_literal(src, i)
-        if skipped != i:
-            i = skipped
-            continue
-        if src[i] in "([{":
-            depth += 1
-        elif src[i] in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise ValueError("unbalanced brackets")
 
 
 def _source_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
     """Edits (start, end, replacement): direct domain lookups become ``[?key].orValue({})`` and constant
     quantity/semver calls become message literals."""
     edits: list[tuple[int, int, str]] = []
+    decimal_held: set[int] = set()  # quantity literals read by isInteger/asInteger (_literal_edit)
     for node in ast.root.walk():
+        if node.kind == "call" and node.name in ("isInteger", "asInteger") and node.operand is not None:
+            decimal_held.add(node.operand.id)
         pos = ast.positions.get(node.id, -1)
         if not 0 <= pos < len(src):
             continue
@@ -458,14 +492,29 @@ def _source_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
                 if field and field.group(1) == node.name:
                     edits.append((pos, field.end(), f'[?"{node.name}"].orValue({{}})'))
         elif node.kind == "call" and src[pos] == "(":
-            edits += _literal_edit(node, src, pos)
+            edits += _literal_edit(node, src, pos, node.id in decimal_held) + _format_edit(node, src, pos)
     return edits
 
 
-def _literal_edit(node: Expr, src: str, pos: int) -> list[tuple[int, int, str]]:
+_FORMAT_NAME = re.compile(r"format\s*$")
+
+
+def _format_edit(node: Expr, src: str, pos: int) -> list[tuple[int, int, str]]:
+    """``x.format(args)`` runs Kubernetes' formatter (``allocator.cel.lib_strformat``), not cel-cpp's."""
+    if node.name != "format" or node.operand is None:
+        return []
+    name = _FORMAT_NAME.search(src, 0, pos)
+    return [] if name is None else [(name.start(), name.end(), HIDDEN_FORMAT)]
+
+
+def _literal_edit(node: Expr, src: str, pos: int, integer_read: bool = False) -> list[tuple[int, int, str]]:
     """``quantity("40Gi")`` / ``semver("1.2.3"[, true])`` with constant, valid arguments become message
     literals the runtime builds natively (no Python call per evaluation). Invalid constants stay calls, so
-    their error still happens at evaluation time as upstream."""
+    their error still happens at evaluation time as upstream.
+
+    ``integer_read``: the quantity is the receiver of ``isInteger``/``asInteger``, which upstream answers
+    from how ``ParseQuantity`` holds the text (``quantity_int64``): when that is not an int64, the literal's
+    denominator is spelled ``"01"`` (``DECIMAL_HELD``), which the two functions read as "not an integer"."""
     args = node.args or []
     if node.operand is not None or node.name not in ("quantity", "semver") or not args:
         return []
@@ -479,7 +528,10 @@ def _literal_edit(node: Expr, src: str, pos: int) -> list[tuple[int, int, str]]:
     try:
         if node.name == "quantity":
             value = _parsed_quantity(args[0].value)
-            literal = f'kubernetes.Quantity{{num: "{value.numerator}", den: "{value.denominator}"}}'
+            den = str(value.denominator)
+            if integer_read and den == "1" and quantity_int64(args[0].value) is None:
+                den = DECIMAL_HELD
+            literal = f'kubernetes.Quantity{{num: "{value.numerator}", den: "{den}"}}'
         else:
             version = _parsed_semver(args[0].value, len(args) > 1 and args[1].value is True)
             pre = ".".join(str(p) for p in version.pre)
@@ -517,19 +569,7 @@ def _refers_to(ast: CheckedAst, node: Expr, names: frozenset[str]) -> bool:
     return node.kind == "ident" and ast.references.get(node.id, node.name) in names
 
 
-def apply_edits(src: str, edits: list[tuple[int, int, str]]) -> str:
-    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
-        src = src[:start] + text + src[end:]
-    return src
-
-
 # ------------------------------------------------------------------------------------------- compile
-
-
-def _location(src: str, pos: int) -> str:
-    line = src.count("\n", 0, pos) + 1
-    column = pos - (src.rfind("\n", 0, pos) + 1) + 1
-    return f"<input>:{line}:{column}"
 
 
 class _RegexProbe:
@@ -560,7 +600,7 @@ def _regex_errors(ast: CheckedAst, src: str, probe: _RegexProbe) -> list[str]:
             except re.error as err:
                 problem = f"not supported by this engine's find/findAll: {err}"
         if problem:
-            where = _location(src, ast.positions.get(pattern.id, 0))
+            where = location(src, ast.positions.get(pattern.id, 0))
             errors.append(f"ERROR: {where}: invalid {node.name} argument: {problem}")
     return errors
 
@@ -599,11 +639,22 @@ class Frontend:
         """Raises CELCompileError (syntax, types, non-bool result, regex literal, > 10 Ki). ``value``: a
         derived attribute expression, whose result may be any attribute type (``VALUE_RESULT_TYPES``)."""
         _check_length(expression)
-        source = self._without_presence_tests(expression)
+        source = self._rewritten(expression)
         try:
             checked = self.env.compile(source)
         except RuntimeError as err:
-            raise CELCompileError(_compile_message(err)) from None
+            if not _LIST_INDEX_REFUSED.search(str(err)):
+                raise CELCompileError(_compile_message(err)) from None
+            source = apply_edits(
+                source,
+                list_index_edits(
+                    decode_checked(self.env.compile(source, disable_check=True).serialize()), source
+                ),
+            )
+            try:
+                checked = self.env.compile(source)
+            except RuntimeError as again:
+                raise CELCompileError(_compile_message(again)) from None
         result = checked.return_type().name()
         if value:
             if not _value_result_type(result):
@@ -614,20 +665,57 @@ class Frontend:
         elif result not in ("BOOL", "DYN"):
             raise CELCompileError(f"must evaluate to bool or the unknown type, not {type_name(result)}")
         ast = decode_checked(checked.serialize())
-        problems = _regex_errors(ast, source, self._probe)
+        if _dyn_index_receiver(ast):
+            # A dyn receiver may be a list at run time, which cel-cpp's string indexOf cannot serve.
+            source = apply_edits(source, list_index_edits(ast, source))
+            try:
+                checked = self.env.compile(source)
+            except RuntimeError as err:
+                raise CELCompileError(_compile_message(err)) from None
+            ast = decode_checked(checked.serialize())
+        problems = homogeneous_literal_errors(ast, source) + list_index_errors(ast, source, HIDDEN_INDEX_OF)
+        problems += string_format_errors(ast, source) + _regex_errors(ast, source, self._probe)
         if problems:
             raise CELCompileError("compilation failed: " + "\n".join(problems))
         return Analysis(source, checked, ast, worst_case_cost(ast))
 
-    def _without_presence_tests(self, expression: str) -> str:
-        if not _HAS.search(expression) or "device" not in expression:
+    def _rewritten(self, expression: str) -> str:
+        """The source to check: ``has(device.<field>)`` is ``true`` (``_presence_edits``), the format
+        library's optional results are spelled with hidden functions (``format_library_edits``), and so is
+        ``indexOf``/``lastIndexOf`` with an offset (``list_index_edits``). Raises
+        CELCompileError for an expression that names a hidden function itself."""
+        presence = bool(_HAS.search(expression)) and "device" in expression
+        formats = "validate" in expression or "named" in expression
+        offsets = "ndexOf" in expression
+        if not (presence or formats or offsets or "__dra_" in expression):
             return expression
         try:
-            parsed = self.env.compile(expression, disable_check=True)
-            edits = _presence_edits(decode_checked(parsed.serialize()), expression)
+            parsed = decode_checked(self.env.compile(expression, disable_check=True).serialize())
         except (RuntimeError, ValueError):
             return expression  # a syntax error: the checked compile reports it
+        hidden = hidden_name_errors(parsed, expression)
+        if hidden:
+            raise CELCompileError("compilation failed: " + "\n".join(hidden))
+        edits = _presence_edits(parsed, expression) if presence else []
+        if formats:
+            edits += format_library_edits(parsed, expression)
+        if offsets:
+            edits += list_index_edits(parsed, expression, offsets_only=True)
         return apply_edits(expression, edits)
+
+
+_LIST_INDEX_REFUSED = re.compile(r"no matching overload for '(?:last)?[iI]ndexOf' applied to '\((?:list|dyn)")
+"""The checker's refusal of ``library.Lists``' ``indexOf`` on a list (``list_index_edits``)."""
+
+
+def _dyn_index_receiver(ast: CheckedAst) -> bool:
+    return any(
+        node.kind == "call"
+        and node.name in ("indexOf", "lastIndexOf")
+        and node.operand is not None
+        and ast.types.get(node.operand.id) == "dyn"
+        for node in ast.root.walk()
+    )
 
 
 VALUE_RESULT_TYPES = frozenset({"BOOL", "INT", "STRING", "DYN", "kubernetes.Semver"})
@@ -718,21 +806,39 @@ class CompiledProgram:
             raise CELEvalError(str(err)) from None
 
 
+@dataclass(frozen=True, slots=True)
+class _Runnable:
+    """The program to run, and how to compile the guarded one for devices with a version at one of
+    ``guard_keys`` (compiled on first use: most clusters never need it)."""
+
+    program: Any
+    guard_keys: tuple[tuple[str, str], ...]
+    guarded: Callable[[], Any] | None
+
+
 class ExprProgram(CompiledProgram):
     """A compiled selector. ``evaluate`` raises CELEvalError; safe to call from several threads."""
 
-    __slots__ = ("_engine", "_program")
+    __slots__ = ("_engine", "_guard_keys", "_guarded", "_guarded_program", "_program")
 
-    def __init__(self, engine: ExprEngine, expression: str, program: Any, analysis: Analysis) -> None:
+    def __init__(self, engine: ExprEngine, expression: str, runnable: _Runnable, analysis: Analysis) -> None:
         super().__init__(expression, analysis)
         self._engine = engine
-        self._program = program
+        self._program = runnable.program
+        self._guard_keys = runnable.guard_keys
+        self._guarded = runnable.guarded
+        self._guarded_program: Any = None
 
     def _run(self, device: CELDevice) -> Any:
         self._check_cost()
         activation = self._engine.activation(device)
+        program = self._program
+        if self._guard_keys and _has_version(device, self._guard_keys):
+            if self._guarded_program is None and self._guarded is not None:
+                self._guarded_program = self._guarded()  # two threads may both compile: same program
+            program = self._guarded_program
         try:
-            return self._program.eval(activation)
+            return program.eval(activation)
         except RuntimeError as err:
             raise CELEvalError(_exception_message(err)) from None
 
@@ -759,6 +865,16 @@ class ExprValueProgram(ExprProgram):
         if result.type() == cel.Type.ERROR and (error := _python_value(result)) is not None:
             raise CELEvalError(runtime_message(str(error)))
         return self._attribute(_plain_result(result))
+
+
+def _has_version(device: CELDevice, keys: tuple[tuple[str, str], ...]) -> bool:
+    # A plain loop: this runs on every evaluation of an expression with guard keys.
+    attributes = device.attributes
+    for domain, ident in keys:
+        values = attributes.get(domain)
+        if values is not None and type(values.get(ident)) is Version:
+            return True
+    return False
 
 
 def _python_value(result: Any) -> Any:
@@ -821,16 +937,29 @@ class ExprEngine:
         analysis = self._frontend.analyze(expression, value=True)
         return ExprValueProgram(self, expression, self._runnable(analysis), analysis)
 
-    def _runnable(self, analysis: Analysis) -> Any:
-        """The program actually run: the source with domain lookups and literals rewritten (module doc)."""
+    def _runnable(self, analysis: Analysis) -> _Runnable:
+        """The programs actually run: the source with domain lookups and literals rewritten (module doc),
+        and, where a version attribute's equality may be refused, the guarded variant
+        (``allocator.cel.expr_guards``)."""
         try:
             edits = _source_edits(analysis.ast, analysis.source)
+            guard_keys, guard_edits = semver_guard(analysis.ast, analysis.source)
         except ValueError:
-            edits = []
-        if not edits:
+            edits, guard_keys, guard_edits = [], (), []
+        program = self._program(analysis, edits)
+        guarded = functools.partial(self._program, analysis, edits + guard_edits) if guard_keys else None
+        return _Runnable(program, guard_keys, guarded)
+
+    def _program(self, analysis: Analysis, edits: list[tuple[int, int, str]]) -> Any:
+        source = analysis.source
+        if "transformMap" in source:
+            source = without_map_inserts(apply_edits(source, edits))
+        elif not edits:
             return analysis.checked
+        else:
+            source = apply_edits(source, edits)
         try:
-            return self._env.compile(apply_edits(analysis.source, edits))
+            return self._env.compile(source)
         except RuntimeError:
             return analysis.checked  # not expected; keep the original (missing domains then raise)
 

@@ -32,14 +32,13 @@ import math
 import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from allocator.cel import AttributeValue, Version
 from allocator.quantity import QuantityError, parse_quantity
 
 __all__ = [
-    "INCLUDES_MAX_ELEMENTS",
     "INT64_MAX",
     "INT64_MIN",
     "CheckedAst",
@@ -57,6 +56,7 @@ __all__ = [
     "decode_checked",
     "derived_attribute_value",
     "includes",
+    "index_of",
     "is_bind",
     "list_is_sorted",
     "list_max",
@@ -67,6 +67,7 @@ __all__ = [
     "plain_attribute",
     "quantity_as_integer",
     "quantity_compare",
+    "quantity_int64",
     "quantity_is_integer",
     "quantity_sign",
     "quantity_to_float",
@@ -78,9 +79,6 @@ __all__ = [
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
-
-INCLUDES_MAX_ELEMENTS = 48
-"""``includes`` on a list longer than this is a runtime error (allocator-semantics.md §7)."""
 
 _NANO = Fraction(1, 10**9)
 
@@ -227,6 +225,16 @@ def parse_cel_quantity(text: str) -> Fraction:
     """
     if text != text.strip() or not text:
         raise LibraryError(f"quantities must match the regular expression: {text!r}")
+    if _NO_DIGITS.fullmatch(text):
+        # ParseQuantity reads a missing number as 0: "Mi", "-", ".", "+.e2" are all zero quantities.
+        suffix = _NO_DIGITS.fullmatch(text).group(1)  # type: ignore[union-attr]
+        if (
+            suffix in _BINARY_EXPONENTS
+            or suffix in _DECIMAL_EXPONENTS
+            or re.fullmatch(r"[eE][+-]?[0-9]+", suffix)
+        ):
+            return Fraction(0)
+        raise LibraryError(f"unable to parse quantity's suffix: {text!r}")
     try:
         value = parse_quantity(text).value
     except QuantityError as err:
@@ -248,6 +256,54 @@ def quantity_sign(value: Fraction) -> int:
 def quantity_is_integer(value: Fraction) -> bool:
     """True when ``asInteger`` succeeds: an integral value inside the int64 range."""
     return value.denominator == 1 and INT64_MIN <= value.numerator <= INT64_MAX
+
+
+_BINARY_EXPONENTS = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_NO_DIGITS = re.compile(r"[+-]?\.?([^0-9.+-].*|)")
+"""A quantity text without any digit before its suffix (group 1)."""
+_QUANTITY_TEXT = re.compile(r"([+-]?)0*([0-9]*)(?:\.([0-9]*))?(.*)")
+
+
+def quantity_int64(text: str) -> int | None:
+    """What upstream's ``Quantity.AsInt64`` gives for ``resource.ParseQuantity(text)``: the value when the
+    parse keeps it as an int64 mantissa with a non-negative decimal scale, else None (also for an invalid
+    text). ``ParseQuantity`` takes that fast path only when the digits leave enough precision: at most 18
+    digits for a decimal suffix, fewer for a large binary suffix (``1Ei``, none with a fraction:
+    ``1.5Gi``); and a text with fractional digits (``1.0``, ``1000m``) keeps a negative scale. Everything
+    else is held as an arbitrary-precision decimal, which ``asInteger`` refuses even when integral."""
+    if text == "0":
+        return 0
+    match = _QUANTITY_TEXT.fullmatch(text)
+    if match is None:
+        return None
+    sign, num, denom, suffix = match.group(1), match.group(2) or "0", match.group(3) or "", match.group(4)
+    mantissa = 1
+    if suffix in _BINARY_EXPONENTS:
+        exponent = _BINARY_EXPONENTS[suffix]
+        if denom:
+            return None
+        mantissa = 1 << exponent
+        precision = 15 - len(num) - int(exponent * 3 / 10) - 1
+        scale = 0
+    else:
+        if suffix in _DECIMAL_EXPONENTS:
+            scale = _DECIMAL_EXPONENTS[suffix]
+        elif suffix[:1] in ("e", "E") and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
+            scale = int(suffix[1:])
+        else:
+            return None
+        precision = 18 - len(num) - len(denom)
+    scale -= len(denom)
+    if precision < 0 or scale < -9:
+        return None
+    value = int(num + denom) * mantissa
+    if value > INT64_MAX or scale < 0:
+        return None
+    value = value * 10**scale
+    if value > INT64_MAX:
+        return None
+    return -value if sign == "-" else value
 
 
 def quantity_as_integer(value: Fraction) -> int:
@@ -303,17 +359,32 @@ def cel_equal(a: object, b: object) -> bool:
 
 
 def includes(receiver: object, value: object) -> bool:
-    """``x.includes(v)``: a list contains ``v``; any other ``x`` acts as the one-element list ``[x]``.
-
-    Raises LibraryError for a list longer than INCLUDES_MAX_ELEMENTS.
-    """
+    """``x.includes(v)``: a list contains ``v``; any other ``x`` acts as the one-element list ``[x]``
+    (``library.Lists`` v1 ``includes``: no length limit)."""
     if isinstance(receiver, (list, tuple)):
-        if len(receiver) > INCLUDES_MAX_ELEMENTS:
-            raise LibraryError(
-                f"includes: list has {len(receiver)} elements, more than the limit of {INCLUDES_MAX_ELEMENTS}"
-            )
         return any(cel_equal(item, value) for item in receiver)
     return cel_equal(receiver, value)
+
+
+def index_of(target: object, value: object, start: int | None = None, last: bool = False) -> int:
+    """``indexOf`` / ``lastIndexOf`` of strings (ext.Strings: code points; an offset past the end finds
+    nothing, a negative one is an error) and of lists (library.Lists: element equality)."""
+    if isinstance(target, str) and isinstance(value, str):
+        if start is None:
+            return target.rfind(value) if last else target.find(value)
+        if start < 0:
+            raise LibraryError(f"index out of range: {start}")
+        if not value:
+            return min(start, len(target))
+        if start >= len(target):
+            return -1
+        if last:
+            return target.rfind(value, 0, min(start, len(target) - len(value)) + len(value))
+        return target.find(value, start)
+    if not isinstance(target, (list, tuple)) or start is not None:
+        raise LibraryError("no such overload: indexOf")
+    positions = range(len(target) - 1, -1, -1) if last else range(len(target))
+    return next((i for i in positions if cel_equal(target[i], value)), -1)
 
 
 def _comparable(items: Sequence[object], function: str) -> str:
@@ -540,6 +611,8 @@ class Expr:
     test_only: bool = False
     parts: dict[str, Expr] | None = None
     vars: tuple[str, str, str] = ("", "", "")
+    optional: frozenset[int] = frozenset()
+    """Positions of optional list elements (``[?x]``) or optional map entries (``{?k: v}``)."""
 
     def children(self) -> list[Expr]:
         out = [self.operand] if self.operand is not None else []
@@ -558,12 +631,15 @@ class Expr:
 
 @dataclass(slots=True)
 class CheckedAst:
-    """A decoded ``CheckedExpr``: the tree plus the checker's side tables (by expression id)."""
+    """A decoded ``CheckedExpr``: the tree plus the checker's side tables (by expression id): ``types``
+    holds each node's outer kind (``_type_kind``), ``type_names`` its full type in cel-go's spelling
+    (``list(int)``, ``map(string, dyn)``, ``kubernetes.Quantity``)."""
 
     root: Expr
     references: dict[int, str]
     types: dict[int, str]
     positions: dict[int, int]
+    type_names: dict[int, str] = field(default_factory=dict)
 
 
 _PRIMITIVES = {1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
@@ -626,24 +702,45 @@ def _fill_expr(node: Expr, number: int, data: bytes) -> None:
     elif number == 7:
         node.kind = "list"
         node.args = [_decode_expr(v) for n, v in fields if n == 1 and isinstance(v, bytes)]
+        node.optional = frozenset(_int32s(fields, 2))
     elif number == 8:
         _fill_struct(node, fields)
     elif number == 9:
         _fill_comprehension(node, fields)
 
 
+def _int32s(fields: list[tuple[int, int | bytes]], number: int) -> list[int]:
+    """A repeated int32 field, packed or not."""
+    out: list[int] = []
+    for n, v in fields:
+        if n != number:
+            continue
+        if isinstance(v, int):
+            out.append(v)
+            continue
+        pos = 0
+        while pos < len(v):
+            value, pos = _varint(v, pos)
+            out.append(value)
+    return out
+
+
 def _fill_struct(node: Expr, fields: list[tuple[int, int | bytes]]) -> None:
     name = next((_text(v) for n, v in fields if n == 1), "")
     node.kind, node.name, node.args, node.keys = ("struct" if name else "map"), name, [], []
+    optional = set()
     for n, v in fields:
         if n != 2 or not isinstance(v, bytes):
             continue
         entry = _fields(v)
+        if any(en == 5 and ev for en, ev in entry):
+            optional.add(len(node.args))
         for en, ev in entry:
             if en == 3 and isinstance(ev, bytes):
                 node.keys.append(_decode_expr(ev))
             elif en == 4 and isinstance(ev, bytes):
                 node.args.append(_decode_expr(ev))
+    node.optional = frozenset(optional)
 
 
 def _fill_comprehension(node: Expr, fields: list[tuple[int, int | bytes]]) -> None:
@@ -672,8 +769,49 @@ def _type_kind(data: bytes) -> str:
             return "null"
         if number == 5:
             return "message"  # well-known types (Any, Timestamp, Duration)
+        if number == 11:
+            return "type"
         if number == 14:
             return "opaque"
+    return "dyn"
+
+
+_PRIMITIVE_NAMES = {0: "dyn", 1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
+_WELL_KNOWN = {1: "any", 2: "google.protobuf.Timestamp", 3: "google.protobuf.Duration"}
+
+
+def _type_name(data: bytes) -> str:
+    """A ``cel.expr.Type`` in cel-go's spelling (``FormatCELType``)."""
+    for number, value in _fields(data):
+        if number == 1:
+            return "dyn"
+        if number == 2:
+            return "null"
+        if number == 3 and isinstance(value, int):
+            return _PRIMITIVE_NAMES.get(value, "dyn")
+        if number == 4 and isinstance(value, int):
+            return f"wrapper({_PRIMITIVE_NAMES.get(value, 'dyn')})"
+        if number == 5 and isinstance(value, int):
+            return _WELL_KNOWN.get(value, "dyn")
+        if not isinstance(value, bytes):
+            continue
+        if number == 6:
+            elem = next((_type_name(v) for n, v in _fields(value) if n == 1 and isinstance(v, bytes)), "dyn")
+            return f"list({elem})"
+        if number == 7:
+            parts = {n: _type_name(v) for n, v in _fields(value) if isinstance(v, bytes)}
+            return f"map({parts.get(1, 'dyn')}, {parts.get(2, 'dyn')})"
+        if number in (9, 10):
+            return _text(value)
+        if number == 11:
+            return f"type({_type_name(value)})"
+        if number == 12:
+            return "*error*"
+        if number == 14:
+            inner = _fields(value)
+            name = next((_text(v) for n, v in inner if n == 1), "")
+            params = [_type_name(v) for n, v in inner if n == 2 and isinstance(v, bytes)]
+            return f"{name}({', '.join(params)})" if params else name
     return "dyn"
 
 
@@ -699,6 +837,7 @@ def decode_checked(serialized: bytes) -> CheckedAst:
         serialized = next(bytes(v) for n, v in top if n == 2 and isinstance(v, bytes))
     references: dict[int, str] = {}
     types: dict[int, str] = {}
+    type_names: dict[int, str] = {}
     positions: dict[int, int] = {}
     root = Expr(id=0, kind="const")
     for number, value in _fields(serialized):
@@ -718,7 +857,8 @@ def decode_checked(serialized: bytes) -> CheckedAst:
         elif number == 3:
             key, typ = _map_entries(value)
             types[key] = _type_kind(typ) if isinstance(typ, bytes) else "dyn"
-    return CheckedAst(root, references, types, positions)
+            type_names[key] = _type_name(typ) if isinstance(typ, bytes) else "dyn"
+    return CheckedAst(root, references, types, positions, type_names)
 
 
 # ------------------------------------------------------------------------------ worst-case cost bound
@@ -758,6 +898,10 @@ DEVICE_SHAPES = {
     "device.allowMultipleAllocations": SCALAR,
 }
 _SIZED_KINDS = frozenset({"string", "bytes", "list", "map", "dyn"})
+
+
+_LIST_PRESERVING = frozenset({"sort", "reverse", "distinct", "slice", "@sortByAssociatedKeys"})
+_URL_STRINGS = frozenset({"url", "getScheme", "getHost", "getHostname", "getPort", "getEscapedPath"})
 
 
 def _cap(value: int) -> int:
@@ -954,6 +1098,33 @@ class CostBound:
         if name in ("string", "bytes"):
             text = first.size if self._kind(operands[0]) in ("string", "bytes") else 64
             return max(1, _tenth(text)), Shape(_cap(text * (4 if name == "bytes" else 1)))
+        if name in _LIST_PRESERVING:
+            # sort / sortBy: n log n comparisons (bounded by n^2 here); distinct: n^2 equality tests.
+            cost = (
+                _cap(first.size * first.size) if name in ("distinct", "sort", "@sortByAssociatedKeys") else 1
+            )
+            return max(1, cost), Shape(first.size, elem=first.elem, key=first.key)
+        if name == "flatten":
+            depth = operands[1].value if len(operands) > 1 and isinstance(operands[1].value, int) else 1
+            shape = first
+            for _ in range(max(1, min(depth, 8))):
+                inner = _elem(shape)
+                shape = Shape(_cap(shape.size * inner.size), elem=inner.elem)
+            return max(1, shape.size), shape
+        if node.name == "lists.range":
+            count = (
+                operands[0].value
+                if operands[0].kind == "const" and isinstance(operands[0].value, int)
+                else INF
+            )
+            return max(1, _cap(max(count, 0))), Shape(max(count, 0), elem=SCALAR)
+        if name in _URL_STRINGS:
+            # A URL keeps its text's length; every part of it is at most that long.
+            return 1, Shape(first.size)
+        if name == "getQuery":
+            return 1, Shape(first.size, key=Shape(first.size), elem=Shape(first.size, elem=Shape(first.size)))
+        if name == "__dra_validate__":
+            return 1, Shape(1, elem=Shape(16, elem=Shape(512)))  # at most one list of a few messages
         if name == "dyn":
             return 1, first
         if name == "cel.@mapInsert":

@@ -16,6 +16,7 @@ from typing import Any
 
 import shtab
 
+from allocator.decide import FILTER_TIMEOUT
 from allocator.features import FeatureGates, parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from app.cli.explain import add_explain_parser
@@ -257,7 +258,7 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
         "--scheduler-lease",
         metavar="NS/NAME",
         help="Lease of the kube-scheduler this extender is a sidecar of: only the replica next to the leader "
-        "releases orphaned allocations",
+        "binds and releases orphaned allocations",
     )
     names = ",".join(ClusterSettings().scheduler_names)
     group.add_argument(
@@ -283,6 +284,22 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"how long a bind waits for devices' binding conditions (default {wait:g}, kube-scheduler's "
         "bindingTimeout); keep kube-scheduler's extender httpTimeout above it",
+    )
+    defaults = ClusterSettings()
+    group.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=defaults.api_qps,
+        metavar="QPS",
+        help="API requests a second, as kube-scheduler's clientConnection.qps "
+        f"(default {defaults.api_qps:g}); raise both together",
+    )
+    group.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=defaults.api_burst,
+        metavar="N",
+        help=f"API requests at once above --kube-api-qps (default {defaults.api_burst})",
     )
     tls = serve.add_argument_group("TLS (kube-scheduler enableHTTPS / tlsConfig)")
     tls.add_argument("--ssl-certfile", type=Path, metavar="PEM", help="serve HTTPS with this certificate")
@@ -335,6 +352,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             cel_engine=args.cel_engine,
             # set only by a config file (app.config.extenderconfig), like the cluster settings without a flag
             filter_time_budget_seconds=getattr(args, "filter_time_budget_seconds", None),
+            filter_timeout_seconds=getattr(args, "filter_timeout_seconds", FILTER_TIMEOUT),
             percentage_of_nodes_to_score=getattr(args, "percentage_of_nodes_to_score", 0),
         )
         if args.command == "serve":
@@ -380,6 +398,8 @@ def cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
             scheduler_names=tuple(n.strip() for n in args.scheduler_name.split(",") if n.strip()),
             orphan_grace_period_seconds=args.orphan_grace_period,
             binding_timeout_seconds=args.binding_timeout,
+            api_qps=args.kube_api_qps,
+            api_burst=args.kube_api_burst,
             **{name: getattr(args, name) for name in _CONFIG_ONLY_CLUSTER if hasattr(args, name)},
         )
     except ValueError as e:

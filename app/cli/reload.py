@@ -5,10 +5,10 @@
 on the command line still wins, and compares every setting (``app.config.extenderconfig.FIELDS``) with
 the running one:
 
-* applied at once (``LIVE``): ``scheduling.deviceSelection``, ``scoringPolicy``, ``scoreWeights`` and
-  ``filterTimeBudgetSeconds`` (decisions kept under the previous policy are dropped, so the next filter
-  decides under the new one), ``server.logLevel``, ``verbosity`` and ``logFormat``, and
-  ``derivedAttributes`` (every device derived again);
+* applied at once (``LIVE``): ``scheduling.deviceSelection``, ``scoringPolicy``, ``scoreWeights``,
+  ``filterTimeBudgetSeconds`` and ``filterTimeoutSeconds`` (decisions kept under the previous policy are
+  dropped, so the next filter decides under the new one), ``server.logLevel``, ``verbosity`` and
+  ``logFormat``, and ``derivedAttributes`` (every device derived again);
 * every other setting is only logged, at warning, naming the field, its running and its new value, as
   needing a restart: listeners, TLS settings, feature gates, the CEL engine, the cluster connection and
   timings are built into running objects. The warning repeats on each later change until a restart;
@@ -44,6 +44,7 @@ LIVE = frozenset(
         "scoring_policy",
         "score_weights",
         "filter_time_budget_seconds",
+        "filter_timeout_seconds",
         "log_level",
         "verbosity",
         "log_format",
@@ -124,7 +125,10 @@ class Reloader:
         if "scheduling" in sections:
             scheduling = settings.scheduling
             self.service.set_policy(
-                scheduling.device_selection, scheduling.scoring, scheduling.filter_time_budget_seconds
+                scheduling.device_selection,
+                scheduling.scoring,
+                scheduling.filter_time_budget_seconds,
+                scheduling.filter_timeout_seconds,
             )
         if "server" in sections:
             adjust_logging(settings.server.effective_log_level, settings.server.log_format)

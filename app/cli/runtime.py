@@ -292,8 +292,14 @@ def print_limited(level: str, lines: Sequence[str], what: str, *, as_records: bo
 
 
 def apply_policies(service: SchedulingService, scheduling: SchedulingSettings) -> None:
-    """Device selection, scoring and the filter time budget of the settings, on the service."""
-    service.set_policy(scheduling.device_selection, scheduling.scoring, scheduling.filter_time_budget_seconds)
+    """Device selection, scoring, the filter time budget and the filter timeout of the settings, on the
+    service."""
+    service.set_policy(
+        scheduling.device_selection,
+        scheduling.scoring,
+        scheduling.filter_time_budget_seconds,
+        scheduling.filter_timeout_seconds,
+    )
 
 
 def load_runtime(

@@ -325,7 +325,8 @@ def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: 
     auth = None
     if server.delegated_auth:
         auth = DelegatedAuth(_reviewer(background), server.scheduler_user)
-    metrics = _metrics(runtime.service, watcher, runtime.informers, runtime.api_metrics.collectors())
+    collectors = [*runtime.api_metrics.collectors(), *runtime.conflicts.collectors()]
+    metrics = _metrics(runtime.service, watcher, runtime.informers, collectors)
     try:
         with _serve_metrics(server, metrics), _serve_probes(server, runtime.ready) as probes:
             serve(
@@ -336,6 +337,7 @@ def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: 
                     auth=auth,
                     metrics=metrics,
                     heartbeat=probes,
+                    rejected=runtime.rejected,
                 ),
                 sock,
                 host=server.host,

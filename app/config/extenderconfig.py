@@ -176,6 +176,13 @@ FIELDS: tuple[FieldSpec, ...] = (
         "longest one filter call searches; undecided nodes fail saying so (default 3; kube-scheduler: 5)",
     ),
     FieldSpec(
+        "scheduling.filterTimeoutSeconds",
+        "number",
+        "filter_timeout_seconds",
+        "longest one node's device search runs; the node then fails as timed out (default 10, as "
+        "kube-scheduler's filterTimeout)",
+    ),
+    FieldSpec(
         "scheduling.percentageOfNodesToScore",
         "integer",
         "percentage_of_nodes_to_score",
@@ -197,8 +204,15 @@ FIELDS: tuple[FieldSpec, ...] = (
         "cluster.schedulerLease",
         "string",
         "scheduler_lease",
-        "namespace/name of the kube-scheduler's Lease: only the replica next to the leader releases orphans",
+        "namespace/name of the kube-scheduler's Lease: only the replica next to the leader binds and "
+        "releases orphans",
         "--scheduler-lease",
+    ),
+    FieldSpec(
+        "cluster.schedulerLeaseRetryPeriodSeconds",
+        "number",
+        "scheduler_lease_retry_seconds",
+        "how often the Lease is read (default 2)",
     ),
     FieldSpec(
         "cluster.bindingTimeoutSeconds",
@@ -276,6 +290,36 @@ FIELDS: tuple[FieldSpec, ...] = (
         "number",
         "reservation_ttl_seconds",
         "an unconfirmed write's reservation is dropped after this long (default 600)",
+    ),
+    FieldSpec(
+        "cluster.kubeAPIQPS",
+        "number",
+        "kube_api_qps",
+        "API requests a second, as kube-scheduler's clientConnection.qps (default 50)",
+        "--kube-api-qps",
+        "api_qps",
+    ),
+    FieldSpec(
+        "cluster.kubeAPIBurst",
+        "integer",
+        "kube_api_burst",
+        "API requests at once above kubeAPIQPS, as clientConnection.burst (default 100)",
+        "--kube-api-burst",
+        "api_burst",
+    ),
+    FieldSpec(
+        "cluster.requeueDelaySeconds",
+        "number",
+        "requeue_delay_seconds",
+        "events gathered this long before rejected pods are signalled (default 0.2)",
+    ),
+    FieldSpec("cluster.requeueQPS", "number", "requeue_qps", "requeue signals a second (default 20)"),
+    FieldSpec("cluster.requeueBurst", "integer", "requeue_burst", "requeue signals at once (default 100)"),
+    FieldSpec(
+        "cluster.requeueMaxPods",
+        "integer",
+        "requeue_max_pods",
+        "rejected pods remembered for requeue signals (default 10,000)",
     ),
 )
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from allocator.alignment import DEVICE_SELECTION_POLICIES
+from allocator.decide import FILTER_TIMEOUT
 from allocator.features import FeatureGates
 from allocator.scoring import ScoringConfig
 
@@ -100,12 +101,16 @@ tens of MB of JSON held at once, and a larger one defeats paging."""
 
 _SECONDS = Range(high=MAX_SECONDS, high_note="one day")
 _SECONDS_INTEGER = Range(high=MAX_SECONDS, integer=True, high_note="one day")
+_RATE = Range(high=10_000)
+"""Requests a second: 10,000 is far above what one API server takes from one client."""
+_BURST = Range(high=100_000, integer=True)
 
 RANGES: dict[str, Range] = {
     "port": Range(1, 65535, closed=True, integer=True),
     "verbosity": Range(0, 10, closed=True, integer=True),
     "max_body_bytes": Range(high=MAX_BODY_BYTES, integer=True, high_note="32 MiB"),
     "filter_time_budget_seconds": _SECONDS,
+    "filter_timeout_seconds": _SECONDS,
     "percentage_of_nodes_to_score": Range(0, 100, closed=True, integer=True),
     "connect_timeout_seconds": _SECONDS,
     "request_timeout_seconds": _SECONDS,
@@ -120,7 +125,14 @@ RANGES: dict[str, Range] = {
     "binding_poll_seconds": _SECONDS,
     "orphan_grace_period_seconds": _SECONDS,
     "orphan_check_interval_seconds": _SECONDS,
+    "scheduler_lease_retry_seconds": _SECONDS,
     "reservation_ttl_seconds": _SECONDS,
+    "api_qps": _RATE,
+    "api_burst": _BURST,
+    "requeue_delay_seconds": _SECONDS,
+    "requeue_qps": _RATE,
+    "requeue_burst": _BURST,
+    "requeue_max_pods": Range(high=1_000_000, integer=True),
 }
 """Per numeric field of the settings below (by name), the values it accepts. Every one is finite: an
 infinite timeout or grace period never ends, and NaN compares false with everything. Every one has a
@@ -253,6 +265,11 @@ class SchedulingSettings:
     decided on the next call. None: the service's 3 s (``app.scheduling.service.FILTER_TIME_BUDGET``), below
     kube-scheduler's 5 s extender timeout for filter."""
 
+    filter_timeout_seconds: float = FILTER_TIMEOUT
+    """Longest one node's device search runs; a node still undecided then fails with a reason saying it
+    timed out. 10 s: kube-scheduler's default ``filterTimeout`` of the DynamicResources plugin, the only
+    bound upstream puts on the search (it has no step limit, so neither does the extender)."""
+
     percentage_of_nodes_to_score: int = 0
     """How many of the nodes that fit filter passes on to kube-scheduler's scoring, with kube-scheduler's
     meaning of ``percentageOfNodesToScore`` (``app.scheduling.sampling``): 0 (default) adaptive, as
@@ -364,8 +381,43 @@ class ClusterSettings:
 
     scheduler_lease: str | None = None
     """``namespace/name`` of the leader-election Lease of the kube-scheduler this extender is a sidecar of.
-    When set, only the replica next to the leader releases orphaned allocations (standbys keep their index
-    warm and write nothing). None: this is the only replica."""
+    When set, only the replica next to the leader binds, releases orphaned allocations and signals rejected
+    pods (standbys keep their index warm, refuse binds and write nothing; ``app.kube.leader``). None: this is
+    the only replica."""
+
+    scheduler_lease_retry_seconds: float = 2.0
+    """How often the Lease is read: at most how long a replica whose kube-scheduler gave the Lease up may
+    still bind (a bind that finds it not ours reads it again at once, so taking over waits for nothing).
+    2 s: kube-scheduler's default ``leaderElection.retryPeriod``; one GET per period."""
+
+    api_qps: float = 50.0
+    """Requests a second the API client sends at most, on average (a token bucket, as client-go's and
+    kube-scheduler's ``clientConnection.qps``): every list page, watch, claim write, binding and requeue
+    signal takes a token. 50: kube-scheduler's default, so the extender's writes (claims, bindings) get no
+    more API budget than the in-tree DynamicResources plugin's, which go through kube-scheduler's client.
+    Raise it together with kube-scheduler's ``clientConnection.qps``."""
+
+    api_burst: int = 100
+    """Requests the API client may send at once above ``api_qps`` (kube-scheduler's ``clientConnection.burst``
+    default)."""
+
+    requeue_delay_seconds: float = 0.2
+    """How long the requeuer (``app.kube.requeue``) gathers events before it signals the pods they can help:
+    a driver publishing a node's slices one by one, or the resourceclaim controller deallocating the claims
+    of a deleted job, is one signal per pod, not one per object. 0.2 s: well inside the second a pod should
+    wait, long enough for a burst of watch events."""
+
+    requeue_qps: float = 20.0
+    """Requeue signals (one pod annotation patch each) a second, on average: a burst of rejected pods must
+    not take the API budget the binds need. 20: 2000 waiting pods are all signalled within about 100 s,
+    the first ``requeue_burst`` at once."""
+
+    requeue_burst: int = 100
+    """Requeue signals sent at once above ``requeue_qps``."""
+
+    requeue_max_pods: int = 10_000
+    """Most pods the requeuer remembers as rejected; the oldest rejection is forgotten first (that pod then
+    waits for kube-scheduler's own requeue, as without the requeuer)."""
 
     def __post_init__(self) -> None:
         _check_ranges(self)

@@ -54,7 +54,7 @@ from app.explain.models import (
     optional_text,
 )
 from app.explain.views import known_nodes
-from app.scheduling.claimrules import allocated_claims_reason, check_admin_access
+from app.scheduling.claimrules import admin_access_refusal, allocated_claims_reason
 from app.scheduling.extended import ExtendedClaim
 from app.scheduling.service import SchedulingService
 from app.state.convert import ConversionError, to_v1
@@ -166,7 +166,11 @@ def _node_verdict(
         return verdict("fits", "")  # no funnels either
     try:
         decided = allocate(
-            inventory, selectors, node, pending, Policy(service.device_selection, service.scoring)
+            inventory,
+            selectors,
+            node,
+            pending,
+            Policy(service.device_selection, service.scoring, service.filter_timeout),
         )
     except AllocatorError as e:
         return verdict("error", str(e))
@@ -389,7 +393,9 @@ def explain_object(
             claim = _what_if_claim(obj)
             # Also the state loader's checks the allocator's parser leaves out (fully qualified names).
             to_v1({"apiVersion": "resource.k8s.io/v1", **obj})
-            check_admin_access(service.state, claim)
+            # Creating such a claim: the API server refuses admin access without the namespace label.
+            if any(alt.admin_access for r in claim.requests for alt in r.alternatives):
+                error = admin_access_refusal(service.state, claim.key)
         except AllocatorError as e:
             error = str(e)
         except ConversionError as e:

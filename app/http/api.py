@@ -60,6 +60,7 @@ from app.http.metrics import Metrics
 from app.http.probes import ProbeListener
 from app.scheduling.binder import BindError
 from app.scheduling.preemption import preempt
+from app.scheduling.requeue import RejectedPods
 from app.scheduling.sampling import NodeSampler
 from app.scheduling.service import FilterOutcome, SchedulingService
 
@@ -231,13 +232,15 @@ def create_app(
     auth: DelegatedAuth | None = None,
     metrics: Metrics | None = None,
     heartbeat: ProbeListener | None = None,
+    rejected: RejectedPods | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
     ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start).
     ``auth``: who may call the scheduler and explanation routes (``app.http.auth``; None: anyone who can
     reach the port, the loopback default). ``metrics``: what ``/metrics`` exposes (None: the service's,
     without informers). ``heartbeat``: ticked by the event loop while the app runs, for the probe listener
-    (``app.http.probes``)."""
+    (``app.http.probes``). ``rejected``: where filter answers are recorded for the requeuer (cluster mode;
+    ``app.scheduling.requeue``)."""
     limit = settings.server.max_body_bytes
     # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
     budget = BodyBudget(4 * limit)
@@ -271,14 +274,18 @@ def create_app(
         return decide(args.pod, names, nodes, sampler=sampler, names_text=args.node_names_text)
 
     def filter_(args: wire.ExtenderArgs) -> Answer:
-        return _filter_answer(args, _asked(service.filter, args))
+        mark = rejected.mark() if rejected is not None else 0
+        return _filter_answer(args, _asked(service.filter, args), mark)
 
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
+        mark = rejected.mark() if rejected is not None else 0
         outcome = _asked(service.filter_quick, args)
-        return None if outcome is None else _filter_answer(args, outcome)
+        return None if outcome is None else _filter_answer(args, outcome, mark)
 
-    def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome) -> Answer:
+    def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int) -> Answer:
         outcome = sampler.sample(outcome, args.candidate_names)
+        if rejected is not None:
+            rejected.filtered(args.pod, outcome, mark)
         log.debug(
             "filter: %d nodes, %d passed on, error %r",
             len(args.candidate_names),

@@ -35,8 +35,9 @@ About the process (``Metrics`` registers prometheus-client's collectors, as its 
   ``python_info`` and ``python_gc_*`` (collections, objects collected, uncollectable);
 * ``dra_extender_build_info{version, python, git}``: 1, with the version, the Python version and the git
   commit (``app.config.buildinfo``);
-* cluster mode: the API client's ``dra_extender_rest_client_*`` (``app.kube.apimetrics``, passed in as
-  ``collectors``);
+* cluster mode: the API client's ``dra_extender_rest_client_*`` (``app.kube.apimetrics``) and
+  ``dra_extender_device_conflicts_total`` (``app.kube.conflicts``: devices another writer put in two
+  claims; alert on anything above 0), passed in as ``collectors``;
 * with ``--config`` (``ConfigReloadCollector``, as Prometheus and Alertmanager expose their own):
   ``dra_extender_config_hash{sha256}`` 1 (the SHA-256 of the file in force),
   ``dra_extender_config_last_reload_successful`` (0 while the file on disk is not in force: invalid,

@@ -28,6 +28,10 @@ the last request (its answer is as fresh), and
 ``POST pods/{name}/binding`` is sent with the pod's UID as precondition; a 409 "already assigned to node
 X" is success only when X is the chosen node.
 
+Before anything, a replica whose kube-scheduler does not hold the leader Lease refuses the bind, saying
+who holds it (``app.kube.leader``: from the last read of the Lease, read again once before refusing); it
+writes nothing, and neither do its filter's claim releases and deletions.
+
 Any failure rolls back what this bind wrote, newest first: the pod status patch, the reservedFor entry and
 the allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind
 answers ``Error``. When the binding request may have reached the server but got no answer, and the pod
@@ -65,6 +69,7 @@ from allocator.nodeselector import Node, parse_node_selector
 from app.config.settings import ClusterSettings
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
 from app.kube.clock import Clock, SystemClock
+from app.kube.leader import SchedulerLease
 from app.kube.reservations import WrittenReservations
 from app.scheduling.binder import (
     FINALIZER,
@@ -221,7 +226,8 @@ _Pending = tuple[str, str, list[str]]
 
 class KubeBinder:
     """Writes bind plans to the API server. ``claims``: the ResourceClaim Resource (set after discovery);
-    ``loop``: the event loop the client runs on (set when the runtime starts)."""
+    ``loop``: the event loop the client runs on (set when the runtime starts); ``lease``: the kube-scheduler
+    Lease that says whether this replica may write (None: the only replica)."""
 
     def __init__(
         self,
@@ -234,8 +240,10 @@ class KubeBinder:
         clock: Clock | None = None,
         claims: Resource | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        lease: SchedulerLease | None = None,
     ) -> None:
         self.client = client
+        self.lease = lease or SchedulerLease(client, None)
         self.state = state
         self.lock = lock
         self.reservations = reservations
@@ -266,6 +274,7 @@ class KubeBinder:
 
     def bind(self, plan: BindPlan) -> None:
         """Write ``plan``. Raises BindError (everything written rolled back, or left for recovery)."""
+        self._check_lease(plan)
         uid = _uid(plan.pod)
         with self._inflight_lock:
             if uid in self._inflight:
@@ -276,6 +285,16 @@ class KubeBinder:
         finally:
             with self._inflight_lock:
                 self._inflight.pop(uid, None)
+
+    def _check_lease(self, plan: BindPlan) -> None:
+        """Raises BindError unless this replica's kube-scheduler holds the leader Lease; reads the Lease
+        only when the last read says it does not."""
+        if self.lease.refusal() is None:
+            return
+        refusal = self._run(self.lease.refusal_now())
+        if refusal is not None:
+            log.warning("bind pod=%s node=%s refused: %s", pod_key(plan.pod), plan.node, refusal)
+            raise BindError(f"not binding pod {pod_key(plan.pod)}: {refusal}; only the active replica binds")
 
     def in_flight(self) -> set[str]:
         """UIDs of the pods being bound right now."""
@@ -288,6 +307,8 @@ class KubeBinder:
 
     async def _delete_claim(self, key: str, uid: str) -> bool:
         assert self.claims is not None
+        if self.lease.refusal() is not None:
+            return False  # a standby writes nothing
         namespace, name = _split(key)
         try:
             answer = await self.client.delete(self.claims, namespace, name, uid=uid)
@@ -306,6 +327,8 @@ class KubeBinder:
 
     async def _release_claim(self, claim: Mapping[str, Any], pod_uid: str) -> bool:
         assert self.claims is not None
+        if self.lease.refusal() is not None:
+            return False  # a standby writes nothing
         body, _, deallocated = release_pod(claim, pod_uid, deallocate=True)
         if not deallocated:
             return False  # reserved for another pod as well

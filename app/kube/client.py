@@ -7,7 +7,9 @@ Objects in and out are plain API-shaped dicts.
 
 Timeouts (``ClusterSettings``): every request has a connect timeout; ordinary requests a total timeout;
 watches a socket read timeout (a half-dead TCP connection otherwise hangs forever: kubernetes-asyncio
-#360).
+#360). Rate: every request, watches included, first takes a token from ``rate_limit`` when one is given
+(``app.kube.ratelimit``; ``ClusterSettings.api_qps`` / ``api_burst``), as client-go's rate limiter does for
+kube-scheduler.
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
@@ -45,6 +47,7 @@ from kubernetes_asyncio.config.kube_config import ENV_KUBECONFIG_PATH_SEPARATOR
 
 from app.kube.apimetrics import ERROR_CODE, APIMetrics
 from app.kube.proxy import proxy_for
+from app.kube.ratelimit import TokenBucket
 
 __all__ = [
     "COORDINATION_LEASES",
@@ -287,7 +290,8 @@ class KubeClient:
 
     ``request_timeout``: total seconds for one non-watch request; ``connect_timeout``: seconds to open a
     connection; ``watch_read_timeout``: seconds a watch may go without receiving a byte; ``metrics``: counts
-    every request (``app.kube.apimetrics``).
+    every request (``app.kube.apimetrics``); ``rate_limit``: the token bucket every request waits on (None:
+    none).
     """
 
     def __init__(
@@ -298,9 +302,11 @@ class KubeClient:
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 90.0,
         metrics: APIMetrics | None = None,
+        rate_limit: TokenBucket | None = None,
     ) -> None:
         self._api = api
         self._metrics = metrics
+        self._rate_limit = rate_limit
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._watch_timeout = aiohttp.ClientTimeout(
             sock_connect=connect_timeout, sock_read=watch_read_timeout
@@ -317,6 +323,7 @@ class KubeClient:
         connect_timeout: float = 5.0,
         watch_read_timeout: float = 90.0,
         metrics: APIMetrics | None = None,
+        rate_limit: TokenBucket | None = None,
     ) -> KubeClient:
         """Load the kubeconfig (``kubeconfig``: one file or several to merge, else ``$KUBECONFIG``'s
         files, merged as kubectl merges them) or the in-cluster configuration.
@@ -345,6 +352,7 @@ class KubeClient:
             connect_timeout=connect_timeout,
             watch_read_timeout=watch_read_timeout,
             metrics=metrics,
+            rate_limit=rate_limit,
         )
 
     @property
@@ -368,6 +376,8 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        if self._rate_limit is not None:
+            await self._rate_limit.take()
         started, code = time.perf_counter(), ERROR_CODE
         try:
             response: aiohttp.ClientResponse = await self._api.call_api(

@@ -1,9 +1,10 @@
 """Time as a dependency: the informers, the binder and the recovery loop never call ``asyncio.sleep`` or
 ``time.monotonic`` directly, so tests run backoff, watch deadlines and grace periods without real waits.
 
-``Clock.now()`` is monotonic seconds (only differences matter); ``sleep`` waits; ``timeout`` is an async
-context manager that cancels its body after the given number of seconds (``asyncio.timeout`` semantics:
-``TimeoutError`` leaves the block).
+``Clock.now()`` is monotonic seconds (only differences matter); ``wall()`` is seconds since the epoch, to
+compare with timestamps the API server stores (a Lease's ``renewTime``); ``sleep`` waits; ``timeout`` is an
+async context manager that cancels its body after the given number of seconds (``asyncio.timeout``
+semantics: ``TimeoutError`` leaves the block).
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ class Clock(Protocol):
         """Monotonic seconds."""
         ...
 
+    def wall(self) -> float:
+        """Seconds since the epoch."""
+        ...
+
     async def sleep(self, seconds: float) -> None: ...
 
     def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
@@ -33,6 +38,9 @@ class SystemClock:
 
     def now(self) -> float:
         return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -1,5 +1,6 @@
 """Cluster mode wiring: client → informers → ``ClusterState`` → ``SchedulingService`` with ``KubeBinder``,
-plus written-bind reservations, the orphan releaser and the Events on pods (``app.kube.events``).
+plus written-bind reservations, the orphan releaser, the scheduler Lease, the device conflict check, the
+Events on pods (``app.kube.events``) and the requeuer of rejected pods.
 
 ``ClusterRuntime.start()`` runs in the event loop that will own the API client: it connects (kubeconfig or
 in-cluster), then discovers the served ``resource.k8s.io`` versions and starts the informers in the
@@ -28,11 +29,15 @@ from app.kube.apimetrics import APIMetrics
 from app.kube.binder import KubeBinder
 from app.kube.client import KubeClient
 from app.kube.clock import Clock, SystemClock
+from app.kube.conflicts import DeviceConflicts
 from app.kube.events import EventRecorder, reporting_instance
 from app.kube.informers import Informers
 from app.kube.leader import SchedulerLease
+from app.kube.ratelimit import TokenBucket
 from app.kube.recovery import OrphanReleaser
+from app.kube.requeue import Requeuer
 from app.kube.reservations import WrittenReservations
+from app.scheduling.requeue import RejectedPods
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 
@@ -68,19 +73,31 @@ class ClusterRuntime:
         self._owns_client = client is None
         self.api_metrics = APIMetrics()
         """What the client ``connect`` creates counts (``app.kube.apimetrics``); ``serve`` exposes it."""
-        self.binder = KubeBinder(client, self.state, lock, self.reservations, settings, clock=self.clock)
+        self.lease = SchedulerLease(
+            client,
+            settings.scheduler_lease,
+            identity,
+            clock=self.clock,
+            retry_seconds=settings.scheduler_lease_retry_seconds,
+        )
+        self.binder = KubeBinder(
+            client, self.state, lock, self.reservations, settings, clock=self.clock, lease=self.lease
+        )
         self.service.binder = self.binder
         self.service.binding_timeout_seconds = settings.binding_timeout_seconds
-        leader = SchedulerLease(client, settings.scheduler_lease, identity)
-        self.events = EventRecorder(client, reporting_instance(leader.identity), clock=self.clock)
+        self.events = EventRecorder(client, reporting_instance(self.lease.identity), clock=self.clock)
         self.service.events = self.events
+        self.rejected = RejectedPods(
+            self.state, self.service.selectors, settings.scheduler_names, settings.requeue_max_pods
+        )
+        """The pods filter rejected, for the requeuer (the HTTP layer records filter answers in it)."""
         self.informers = Informers(
             client,
             self.state,
             lock,
             settings,
             clock=self.clock,
-            observers=[self.reservations.observe, self.service.observe],
+            observers=[self.reservations.observe, self.service.observe, self.rejected.observe],
         )
         self.releaser = OrphanReleaser(
             client,
@@ -90,9 +107,13 @@ class ClusterRuntime:
             settings,
             self.binder.in_flight,
             clock=self.clock,
-            leader=leader,
+            leader=self.lease,
             events=self.events,
         )
+        self.conflicts = DeviceConflicts(
+            self.state, lock, settings.orphan_check_interval_seconds, clock=self.clock
+        )
+        self.requeuer = Requeuer(client, self.rejected, settings, self.lease, clock=self.clock)
         self.derivation_log = DerivationLog(self.state.inventory, lock)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -107,8 +128,9 @@ class ClusterRuntime:
                 connect_timeout=self.settings.connect_timeout_seconds,
                 watch_read_timeout=self.settings.watch_idle_seconds,
                 metrics=self.api_metrics,
+                rate_limit=TokenBucket(self.settings.api_qps, self.settings.api_burst),
             )
-        for user in (self.binder, self.releaser, self.releaser.leader, self.events):
+        for user in (self.binder, self.releaser, self.lease, self.events, self.requeuer):
             user.client = self.client
         self.informers.source = self.client
 
@@ -118,13 +140,16 @@ class ClusterRuntime:
         self.binder.loop = asyncio.get_running_loop()
         self._tasks.append(asyncio.create_task(self._run(), name="cluster-runtime"))
         self._tasks.append(asyncio.create_task(self.events.run(), name="pod-events"))
+        self._tasks.append(asyncio.create_task(self.lease.run(), name="scheduler-lease"))
 
     async def _run(self) -> None:
         await self.informers.start()
         claims = self.informers.resources["ResourceClaim"]
         self.binder.claims = claims
         self.releaser.claims = claims
-        await asyncio.gather(self.releaser.run(), self._report_derivation_errors())
+        await asyncio.gather(
+            self.releaser.run(), self.requeuer.run(), self.conflicts.run(), self._report_derivation_errors()
+        )
 
     async def _report_derivation_errors(self) -> None:
         """Log cluster-wide derived attribute errors as slices bring them (``app.config.derivationlog``), at

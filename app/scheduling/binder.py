@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
+from app.scheduling.claimrules import admin_access_refusal
 from app.scheduling.nodeallocatable import ClaimUse, claim_statuses
 from app.state.cluster import ClusterState, object_key
 from app.state.compact import editable_copy
@@ -145,6 +146,13 @@ def node_allocatable_statuses(state: ClusterState, plan: BindPlan) -> list[dict[
     return claim_statuses(plan.pod, uses, state.node_allocatable_slice_objects())
 
 
+def _admin_access_refusal(state: ClusterState, key: str, allocation: Mapping[str, Any] | None) -> str:
+    """The API server's refusal of an allocation granting admin access in a namespace without the label
+    (``AuthorizedForAdminStatus``), or ''."""
+    results = ((allocation or {}).get("devices") or {}).get("results") or ()
+    return admin_access_refusal(state, key) if any(r.get("adminAccess") for r in results) else ""
+
+
 def _allocation(claim: Mapping[str, Any]) -> Mapping[str, Any]:
     return (claim.get("status") or {}).get("allocation") or {}
 
@@ -186,6 +194,9 @@ class StateBinder:
                     raise BindError(f"ResourceClaim {pc.key} was deleted")
                 if allocation is not None and (current.get("status") or {}).get("allocation"):
                     raise BindError(f"ResourceClaim {pc.key} got allocated elsewhere in the meantime")
+                refusal = _admin_access_refusal(self.state, pc.key, allocation)
+                if refusal:
+                    raise BindError(refusal)
                 claims.append(claim_after_bind(current, allocation, plan.pod, self.state.gates, pc.consumer))
             try:
                 for claim in claims:

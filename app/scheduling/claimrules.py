@@ -1,7 +1,13 @@
 """Checks of a pod's claims around the allocator, as upstream's DynamicResources plugin makes them.
 
+* a request with ``firstAvailable`` while DRAPrioritizedList is off makes the pod unschedulable on every
+  node (the plugin's PreFilter, ``dynamicresources.go``), before the allocator would fail it;
 * admin access (KEP-5018, ``DRAAdminAccess``): only in a namespace labelled
-  ``resource.kubernetes.io/admin-access: "true"`` (API validation; the allocator does not check it);
+  ``resource.kubernetes.io/admin-access: "true"``. The API server checks it when a claim is created and
+  when an allocation with adminAccess results is written (``pkg/registry/resource/utils.go``
+  ``AuthorizedForAdmin`` / ``AuthorizedForAdminStatus``); kube-scheduler never does, so a claim whose
+  namespace lost the label is allocated like any other and only its write is refused
+  (``admin_access_refusal`` gives the API server's reason);
 * an allocated claim admits a node through its allocation's ``nodeSelector``, its
   ``skipNodeOperations`` devices need a node declaring ``DRAOptionalNodeOperations`` (KEP-5945), and its
   ``status.reservedFor`` holds at most ``ResourceClaimReservedForMaxSize`` consumers;
@@ -17,7 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.model import Claim
 from allocator.nodeoperations import DECLARED_FEATURE, requires_declared_feature
@@ -30,11 +35,12 @@ from app.state.podgroups import reserves
 
 __all__ = [
     "EffectiveClaims",
+    "admin_access_refusal",
     "allocated_claims_reason",
-    "check_admin_access",
     "has_allocation",
     "is_allocated",
     "needs_no_devices",
+    "prefilter_reason",
     "unusable_claim",
 ]
 
@@ -55,18 +61,34 @@ class EffectiveClaims:
     extended: ExtendedClaim | None
 
 
-def check_admin_access(state: ClusterState, claim: Claim) -> None:
-    """KEP-5018: adminAccess is admitted only in namespaces labelled
-    ``resource.kubernetes.io/admin-access: "true"`` (API validation; the allocator does not check it)."""
-    if not any(alt.admin_access for r in claim.requests for alt in r.alternatives):
-        return
-    namespace = state.get("Namespace", claim.namespace) or {}
+def prefilter_reason(claims: list[Claim], gates: FeatureGates) -> str:
+    """Why kube-scheduler's PreFilter finds ``claims`` (pending, in the pod's order) unschedulable on every
+    node before any allocation, or '': a request with subrequests while DRAPrioritizedList is off."""
+    if gates.DRAPrioritizedList:
+        return ""
+    for claim in claims:
+        for request in claim.requests:
+            if request.first_available:
+                return (
+                    f"resource claim {claim.key}, request {request.name}: has subrequests, but the "
+                    "DRAPrioritizedList feature is disabled"
+                )
+    return ""
+
+
+def admin_access_refusal(state: ClusterState, claim_key: str) -> str:
+    """Why the API server refuses admin access for the claim ``namespace/name`` (KEP-5018: only in
+    namespaces labelled ``resource.kubernetes.io/admin-access: "true"``), or '' when it admits it. The
+    caller asks only for a claim requesting (or an allocation granting) admin access."""
+    namespace_name = claim_key.partition("/")[0]
+    namespace = state.get("Namespace", namespace_name) or {}
     labels = (namespace.get("metadata") or {}).get("labels") or {}
-    if labels.get(ADMIN_ACCESS_LABEL) != "true":
-        raise InvalidInputError(
-            f"claim {claim.key}: admin access to devices requires the `{ADMIN_ACCESS_LABEL}: true` label "
-            f"on the containing namespace {claim.namespace}"
-        )
+    if labels.get(ADMIN_ACCESS_LABEL) == "true":
+        return ""
+    return (
+        f"claim {claim_key}: admin access to devices requires the `{ADMIN_ACCESS_LABEL}: true` label "
+        f"on the containing namespace {namespace_name}"
+    )
 
 
 def allocated_claims_reason(allocated: list[PodClaim], node: Node, pod: Mapping[str, Any]) -> str:

@@ -24,7 +24,7 @@ from allocator.inventory import Inventory
 from allocator.model import Claim
 from allocator.nodeselector import Node
 from app.scheduling.binding import elsewhere
-from app.scheduling.claimrules import allocated_claims_reason
+from app.scheduling.claimrules import allocated_claims_reason, prefilter_reason
 from app.scheduling.decisions import (
     Asked,
     FilterOutcome,
@@ -143,6 +143,10 @@ class FilterDecisions:
         except AllocatorError as e:
             outcome.error = str(e)
             return outcome
+        unschedulable = prefilter_reason(pending, self.state.gates)
+        if unschedulable:
+            outcome.unresolvable = dict.fromkeys(node_names, unschedulable)
+            return outcome
         # Shared decisions need the same inputs for every pod: the state's node, no per-pod extras.
         shared = nodes is None and extended is None and not allocated
         if quick and not shared:
@@ -161,8 +165,9 @@ class FilterDecisions:
             outcome.unusable_reason = unusable[1]
             return outcome
         view = self._view(uid, pending_claims, pod, shared, keep=select)
+        refusals = self._refusals(pending)
         if shared:
-            return self._filter_shared(
+            shared_outcome = self._filter_shared(
                 outcome,
                 node_names,
                 Asked(pod, view, pending),
@@ -172,9 +177,10 @@ class FilterDecisions:
                 sampler=sampler,
                 names_text=names_text,
             )
+            return _with_refusals(shared_outcome, refusals)
         asked = Asked(pod, view, pending, allocated, extended, nodes)
         self._decide_nodes(outcome, node_names, asked, select=True, quick=False)
-        return outcome
+        return _with_refusals(outcome, refusals)
 
     def _view(
         self, uid: str, pending_claims: list[PodClaim], pod: Mapping[str, Any], shared: bool, *, keep: bool
@@ -484,7 +490,7 @@ class FilterDecisions:
     ) -> KeptDecision:
         """The allocator's decision on this node (``allocator.decide``), as a kept decision. ``quick``:
         raise SearchNeeded rather than search. Raises AllocatorError (fatal)."""
-        policy = Policy(self.device_selection, self.scoring)
+        policy = Policy(self.device_selection, self.scoring, self.filter_timeout)
         decided = decide(
             self.state.inventory,
             self.selectors,
@@ -567,3 +573,14 @@ def _quick_enough(inventory: Inventory, node_names: Sequence[str], claims: list[
 
 def _budget_reason(budget: float) -> str:
     return f"dra-extender: filter time budget ({budget:g} s) used up first"
+
+
+def _with_refusals(outcome: FilterOutcome, refusals: list[str]) -> FilterOutcome:
+    """``outcome`` with the API server's refusals (``SchedulingService._refusals``) added to the reasons
+    of the nodes that do not fit, as new dicts (the kept answers stay as they are)."""
+    if not refusals:
+        return outcome
+    note = "; ".join(refusals)
+    outcome.failed = {name: f"{reason}; {note}" for name, reason in outcome.failed.items()}
+    outcome.unresolvable = {name: f"{reason}; {note}" for name, reason in outcome.unresolvable.items()}
+    return outcome

@@ -170,7 +170,13 @@ class _NodeEviction:
     def _fits(self, evicted: set[str]) -> bool:
         assert self.node is not None
         view = ReleasedView(self.service.state.inventory, self._released(evicted))
-        return fits(view, self.service.selectors, self.node, self.needed.pending)  # type: ignore[arg-type]
+        return fits(
+            view,  # type: ignore[arg-type]
+            self.service.selectors,
+            self.node,
+            self.needed.pending,
+            self.service.filter_timeout,
+        )
 
     def _released(self, evicted: set[str]) -> dict[str, tuple[AllocatedDevice, ...]]:
         """The claims evicting ``evicted`` deallocates: every consumer evicted, not the preemptor's."""

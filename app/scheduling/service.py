@@ -45,7 +45,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from allocator.decide import SearchNeeded
+from allocator.decide import FILTER_TIMEOUT, SearchNeeded
 from allocator.equivalence import EquivalenceCache
 from allocator.model import Claim
 from allocator.nodeselector import Node
@@ -56,7 +56,7 @@ from app.scheduling.binding import BIND_WAIT, INDEX_LAG_SECONDS, BindCoordinatio
 from app.scheduling.bindlog import BindLog
 from app.scheduling.claimrules import (
     EffectiveClaims,
-    check_admin_access,
+    admin_access_refusal,
     is_allocated,
     needs_no_devices,
     unusable_claim,
@@ -144,6 +144,9 @@ class SchedulingService(FilterDecisions, BindCoordination):
         self._attempts = itertools.count(1)
         """Numbers bind attempts, so each reservation token belongs to the attempt that made it."""
         self.filter_time_budget = FILTER_TIME_BUDGET
+        self.filter_timeout: float | None = FILTER_TIMEOUT
+        """Seconds one node's search may run before that node fails as timed out (``SchedulingSettings.
+        filter_timeout_seconds``, upstream's ``filterTimeout``); set before serving."""
         self.stats = DecisionStats()
         self.binding_timeout_seconds = 600.0
         """kube-scheduler's ``bindingTimeout``: how long allocated devices may wait for their binding
@@ -153,15 +156,20 @@ class SchedulingService(FilterDecisions, BindCoordination):
         serving in cluster mode."""
 
     def set_policy(
-        self, device_selection: str, scoring: ScoringConfig, filter_time_budget: float | None
+        self,
+        device_selection: str,
+        scoring: ScoringConfig,
+        filter_time_budget: float | None,
+        filter_timeout: float | None = FILTER_TIMEOUT,
     ) -> None:
-        """Device selection, scoring and the filter time budget (None: ``FILTER_TIME_BUDGET``), also while
-        serving (a config reload): decisions kept under the previous policy are dropped, so the next filter
-        and bind decide under the new one."""
+        """Device selection, scoring, the filter time budget (None: ``FILTER_TIME_BUDGET``) and one node's
+        search timeout (None: no limit), also while serving (a config reload): decisions kept under the
+        previous policy are dropped, so the next filter and bind decide under the new one."""
         with self.lock:
             self.device_selection = device_selection
             self.scoring = scoring
             self.filter_time_budget = FILTER_TIME_BUDGET if filter_time_budget is None else filter_time_budget
+            self.filter_timeout = filter_timeout
             self._decisions.clear()
             self._outcomes.clear()
             for uid in list(self._pods):
@@ -192,13 +200,22 @@ class SchedulingService(FilterDecisions, BindCoordination):
 
     def _split_claims(self, claims: list[PodClaim]) -> tuple[list[PodClaim], list[PodClaim], list[Claim]]:
         """Allocated claims, pending ones, and the pending ones parsed. Raises InvalidInputError for a claim
-        the API server would refuse."""
+        that does not parse."""
         allocated = [pc for pc in claims if is_allocated(pc)]
         pending_claims = [pc for pc in claims if not is_allocated(pc)]
         pending = [self.state.parsed_claim(pc.key) for pc in pending_claims]
-        for claim in pending:
-            check_admin_access(self.state, claim)
         return allocated, pending_claims, pending
+
+    def _refusals(self, pending: list[Claim]) -> list[str]:
+        """Why the API server would refuse writing the allocations of ``pending`` (an adminAccess claim in a
+        namespace without the label): kube-scheduler does not check it, so the nodes are decided as for
+        any claim and the reasons of a "no" say it too."""
+        return [
+            refusal
+            for claim in pending
+            if any(alt.admin_access for r in claim.requests for alt in r.alternatives)
+            and (refusal := admin_access_refusal(self.state, claim.key))
+        ]
 
     def _node(self, name: str, nodes: Mapping[str, Mapping[str, Any]] | None) -> Node | None:
         if nodes and name in nodes:

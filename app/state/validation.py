@@ -3,7 +3,8 @@
 Required fields, one-of fields, value types, attribute and capacity names, node selection, selectors,
 tolerations and constraints of ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate and
 DeviceTaintRule; the rules and messages follow ``kubernetes/kubernetes``
-``pkg/apis/resource/validation/validation.go``. Not the full API-server validation: CEL is not compiled,
+``pkg/apis/resource/validation/validation.go``, with its rule that every derived attribute is named by a
+constraint targeting its request. Not the full API-server validation: CEL is not compiled,
 cross-object references (classes, counter sets) are not resolved, and size limits are not enforced.
 Raises ``ConversionError`` naming the field path of the first problem.
 """
@@ -256,6 +257,37 @@ def _check_claim_spec(claim_spec: Obj, path: str) -> None:
         _check_constraint(as_mapping(constraint, f"{path}.constraints[{i}]"), f"{path}.constraints[{i}]")
     for i, config in enumerate(opt_list(devices, "config", f"{path}.config")):
         _check_opaque_config(as_mapping(config, f"{path}.config[{i}]"), f"{path}.config[{i}]")
+    _check_derived_references(devices, path)
+
+
+def _check_derived_references(devices: Obj, path: str) -> None:
+    """Every derived attribute must be named by a matchAttribute or distinctAttribute constraint targeting
+    its request: one without ``requests`` (every request), or one listing the request, the subrequest or
+    its parent (upstream ``validateDeviceDerivedAttribute``). Called after the requests and constraints
+    passed their own checks."""
+    targeted: dict[str, set[str]] = {}
+    for constraint in devices.get("constraints") or ():
+        name = constraint.get("matchAttribute") or constraint.get("distinctAttribute")
+        for target in constraint.get("requests") or ("",):
+            targeted.setdefault(target, set()).add(name)
+    for i, request in enumerate(devices.get("requests") or ()):
+        request_path = f"{path}.requests[{i}]"
+        if request.get("exactly") is not None:
+            alternatives = [(request["name"], request["exactly"], f"{request_path}.exactly")]
+        else:
+            alternatives = [
+                (f"{request['name']}/{sub['name']}", sub, f"{request_path}.firstAvailable[{j}]")
+                for j, sub in enumerate(request["firstAvailable"])
+            ]
+        for target, alternative, alt_path in alternatives:
+            scopes = {"", target, target.partition("/")[0]}
+            for k, derived in enumerate(alternative.get("derivedAttributes") or ()):
+                if not any(derived["name"] in targeted.get(scope, ()) for scope in scopes):
+                    raise ConversionError(
+                        f"{alt_path}.derivedAttributes[{k}].name",
+                        f"{derived['name']!r}: must be referenced by at least one matchAttribute or "
+                        "distinctAttribute constraint targeting this request",
+                    )
 
 
 def _check_request(request: Obj, path: str) -> str:

@@ -335,9 +335,20 @@ def test_gate_off_rejects_the_field():
 
 
 def test_parse_limits_and_names():
-    nine = [derived(f"a{i}", "1") for i in range(9)]
-    with pytest.raises(InvalidInputError, match=r"derivedAttributes: must have at most 8 entries, got 9"):
-        claim("c", request("gpu", derivedAttributes=nine))
+    # +k8s:maxItems=32 (k8s.io/api resource/v1/types.go); the parser once refused more than 8.
+    thirty_two = [derived(f"example.com/a{i}", "1") for i in range(32)]
+    assert (
+        len(
+            claim("c", request("gpu", derivedAttributes=thirty_two))
+            .requests[0]
+            .alternatives[0]
+            .derived_attributes
+        )
+        == 32
+    )
+    thirty_three = [derived(f"a{i}", "1") for i in range(33)]
+    with pytest.raises(InvalidInputError, match=r"derivedAttributes: must have at most 32 entries, got 33"):
+        claim("c", request("gpu", derivedAttributes=thirty_three))
     with pytest.raises(InvalidInputError, match=r"derivedAttributes\[1\]\.name: duplicate"):
         claim("c", request("gpu", derivedAttributes=[derived("a", "1"), derived("a", "2")]))
     with pytest.raises(InvalidInputError, match=r"derivedAttributes\[0\]\.name: 'not-an-id' must be a C id"):

@@ -105,10 +105,13 @@ def test_consumption_of_allocated_partitions_is_subtracted():
     assert world.allocate(claim("c", request("gpu"))) is None
 
 
-def test_an_allocated_device_republished_away_keeps_consuming_its_counter_set():
-    world = World(slices=gpu_with_halves()).allocated("default/other", result("x", "gpu-0-half-0", pool=POOL))
-    # The driver republishes the devices without half-0 (still allocated): its 40Gi / 4 slices stay used,
-    # so only half-1 fits, and after it nothing (without the rule, gpu-0's 80Gi would fit beside half-0).
+def test_an_allocated_device_dropped_from_its_slice_consumes_nothing_before_and_after_a_restart():
+    # The driver republishes the devices without half-0, still allocated. Upstream's checkAvailableCounters
+    # (structured/internal/incubating/allocator_incubating.go) walks only the pool's published devices, so
+    # the whole set is free again: gpu-0 (80Gi / 8) fits. An extender that saw half-0 published and one
+    # restarted from the same objects (index rebuilt) must answer alike; the long-running one kept half-0's
+    # 40Gi / 4 slices used and refused gpu-0.
+    other = ("default/other", result("x", "gpu-0-half-0", pool=POOL))
     cs = "gpu-0-cs"
     without = devices(
         "b-devices",
@@ -117,12 +120,13 @@ def test_an_allocated_device_republished_away_keeps_consuming_its_counter_set():
         part("gpu-0-quarter-0", (cs, {"memory": "20Gi", "slices": "2"})),
         count=2,
     )
-    world.inventory.upsert_slice(parse_resource_slice(without))
-    assert world.allocate(claim("c", request("gpu", count=2))) is None
-    assert picked(world.allocate(claim("c", request("gpu")))) == [[("gpu", "gpu-0-half-1")]]
-    # Released: the whole set is free again.
-    world.inventory.set_allocation("default/other", ())
-    assert picked(world.allocate(claim("c", request("gpu")))) == [[("gpu", "gpu-0")]]
+    running = World(slices=gpu_with_halves()).allocated(*other)
+    running.inventory.upsert_slice(parse_resource_slice(without))
+    restarted = World(slices=[gpu_with_halves()[0], without]).allocated(*other)
+    one, two = claim("c", request("gpu")), claim("c", request("gpu", count=2))
+    for world in (running, restarted):
+        assert picked(world.allocate(one)) == [[("gpu", "gpu-0")]]
+        assert picked(world.allocate(two)) == [[("gpu", "gpu-0-half-1"), ("gpu", "gpu-0-quarter-0")]]
 
 
 def test_counters_are_shared_by_the_claims_of_one_attempt():

@@ -12,9 +12,10 @@ from allocator.errors import (
     InvalidInputError,
     NodeLocalError,
     SearchLimitError,
+    SearchTimeoutError,
 )
 from allocator.features import FeatureGates
-from allocator.search import Allocator
+from allocator.search import CLOCK_CHECK_STEPS, Allocator, Deadline
 from tests.allocator.builders import (
     CLASS_A,
     CLASS_B,
@@ -306,7 +307,7 @@ def test_fewer_usable_devices_than_slots_prunes_the_search():
     assert allocator.stats.devices_tried < 1000  # without count pruning: over 65,000
 
 
-def test_running_out_of_search_steps_is_its_own_reason_not_no_fit():
+def test_a_step_budget_set_by_the_caller_is_its_own_reason_not_no_fit():
     # numa 0,1,0,1,0: the three devices on NUMA node 0 take five steps to find (two constraint misses).
     world = World(
         slices=[slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}", numa=i % 2) for i in range(5)])]
@@ -356,7 +357,9 @@ def test_a_constraint_no_device_set_can_satisfy_ends_the_search_as_no_fit(constr
 def test_an_earlier_selector_error_keeps_the_search_going_past_an_unsatisfiable_request():
     # gpu-23 has no "numa": upstream's search reaches it for request "one" once every choice after gpu-0..22
     # failed, and fails the pod with that CEL error. Ending early at the unsatisfiable claim "b" would answer
-    # no fit instead; the search keeps going and gives up at its step limit, which is never a wrong answer.
+    # no fit instead; the search keeps going until its deadline, and timing out is never a wrong answer.
+    # The clock advances 1 s per read, read every CLOCK_CHECK_STEPS devices: the 5 s deadline passes at the
+    # fifth read.
     devices = [device(f"gpu-{i}", numa=0, fast=False) for i in range(23)] + [device("gpu-23", fast=False)]
     world = World(slices=[slice_("s1", DRIVER_A, "node-1", devices)])
     numa0 = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].numa == 0'}}]
@@ -365,10 +368,53 @@ def test_an_earlier_selector_error_keeps_the_search_going_past_an_unsatisfiable_
         claim("a", request("one", selectors=numa0), request("six", count=6)),
         claim("b", request("fast", selectors=fast)),
     ]
-    allocator = Allocator(world.inventory, world.selectors)
-    allocator.max_steps = 5000
-    with pytest.raises(SearchLimitError):
+    ticks = iter(range(1000))
+    allocator = Allocator(world.inventory, world.selectors, Deadline(5, clock=lambda: next(ticks)))
+    timed_out = r"timed out trying to allocate devices \(filter timeout 5 s"
+    with pytest.raises(SearchTimeoutError, match=timed_out):
         allocator.allocate(NODE1, claims)
+    assert allocator.stats.devices_tried == 5 * CLOCK_CHECK_STEPS
+
+
+def test_the_search_has_no_step_limit():
+    # firstAvailable s0 takes 12 of the 16 devices, and "other" cannot have 5 of the 4 left: upstream tries
+    # every choice of s0 (about 94,000 steps) before s1 and fits. The product once gave up after 50,000 steps;
+    # it now drops s0 at its first slot, as 12 + 5 devices are more than the node has.
+    world = World(slices=[slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}") for i in range(16)])])
+    first_available = {
+        "name": "gpu",
+        "firstAvailable": [
+            {"name": "twelve", "deviceClassName": CLASS_A, "count": 12},
+            {"name": "one", "deviceClassName": CLASS_A, "count": 1},
+        ],
+    }
+    wanted = claim("c", first_available, request("other", count=5))
+    allocator = Allocator(world.inventory, world.selectors)
+    found = allocator.allocate(NODE1, [wanted])
+    assert picked(found) == [[("gpu/one", "gpu-0"), *(("other", f"gpu-{i}") for i in range(1, 6))]]
+    assert allocator.stats.devices_tried < 1000
+
+
+def test_a_choice_leaving_fewer_free_devices_than_the_rest_needs_is_dropped():
+    # Claim "a" takes 6 of 10 devices first, then "b" needs 5: 11 > 10 for every choice of "a", so the search
+    # ends after one scan instead of trying all C(10, 6) = 210 choices of "a" (each with "b" scanning).
+    world = World(slices=[slice_("s1", DRIVER_A, "node-1", [device(f"gpu-{i}") for i in range(10)])])
+    claims = [claim("a", request("six", count=6)), claim("b", request("five", count=5))]
+    allocator = Allocator(world.inventory, world.selectors)
+    assert allocator.allocate(NODE1, claims) is None
+    assert allocator.stats.devices_tried <= 20
+
+
+def test_supply_pruning_leaves_devices_that_could_fail_the_pod_to_the_search():
+    # gpu-0 has no "numa": claim "b"'s selector fails there, which upstream reaches once "a" no longer holds
+    # it, after 126 choices of "a" (and fails the pod). Pruning by supply (6 + 5 > 10) would answer no fit;
+    # it stays off, and the error comes.
+    devices = [device("gpu-0")] + [device(f"gpu-{i}", numa=0) for i in range(1, 10)]
+    world = World(slices=[slice_("s1", DRIVER_A, "node-1", devices)])
+    numa0 = [{"cel": {"expression": f'device.attributes["{DRIVER_A}"].numa == 0'}}]
+    claims = [claim("a", request("six", count=6)), claim("b", request("five", count=5, selectors=numa0))]
+    with pytest.raises(CELEvalError):
+        Allocator(world.inventory, world.selectors).allocate(NODE1, claims)
 
 
 # --- constraints ----------------------------------------------------------------------------------

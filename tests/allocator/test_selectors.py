@@ -249,7 +249,7 @@ VALUE_CASES = [
 ]
 VALUE_ERRORS = [
     ('device.attributes["drv"].missing', "eval", "no such key: missing"),
-    ('dyn([1, "a"])', "eval", "list mixes element types int, string"),
+    ('dyn([dyn(1), dyn("a")])', "eval", "list mixes element types int, string"),  # [1, "a"] does not compile
     ("dyn(1u)", "eval", "result of type uint is not a valid attribute value"),
     ('device.attributes["other"]', "compile", "not map(string, dyn)"),
     ("quantity('1')", "compile", "not kubernetes.Quantity"),

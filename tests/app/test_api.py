@@ -17,6 +17,7 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
 from app.config.settings import SchedulingSettings, ServerSettings, Settings
 from app.http.api import create_app
+from app.scheduling.requeue import RejectedPods
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
@@ -420,3 +421,16 @@ async def test_filter_passes_on_as_many_nodes_as_kube_scheduler_would_score(serv
     everything = Settings(Path("unused"), scheduling=SchedulingSettings(percentage_of_nodes_to_score=100))
     async with _client(create_app(service, everything)) as client:
         assert (await _post(client, "filter", _args(service, "p-free", names))).json()["NodeNames"] == names
+
+
+async def test_filter_answers_are_recorded_for_the_requeuer(service):
+    """A pod no node passes is remembered as rejected (cluster mode's requeuer signals it later); one that
+    passes somewhere is forgotten."""
+    rejected = RejectedPods(service.state, service.selectors, ["default-scheduler"], 100)
+    async with _client(create_app(service, Settings(Path("unused")), rejected=rejected)) as client:
+        answer = await client.post("/scheduler/filter", content=_args(service, "p-two", ["n2", "n3"]))
+        assert answer.json()["NodeNames"] == []
+        assert len(rejected) == 1
+        answer = await client.post("/scheduler/filter", content=_args(service, "p-two", ["n1"]))
+        assert answer.json()["NodeNames"] == ["n1"]
+        assert len(rejected) == 0

@@ -168,8 +168,9 @@ def test_simulate_feature_gates_reach_the_allocator(capsys, tmp_path):
         capsys, "--state", str(directory), "--feature-gates", "DRAPrioritizedList=false"
     )
     assert code == 0
-    assert document["pods"][0]["node"] is None
-    assert document["pods"][0]["error"]
+    # kube-scheduler's PreFilter: unschedulable on every node, not an error.
+    assert (document["pods"][0]["node"], document["pods"][0]["error"]) == (None, None)
+    assert "the DRAPrioritizedList feature is disabled" in document["pods"][0]["reasons"]["n1"]
 
 
 def test_missing_state_dir_exits_2(capsys, tmp_path):

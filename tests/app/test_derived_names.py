@@ -15,6 +15,8 @@ import yaml
 from app.cli.runtime import build_runtime
 from app.explain.pod import explain_object, parse_object
 from app.scheduling.service import SchedulingService
+from app.state.convert import to_v1
+from app.state.fields import ConversionError
 from app.state.statedir import StateLoadError, load_state
 from tests import builders
 
@@ -92,3 +94,59 @@ def what_if_error(service: SchedulingService, claim: dict[str, Any]) -> str:
     answer = explain_object(service, parse_object(orjson.dumps(claim)))
     assert answer.nodes == []
     return answer.error
+
+
+# validation.go validateDeviceDerivedAttribute: every derived attribute must be named by a matchAttribute or
+# distinctAttribute constraint targeting its request (no requests: all; else the request, or the parent
+# of a subrequest). The state loader and what-ifs took a claim the API server refuses.
+UNREFERENCED = (
+    "spec.devices.requests[1].exactly.derivedAttributes[0].name: 'derived/numa': must be referenced by at "
+    "least one matchAttribute or distinctAttribute constraint targeting this request"
+)
+
+
+def gpu_only_constraint() -> dict[str, Any]:
+    claim = readme_claim("derived/numa")
+    claim["spec"]["devices"]["constraints"][0]["requests"] = ["gpu"]
+    return claim
+
+
+def test_an_unreferenced_derived_attribute_is_refused_when_the_state_loads(tmp_path: Path) -> None:
+    with pytest.raises(StateLoadError) as error:
+        load_state(write_state(tmp_path, gpu_only_constraint()))
+    assert str(error.value).endswith(UNREFERENCED)
+
+
+def test_what_if_refuses_an_unreferenced_derived_attribute(tmp_path: Path) -> None:
+    service = build_runtime(write_state(tmp_path, readme_claim("derived/numa"))).service
+    assert what_if_error(service, gpu_only_constraint()) == f"ResourceClaim demo/aligned: {UNREFERENCED}"
+
+
+@pytest.mark.parametrize(
+    ("targets", "refused"), [(None, False), (["r"], False), (["r/s"], False), (["other"], True)]
+)
+def test_a_constraint_on_the_parent_request_references_a_subrequests_derived_attribute(targets, refused):
+    claim = builders.claim("demo", "c", [builders.request("other", "gpu")])
+    claim["spec"]["devices"]["requests"].append(
+        {
+            "name": "r",
+            "firstAvailable": [
+                {
+                    "name": "s",
+                    "deviceClassName": "gpu",
+                    "derivedAttributes": [{"name": "derived/numa", "expression": "0"}],
+                }
+            ],
+        }
+    )
+    constraint: dict[str, Any] = {"matchAttribute": "derived/numa"}
+    if targets is not None:
+        constraint["requests"] = targets
+    claim["spec"]["devices"]["constraints"] = [constraint]
+    if not refused:
+        to_v1(claim)
+        return
+    with pytest.raises(
+        ConversionError, match=r"requests\[1\]\.firstAvailable\[0\]\.derivedAttributes\[0\]\.name"
+    ):
+        to_v1(claim)

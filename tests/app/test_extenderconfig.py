@@ -39,6 +39,7 @@ FULL = {
         "scoringPolicy": "spread",
         "scoreWeights": {"numa": 5},
         "filterTimeBudgetSeconds": 1.5,
+        "filterTimeoutSeconds": 2.5,
     },
     "cluster": {
         "bindingTimeoutSeconds": 120,
@@ -77,6 +78,7 @@ def test_serve_takes_every_setting_from_the_file_and_flags_win(tmp_path, monkeyp
     assert scheduling.scoring.weights["numa"] == 5 and scheduling.scoring.weights["pcie"] == 2
     assert scheduling.feature_gates == FeatureGates(DRAListTypeAttributes=True)
     assert scheduling.filter_time_budget_seconds == 1.5
+    assert scheduling.filter_timeout_seconds == 2.5
     capsys.readouterr()
 
 
@@ -157,6 +159,9 @@ def test_the_readme_documents_every_field():
 
 
 NUMERIC = [spec for spec in FIELDS if spec.kind in ("integer", "number")]
+DURATIONS = [spec for spec in FIELDS if spec.kind == "number" and spec.path.endswith("Seconds")]
+"""Number fields in seconds; the others are the backoff jitter (0..1) and rates (at most 10,000 a
+second)."""
 
 
 @pytest.mark.parametrize("spec", NUMERIC, ids=lambda spec: spec.path)
@@ -171,7 +176,7 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
         # No jitter at all is fine; 0 % to score is kube-scheduler's adaptive default; -v 0 is klog's.
         load_config(config)
         return
-    if value == 70_000.5 and spec.kind == "number" and spec.path != "cluster.backoffJitter":
+    if value == 70_000.5 and spec in DURATIONS:
         load_config(config)  # a long time, but a time
         return
     with pytest.raises(ConfigError) as error:
@@ -270,7 +275,7 @@ NUMBER = [spec for spec in FIELDS if spec.kind == "number"]
 @pytest.mark.parametrize("spec", NUMBER, ids=lambda spec: spec.path)
 @pytest.mark.parametrize("value", [1.0e300, 86_400.5, 1.7976931348623157e308])
 def test_every_number_field_has_a_maximum_naming_it(tmp_path, spec, value):
-    """No duration takes more than one day (the jitter stays in 0..1)."""
+    """No duration takes more than one day (the jitter stays in 0..1, a rate at most 10,000 a second)."""
     section, name = spec.path.split(".")
     config = _write(tmp_path, {**HEADER, section: {name: value}})
     with pytest.raises(ConfigError) as error:
@@ -282,9 +287,7 @@ def test_every_numeric_setting_is_bounded_above():
     assert all(r.high < math.inf for r in RANGES.values()), RANGES
 
 
-@pytest.mark.parametrize(
-    "spec", [s for s in NUMBER if s.path != "cluster.backoffJitter"], ids=lambda s: s.path
-)
+@pytest.mark.parametrize("spec", DURATIONS, ids=lambda s: s.path)
 def test_one_day_is_taken(tmp_path, spec):
     section, name = spec.path.split(".")
     config = _write(tmp_path, {**HEADER, section: {name: 86_400}})
@@ -318,6 +321,8 @@ def test_one_day_is_taken(tmp_path, spec):
         ),
         ("--binding-timeout", "nan", "binding_timeout_seconds: must be a finite number, got nan"),
         ("--binding-timeout", "-5", "binding_timeout_seconds: must be positive, got -5.0"),
+        ("--kube-api-qps", "0", "api_qps: must be positive, got 0.0"),
+        ("--kube-api-burst", "0", "api_burst: must be positive, got 0"),
         ("--percentage-of-nodes-to-score", "101", "percentage_of_nodes_to_score: must be in 0..100, got 101"),
     ],
 )

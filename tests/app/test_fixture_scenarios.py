@@ -1021,17 +1021,19 @@ def test_intel_gaudi_monitor_keyless_tolerations_do_not_tolerate_valued_taint(st
     assert_unschedulable(pods["default/monitor-pod"], {GAUDI_NODE, CPU_NODE})
 
 
-def test_intel_gaudi_monitor_without_admin_namespace_label_is_fatal(state, capsys):
+def test_intel_gaudi_monitor_without_admin_namespace_label_is_unschedulable_saying_why(state, capsys):
     pods = gaudi(state, admin_namespace=False).simulate(capsys)
     # API validation admits adminAccess only in namespaces labelled resource.kubernetes.io/admin-access=true;
-    # the extender enforces it for the pod with the admin claim only.
+    # kube-scheduler does not check it: the monitor is unschedulable as with the label (the tainted card), and
+    # the reasons add the label's explanation. The pod without an admin claim is not affected.
     out = pods["default/monitor-pod"]
     claim_name = out["claims"][0]["name"]
-    assert_fatal(
-        out,
+    assert_unschedulable(out, {GAUDI_NODE, CPU_NODE})
+    label = (
         f"claim default/{claim_name}: admin access to devices requires the "
-        "`resource.kubernetes.io/admin-access: true` label",
+        "`resource.kubernetes.io/admin-access: true` label"
     )
+    assert all(label in why for why in out["reasons"].values())
     assert pods["default/test-inline-claim"]["node"] == GAUDI_NODE
 
 

@@ -206,7 +206,7 @@ def test_informer_state_in_cluster_mode(service: SchedulingService):
 
 
 def test_every_metric_the_grafana_dashboard_queries_is_exposed(service: SchedulingService, tmp_path: Path):
-    dashboard = json.loads((ROOT / "manifests/components/monitoring/dra-extender-dashboard.json").read_text())
+    dashboard = json.loads((ROOT / "charts/dra-extender/dashboards/dra-extender-dashboard.json").read_text())
     queried = {
         name
         for panel in dashboard["panels"]

@@ -195,3 +195,12 @@ def test_a_feature_gate_edit_names_the_gate_that_changed_not_every_gate(tmp_path
         f"config {served.config}: scheduling.featureGates.DRAListTypeAttributes False -> True needs a "
         "restart; running with the previous value until then",
     ]
+
+
+def test_a_live_edit_of_the_filter_timeout_reaches_the_service(tmp_path, logs):
+    served = Served(tmp_path, {"scheduling": {"filterTimeoutSeconds": 10}})
+    assert served.service.filter_timeout == 10
+    assert served.edit({"scheduling": {"filterTimeoutSeconds": 2.5}}) is True
+    assert served.service.filter_timeout == 2.5
+    [line] = _lines(logs)
+    assert line == f"config {served.config} reloaded: applied scheduling.filterTimeoutSeconds 10 -> 2.5"

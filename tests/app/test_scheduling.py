@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 import threading
 import time
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from allocator import decide as decide_module
 from allocator.cel.expr_engine import ExprEngine
 from allocator.errors import InvalidInputError
+from allocator.features import FeatureGates
 from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 from app.explain.pod import explain_pod
@@ -48,18 +50,66 @@ def service(*objects: tuple[str, dict[str, Any]]) -> SchedulingService:
     return SchedulingService(ClusterState.from_objects([*base, *objects]), SelectorCache(ExprEngine()))
 
 
+LABEL_MISSING = (
+    "claim ops/admin: admin access to devices requires the "
+    "`resource.kubernetes.io/admin-access: true` label on the containing namespace ops"
+)
+
+
 @pytest.mark.parametrize("labels", [None, {}, {"resource.kubernetes.io/admin-access": "false"}])
-def test_admin_access_needs_the_namespace_label(labels):
+def test_admin_access_without_the_namespace_label_is_decided_and_the_write_refused(labels):
+    # kube-scheduler never checks the label (the API server does, on the claim's creation and on the status
+    # write: pkg/registry/resource/utils.go AuthorizedForAdminStatus), so the nodes fit as for any claim and
+    # the bind's write is refused with the API server's reason, writing nothing. The extender used to fail
+    # the pod with a fatal error in filter.
     objects = [("ResourceClaim", admin_claim("ops")), ("Pod", pod("ops", "p", ["admin"]))]
     if labels is not None:
         objects.append(("Namespace", namespace("ops", labels)))
     svc = service(*objects)
     outcome = svc.filter(svc.state.get("Pod", "ops/p"), ["n1", "n2"])
-    assert outcome.passed == []
-    assert outcome.error == (
-        "claim ops/admin: admin access to devices requires the "
-        "`resource.kubernetes.io/admin-access: true` label on the containing namespace ops"
-    )
+    assert (outcome.passed, outcome.error) == (["n1", "n2"], "")
+    before = copy.deepcopy(svc.state.objects)
+    with pytest.raises(BindError, match=re.escape(LABEL_MISSING)):
+        svc.bind("ops", "p", "uid-pod-ops-p", "n1")
+    assert svc.state.objects == before
+
+
+def test_admin_access_without_the_namespace_label_that_cannot_fit_is_unschedulable_saying_why():
+    # Upstream: Unschedulable ("cannot allocate all claims"), not an error; the reason keeps the label's
+    # explanation, since the claim would be refused even where it fits.
+    admin = admin_claim("ops")
+    admin["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    svc = service(("ResourceClaim", admin), ("Pod", pod("ops", "p", ["admin"])))
+    outcome = svc.filter(svc.state.get("Pod", "ops/p"), ["n1", "n2"])
+    assert (outcome.passed, outcome.error) == ([], "")
+    reasons = {**outcome.failed, **outcome.unresolvable}
+    assert sorted(reasons) == ["n1", "n2"]
+    assert all(reason.endswith(f"; {LABEL_MISSING}") for reason in reasons.values())
+
+
+def test_first_available_with_prioritized_list_off_is_unschedulable_not_an_error():
+    # The DynamicResources plugin's PreFilter (dynamicresources.go) answers UnschedulableAndUnresolvable for a
+    # request with subrequests while DRAPrioritizedList is off; the allocator would fail the pod (fatal), and
+    # the extender used to.
+    wants = claim("ml", "c", [])
+    wants["spec"]["devices"]["requests"] = [
+        {"name": "dev", "firstAvailable": [{"name": "gpu", "deviceClassName": "gpu", "count": 1}]}
+    ]
+    objects = [
+        ("Node", node("n1")),
+        ("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"')),
+        ("ResourceSlice", resource_slice("n1-gpus", DRIVER, "n1", [device("gpu-0")])),
+        ("ResourceClaim", wants),
+        ("Pod", pod("ml", "p", ["c"])),
+    ]
+    state = ClusterState.from_objects(objects, FeatureGates(DRAPrioritizedList=False))
+    svc = SchedulingService(state, SelectorCache(ExprEngine()))
+    outcome = svc.filter(svc.state.get("Pod", "ml/p"), ["n1"])
+    assert (outcome.passed, outcome.failed, outcome.error) == ([], {}, "")
+    assert outcome.unresolvable == {
+        "n1": "resource claim ml/c, request dev: has subrequests, but the DRAPrioritizedList feature is "
+        "disabled"
+    }
 
 
 def test_admin_access_in_labelled_namespace_uses_devices_in_use():
@@ -533,7 +583,7 @@ def _take(svc: SchedulingService, name: str, node_name: str, gpus: range) -> Non
 
 
 def test_a_node_counts_rule_out_is_decided_without_the_search_even_on_the_event_loop(monkeypatch):
-    # 16 of 40 GPUs wanted, 15 left: the search would try combinations until its step limit.
+    # 16 of 40 GPUs wanted, 15 left: counts rule the node out without starting a search.
     svc = _gpu_cluster(
         2,
         40,

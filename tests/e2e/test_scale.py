@@ -1,7 +1,7 @@
 """Scenarios 6-9 at scale: a fill-up of 50 nodes x 8 devices with 400 pods created at once, churn
 (deleted pods free devices for waiting ones), a fill-up of more nodes than kube-scheduler's sample,
 restarts of the extender and of kube-apiserver in the middle of a fill-up, and the same workload through
-kube-scheduler's in-tree DynamicResources plugin."""
+kube-scheduler's in-tree DynamicResources plugin. Pods waiting for an event: ``test_requeue.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from collections import Counter
 import pytest
 
 from bench.bench_k8s import SchedulerProfile
-from e2e.controlplane import ControlPlane
 from e2e.kube import poll
 from e2e.workload import (
     IN_TREE_SCHEDULER,
@@ -20,6 +19,7 @@ from e2e.workload import (
     allocated_devices,
     assert_bound_pods_hold_their_claims,
     devices_in_two_claims,
+    in_tree_scheduler,
 )
 
 pytestmark = pytest.mark.e2e
@@ -106,7 +106,7 @@ def test_in_tree_plugin_agrees(scenario: Scenario) -> None:
     driver and namespace, so the two runs never share devices): the same number bound and unschedulable,
     and each pod's outcome the same."""
     plane = scenario.plane
-    _in_tree_scheduler(plane)
+    in_tree_scheduler(plane)
     twin = Scenario.create(plane, f"{scenario.name}-in-tree")
     for sc in (scenario, twin):
         sc.add_nodes(10, 4)
@@ -140,38 +140,10 @@ def test_in_tree_plugin_agrees(scenario: Scenario) -> None:
     assert_bound_pods_hold_their_claims(twin)
 
 
-def test_devices_published_after_the_pods(scenario: Scenario) -> None:
-    """A driver publishing its ResourceSlice after the pods were rejected. kube-scheduler requeues pods
-    an extender rejected on every kind of event but ResourceSlice and DeviceTaintRule ones (its
-    extender enqueue extension lists the others), so without help such pods wait for
-    --pod-max-in-unschedulable-pods-duration; manifests/deployment.yaml sets it to 30 s."""
-    (node,) = scenario.add_nodes(1, 0)
-    scenario.kube.delete("ResourceSlice", f"{node}-gpus")
-    scenario.add_template("one-gpu")
-    for i in range(4):
-        scenario.add_pod(f"early-{i}", template="one-gpu")
-    scenario.wait_settled(timeout=120)  # all unschedulable: no device anywhere
-    published = time.monotonic()
-    scenario.kube.create(scenario.slice_for(node, 4))
-    # With kube-scheduler's default 5 minutes this took 329 s; the queue is flushed every 30 s, so with
-    # the shipped 30 s it takes 30-60 s.
-    scenario.wait_settled(timeout=150, expect_bound=4)
-    waited = time.monotonic() - published
-    scenario.notes.append(f"4 pods bound {waited:.1f} s after their devices were published")
-    assert_bound_pods_hold_their_claims(scenario)
-
-
-def _in_tree_scheduler(plane: ControlPlane) -> str:
-    """The in-tree kube-scheduler's URL, started (with profiling, as bench-k8s --profile does) if not yet."""
-    if "kube-scheduler-in-tree" not in plane.components:
-        plane.start_scheduler(with_extender=False, profiling=True)
-    return plane.scheduler_urls["kube-scheduler-in-tree"]
-
-
 def test_bench_k8s_profiles_a_kube_scheduler(scenario: Scenario, tmp_path) -> None:
     """bench-k8s --profile: kube-scheduler serves a CPU profile without credentials, written as pprof's
     gzipped protobuf."""
-    profile = SchedulerProfile(_in_tree_scheduler(scenario.plane), 1, tmp_path / "in-tree.pprof")
+    profile = SchedulerProfile(in_tree_scheduler(scenario.plane), 1, tmp_path / "in-tree.pprof")
     summary = profile.summary(lines=5)
     assert profile.path.read_bytes()[:2] == b"\x1f\x8b"
     assert "Type: cpu" in summary, summary

@@ -6,9 +6,17 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from tests.oracle.states import GATES
+from tests.oracle.states import (
+    ABOVE_MAX_INT64,
+    ADMIN_ACCESS_LABEL,
+    CEL_LIBRARY,
+    EXPERIMENTAL_GATES,
+    GATES,
+    MAX_INT64,
+    STABLE_GATES,
+)
 
-__all__ = ["features"]
+__all__ = ["EXPECTED", "features", "implementation"]
 
 _SELECTOR_PARTS = {
     "selector: driver": "device.driver",
@@ -19,6 +27,31 @@ _SELECTOR_PARTS = {
     "selector: key test (in)": '" in device.',
     "selector: negation": "!(",
 }
+_LIBRARY_PARTS = {
+    "ip/cidr": ("ip(", "cidr(", "isIP("),
+    "url": ("url(", "isURL("),
+    "format": ("format.",),
+    "k8s lists": (".isSorted()", ".sum()", ".min()", ".indexOf("),
+    "ext lists": (
+        "lists.range",
+        ".sort()",
+        ".sortBy(",
+        ".slice(",
+        ".flatten()",
+        ".distinct()",
+        "].reverse()",
+    ),
+    "sets": ("sets.",),
+    "ext strings": (".charAt(", ".split(", ".trim()", ".format(", "strings.quote", ".join(", '".reverse()'),
+    "regex": (".matches(", ".find("),
+    "quantity": ("quantity(",),
+    "semver": ("semver(",),
+    "two-variable comprehensions": ("(i, v,", "(k, v,"),
+    "type checking": ('[1, "a"]', "1 < 1.5", "1u < 2", "type("),
+}
+"""How each library family of ``CEL_LIBRARY`` shows in an expression."""
+assert set(_LIBRARY_PARTS) == set(CEL_LIBRARY)
+
 _NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
 _DEVICE_FIELDS = {
     "taints": "device taints",
@@ -65,12 +98,20 @@ def _device_features(device: dict[str, Any]) -> Iterator[str]:
         yield f"attribute {next(iter(value))}"
     for capacity in device.get("capacity", {}).values():
         yield "capacity"
+        if capacity["value"] == MAX_INT64:
+            yield "capacity MaxInt64"
+        policy = capacity.get("requestPolicy", {})
         for kind in ("validValues", "validRange"):
-            if kind in capacity.get("requestPolicy", {}):
+            if kind in policy:
                 yield f"requestPolicy {kind}"
+        if any("." in v or v.endswith("m") for v in (policy.get("validRange") or {}).values()):
+            yield "requestPolicy fractional validRange"
     yield from _present(device, _DEVICE_FIELDS)
     if any(c.get("compatibilityGroups") for c in device.get("consumesCounters", ())):
         yield "compatibility groups"
+
+
+_EXTREME_REQUESTS = {"-5": "negative", ABOVE_MAX_INT64: "above MaxInt64", MAX_INT64: "MaxInt64"}
 
 
 def _request_features(body: dict[str, Any]) -> Iterator[str]:
@@ -79,8 +120,16 @@ def _request_features(body: dict[str, Any]) -> Iterator[str]:
     if mode == "ExactCount" and body["count"] > 3:
         yield "count > 3" if body["count"] <= 32 else "count > 32"
     yield from _present(body, _REQUEST_FIELDS)
-    if body.get("derivedAttributes"):
-        yield "derived attributes"
+    for value in ((body.get("capacity") or {}).get("requests") or {}).values():
+        if value in _EXTREME_REQUESTS:
+            yield f"capacity request {_EXTREME_REQUESTS[value]}"
+    derived = body.get("derivedAttributes") or ()
+    if derived:
+        yield "derived attributes" + (" (9-32)" if len(derived) > 8 else "")
+        if any(not d["name"].startswith("derived/") for d in derived):
+            yield "derived attribute shadows a driver attribute"
+        if any(d["expression"].startswith("device.attributes") for d in derived):
+            yield "derived attribute may fail at run time"
 
 
 def _claim_features(claim: dict[str, Any]) -> Iterator[str]:
@@ -97,10 +146,68 @@ def _claim_features(claim: dict[str, Any]) -> Iterator[str]:
         yield from (k for k in ("matchAttribute", "distinctAttribute") if k in constraint)
 
 
+EXPECTED = (
+    "allocator stable",
+    "allocator incubating",
+    "allocator experimental",
+    "bindsToNode (stable)",
+    "bindsToNode (incubating)",
+    "bindsToNode (experimental)",
+    "adminAccess, namespace labelled",
+    "adminAccess, namespace not labelled",
+    "capacity request negative",
+    "capacity request above MaxInt64",
+    "capacity request MaxInt64",
+    "capacity MaxInt64",
+    "requestPolicy validRange",
+    "requestPolicy validValues",
+    "requestPolicy fractional validRange",
+    "derived attributes",
+    "derived attributes (9-32)",
+    "derived attribute shadows a driver attribute",
+    "derived attribute may fail at run time",
+    "compatibility groups",
+    "skipNodeOperations",
+    "node declares DRAOptionalNodeOperations",
+    *(f"selector library: {family}" for family in _LIBRARY_PARTS),
+)
+"""What every run should cover (issue 36): the table shows these even at 0 states, marked."""
+
+
+def implementation(gates: dict[str, bool]) -> str:
+    """The upstream implementation NewAllocator picks for ``gates`` (v0.37.2 structured/allocator.go: the
+    first of stable, incubating, experimental whose supported features cover the enabled ones)."""
+    enabled = {g for g, on in gates.items() if on} - {"DRADeviceTaintRules"}
+    binding = {"DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus"}
+    if not binding <= enabled:
+        enabled -= binding  # the allocator's DeviceBindingAndStatus needs both
+    if enabled <= set(STABLE_GATES):
+        return "stable"
+    return "experimental" if enabled & set(EXPERIMENTAL_GATES) else "incubating"
+
+
+def _admin_access(state: dict[str, Any]) -> Iterator[str]:
+    labelled = {
+        n["metadata"]["name"]
+        for n in state.get("namespaces", ())
+        if (n["metadata"].get("labels") or {}).get(ADMIN_ACCESS_LABEL) == "true"
+    }
+    for claim in state["claims"]:
+        for request in claim["spec"]["devices"]["requests"]:
+            if (request.get("exactly") or {}).get("adminAccess"):
+                where = "labelled" if claim["metadata"]["namespace"] in labelled else "not labelled"
+                yield f"adminAccess, namespace {where}"
+
+
 def features(state: dict[str, Any]) -> set[str]:
     """Names of the features ``state`` uses, gates turned off included (of those the generator draws)."""
     found = {f"gate {g} off" for g in GATES if not state["gates"][g]}
+    allocator = implementation(state["gates"])
+    found.add(f"allocator {allocator}")
     found |= set(_slice_features(state["slices"]))
+    if "bindsToNode" in found:
+        found.add(f"bindsToNode ({allocator})")
+    found |= set(_admin_access(state))
     for claim in state["claims"]:
         found |= set(_claim_features(claim))
     if (state["node"].get("status") or {}).get("declaredFeatures"):
@@ -119,6 +226,9 @@ def features(state: dict[str, Any]) -> set[str]:
         needles = (parts,) if isinstance(parts, str) else parts
         if any(n in e for e in expressions for n in needles):
             found.add(name)
+    for family, needles in _LIBRARY_PARTS.items():
+        if any(n in e for e in expressions for n in needles):
+            found.add(f"selector library: {family}")
     for rule in state["taintRules"]:
         selector = rule["spec"].get("deviceSelector")
         found.add(

@@ -2,8 +2,9 @@
 // (k8s.io/dynamic-resource-allocation/structured), the way kube-scheduler's DRA plugin calls it.
 //
 // Protocol: one JSON state per stdin line, one JSON answer per stdout line, until stdin closes.
-// A state carries the feature gates (upstream gate names), the node, DeviceClasses, ResourceSlices,
-// DeviceTaintRules, the claims to allocate and the allocation results of claims already allocated.
+// A state carries the feature gates (upstream gate names), the claims' Namespaces (ignored), the node,
+// DeviceClasses, ResourceSlices, DeviceTaintRules, the claims to allocate and the allocation results of
+// claims already allocated.
 // An answer is {"kind": "results", "results": [...]}, {"kind": "nofit"}, {"kind": "nodelocal",
 // "error": ...} (ErrFailedAllocationOnNode), {"kind": "error", "error": ...} or {"kind": "badinput",
 // "error": ...} when the line could not be decoded.
@@ -30,8 +31,11 @@ import (
 // filterTimeout is kube-scheduler's default DRA filter timeout: a search still running then is an error.
 const filterTimeout = 10 * time.Second
 
+// state is one question. Namespaces are read and ignored: kube-scheduler never looks at the admin-access
+// label (admission checks it when a claim is created); the product checks it before allocating.
 type state struct {
 	Gates      map[string]bool                `json:"gates"`
+	Namespaces []v1.Namespace                 `json:"namespaces"`
 	Node       v1.Node                        `json:"node"`
 	Classes    []*resourceapi.DeviceClass     `json:"classes"`
 	Slices     []*resourceapi.ResourceSlice   `json:"slices"`

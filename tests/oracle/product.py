@@ -1,4 +1,6 @@
-"""The product's ``first-fit`` allocator on one oracle state, answered in the oracle's shape."""
+"""The product's ``first-fit`` allocator on one oracle state, answered in the oracle's shape. The state's
+namespaces are not consulted: like upstream's scheduler, the product decides a claim with admin access
+whatever its namespace's label says (the API server's admission checks the label)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,8 @@ from dataclasses import fields
 from typing import Any
 
 from allocator.cel.expr_engine import ExprEngine
-from allocator.errors import AllocatorError, NodeLocalError, SearchLimitError
+from allocator.decide import FILTER_TIMEOUT
+from allocator.errors import AllocatorError, NodeLocalError, SearchTimeoutError
 from allocator.features import FeatureGates
 from allocator.inventory import Inventory, allocated_devices
 from allocator.model import (
@@ -16,7 +19,7 @@ from allocator.model import (
     parse_resource_slice,
 )
 from allocator.nodeselector import Node
-from allocator.search import Allocator
+from allocator.search import Allocator, Deadline
 from allocator.selectors import SelectorCache
 
 __all__ = ["allocate"]
@@ -31,8 +34,8 @@ def state_gates(state: dict[str, Any]) -> FeatureGates:
 
 
 def allocate(state: dict[str, Any]) -> dict[str, Any]:
-    """``{"kind": "results" | "nofit" | "nodelocal" | "error" | "limit", ...}`` like the oracle's answer
-    ("limit": the search ran out of steps, which the oracle never does); an error answer carries the
+    """``{"kind": "results" | "nofit" | "nodelocal" | "error" | "timeout", ...}`` like the oracle's answer
+    ("timeout": the search still ran after the oracle's 10 s filter timeout); an error answer carries the
     exception class name as ``class``."""
     gates = state_gates(state)
     selectors = SelectorCache(_ENGINE)
@@ -50,9 +53,9 @@ def allocate(state: dict[str, Any]) -> dict[str, Any]:
         meta = state["node"]["metadata"]
         declared = (state["node"].get("status") or {}).get("declaredFeatures") or ()
         node = Node(meta["name"], meta.get("labels") or {}, frozenset(declared))
-        results = Allocator(inventory, selectors).allocate(node, claims)
-    except SearchLimitError as e:
-        return {"kind": "limit", "error": str(e)}
+        results = Allocator(inventory, selectors, Deadline(FILTER_TIMEOUT)).allocate(node, claims)
+    except SearchTimeoutError as e:
+        return {"kind": "timeout", "error": str(e)}
     except NodeLocalError as e:
         return {"kind": "nodelocal", "error": str(e)}
     except AllocatorError as e:

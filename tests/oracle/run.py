@@ -1,8 +1,9 @@
-"""``make oracle N=... SEED=...``: a long differential run; prints feature coverage, outcome kinds and
-disagreements (each appended to .cache/oracle/disagreements.jsonl with both answers as it is found).
-``JOBS`` processes share the states, each with its own oracle and seed. Progress goes to stderr every
-10,000 states of a job; an interrupted run (Ctrl-C, or SIGTERM to its job processes) still prints the
-table of the states done."""
+"""``make oracle N=... SEED=...``: a long differential run; prints feature coverage (what issue 36 asks a
+run to cover is listed even when no state used it, marked NOT COVERED), outcome kinds and disagreements
+(each appended to .cache/oracle/disagreements.jsonl with both answers as it is found). ``JOBS``
+processes share the states, each with its own oracle and seed. Progress goes to stderr every 10,000
+states of a job; an interrupted run (Ctrl-C, or SIGTERM to its job processes) still prints the table of
+the states done."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from tests.oracle.client import MISSING, Oracle, oracle_path
 from tests.oracle.compare import agrees
-from tests.oracle.coverage import features
+from tests.oracle.coverage import EXPECTED, features
 from tests.oracle.product import allocate
 from tests.oracle.states import states
 
@@ -106,10 +107,10 @@ def main() -> int:
     total = sum(kinds.values())
     rate = total / seconds
     print(f"{total} states (seed {args.seed}, {args.jobs} jobs) in {seconds:.0f} s, {rate:.0f} states/s\n")
-    width = max(map(len, [*covered, *kinds]))
+    width = max(map(len, [*covered, *kinds, *EXPECTED]))
     print(f"{'feature'.ljust(width)}  states")
-    for name, n in sorted(covered.items()):
-        print(f"{name.ljust(width)}  {n}")
+    for name in sorted({*covered, *EXPECTED}):
+        print(f"{name.ljust(width)}  {covered[name]}" + ("  NOT COVERED" if not covered[name] else ""))
     print(f"\n{'outcome'.ljust(width)}  states")
     for name, n in sorted(kinds.items()):
         print(f"{name.ljust(width)}  {n}")

@@ -2,10 +2,11 @@
 
 A state is what kube-scheduler's DRA plugin hands the allocator for one node: feature gates, the node,
 DeviceClasses, ResourceSlices, DeviceTaintRules, the claims of one pod and the allocation results of
-claims already allocated. Objects are written as the API server stores them (defaults filled in: an
-``exactly`` request has allocationMode and count, a toleration has an operator), because upstream's
-allocator reads stored objects. Names come from small fixed sets so that selectors, constraints, taint
-rules and allocated results often refer to something that exists.
+claims already allocated; and the claims' Namespace, whose admin-access label the product checks before
+allocating (upstream leaves that to admission). Objects are written as the API server stores them
+(defaults filled in: an ``exactly`` request has allocationMode and count, a toleration has an operator),
+because upstream's allocator reads stored objects. Names come from small fixed sets so that selectors,
+constraints, taint rules and allocated results often refer to something that exists.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from hypothesis import strategies as st
 __all__ = ["GATES", "NODE", "large_states", "states"]
 
 DRIVERS = ("a.example.com", "b.example.com")
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+"""The claims' namespace has it (value "true") three times in four: admission admits adminAccess only there;
+upstream's scheduler never looks (issue 36 item 12)."""
 NODE = {"metadata": {"name": "node-1", "labels": {"kubernetes.io/hostname": "node-1", "zone": "z1"}}}
 DECLARING_NODE = NODE | {"status": {"declaredFeatures": ["DRAOptionalNodeOperations"]}}
 """A node whose kubelet declares DRAOptionalNodeOperations (may run devices that skip node operations)."""
@@ -40,6 +44,45 @@ GATES = (
 allocator."""
 
 Obj = dict[str, Any]
+
+STABLE_GATES = (
+    "DRAPrioritizedList",
+    "DRAAdminAccess",
+    "DRADeviceTaints",
+    "DRADeviceTaintRules",
+    "DRAPartitionableDevices",
+)
+"""What upstream's stable implementation supports (v0.37.2 structured/internal/stable SupportedFeatures, and
+the scheduler-side taint rules): with every other gate off, NewAllocator picks it."""
+EXPERIMENTAL_GATES = (
+    "DRAListTypeAttributes",
+    "DRADerivedAttributes",
+    "DRADeviceCompatibilityGroups",
+    "DRAOptionalNodeOperations",
+)
+"""What only the experimental implementation supports: with these off (and a beta gate beyond the stable
+ones on), NewAllocator picks incubating."""
+
+
+@st.composite
+def _gates(draw: st.DrawFn) -> dict[str, bool]:
+    """Gates by profile: everything on (the 1.37 defaults and then some, 7 in 20), at random (each off one
+    time in three, 7 in 20), the stable allocator's (every beta gate beyond its four off but maybe one of
+    the binding pair, 3 in 20) or the incubating allocator's (the experimental-only gates off, 3 in 20)."""
+    profile = draw(st.integers(0, 19))
+    if profile < 7:
+        return dict.fromkeys(GATES, True)
+    if profile < 14:
+        return {g: not _one_in(draw, 3) for g in GATES}
+    if profile < 17:
+        gates = {g: g in STABLE_GATES and not _one_in(draw, 5) for g in GATES}
+        # One gate of the binding pair alone leaves the allocator's DeviceBindingAndStatus off: still stable.
+        alone = draw(st.sampled_from(("", "DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus")))
+        if alone:
+            gates[alone] = True
+        return gates
+    return {g: g not in EXPERIMENTAL_GATES for g in GATES}
+
 
 _VERSIONS = ("1.0.0", "1.2.0", "2.0.0-rc.1", "2.0.0")
 _SCALARS: dict[str, st.SearchStrategy[Obj]] = {
@@ -80,6 +123,100 @@ def _has(driver: str, name: str) -> str:
     return f'"{ident}" in device.attributes["{domain}"]'
 
 
+CEL_LIBRARY: dict[str, tuple[str, ...]] = {
+    "ip/cidr": (
+        'ip("10.0.0.1").family() == 4',
+        'isIP("10.0.0.1")',
+        'ip("::1").isLoopback()',
+        'ip.isCanonical("10.0.0.1")',
+        'cidr("10.0.0.0/8").containsIP(ip("10.1.2.3"))',
+        'cidr("10.0.0.0/8").prefixLength() == 8',
+    ),
+    "url": ('url("https://example.com/x").getHost() == "example.com"', 'isURL("https://example.com")'),
+    "format": (
+        '!format.dns1123Label().validate("abc").hasValue()',
+        'format.named("dns1123Label").hasValue()',
+    ),
+    "k8s lists": (
+        "[1, 2, 3].isSorted()",
+        "[1, 2].sum() == 3",
+        "[3, 1].min() == 1",
+        "[1, 2, 3].indexOf(2) == 1",
+    ),
+    "ext lists": (
+        "lists.range(3).size() == 3",
+        "[3, 1, 2].sort() == [1, 2, 3]",
+        '["b", "a"].sortBy(x, x) == ["a", "b"]',
+        "[1, 2].slice(0, 1) == [1]",
+        "[[1], [2]].flatten().size() == 2",
+        "[1, 2, 2].distinct().size() == 2",
+        "[1, 2].reverse() == [2, 1]",
+    ),
+    "sets": (
+        "sets.contains([1, 2, 3], [2])",
+        "sets.equivalent([1, 2], [2, 1])",
+        "sets.intersects([1], [1, 2])",
+    ),
+    "ext strings": (
+        '"abc".charAt(1) == "b"',
+        '"a,b".split(",").size() == 2',
+        '" x ".trim() == "x"',
+        '"%d".format([3]) == "3"',
+        '"%e".format([1234.5]) != ""',
+        '"%d".format([1.5]) != ""',
+        'strings.quote("a") != ""',
+        '["a", "b"].join("-") == "a-b"',
+        '"abc".reverse() == "cba"',
+        '"abc".lastIndexOf("c") == 2',
+    ),
+    "regex": ('"abc".matches("^a")', '"abc123".find("[0-9]+") == "123"'),
+    "quantity": (
+        'quantity("1Gi").isGreaterThan(quantity("1Mi"))',
+        'quantity("1.5Gi").isInteger()',
+        'quantity("1Ei").asInteger() > 0',
+        'isQuantity("1Gi")',
+        'quantity("1").sign() == 1',
+        'quantity("1Gi").add(quantity("1Gi")) == quantity("2Gi")',
+    ),
+    "semver": (
+        'semver("1.2.3").major() == 1',
+        'isSemver("1.2.3")',
+        'semver("1.2.0").compareTo(semver("1.10.0")) < 0',
+        'semver("2.0.0") == "2.0.0"',
+    ),
+    "two-variable comprehensions": (
+        "[1, 2].all(i, v, v > i)",
+        '{"a": 1}.exists(k, v, v == 1)',
+        "[1, 2].transformList(i, v, v * 2) == [2, 4]",
+        "[1, 2].transformMap(i, v, v).size() == 2",
+    ),
+    "type checking": ('[1, "a"].size() == 2', "1 < 1.5", "1u < 2", "type(1) == int"),
+}
+"""Selector tests from each library of upstream's CEL environment (k8s.io/apiserver v0.37.2
+pkg/cel/environment/base.go, StoredExpressions) and its type-checking options, some valid and some that
+upstream refuses: each compiles or fails, evaluates or errs as upstream decides (issue 36 items 6-9)."""
+
+
+def _library_atom(draw: st.DrawFn, driver: str) -> str:
+    """One library test, on a constant or, one time in three, with a device attribute in it."""
+    family = draw(st.sampled_from(sorted(CEL_LIBRARY)))
+    if not _one_in(draw, 3):
+        return draw(st.sampled_from(CEL_LIBRARY[family]))
+    mem, ids, model = _attr(driver, "mem"), _attr(driver, "ids"), _attr(driver, "model")
+    return draw(
+        st.sampled_from(
+            (
+                f"{_has(driver, 'mem')} && [{mem}, 5].isSorted()",
+                f"{_has(driver, 'mem')} && [0, {mem}].exists(i, v, v == i)",
+                f"{_has(driver, 'ids')} && sets.contains({ids}, [1])",
+                f"{_has(driver, 'ids')} && {ids}.sort().size() > 0",
+                f'{_has(driver, "model")} && {model}.matches("^x")',
+                f"{_has(driver, 'mem')} && type({mem}) == int",
+            )
+        )
+    )
+
+
 @st.composite
 def _selector_atom(draw: st.DrawFn) -> str:
     """One test of a device; most guard the attribute they read with ``in``, one in ten does not (a device
@@ -99,6 +236,8 @@ def _selector_atom(draw: st.DrawFn) -> str:
     }
     if _one_in(draw, 10):
         return tests[name]
+    if _one_in(draw, 5):
+        return _library_atom(draw, driver)
     kind = draw(st.integers(0, 3))
     if kind == 0:
         return f'device.driver == "{driver}"'
@@ -167,12 +306,22 @@ _FRACTIONAL_CORES = st.fixed_dictionaries(
 """A capacity whose valid range is fractional (DRAFractionalCapacityRange rounds it in milli-units)."""
 
 
+MAX_INT64 = "9223372036854775807"
+ABOVE_MAX_INT64 = "18446744073709551616"
+"""2^64: a capacity request upstream cannot represent (fatal, issue 36 items 1, 3 and 4)."""
+
+
 @st.composite
 def _capacity(draw: st.DrawFn, multi: bool) -> Obj:
-    capacity: Obj = {"value": draw(st.sampled_from(_QUANTITIES))}
+    """Mostly 1-8Gi; one time in eight MaxInt64, where a step policy (min 1, step 2) rounds a request of
+    MaxInt64 past it (fatal upstream, issue 36 item 2)."""
+    huge = _one_in(draw, 8)
+    capacity: Obj = {"value": MAX_INT64 if huge else draw(st.sampled_from(_QUANTITIES))}
     if multi and draw(st.booleans()):
         policy: Obj = {"default": "1Gi"}
-        if draw(st.booleans()):
+        if huge:
+            policy["validRange"] = {"min": "1", "step": "2"}
+        elif draw(st.booleans()):
             policy["validValues"] = ["1Gi", "2Gi", "4Gi"]
         else:
             policy["validRange"] = {"min": "1Gi", **draw(st.sampled_from(({}, {"step": "1Gi"})))}
@@ -204,6 +353,8 @@ def _device(draw: st.DrawFn, name: str, counter_sets: tuple[str, ...], node_fiel
         device["bindingFailureConditions"] = ["failed"]
         if draw(st.booleans()):
             device["bindsToNode"] = True
+    elif _one_in(draw, 8):
+        device["bindsToNode"] = True  # valid without binding conditions: pins the allocation to the node
     if node_field is not None:
         device.update(node_field)
     return device
@@ -268,6 +419,9 @@ def _pool(draw: st.DrawFn, index: int) -> list[Obj]:
             reused = serial > 0 and s > 0 and _one_in(draw, 15)
             devices.append(draw(_device(f"dev-{index}-{0 if reused else serial}", counter_sets, per)))
             serial += 1
+        if devices and "nodeName" not in node_field and _one_in(draw, 3):
+            # Where the pool is not tied to the node, bindsToNode decides whether the allocation is pinned.
+            draw(st.sampled_from(devices))["bindsToNode"] = True
         slices.append({"metadata": {"name": f"{pool}-s{s}"}, "spec": spec({"devices": devices})})
     if generation > 1 and _one_in(draw, 4):
         stale = [draw(_device(f"dev-{index}-old", (), None if not per_device else {"allNodes": True}))]
@@ -298,6 +452,11 @@ def _uses(draw: st.DrawFn, gates: dict[str, bool], gate: str, one_in: int) -> bo
     return _one_in(draw, one_in) and (gates[gate] or _one_in(draw, 10))
 
 
+_EXTREME_REQUESTS = st.sampled_from(("-5", ABOVE_MAX_INT64, MAX_INT64))
+"""Capacity requests upstream refuses as fatal: negative (issue 36 item 5), above MaxInt64, or MaxInt64
+itself, which a step policy rounds past it."""
+
+
 @st.composite
 def _exactly(draw: st.DrawFn, classes: list[str], gates: dict[str, bool], sub: bool) -> Obj:
     body: Obj = {
@@ -320,8 +479,10 @@ def _exactly(draw: st.DrawFn, classes: list[str], gates: dict[str, bool], sub: b
     if _one_in(draw, 5):
         body["tolerations"] = draw(st.lists(_TOLERATION, min_size=1, max_size=2))
     if _uses(draw, gates, "DRAConsumableCapacity", 5):
-        requests = {"memory": draw(st.sampled_from(("1Gi", "2Gi", "3Gi", "1500Mi")))}
-        if _one_in(draw, 2):
+        extreme = _one_in(draw, 6)
+        memory = _EXTREME_REQUESTS if extreme else st.sampled_from(("1Gi", "2Gi", "3Gi", "1500Mi"))
+        requests = {"memory": draw(memory)}
+        if _one_in(draw, 2) and not extreme:  # a device without cores is skipped before the memory check
             requests["cores"] = draw(st.sampled_from(("0.7", "1.2", "2", "300m")))
         body["capacity"] = {"requests": requests}
     return body
@@ -338,10 +499,17 @@ def _request(draw: st.DrawFn, name: str, classes: list[str], gates: dict[str, bo
     return {"name": name, "exactly": draw(_exactly(classes, gates, sub=False))}
 
 
+def _constraint_kind(draw: st.DrawFn, gates: dict[str, bool]) -> str:
+    """matchAttribute or distinctAttribute; the latter came with DRAConsumableCapacity (the stable
+    allocator does not know it), so with that gate off only one time in ten."""
+    distinct = draw(st.booleans()) and (gates["DRAConsumableCapacity"] or _one_in(draw, 10))
+    return "distinctAttribute" if distinct else "matchAttribute"
+
+
 @st.composite
-def _constraint(draw: st.DrawFn, names: list[str]) -> Obj:
+def _constraint(draw: st.DrawFn, names: list[str], gates: dict[str, bool]) -> Obj:
     attribute = _qualified(draw(st.sampled_from(ATTRIBUTES)), draw(st.sampled_from(DRIVERS)))
-    constraint: Obj = {draw(st.sampled_from(("matchAttribute", "distinctAttribute"))): attribute}
+    constraint: Obj = {_constraint_kind(draw, gates): attribute}
     chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
     if chosen:
         constraint["requests"] = chosen
@@ -355,9 +523,9 @@ def _claim(draw: st.DrawFn, index: int, classes: list[str], gates: dict[str, boo
         f"{r['name']}/{s['name']}" for r in requests for s in r.get("firstAvailable", ())
     ]
     devices: Obj = {"requests": requests}
-    constraints = draw(st.lists(_constraint(names), max_size=2))
+    constraints = draw(st.lists(_constraint(names, gates), max_size=2))
     if _uses(draw, gates, "DRADerivedAttributes", 5):
-        constraints.append(draw(_derived(requests)))
+        constraints.extend(draw(_derived(requests, gates)))
     if constraints:
         devices["constraints"] = constraints
     return {
@@ -376,22 +544,37 @@ _DERIVED_EXPRESSIONS = (
 """Derived-attribute expressions: the first fails on devices without ``mem``, the fourth gives a list."""
 
 
+MAX_DERIVED_ATTRIBUTES = 32
+"""``+k8s:maxItems=32`` on derivedAttributes (k8s.io/api v0.37.2 resource/v1/types.go)."""
+MAX_CONSTRAINTS = 32
+"""``DeviceConstraintsMaxSize``: with up to two other constraints, at most 30 derived attributes here."""
+
+
 @st.composite
-def _derived(draw: st.DrawFn, requests: list[Obj]) -> Obj:
-    """Adds ``derivedAttributes`` to one request (or subrequest) and returns the constraint that uses it (an
-    unused one is invalid): a ``derived/`` name or one shadowing a driver attribute."""
+def _derived(draw: st.DrawFn, requests: list[Obj], gates: dict[str, bool]) -> list[Obj]:
+    """Adds ``derivedAttributes`` to one request (or subrequest) and returns the constraints that use them
+    (API validation refuses an attribute no constraint targeting its request uses): mostly one, a
+    ``derived/`` name or one shadowing a driver attribute; one time in four 9 to 30 of them."""
     request = draw(st.sampled_from(requests))
     body = (
         draw(st.sampled_from(request["firstAvailable"]))
         if "firstAvailable" in request
         else request["exactly"]
     )
-    name = draw(st.sampled_from(("derived/g", f"{DRIVERS[0]}/mem")))
-    body["derivedAttributes"] = [{"name": name, "expression": draw(st.sampled_from(_DERIVED_EXPRESSIONS))}]
-    constraint: Obj = {draw(st.sampled_from(("matchAttribute", "distinctAttribute"))): name}
-    if draw(st.booleans()):
-        constraint["requests"] = [request["name"]]
-    return constraint
+    if _one_in(draw, 4):
+        names = [f"derived/d{i}" for i in range(draw(st.integers(9, MAX_CONSTRAINTS - 2)))]
+    else:
+        names = [draw(st.sampled_from(("derived/g", f"{DRIVERS[0]}/mem")))]
+    body["derivedAttributes"] = [
+        {"name": name, "expression": draw(st.sampled_from(_DERIVED_EXPRESSIONS))} for name in names
+    ]
+    constraints = []
+    for name in names:
+        constraint: Obj = {_constraint_kind(draw, gates): name}
+        if draw(st.booleans()):
+            constraint["requests"] = [request["name"]]
+        constraints.append(constraint)
+    return constraints
 
 
 _RULE_SELECTORS = st.sampled_from(("omitted", "empty", "driver", "pool", "device"))
@@ -436,9 +619,7 @@ def _devices(slice_: Obj) -> list[Obj]:
 @st.composite
 def states(draw: st.DrawFn) -> Obj:
     """One state for the oracle program (tests/oracle/main.go)."""
-    # Half the states run the 1.37 defaults with everything on; the others turn gates off at random.
-    all_on = draw(st.booleans())
-    gates = {g: all_on or not _one_in(draw, 3) for g in GATES}
+    gates = draw(_gates())
     slices = [s for i in range(draw(st.integers(1, 3))) for s in draw(_pool(i))]
     devices = [
         (s["spec"]["driver"], s["spec"]["pool"]["name"], d)
@@ -453,8 +634,10 @@ def states(draw: st.DrawFn) -> Obj:
     if devices and draw(st.booleans()):
         results = draw(st.lists(_allocated_result(devices), min_size=1, max_size=3))
         allocated.append({"devices": {"results": results}})
+    labels = {ADMIN_ACCESS_LABEL: "true"} if not _one_in(draw, 4) else {}
     return {
         "gates": gates,
+        "namespaces": [{"metadata": {"name": "default", "labels": labels}}],
         "node": DECLARING_NODE if draw(st.booleans()) else NODE,
         "classes": classes,
         "slices": slices,
@@ -513,6 +696,7 @@ def large_states(draw: st.DrawFn) -> Obj:
     requests.sort(key=lambda r: "selectors" not in (r.get("exactly") or r["firstAvailable"][1]))
     return {
         "gates": dict.fromkeys(GATES, True),
+        "namespaces": [],
         "node": NODE,
         "classes": [{"metadata": {"name": "class-0"}, "spec": {}}],
         "slices": slices,

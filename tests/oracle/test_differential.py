@@ -41,9 +41,10 @@ def test_first_fit_allocates_like_upstream(oracle: Oracle, state):
 @_seeded(LARGE_STATES_PER_RUN)
 @given(state=large_states())
 def test_search_never_says_no_fit_where_upstream_fits(oracle: Oracle, state):
-    """Up to 64 devices and 32 requests: the same answer as upstream, or the search gives up with its own
-    reason (a step limit upstream does not have), never a wrong one."""
+    """Up to 64 devices and 32 requests: the same answer as upstream, or the search times out (the Python
+    search is slower than upstream's: it may pass the 10 s filter timeout where upstream did not), never a
+    wrong answer."""
     expected = oracle.ask(state)
     actual = allocate(state)
-    if actual["kind"] != "limit":
+    if actual["kind"] != "timeout":
         assert agrees(oracle, state, expected, actual), _explained(state, expected, actual)

@@ -16,7 +16,7 @@ from allocator.quantity import parse_quantity
 from tests.oracle.client import Oracle
 from tests.oracle.compare import STABLE_RETRIES, error_class, outcome
 from tests.oracle.product import allocate, state_gates
-from tests.oracle.states import GATES, NODE
+from tests.oracle.states import ADMIN_ACCESS_LABEL, GATES, NODE
 
 DRIVER = "a.example.com"
 ON = dict.fromkeys(GATES, True) | {"DRAOptionalNodeOperations": False}
@@ -56,8 +56,10 @@ def claim(
 
 
 def state(slices: list[dict[str, Any]], claims: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """The claims live in namespace ``default``, labelled for admin access (admission admitted them)."""
     return {
         "gates": ON | extra.pop("gates", {}),
+        "namespaces": [{"metadata": {"name": "default", "labels": {ADMIN_ACCESS_LABEL: "true"}}}],
         "node": NODE,
         "classes": [{"metadata": {"name": "c"}, "spec": {"selectors": extra.pop("selectors", [])}}],
         "slices": slices,
@@ -518,3 +520,208 @@ def test_product_rounds_a_fractional_valid_range_in_milli_units() -> None:
 
 def test_upstream_rounds_a_fractional_valid_range_in_milli_units(oracle: Oracle) -> None:
     assert _cores(oracle.ask(fractional_cores_state())) == Fraction(3, 2)
+
+
+# --- issue 36 -----------------------------------------------------------------------------------------
+
+
+def shared(name: str, value: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A multi-allocatable device with one capacity ``mem`` (and its request policy)."""
+    capacity = {"value": value} | ({"requestPolicy": policy} if policy else {})
+    return {"name": name, "allowMultipleAllocations": True, "capacity": {"mem": capacity}}
+
+
+WHOLE_STEPS = {"validRange": {"min": "0", "step": "10"}}
+HALF_STEPS = {"validRange": {"min": "0.5", "step": "0.5"}}
+ABOVE_MAX_INT64 = "18446744073709551616"
+WHOLE_UNITS = {"DRAFractionalCapacityRange": False}
+
+# Upstream CmpRequestOverCapacity (structured/internal/incubating/consumable_capacity.go; experimental is the
+# same) resolves every capacity with calculateConsumedCapacity first and aborts the allocation when
+# roundUpRange cannot represent the request (errCapacityRequestNotRepresentable) or the value is negative
+# (errNegativeCapacity); allocateOne and validateDeviceRequest (allocator_incubating.go) return that error.
+# The product skipped the device instead ("no fit"), or allocated another one.
+ISSUE_36 = {
+    "a capacity request above MaxInt64 on a stepped range is fatal (whole units)": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", WHOLE_STEPS)])],
+            [claim(("a", 1), capacity={"mem": ABOVE_MAX_INT64})],
+            gates=WHOLE_UNITS,
+        ),
+        ("error", "input"),
+    ),
+    "a capacity request past the milli-value range on a stepped range is fatal (milli-units)": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", HALF_STEPS)])],
+            [claim(("a", 1), capacity={"mem": ABOVE_MAX_INT64})],
+        ),
+        ("error", "input"),
+    ),
+    "a capacity request of a fraction of a milli-unit on a milli-unit range is fatal": (
+        state([slice_("s", [shared("d0", "4", HALF_STEPS)])], [claim(("a", 1), capacity={"mem": "1.0005"})]),
+        ("error", "input"),
+    ),
+    "a capacity request the step rounds up past MaxInt64 is fatal": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", WHOLE_STEPS)])],
+            [claim(("a", 1), capacity={"mem": "9223372036854775807"})],
+            gates=WHOLE_UNITS,
+        ),
+        ("error", "input"),
+    ),
+    "a capacity request the step rounds up past the milli-value range is fatal": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", HALF_STEPS)])],
+            [claim(("a", 1), capacity={"mem": "9223372036854775.807"})],
+        ),
+        ("error", "input"),
+    ),
+    "an unrepresentable capacity request on the first device aborts before the second is tried": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", WHOLE_STEPS), shared("d1", "20Ei")])],
+            [claim(("a", 1), capacity={"mem": ABOVE_MAX_INT64})],
+            gates=WHOLE_UNITS,
+        ),
+        ("error", "input"),
+    ),
+    "an All request with an unrepresentable capacity request is fatal": (
+        state(
+            [slice_("s", [shared("d0", "20Ei", WHOLE_STEPS)])],
+            [claim(("all", 0), capacity={"mem": ABOVE_MAX_INT64})],
+            gates=WHOLE_UNITS,
+        ),
+        ("error", "input"),
+    ),
+    "a negative capacity request is fatal": (
+        state([slice_("s", [shared("d0", "10")])], [claim(("a", 1), capacity={"mem": "-5"})]),
+        ("error", "input"),
+    ),
+    "a negative capacity request on a device that is not multi-allocatable is fatal": (
+        state(
+            [slice_("s", [{"name": "d0", "capacity": {"mem": {"value": "10"}}}])],
+            [claim(("a", 1), capacity={"mem": "-5"})],
+        ),
+        ("error", "input"),
+    ),
+    # Below min, roundUpRange answers min before looking at the step: no error, and the share takes min.
+    "a negative capacity request below a range's min consumes min": (
+        state([slice_("s", [shared("d0", "4", HALF_STEPS)])], [claim(("a", 1), capacity={"mem": "-5"})]),
+        ("results", [("a", "d0")]),
+    ),
+}
+
+
+TWELVE_OR_ONE = claim(("r", 1), ("other", 5))
+TWELVE_OR_ONE["spec"]["devices"]["requests"][0] = {
+    "name": "r",
+    "firstAvailable": [
+        {"name": "twelve", "deviceClassName": "c", "allocationMode": "ExactCount", "count": 12},
+        {"name": "one", "deviceClassName": "c", "allocationMode": "ExactCount", "count": 1},
+    ],
+}
+NUMA_0 = [{"cel": {"expression": f'device.attributes["{DRIVER}"].numa == "0"'}}]
+SIX_THEN_FIVE_ON_NUMA_0 = [named_claim("a", ("six", 6)), named_claim("b", ("five", 5))]
+SIX_THEN_FIVE_ON_NUMA_0[1]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = NUMA_0
+
+# Upstream has no step limit (allocator_incubating.go, allocateOne checks only the context, which
+# kube-scheduler's filterTimeout ends: dynamicresources.go, Filter). The product gave up after 50,000 steps.
+ISSUE_36 |= {
+    # Every choice of "twelve" leaves 4 devices for "other"'s 5: upstream tries them all (about 94,000
+    # steps), then "one"; the product now drops "twelve" at once (12 + 5 > 16).
+    "firstAvailable falls back after every choice of its first subrequest fails": (
+        state([slice_("s", [device(f"d{i}") for i in range(16)])], [TWELVE_OR_ONE]),
+        picks(("r/one", "d0"), *(("other", f"d{i}") for i in range(1, 6))),
+    ),
+    # d0 lacks "numa": claim "b"'s selector fails there once claim "a" no longer holds d0, after every
+    # choice of "a" with d0. Dropping "a"'s choices because 6 + 5 devices are more than 10 would say no fit.
+    "a selector error behind choices too many for the node still fails the pod": (
+        state(
+            [slice_("s", [device("d0")] + [device(f"d{i}", numa="0") for i in range(1, 10)])],
+            SIX_THEN_FIVE_ON_NUMA_0,
+        ),
+        ("error", "cel"),
+    ),
+}
+
+
+def counted(name: str, amount: str) -> dict[str, Any]:
+    return {"name": name, "consumesCounters": [{"counterSet": "set", "counters": {"c": {"value": amount}}}]}
+
+
+# checkAvailableCounters (allocator_incubating.go) subtracts what allocated devices consume only for devices
+# the pool's slices publish: "gone", allocated but no longer published, consumes nothing, and "whole" fits.
+# The product's long-running index kept "gone"'s consumption (a fresh one did not).
+ISSUE_36 |= {
+    "an allocated device its slice no longer publishes consumes no counters": (
+        state(
+            [
+                slice_("s0", count=2, sharedCounters=[{"name": "set", "counters": {"c": {"value": "2"}}}]),
+                slice_("s1", [counted("whole", "2"), counted("half", "1")], count=2),
+            ],
+            [claim(("a", 1))],
+            allocated=[
+                {"devices": {"results": [{"request": "x", "driver": DRIVER, "pool": "p", "device": "gone"}]}}
+            ],
+        ),
+        picks(("a", "whole")),
+    ),
+}
+
+
+def binds_to_node_state(gates: dict[str, bool]) -> dict[str, Any]:
+    """A device that binds to the node it is allocated for, in a slice for all nodes."""
+    everywhere = slice_("s", [device("d0") | {"bindsToNode": True}], allNodes=True)
+    del everywhere["spec"]["nodeName"]
+    return state([everywhere], [claim(("a", 1))], gates=gates)
+
+
+# createNodeSelector pins the allocation to the node for a bindsToNode device in the incubating and
+# experimental allocators (allocator_incubating.go), not in the stable one (allocator_stable.go), which
+# NewAllocator (structured/allocator.go) picks with every beta gate off: its nodeSelector stays the slice's
+# (none, for allNodes). The product pinned it under every allocator.
+ISSUE_36 |= {
+    "bindsToNode pins the allocation to the node in the incubating allocator": (
+        binds_to_node_state({}),
+        picks(("a", "d0")),
+    ),
+    "bindsToNode does not pin the allocation in the stable allocator": (
+        binds_to_node_state(STABLE),
+        picks(("a", "d0")),
+    ),
+}
+
+
+NINE_DERIVED = claim(("r", 1), constraints=[{"matchAttribute": f"derived/a{i}"} for i in range(9)])
+NINE_DERIVED["spec"]["devices"]["requests"][0]["exactly"]["derivedAttributes"] = [
+    {"name": f"derived/a{i}", "expression": str(i)} for i in range(9)
+]
+
+# A request may have up to 32 derived attributes (+k8s:maxItems=32, k8s.io/api resource/v1/types.go);
+# the product refused more than 8, so a valid claim with 9 never scheduled.
+ISSUE_36 |= {
+    "a request with nine derived attributes": (
+        state([slice_("s", [device("d0")])], [NINE_DERIVED]),
+        picks(("r", "d0")),
+    ),
+}
+
+CASES |= ISSUE_36
+"""Issue 36's cases run through the two tests above (which take their names from ``CASES``)."""
+
+
+@pytest.mark.parametrize("name", list(ISSUE_36))
+def test_issue_36_product_answers_like_upstream(name: str) -> None:
+    test_product_answers_like_upstream(name)
+
+
+@pytest.mark.parametrize("name", list(ISSUE_36))
+def test_issue_36_recorded_answer_is_upstreams(oracle: Oracle, name: str) -> None:
+    test_recorded_answer_is_upstreams(oracle, name)
+
+
+@pytest.mark.parametrize(("gates", "pinned"), [({}, True), (STABLE, False)])
+def test_issue_36_binds_to_node_pins_only_outside_the_stable_allocator(
+    gates: dict[str, bool], pinned: bool
+) -> None:
+    [allocation] = allocate(binds_to_node_state(gates))["results"]
+    assert ("nodeSelector" in allocation) is pinned

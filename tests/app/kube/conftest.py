@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -28,6 +29,8 @@ TEST_SETTINGS = ClusterSettings(
     orphan_grace_period_seconds=300.0,
     orphan_check_interval_seconds=86_400.0,  # the most it takes: tests call OrphanReleaser.sweep() themselves
     scheduler_names=("default-scheduler",),  # test pods carry no schedulerName: the API server's default
+    api_qps=10_000.0,  # the client's limit runs on real time; tests that count on it set their own
+    api_burst=100_000,
 )
 
 
@@ -39,10 +42,15 @@ class FakeClock:
     def __init__(self, scale: float = 0.01) -> None:
         self.scale = scale
         self.virtual = 1000.0
+        self.epoch = time.time() - self.virtual
         self.sleeps: list[float] = []
 
     def now(self) -> float:
         return self.virtual
+
+    def wall(self) -> float:
+        """The real wall clock moved on by ``advance`` as ``now`` is."""
+        return self.epoch + self.virtual
 
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)

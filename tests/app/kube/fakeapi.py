@@ -12,7 +12,8 @@ What it serves (only what the extender uses, with the API server's rules that ma
   ``reservedFor`` needs an allocation); the main resource ignores status changes; ``metadata.resourceVersion``
   and ``metadata.uid`` in a body are preconditions (409); finalizers delay deletion;
 * ``POST pods/{name}/binding`` with the UID precondition, "already assigned to node" and spec.nodeName;
-* strategic-merge ``PATCH pods/{name}/status`` (top-level status keys);
+* strategic-merge ``PATCH pods/{name}/status`` (top-level status keys) and ``PATCH pods/{name}`` (labels
+  and annotations; another ``metadata.uid`` is refused as an immutable-field change, 422);
 * events.k8s.io/v1 Events: create with the API server's validation of a new Event (``_event_problem``),
   strategic-merge ``PATCH`` of an Event (``series``);
 * TokenReview and SubjectAccessReview (non-resource URLs) from ``tokens`` and ``allowed``.
@@ -392,6 +393,8 @@ class FakeKubeAPI(FaultPlan):
                 return self._delete(request, kind, namespace, name)
             if method == "PATCH" and kind == "Event":
                 return self._patch_event(request, namespace, name)
+            if method == "PATCH" and kind == "Pod":
+                return self._patch_metadata(request, kind, namespace, name)
         elif sub == "status" and method == "PUT":
             return self._update(request, kind, namespace, name, status=True)
         elif sub == "status" and method == "PATCH":
@@ -656,6 +659,30 @@ class FakeKubeAPI(FaultPlan):
             return self._error(422, "Invalid", "series.count: should be at least 2; series.lastObservedTime")
         stored["series"] = series
         return self._json(self.put("Event", stored))
+
+    def _patch_metadata(
+        self, request: web.Request, kind: str, namespace: str | None, name: str
+    ) -> web.Response:
+        stored = self.store.get(self._res(kind), {}).get((namespace or "", name))
+        if stored is None:
+            return self._error(404, "NotFound", f'pods "{name}" not found')
+        patch = (request[_BODY] or {}).get("metadata") or {}
+        uid = patch.get("uid")
+        if uid and uid != stored["metadata"].get("uid"):
+            return self._error(
+                422,
+                "Invalid",
+                f'Pod "{name}" is invalid: metadata.uid: Invalid value: "{uid}": field is immutable',
+            )
+        new = copy.deepcopy(stored)
+        for field_name in ("labels", "annotations"):
+            merged = new["metadata"].setdefault(field_name, {})
+            for k, v in (patch.get(field_name) or {}).items():
+                if v is None:
+                    merged.pop(k, None)
+                else:
+                    merged[k] = v
+        return self._json(self.put(kind, new))
 
     def _binding(self, request: web.Request, namespace: str | None, name: str) -> web.Response:
         body = request[_BODY] or {}

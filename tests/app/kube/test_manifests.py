@@ -46,7 +46,8 @@ def rendered() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def scheduler_config() -> dict[str, Any]:
-    return yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
+    [configmap] = [d for d in yaml.safe_load_all((MANIFESTS / "kube-scheduler-config.yaml").read_text()) if d]
+    return yaml.safe_load(configmap["data"]["config.yaml"])
 
 
 def _one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -147,8 +148,8 @@ def test_readme_says_what_the_manifests_ship(scheduler_config):
     assert f"**`weight: {extender['weight']}`** is recommended" in readme
     timeout = extender["httpTimeout"].removesuffix("s")
     assert f"`manifests/` ships {timeout} s" in readme
-    images = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["images"]
-    tag = next(i["newTag"] for i in images if i["name"] == "registry.k8s.io/kube-scheduler")
+    values = yaml.safe_load((ROOT / "charts" / "dra-extender" / "values.yaml").read_text())
+    tag = values["kubeScheduler"]["image"]["tag"]
     assert f"| kube-scheduler | {tag.removeprefix('v')} |" in readme  # the supported-versions table
 
 
@@ -205,7 +206,7 @@ def test_rbac_is_least_privilege(rendered):
     assert _rules(_one(rendered, "ClusterRole", "dra-extender")) == {
         ("", "namespaces"): {"get", "list", "watch"},
         ("", "nodes"): {"get", "list", "watch"},
-        ("", "pods"): {"get", "list", "watch"},
+        ("", "pods"): {"get", "list", "watch", "patch"},  # patch: the requeue annotation
         ("", "pods/binding"): {"create"},
         ("scheduling.k8s.io", "podgroups"): {"get", "list", "watch"},
         ("", "pods/status"): {"patch"},
@@ -299,3 +300,46 @@ def test_license_is_the_apache_2_0_text():
     # sha256 of https://www.apache.org/licenses/LICENSE-2.0.txt, as pyproject's license = "Apache-2.0".
     digest = hashlib.sha256((ROOT / "LICENSE").read_bytes()).hexdigest()
     assert digest == "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+
+
+def _shipped_pod() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The extender sidecar and the kube-scheduler container of ``deployment.yaml`` as shipped."""
+    docs = [d for d in yaml.safe_load_all((MANIFESTS / "deployment.yaml").read_text()) if d]
+    spec = _pod_spec(docs)
+    extender = next(c for c in spec["initContainers"] if c["name"] == "dra-extender")
+    return extender, next(c for c in spec["containers"] if c["name"] == "kube-scheduler")
+
+
+def test_kube_scheduler_gives_up_the_lease_when_its_extender_cannot_answer(scheduler_config):
+    # Issue 33: kube-scheduler's liveness probe asks the extender's probe listener whether the extender is
+    # ready, so the kubelet restarts kube-scheduler, which releases the Lease, while the extender is down.
+    extender, scheduler = _shipped_pod()
+    address = next(a for a in extender["args"] if a.startswith("--health-probe-bind-address="))
+    liveness = scheduler["livenessProbe"]
+    assert liveness["httpGet"] == {"path": "/readyz", "port": int(address.rpartition(":")[2])}
+    # Detected within periodSeconds x failureThreshold; the standby then takes the released Lease within
+    # 2.2 x retryPeriod (client-go's jitter). Twice that (the restarted kube-scheduler may take the Lease
+    # back once before the kubelet's restart back-off keeps it down) stays within the 15 s allowed.
+    election = scheduler_config["leaderElection"]
+    assert election["leaderElect"] is True
+    retry = float(election["retryPeriod"].removesuffix("s"))
+    assert 2 * liveness["periodSeconds"] * liveness["failureThreshold"] + 2.2 * retry <= 15
+
+
+KUBE_SCHEDULER_DEPRECATED_FLAGS = {
+    "--profiling",
+    "--contention-profiling",
+    "--kubeconfig",
+    "--kube-api-content-type",
+    "--kube-api-qps",
+    "--kube-api-burst",
+    "--pod-max-in-unschedulable-pods-duration",
+}
+"""kube-scheduler v1.37.2's deprecated flags (cmd/kube-scheduler/app/options/deprecated.go)."""
+
+
+def test_kube_scheduler_runs_without_deprecated_flags():
+    _, scheduler = _shipped_pod()
+    flags = {arg.partition("=")[0] for arg in scheduler["command"][1:]}
+    # The one left has no replacement in 1.37; the manifest says why it is there.
+    assert flags & KUBE_SCHEDULER_DEPRECATED_FLAGS <= {"--pod-max-in-unschedulable-pods-duration"}

@@ -102,6 +102,10 @@ def test_serve_flags_choose_cluster_mode(monkeypatch, tmp_path):
             "120",
             "--scheduler-name",
             "dra-scheduler, gpu-scheduler",
+            "--kube-api-qps",
+            "500",
+            "--kube-api-burst",
+            "1000",
         )
     )
     assert settings == ClusterSettings(
@@ -110,6 +114,8 @@ def test_serve_flags_choose_cluster_mode(monkeypatch, tmp_path):
         scheduler_names=("dra-scheduler", "gpu-scheduler"),
         orphan_grace_period_seconds=60.0,
         binding_timeout_seconds=120.0,
+        api_qps=500.0,
+        api_burst=1000,
     )
     assert cluster_settings(_serve_args("--in-cluster")).in_cluster
     assert cluster_settings(_serve_args("--state", str(tmp_path))) is None

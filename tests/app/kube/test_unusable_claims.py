@@ -20,6 +20,7 @@ from tests.app.kube.conftest import DRIVER, NS, eventually
 from tests.app.kube.fakeapi import FakeKubeAPI
 from tests.app.kube.test_binder import claim_in_api
 from tests.app.kube.test_binding_conditions import ATTACHED, FAILED, add_pod, seed, set_conditions
+from tests.app.kube.test_two_replicas import LEASE_NAME, LEASE_NAMESPACE, hold
 
 OLD = "2020-01-01T00:00:00Z"
 """An allocationTimestamp far beyond any binding timeout."""
@@ -123,3 +124,18 @@ async def test_claim_reserved_for_another_pod_stays_allocated(api, start_runtime
     assert outcome.failed == {"n1": f"{TIMEOUT_REASON}; it stays allocated: reserved for other pods"}
     status = claim_in_api(api, "p-gpu")["status"]
     assert status["allocation"] and status["reservedFor"] == [other]
+
+
+async def test_a_standby_answers_but_leaves_the_claim_to_the_leader(api, start_runtime, clock):
+    # Issue 33: filter keeps answering on a replica whose kube-scheduler does not hold the Lease, but writes
+    # nothing there.
+    hold(api, "pod-b_1", clock.wall())
+    seed(api)
+    add_pod(api)
+    allocate(api, stamp=OLD)
+    runtime = await start_runtime(identity="pod-a", scheduler_lease=f"{LEASE_NAMESPACE}/{LEASE_NAME}")
+    await synced(runtime, lambda s: s.get("allocation"))
+    await runtime.lease.refresh()
+    outcome = await filter_p(runtime)
+    assert outcome.failed == {"n1": TIMEOUT_REASON}
+    assert claim_in_api(api, "p-gpu")["status"]["allocation"]

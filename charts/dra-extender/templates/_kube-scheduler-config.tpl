@@ -1,0 +1,58 @@
+{{/* The dedicated kube-scheduler's KubeSchedulerConfiguration (its ConfigMap: kube-scheduler-config.yaml). */}}
+{{- define "dra-extender.kubeSchedulerConfig" -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceNamespace: {{ .Release.Namespace }}
+  resourceName: {{ include "dra-extender.scheduler" . }}        # the extender's --scheduler-lease
+  # Failover (README "HA model"): a standby tries to take a released Lease every retryPeriod to 2.2 x
+  # retryPeriod (client-go's jitter): 1 s instead of 2 lets it win over the restarted kube-scheduler of a
+  # pair whose extender is down. The leader renews as often (one Lease write a second).
+  retryPeriod: 1s
+# Filter every node: the extender sees only the nodes kube-scheduler samples, and a node left out is a
+# device left unused. The extender samples instead, among the nodes whose devices fit
+# (its --percentage-of-nodes-to-score, adaptive by default as kube-scheduler's).
+percentageOfNodesToScore: 100
+profiles:
+- schedulerName: {{ include "dra-extender.scheduler" . }}
+  plugins:
+    multiPoint:
+      disabled:
+      - name: DynamicResources       # the extender allocates; two allocators would race for devices
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      # Extended resources backed by DRA (KEP-5004) are allocated by the extender, not counted against
+      # node allocatable: every class's implicit name, plus each DeviceClass spec.extendedResourceName
+      # (the chart's kubeScheduler.ignoredResources).
+      ignoredResourceGroups:
+      - deviceclass.resource.kubernetes.io
+      {{- with .Values.kubeScheduler.ignoredResources }}
+      ignoredResources:
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+extenders:
+- urlPrefix: http://127.0.0.1:8888/scheduler   # the sidecar, on the pod's loopback
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  bindVerb: bind
+  # Preemption: kube-scheduler's dry run sees no devices; the extender keeps only the candidate nodes
+  # where evicting lower-priority pods frees enough devices, adding the device holders to evict (README
+  # "Preemption").
+  preemptVerb: preempt
+  # Scores are 0..10 x weight x 10; why 2 by default: README "Scoring and device selection".
+  weight: {{ .Values.kubeScheduler.extenderWeight }}
+  # A bind whose devices have binding conditions holds this call while the driver attaches them (the
+  # extender's --binding-timeout, 600 s as kube-scheduler's bindingTimeout) plus the bind's own writes
+  # (20 s): below that, kube-scheduler gives up on a bind that is still going to succeed and retries the
+  # pod. Binds run in kube-scheduler's binding goroutines; filter and prioritize answer within 3 s by the
+  # extender's own budget, so the long timeout does not hold the scheduling queue.
+  httpTimeout: 630s
+  nodeCacheCapable: true             # node names only; the extender watches Nodes itself
+  ignorable: false                   # a DRA allocator must fail closed
+  enableHTTPS: false                 # loopback; for TLS see README "Cluster mode" (tlsConfig with a caFile)
+  # managedResources stays empty on purpose: kube-scheduler only sends a pod to an extender with
+  # managedResources when a container requests one of them, and a pod that uses only
+  # spec.resourceClaims requests none, so it would never reach the extender.
+{{- end -}}
