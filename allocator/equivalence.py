@@ -158,9 +158,7 @@ class EquivalenceCache:
         """Lookups that found a shared decision or not, decisions shared, and decisions whose reason
         names an identity of their node (kept by that node only)."""
 
-    def table(
-        self, shape: bytes, context: Hashable, claims: Sequence[Claim], topology: Topology
-    ) -> ShapeTable:
+    def table(self, shape: bytes, context: object, claims: Sequence[Claim], topology: Topology) -> ShapeTable:
         """The table of ``shape`` (the claims' digest) valid for ``context`` (the global inputs and the
         caller's policies: emptied when they differ from the last call's); ``topology``: the attributes
         scoring and aligned selection read."""
@@ -245,7 +243,7 @@ class ShapeTable:
     """One claims shape's shared decisions, for one ``context``."""
 
     cache: EquivalenceCache
-    context: Hashable
+    context: object
     view: _AttributeView
     verdicts: dict[Hashable, Verdict] = field(default_factory=dict)
 

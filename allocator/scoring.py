@@ -28,7 +28,7 @@ pure functions of the inventory snapshot, the claims and the allocation, so equa
 scores; the service computes them once per (pod, node) in filter and reuses them in prioritize.
 
 kube-scheduler adds ``score * weight * 10`` per extender to a node's total (extender-protocol.md §3.3);
-see the README for the recommended ``weight``.
+see docs/features.md for the recommended ``weight``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ READY_SECONDS = 120
 
 
 def locust_command(locust: str, host: str, seconds: int, users: int, csv: Path) -> list[str]:
-    """The command the README documents, with this run's values."""
+    """The command docs/performance.md documents, with this run's values."""
     return [
         locust,
         "-f",

@@ -27,7 +27,7 @@ from app.explain.models import BadObject, NodeVerdict, NotFound, PodExplanation,
 from app.explain.pod import explain_object, explain_pod, parse_object
 from app.explain.summary import ExplanationSummary, summarize_pod, summarize_what_if
 from app.scheduling.service import SchedulingService
-from app.state.statedir import read_at_most
+from app.state.statedir import not_regular, read_at_most
 
 __all__ = [
     "add_explain_parser",
@@ -97,6 +97,9 @@ def run_explain(args: argparse.Namespace, service: SchedulingService, out: TextI
     try:
         path = Path(target)
         explanation: PodExplanation | WhatIfExplanation | ExplanationSummary
+        if path.exists() and not path.is_file() and not path.is_dir():
+            # Never opened: a FIFO without a writer would block, a device may never end.
+            raise BadObject(f"{path}: {not_regular(path)} (a what-if is a claim file)")
         if path.is_file():
             obj = parse_object(_read_what_if(path))
             if full:

@@ -85,9 +85,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The options, with a ``--config`` file's settings as the defaults of the command's flags (a flag
     given on the command line wins). Raises SystemExit (argparse) or StartupError (unusable config, or a
     file it names that cannot be used, naming the field)."""
-    args = parser().parse_args(argv)
+    args, problems = _with_config(parser().parse_args(argv), argv)
+    if problems:
+        raise StartupError(problems[0])
+    return args
+
+
+def _with_config(
+    args: argparse.Namespace, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, list[str]]:
+    """``args`` (the command line's options) parsed again with the ``--config`` file's settings as the
+    defaults, and the files the config names that cannot be used (``ExtenderConfig.file_problems``).
+    Raises StartupError (the config file itself cannot be used), SystemExit."""
     if args.command not in COMMAND_SECTIONS or args.config is None:
-        return args
+        return args, []
     try:
         config = load_config(args.config)
     except ConfigError as e:
@@ -95,20 +106,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # Options naming files default to None: one set here was given on the command line, overriding the file.
     given = {dest for dest, value in vars(args).items() if value is not None}
     problems = config.file_problems(COMMAND_SECTIONS[args.command], overridden=given)
-    if problems:
-        raise StartupError(problems[0])
-    return parser({args.command: config.defaults_for(args.command)}).parse_args(argv)
+    return parser({args.command: config.defaults_for(args.command)}).parse_args(argv), problems
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ran, 2 unusable input or bad flags)."""
     try:
-        args = parse_args(argv)
+        args = parser().parse_args(argv)
+        try:
+            # Errors are reported in the log format asked for: on the command line while the config file
+            # cannot be used, else the config's too (below).
+            args, problems = _with_config(args, argv)
+        except StartupError as e:
+            return _startup_error(args, e)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), message already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
-    except StartupError as e:
-        print(f"dra-extender: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    if problems:
+        return _startup_error(args, StartupError(problems[0]))
     try:
         if args.command == "completion":
             print(shtab.complete(parser(), shell=args.shell))
@@ -119,9 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_explain(args, _offline(args).service)
         return run_serve(args, argv) if args.command == "serve" else run_simulate(args, _offline(args))
     except StartupError as e:
-        if args.command == "serve" and args.log_format == "json":  # every line of serve's stream is JSON
-            configure_logging(args.log_level, "json")
-            log.error("%s", e)
-        else:
-            print(f"dra-extender: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return _startup_error(args, e)
+
+
+def _startup_error(args: argparse.Namespace, error: StartupError) -> int:
+    """Report ``error`` on stderr, as one JSON record when serve logs JSON (every line of its stream is
+    JSON); the exit code."""
+    if args.command == "serve" and args.log_format == "json":
+        # Shown at any --log-level: with critical the one line saying why serve stopped was dropped.
+        configure_logging("error" if args.log_level == "critical" else args.log_level, "json")
+        log.error("%s", error)
+    else:
+        print(f"dra-extender: {error}", file=sys.stderr)
+    return EXIT_USAGE

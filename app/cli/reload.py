@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -54,6 +55,18 @@ LIVE = frozenset(
 
 def _shown(value: Any) -> str:
     return "(unset)" if value is None else str(value)
+
+
+def _changes(path: str, running: Any, wanted: Any) -> list[str]:
+    """``<field> <running> -> <wanted>``; for settings made of named values (the feature gates) one per
+    value that differs, naming it, rather than both whole sets."""
+    if dataclasses.is_dataclass(running) and type(running) is type(wanted):
+        return [
+            f"{path}.{f.name} {getattr(running, f.name)} -> {getattr(wanted, f.name)}"
+            for f in dataclasses.fields(running)
+            if getattr(running, f.name) != getattr(wanted, f.name)
+        ]
+    return [f"{path} {_shown(running)} -> {_shown(wanted)}"]
 
 
 class Reloader:
@@ -92,13 +105,13 @@ class Reloader:
                 if before != now and now is not None and now != wanted:  # the flag's value beat the file's
                     flagged.append(spec.path)
                 continue
-            change = f"{spec.path} {_shown(running)} -> {_shown(wanted)}"
+            changes = _changes(spec.path, running, wanted)
             if spec.dest in LIVE:
                 setattr(applied_args, spec.dest, wanted)
-                applied.append(change)
+                applied.extend(changes)
                 sections.add(spec.path.partition(".")[0])
             else:
-                restart.append(change)
+                restart.extend(changes)
         try:
             settings = settings_from_args(applied_args)
         except StartupError as e:

@@ -10,8 +10,8 @@ A versioned file carries every setting of ``serve`` besides the cluster-wide ``d
     cluster: {bindingTimeoutSeconds: 600, schedulerNames: [dra-scheduler]}
     derivedAttributes: [...]
 
-``FIELDS`` lists every field with its type and meaning (the README's table is checked against it). Each
-value becomes the default of the command-line option it stands for (``FieldSpec.dest``, an ``argparse``
+``FIELDS`` lists every field with its type and meaning (checked against docs/configuration.md's table).
+Each value becomes the default of the command-line option it stands for (``FieldSpec.dest``, an ``argparse``
 destination), so a flag given on the command line overrides the file. ``server`` and ``cluster`` apply to
 ``serve``; ``scheduling`` to ``serve``, ``simulate`` and ``explain``. Values are checked for their type
 here, numbers also for their range (``app.config.settings.RANGES``), the score weights as the settings

@@ -28,29 +28,26 @@ def file_problems(files: Mapping[str, Path | None]) -> list[tuple[str, str]]:
     """``(setting, problem)`` for the files that cannot be used, in the order of ``files`` (settings field
     name → path, None when unset: ``ssl_certfile``, ``ssl_keyfile``, ``ssl_ca_certs``, ``webhook_certfile``,
     ``webhook_keyfile``, ``kubeconfig``).
-    The TLS files' contents are looked at once every file is readable: the certificate and CA files must
-    hold PEM certificates, and the key must belong to the certificate (when both are given)."""
-    problems = [(name, p) for name, path in files.items() if path is not None and (p := file_problem(path))]
-    if problems:
-        return problems
+    The TLS files that can be read are looked into whatever the others are: the certificate and CA files
+    must hold PEM certificates, and the key must belong to the certificate (when both are given and the
+    certificate loads)."""
+    problems = {name: p for name, path in files.items() if path is not None and (p := file_problem(path))}
     for name in ("ssl_certfile", "ssl_ca_certs", "webhook_certfile"):
         path = files.get(name)
         try:  # as a trust store: fails unless the file holds PEM certificates
-            if path is not None:
+            if path is not None and name not in problems:
                 ssl.create_default_context(cafile=path)
         except ssl.SSLError as e:
-            problems.append((name, f"no PEM certificate in it ({e.reason or e})"))
-    if problems:
-        return problems
+            problems[name] = f"no PEM certificate in it ({e.reason or e})"
     for cert_name, key_name in _PAIRS:
         cert, key = files.get(cert_name), files.get(key_name)
-        if cert is None or key is None:
+        if cert is None or key is None or {cert_name, key_name} & problems.keys():
             continue
         try:
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
         except ssl.SSLError as e:
-            problems.append((key_name, f"not a PEM private key of the certificate {cert} ({e.reason or e})"))
-    return problems
+            problems[key_name] = f"not a PEM private key of the certificate {cert} ({e.reason or e})"
+    return [(name, problems[name]) for name in files if name in problems]
 
 
 _PAIRS = (("ssl_certfile", "ssl_keyfile"), ("webhook_certfile", "webhook_keyfile"))

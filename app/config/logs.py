@@ -85,8 +85,10 @@ def _formatter(log_format: str) -> logging.Formatter:
 
 
 def configure(level: str, log_format: str, stream: Any = None) -> None:
-    """Send every log record (the extender's and uvicorn's) to ``stream`` (stderr) in ``log_format`` at
-    ``level`` (a ``logging`` level name, any case). Replaces handlers set before: call once at startup."""
+    """Send every log record (the extender's and uvicorn's, and Python warnings a library issues, as
+    ``py.warnings``) to ``stream`` (stderr) in ``log_format`` at ``level`` (a ``logging`` level name, any
+    case). Replaces handlers set before: call once at startup."""
+    logging.captureWarnings(True)
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(_formatter(log_format))
     root = logging.getLogger()

@@ -26,11 +26,14 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from app.config.files import file_problem
 
 __all__ = [
     "CERTIFICATE_POLL_SECONDS",
@@ -149,6 +152,11 @@ class CertificateFiles:
             return False
         self._seen = seen
         try:
+            # Only stat looks at anything but a regular file: OpenSSL opening a FIFO put in its place would
+            # wait for a writer here, on the event loop, stopping every connection for good.
+            for path in (self.certfile, self.keyfile):
+                if problem := file_problem(Path(path)):
+                    raise OSError(f"{path}: {problem}")
             # The pair is tried on a scratch context first: loading the certificate into the live one and
             # then failing on the key would leave it unable to complete any handshake.
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.certfile, self.keyfile)

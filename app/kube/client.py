@@ -189,12 +189,12 @@ def _check_kubeconfig(path: Path) -> Mapping[str, Any]:
     return document
 
 
-def _kubeconfig_files(paths: Sequence[Path]) -> tuple[list[Path], str | None]:
-    """The files of ``paths`` kubernetes-asyncio merges, and the current context kubectl takes from them:
-    the first one set (the library would take the last). One file must be a usable kubeconfig; of several
-    (``$KUBECONFIG=a:b``), missing and empty ones are skipped. Raises ConfigException naming the file, or
-    every file when none is left."""
-    usable, skipped, current = [], [], None
+def _kubeconfig_files(paths: Sequence[Path]) -> tuple[list[Path], list[Mapping[str, Any]], str | None]:
+    """The files of ``paths`` kubernetes-asyncio merges, their documents, and the current context kubectl
+    takes from them: the first one set (the library would take the last). One file must be a usable
+    kubeconfig; of several (``$KUBECONFIG=a:b``), missing and empty ones are skipped. Raises ConfigException
+    naming the file, or every file when none is left."""
+    usable, documents, skipped, current = [], [], [], None
     for path in paths:
         try:
             document = _check_kubeconfig(path)
@@ -204,10 +204,50 @@ def _kubeconfig_files(paths: Sequence[Path]) -> tuple[list[Path], str | None]:
             skipped.append(str(e))
             continue
         usable.append(path)
+        documents.append(document)
         current = current or document.get("current-context") or None
     if not usable:
         raise kube_config.ConfigException(f"no usable kubeconfig in $KUBECONFIG: {'; '.join(skipped)}")
-    return usable, current
+    return usable, documents, current
+
+
+def _named(documents: Sequence[Mapping[str, Any]], section: str) -> dict[str, Mapping[str, Any]]:
+    """The ``section`` entries (contexts, clusters) of the merged files by name, the first file's entry
+    winning, as kubectl merges them."""
+    entries: dict[str, Mapping[str, Any]] = {}
+    for document in documents:
+        listed = document.get(section)
+        for entry in listed if isinstance(listed, list) else ():
+            if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                entries.setdefault(entry["name"], entry)
+    return entries
+
+
+def _check_context(
+    files: Sequence[Path], documents: Sequence[Mapping[str, Any]], context: str | None
+) -> None:
+    """Raise ConfigException when ``context`` (else the current one) or its cluster is in none of the
+    merged files, naming them all: kubernetes-asyncio names only the first (``Expected object with name x
+    in a/contexts list``) and says nothing of a missing current-context but ``Expected key``."""
+    where = ENV_KUBECONFIG_PATH_SEPARATOR.join(map(str, files))
+    contexts = _named(documents, "contexts")
+    listed = f"(its contexts: {', '.join(contexts) or 'none'})"
+    if context is None:
+        raise kube_config.ConfigException(
+            f"the kubeconfig {where} has no current-context: name one with --context {listed}"
+        )
+    if context not in contexts:
+        raise kube_config.ConfigException(f'context "{context}" is not in the kubeconfig {where} {listed}')
+    spec = contexts[context].get("context")
+    cluster = spec.get("cluster") if isinstance(spec, Mapping) else None
+    if not isinstance(cluster, str):
+        raise kube_config.ConfigException(
+            f'context "{context}" in the kubeconfig {where}: its context must be a mapping naming a cluster'
+        )
+    if cluster not in _named(documents, "clusters"):
+        raise kube_config.ConfigException(
+            f'context "{context}": cluster "{cluster}" is not in the kubeconfig {where}'
+        )
 
 
 def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIError:
@@ -294,7 +334,8 @@ class KubeClient:
         paths = (kubeconfig,) if isinstance(kubeconfig, Path) else tuple(kubeconfig or ())
         paths = () if in_cluster else paths or kubeconfig_paths(None)
         if paths:
-            files, current = _kubeconfig_files(paths)
+            files, documents, current = _kubeconfig_files(paths)
+            _check_context(files, documents, context or current)
             await kube_config.load_kube_config(
                 config_file=ENV_KUBECONFIG_PATH_SEPARATOR.join(map(str, files)),
                 context=context or current,

@@ -1,5 +1,5 @@
-"""Is this replica the active one? The HA model is a sidecar of a dedicated kube-scheduler (README "HA
-model"): kube-scheduler elects its leader with a coordination.k8s.io Lease and only the leader calls its
+"""Is this replica the active one? The HA model is a sidecar of a dedicated kube-scheduler (docs/operations.md
+"HA model"): kube-scheduler elects its leader with a coordination.k8s.io Lease and only the leader calls its
 extender. Two extenders that both bind give devices out twice (each index sees the other's writes late),
 so that is enforced here, not assumed: the binder refuses to bind, and the orphan releaser, the requeue
 signal (``app.kube.requeue``) and filter's claim writes stay idle, unless this replica's kube-scheduler

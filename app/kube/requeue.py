@@ -1,5 +1,5 @@
 """The requeuer: tells kube-scheduler to retry the pods the extender rejected once an event can help them,
-as the in-tree DynamicResources plugin's queueing hints do (README "Requeue of rejected pods").
+as the in-tree DynamicResources plugin's queueing hints do (docs/operations.md "Requeue of rejected pods").
 
 The signal is an update of the pod itself: a strategic-merge patch of one annotation,
 ``dra-extender.resource.k8s.io/requeue: <RFC 3339 time>``, with the pod's UID in the patch: the API server

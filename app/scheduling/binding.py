@@ -41,7 +41,7 @@ MAX_UNSEEN = 10_000
 
 BIND_WAIT = 20.0
 """Seconds a bind waits for another pod's bind writing a claim they share (about what a bind's claim writes
-take, README); then it fails and kube-scheduler retries it."""
+take, docs/operations.md); then it fails and kube-scheduler retries it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -458,7 +458,8 @@ class FilterDecisions:
     ) -> KeptDecision:
         """``_decide_here``, or the decision of an equivalent node (``allocator.equivalence``): the
         verdict, reason and score, no devices chosen (``results`` empty: bind chooses them)."""
-        context = (version[0], self.device_selection, id(self.scoring))
+        # The scoring config by value: a reload's new one may be made where a freed one was (same id).
+        context = (version[0], self.device_selection, self.scoring)
         table = self._equivalence.table(shape, context, claims, self.scoring.topology)
         signature = table.signature(node)
         found = table.get(signature, scored=select)

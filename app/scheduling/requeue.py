@@ -6,7 +6,7 @@ moves it back on the events ``Extender`` registers (``framework.UnrollWildCardRe
 ResourceClaims, DeviceClasses, storage kinds). ResourceSlices and DeviceTaintRules are not among them, and
 a ResourceClaim event may reach kube-scheduler before the extender's own watch, so the retry sees the old
 devices and fails again. So the extender tells kube-scheduler itself, after its own index has the change:
-an update of the pod moves it back (``PriorityQueue.Update``; README "Requeue of rejected pods").
+an update of the pod moves it back (``PriorityQueue.Update``; docs/operations.md "Requeue of rejected pods").
 
 ``RejectedPods`` keeps the pods the last filter answer failed on every node (only pods of the configured
 schedulers, at most ``max_pods``, the oldest rejection forgotten first) and, as informer events arrive

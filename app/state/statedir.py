@@ -77,6 +77,7 @@ __all__ = [
     "load_documents",
     "load_state",
     "load_yaml_document",
+    "not_regular",
     "pod_claim_source_problem",
     "read_at_most",
     "stable_uid",
@@ -235,7 +236,7 @@ def _state_files(path: Path) -> tuple[list[Path], list[str]]:
             part.startswith(".") for part in file.relative_to(path).parts
         ):
             continue
-        what = _not_regular(file)
+        what = not_regular(file)
         if not what:
             files.append(file)
         elif what != "directory":
@@ -251,7 +252,7 @@ _SPECIAL_KINDS = (
 )
 
 
-def _not_regular(file: Path) -> str:
+def not_regular(file: Path) -> str:
     """What ``file`` is when not a regular file (nor a link to one), for the warning; "" for a regular file,
     ``directory`` for a directory ``rglob`` walks. Only stat: opening a FIFO nobody writes to would block
     forever, and a device may never end."""

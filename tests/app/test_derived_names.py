@@ -1,7 +1,7 @@
 """Derived-attribute names (KEP-6080) as Kubernetes 1.37 validates them: ``derivedAttributes[].name`` and
 ``matchAttribute`` / ``distinctAttribute`` are FullyQualifiedNames, so a name local to the claim takes a
-domain no driver uses (upstream's own advice: ``derived/numa``). The README example, end to end, and the
-same refusal of a bare name on the state-directory and what-if paths."""
+domain no driver uses (upstream's own advice: ``derived/numa``). The docs/features.md example, end to end,
+and the same refusal of a bare name on the state-directory and what-if paths."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ BARE = (
 
 
 def readme_claim(name: str) -> dict[str, Any]:
-    """README "derived attributes": one NUMA node for a GPU and a NIC whose drivers name it differently."""
+    """docs/features.md "derived attributes": one NUMA node for a GPU and a NIC whose drivers name NUMA
+    differently."""
     gpu = builders.request("gpu", "gpu.nvidia.com")
     gpu["exactly"]["derivedAttributes"] = [
         {"name": name, "expression": 'device.attributes["gpu.nvidia.com"].numa'}

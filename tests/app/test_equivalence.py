@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import allocator.decide
 from allocator.cel.expr_engine import ExprEngine
+from allocator.scoring import ScoringConfig
 from allocator.selectors import SelectorCache
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
@@ -285,6 +286,32 @@ def test_prioritize_scores_from_an_equivalent_node_and_bind_chooses_on_its_own_n
     svc.bind("ml", "a", "uid-pod-ml-a", "n2")
     results = svc.state.get("ResourceClaim", "ml/a")["status"]["allocation"]["devices"]["results"]
     assert [(r["pool"], r["device"]) for r in results] == [("n2", "gpu-0")]
+
+
+def test_a_new_scoring_policy_is_never_scored_from_the_previous_ones_shared_decisions(monkeypatch):
+    """A config reload replaces the scoring object; the old one is freed and a later one may be made at its
+    address (CPython reuses it), so the shared decisions' context must tell them apart by value. Here
+    every object has one address. Scores by hand: one GPU of three free, only ``packing`` weighs: binpack
+    1/3 in use -> 3, spread 2/3 free -> 7."""
+    import app.scheduling.filtering
+
+    monkeypatch.setattr(app.scheduling.filtering, "id", lambda _: 1, raising=False)
+    names = ["n1", "n2", "n3"]
+    svc = service_of(
+        cluster(
+            {n: [gpu(0, n), gpu(1, n), gpu(2, n)] for n in names},
+            ("ResourceClaim", claim("ml", "a", [request("gpu", "gpu")])),
+            ("Pod", pod("ml", "a", ["a"])),
+        )
+    )
+    packing = {"numa": 0, "pcie": 0, "packing": 1, "intact": 0, "prioritized": 0}
+    a = svc.state.get("Pod", "ml/a")
+    svc.set_policy("aligned", ScoringConfig("binpack", packing), None)
+    assert svc.filter(a, names).passed == names
+    assert svc.prioritize(a, names) == [3, 3, 3]
+    svc.set_policy("aligned", ScoringConfig("spread", packing), None)  # the reload
+    assert svc.filter(a, names).passed == names
+    assert svc.prioritize(a, names) == [7, 7, 7]
 
 
 # --- property: shared decisions equal per-node decisions -------------------------------------------------

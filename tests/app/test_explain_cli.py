@@ -205,3 +205,18 @@ def test_explain_what_if_file_with_an_unknown_field_exits_2_naming_it(capsys, tm
     code, out, err = run(capsys, "explain", "--state", str(DEMO), *flags, str(path))
     assert (code, out) == (2, "")
     assert err == 'dra-extender: unknown field "spec.devices.requests[0].exactly.cuont"\n'
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a character device"])
+def test_explain_of_a_what_if_path_that_is_no_regular_file_exits_2_saying_so(capsys, tmp_path, kind):
+    """Not 'pod default/claim.yaml not found' (and never read: a FIFO without a writer would hang)."""
+    import os
+
+    path = tmp_path / "claim.yaml"
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    code, out, err = run(capsys, "explain", "--state", str(DEMO), str(path))
+    assert (code, out) == (2, "")
+    assert err == f"dra-extender: {path}: {kind}, not a regular file (a what-if is a claim file)\n"

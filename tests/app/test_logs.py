@@ -253,3 +253,69 @@ def test_a_startup_error_in_json_mode_is_a_json_record(stream, capsys, tmp_path)
     [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert record["level"] == "error" and record["logger"] == "app.cli.main"
     assert record["msg"].startswith(f"--ssl-certfile {missing}: cannot read it")
+
+
+@pytest.mark.parametrize("config_text", [None, "apiVersion: dra-extender.io/v1alpha1\nkind: Nope\n"])
+def test_an_unusable_config_file_in_json_mode_is_a_json_record(stream, capsys, tmp_path, config_text):
+    from app.cli.main import main
+
+    config = tmp_path / "extender.yaml"
+    if config_text is not None:
+        config.write_text(config_text)
+    argv = [
+        "serve",
+        "--state",
+        str(REPO / "examples/cluster"),
+        "--log-format",
+        "json",
+        "--config",
+        str(config),
+    ]
+    assert main(argv) == 2
+    [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert record["level"] == "error" and record["msg"].startswith(f"{config}: ")
+
+
+def test_the_config_files_own_log_format_reports_a_file_it_names_that_cannot_be_used(
+    stream, capsys, tmp_path
+):
+    """``server: {logFormat: json}`` as the README's example config has it, no flag: JSON too."""
+    from app.cli.main import main
+
+    missing = tmp_path / "tls.crt"
+    config = tmp_path / "extender.yaml"
+    config.write_text(
+        "apiVersion: dra-extender.io/v1alpha1\nkind: ExtenderConfiguration\n"
+        f"server: {{logFormat: json, sslCertFile: {missing}, sslKeyFile: {missing}}}\n"
+    )
+    assert main(["serve", "--state", str(REPO / "examples/cluster"), "--config", str(config)]) == 2
+    [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert (
+        record["msg"] == f"{config}: server.sslCertFile: {missing}: cannot read it: No such file or directory"
+    )
+
+
+def test_the_error_that_stops_serve_is_shown_at_any_log_level(stream, capsys):
+    from app.cli.main import main
+
+    argv = ["serve", "--state", "/nonexistent", "--log-format", "json", "--log-level", "critical"]
+    assert main(argv) == 2
+    [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert (record["level"], record["msg"]) == ("error", "/nonexistent: no such file or directory")
+
+
+def test_a_python_warning_is_a_record_of_the_stream_too(stream):
+    """A library's ``warnings.warn`` went to stderr as plain text, between the JSON lines."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        logging.captureWarnings(False)  # an earlier test's configure captured pytest's showwarning
+        configure("info", "json", stream)
+        try:
+            warnings.warn("a library's warning", UserWarning, stacklevel=1)
+        finally:
+            logging.captureWarnings(False)
+    [record] = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert (record["level"], record["logger"]) == ("warning", "py.warnings")
+    assert "UserWarning: a library's warning" in record["msg"]

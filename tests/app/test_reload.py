@@ -185,6 +185,18 @@ def test_a_refused_edit_changes_nothing_and_the_metrics_say_so(tmp_path, logs):
     assert state() == (hashlib.sha256(served.config.read_bytes()).hexdigest(), 1)
 
 
+def test_a_feature_gate_edit_names_the_gate_that_changed_not_every_gate(tmp_path, logs):
+    served = Served(tmp_path, {"scheduling": {"featureGates": {"DRAAdminAccess": True}}})
+    edited = {"scheduling": {"featureGates": {"DRAAdminAccess": False, "DRAListTypeAttributes": True}}}
+    assert served.edit(edited) is True
+    assert _lines(logs) == [
+        f"config {served.config}: scheduling.featureGates.DRAAdminAccess True -> False needs a restart; "
+        "running with the previous value until then",
+        f"config {served.config}: scheduling.featureGates.DRAListTypeAttributes False -> True needs a "
+        "restart; running with the previous value until then",
+    ]
+
+
 def test_a_live_edit_of_the_filter_timeout_reaches_the_service(tmp_path, logs):
     served = Served(tmp_path, {"scheduling": {"filterTimeoutSeconds": 10}})
     assert served.service.filter_timeout == 10

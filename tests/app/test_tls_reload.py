@@ -120,3 +120,42 @@ def test_a_pair_that_does_not_load_keeps_the_previous_one(tmp_path: Path):
     with pytest.raises(ssl.SSLError):
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
     assert files.poll() is False
+
+
+def test_a_certificate_path_turned_into_a_fifo_is_never_opened(tmp_path: Path, caplog):
+    """OpenSSL opening a FIFO waits for a writer: on the event loop that stopped every connection and probe
+    for good. The FIFO is refused (it is only looked at with stat) and the previous pair stays. Here a
+    writer stands by with a certificate, so opening it would load that one instead of blocking."""
+    import threading
+
+    authority = trustme.CA()
+    first, second = authority.issue_cert("127.0.0.1"), authority.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    _install(first, cert, key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    files = CertificateFiles(context, str(cert), str(key))
+    cert.unlink()
+    os.mkfifo(cert)
+    second.private_key_pem.write_to_path(str(key))
+
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():  # each open of the FIFO gets the certificate
+            try:
+                with cert.open("wb") as fifo:  # waits until a reader opens the FIFO
+                    fifo.write(second.cert_chain_pems[0].bytes())
+            except OSError:  # the reader below left at once
+                pass
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        assert files.poll() is False
+    finally:
+        stop.set()
+        while thread.is_alive():  # release the writer, waiting to open the FIFO or about to
+            os.close(os.open(cert, os.O_RDONLY | os.O_NONBLOCK))
+            thread.join(0.01)
+    assert f"{cert}: not a regular file" in caplog.text

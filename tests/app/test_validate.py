@@ -197,10 +197,11 @@ def _config(tmp_path: Path, fields: dict[str, dict[str, str]]) -> Path:
     ],
 )
 def test_validate_config_naming_a_missing_file_exits_1_naming_the_field(capsys, tmp_path, section, field):
-    present = tmp_path / "present.pem"
-    present.write_text("x")
+    from tests.app.test_cli import tls_files
+
+    cert, key, _, _ = tls_files(tmp_path)
     missing = tmp_path / "missing"
-    fields = {"server": {"sslCertFile": str(present), "sslKeyFile": str(present)}}
+    fields = {"server": {"sslCertFile": str(cert), "sslKeyFile": str(key)}}
     fields.setdefault(section, {})[field] = str(missing)
     config = _config(tmp_path, fields)
     code, out, err = run(capsys, "validate", "--config", str(config))
@@ -263,15 +264,14 @@ def test_validate_config_loads_the_tls_files_as_serve_does_naming_the_field(caps
     config = _config(tmp_path, {"server": fields})
     code, out, _ = run(capsys, "validate", "--config", str(config))
     assert code == 1
-    [ca_problem] = out.splitlines()[1:]
-    assert ca_problem.startswith(f"  server.sslCACerts: {not_pem}: no PEM certificate in it (")
-    fields["sslCACerts"] = str(ca)  # the key is looked at once the certificates load
-    code, out, _ = run(capsys, "validate", "--config", str(_config(tmp_path, {"server": fields})))
-    assert code == 1
-    [key_problem] = out.splitlines()[1:]
+    key_problem, ca_problem = out.splitlines()[1:]
     assert key_problem.startswith(
         f"  server.sslKeyFile: {other_key}: not a PEM private key of the certificate {cert} ("
     )
+    assert ca_problem.startswith(f"  server.sslCACerts: {not_pem}: no PEM certificate in it (")
+    fields["sslCACerts"] = str(ca)
+    code, out, _ = run(capsys, "validate", "--config", str(_config(tmp_path, {"server": fields})))
+    assert (code, out.splitlines()[1:]) == (1, [key_problem])
     fields["sslKeyFile"] = str(key)
     code, out, _ = run(capsys, "validate", "--config", str(_config(tmp_path, {"server": fields})))
     assert (code, out) == (0, f"{config}: valid (0 derived attributes)\n")
@@ -291,3 +291,26 @@ def test_serve_names_the_kubeconfig_field_or_flag_whichever_gave_the_missing_fil
     code, _, err = run(capsys, "serve", "--kubeconfig", str(missing))
     assert code == 2
     assert err == f"dra-extender: --kubeconfig {missing}: {problem}\n"
+
+
+def test_validate_config_lists_the_tls_files_problems_beside_a_missing_kubeconfig(capsys, tmp_path):
+    """One run lists every problem: a kubeconfig that is not there does not hide a key that is not the
+    certificate's, nor a CA file without certificates."""
+    from tests.app.test_cli import tls_files
+
+    cert, _, _, other_key = tls_files(tmp_path)
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("apiVersion: v1\n")
+    missing = tmp_path / "kubeconfig"
+    fields = {
+        "server": {"sslCertFile": str(cert), "sslKeyFile": str(other_key), "sslCACerts": str(not_pem)},
+        "cluster": {"kubeconfig": str(missing)},
+    }
+    code, out, _ = run(capsys, "validate", "--config", str(_config(tmp_path, fields)))
+    assert code == 1
+    key_problem, ca_problem, kubeconfig_problem = out.splitlines()[1:]
+    assert key_problem.startswith(
+        f"  server.sslKeyFile: {other_key}: not a PEM private key of the certificate"
+    )
+    assert ca_problem.startswith(f"  server.sslCACerts: {not_pem}: no PEM certificate in it (")
+    assert kubeconfig_problem == f"  cluster.kubeconfig: {missing}: cannot read it: No such file or directory"

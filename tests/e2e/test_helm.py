@@ -1,7 +1,7 @@
 """The Helm chart installed on the e2e control plane with helm itself: the API server accepts every object
 (the kube-system RoleBinding, the priority class, the restricted Pod Security level of the namespace:
-the Deployment's pod is admitted), and upgrade, rollback and uninstall do what README "Install with
-Helm" says. A release of its own (another scheduler name and namespace), so the session's shipped
+the Deployment's pod is admitted), and upgrade, rollback and uninstall do what docs/install.md "Install
+with Helm" says. A release of its own (another scheduler name and namespace), so the session's shipped
 objects are untouched; nothing schedules its pods."""
 
 from __future__ import annotations

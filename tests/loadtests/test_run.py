@@ -1,5 +1,5 @@
-"""``make loadtest``: the command it runs is the one the README documents, in an environment that has what
-the locustfile imports."""
+"""``make loadtest``: the command it runs is the one docs/performance.md documents, in an environment that
+has what the locustfile imports."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from loadtests.run import locust_command
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_readme_documents_the_command_make_loadtest_runs():
+def test_the_performance_guide_documents_the_command_make_loadtest_runs():
     makefile = (ROOT / "Makefile").read_text()
     venv = re.search(r"^LOADTEST_VENV := (\S+)$", makefile, re.MULTILINE).group(1)
     command = locust_command(
         f"{venv}/bin/locust", "http://127.0.0.1:8888", 30, 1, Path(".cache/loadtest/load")
     )
-    assert " ".join(command) in (ROOT / "README.md").read_text()
+    assert " ".join(command) in (ROOT / "docs" / "performance.md").read_text()
 
 
 def test_the_loadtest_environment_pins_every_import_of_the_locustfile():

@@ -3,7 +3,7 @@
 (kubernetes-validate, where installed), and the invariants that make the deployment work hold: the
 KubeSchedulerConfiguration avoids the extender gotchas (extender-protocol.md §6), RBAC is least privilege,
 pods run restricted, the sidecar gates kube-scheduler on readiness, metrics are reachable only on their
-port, and the README says what the manifests do."""
+port, and the README and docs/ say what the manifests do."""
 
 from __future__ import annotations
 
@@ -140,14 +140,16 @@ def test_metrics_port_is_served_listed_and_the_only_way_in(rendered):
     assert _pod_spec(rendered)["priorityClassName"] == "system-cluster-critical"
 
 
-def test_readme_says_what_the_manifests_ship(scheduler_config):
+def test_the_docs_say_what_the_manifests_ship(scheduler_config):
     readme = (ROOT / "README.md").read_text()
+    docs = ROOT / "docs"
     (extender,) = scheduler_config["extenders"]
-    # The recommended weight is the shipped one, in the README's configuration and its prose.
-    assert re.search(rf"^  weight: {extender['weight']}\b", readme, re.MULTILINE)
-    assert f"**`weight: {extender['weight']}`** is recommended" in readme
+    # The recommended weight is the shipped one, in the documented configuration and its prose.
+    configuration = (docs / "configuration.md").read_text()
+    assert re.search(rf"^  weight: {extender['weight']}\b", configuration, re.MULTILINE)
+    assert f"**`weight: {extender['weight']}`** is recommended" in (docs / "features.md").read_text()
     timeout = extender["httpTimeout"].removesuffix("s")
-    assert f"`manifests/` ships {timeout} s" in readme
+    assert f"`manifests/` ships {timeout} s" in (docs / "operations.md").read_text()
     values = yaml.safe_load((ROOT / "charts" / "dra-extender" / "values.yaml").read_text())
     tag = values["kubeScheduler"]["image"]["tag"]
     assert f"| kube-scheduler | {tag.removeprefix('v')} |" in readme  # the supported-versions table

@@ -235,3 +235,55 @@ def test_serve_in_cluster_mode_reports_an_unusable_config_file(monkeypatch, tmp_
     missing = tmp_path / "missing.yaml"
     assert cli.main(["serve", "--kubeconfig", str(tmp_path / "kubeconfig"), "--config", str(missing)]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("current", "context", "message"),
+    [
+        ("", "zzz", 'context "zzz" is not in the kubeconfig {files} (its contexts: other, fake)'),
+        (
+            "current-context: ghost\n",
+            None,
+            'context "ghost" is not in the kubeconfig {files} (its contexts: other, fake)',
+        ),
+    ],
+)
+async def test_a_context_none_of_the_merged_files_has_is_named_with_the_files(
+    api, tmp_path, monkeypatch, current, context, message
+):
+    """As kubectl's ``context "zzz" does not exist``, not the library's ``Expected object with name zzz in
+    <first file>/contexts list``, which names only the first file."""
+    from kubernetes_asyncio.config import ConfigException
+
+    from app.kube.client import KubeClient
+
+    first = tmp_path / "a.yaml"
+    first.write_text(_OTHER_KUBECONFIG + current)
+    files = f"{first}:{api.kubeconfig(tmp_path)}"
+    monkeypatch.setenv("KUBECONFIG", files)
+    with pytest.raises(ConfigException) as raised:
+        await KubeClient.connect(context=context)
+    assert str(raised.value) == message.format(files=files)
+
+
+async def test_a_context_whose_cluster_is_missing_or_no_context_at_all_is_said_plainly(tmp_path):
+    from kubernetes_asyncio.config import ConfigException
+
+    from app.kube.client import KubeClient
+
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(_OTHER_KUBECONFIG.replace("cluster: other", "cluster: gone"))
+    with pytest.raises(ConfigException) as raised:
+        await KubeClient.connect(kubeconfig, context="other")
+    assert str(raised.value) == f'context "other": cluster "gone" is not in the kubeconfig {kubeconfig}'
+    with pytest.raises(ConfigException) as raised:
+        await KubeClient.connect(kubeconfig)
+    assert str(raised.value) == (
+        f"the kubeconfig {kubeconfig} has no current-context: name one with --context (its contexts: other)"
+    )
+    kubeconfig.write_text("contexts:\n- name: other\n  context: just-a-string\n")
+    with pytest.raises(ConfigException) as raised:
+        await KubeClient.connect(kubeconfig, context="other")
+    assert str(raised.value) == (
+        f'context "other" in the kubeconfig {kubeconfig}: its context must be a mapping naming a cluster'
+    )
