@@ -6,9 +6,9 @@ leaderElection:
   leaderElect: true
   resourceNamespace: {{ .Release.Namespace }}
   resourceName: {{ include "dra-extender.scheduler" . }}        # the extender's --scheduler-lease
-  # Failover (README "HA model"): a standby tries to take a released Lease every retryPeriod to 2.2 x
-  # retryPeriod (client-go's jitter): 1 s instead of 2 lets it win over the restarted kube-scheduler of a
-  # pair whose extender is down. The leader renews as often (one Lease write a second).
+  # Failover (docs/operations.md "HA model"): a standby tries to take a released Lease every retryPeriod
+  # to 2.2 x retryPeriod (client-go's jitter): 1 s instead of 2 lets it win over the restarted
+  # kube-scheduler of a pair whose extender is down. The leader renews as often (one Lease write a second).
   retryPeriod: 1s
 # Filter every node: the extender sees only the nodes kube-scheduler samples, and a node left out is a
 # device left unused. The extender samples instead, among the nodes whose devices fit
@@ -38,10 +38,10 @@ extenders:
   prioritizeVerb: prioritize
   bindVerb: bind
   # Preemption: kube-scheduler's dry run sees no devices; the extender keeps only the candidate nodes
-  # where evicting lower-priority pods frees enough devices, adding the device holders to evict (README
-  # "Preemption").
+  # where evicting lower-priority pods frees enough devices, adding the device holders to evict
+  # (docs/features.md "Preemption").
   preemptVerb: preempt
-  # Scores are 0..10 x weight x 10; why 2 by default: README "Scoring and device selection".
+  # Scores are 0..10 x weight x 10; why 2 by default: docs/features.md "Scoring and device selection".
   weight: {{ .Values.kubeScheduler.extenderWeight }}
   # A bind whose devices have binding conditions holds this call while the driver attaches them (the
   # extender's --binding-timeout, 600 s as kube-scheduler's bindingTimeout) plus the bind's own writes
@@ -51,7 +51,8 @@ extenders:
   httpTimeout: 630s
   nodeCacheCapable: true             # node names only; the extender watches Nodes itself
   ignorable: false                   # a DRA allocator must fail closed
-  enableHTTPS: false                 # loopback; for TLS see README "Cluster mode" (tlsConfig with a caFile)
+  # Loopback; for TLS see docs/operations.md "Cluster mode" (tlsConfig with a caFile).
+  enableHTTPS: false
   # managedResources stays empty on purpose: kube-scheduler only sends a pod to an extender with
   # managedResources when a container requests one of them, and a pod that uses only
   # spec.resourceClaims requests none, so it would never reach the extender.
