@@ -509,6 +509,8 @@ def test_every_value_is_in_the_table():
         ({"webhook": {"mode": "mutate"}}, "/webhook/mode"),
         ({"webhook": {"failurePolicy": "ignore"}}, "/webhook/failurePolicy"),
         ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
+        ({"podDisruptionBudget": {"minAvailable": -1}}, "/podDisruptionBudget/minAvailable': minimum: got -1"),
+        ({"podDisruptionBudget": {"minAvailable": "half"}}, "'half' does not match pattern"),
     ],
 )
 def test_schema_refuses_a_wrong_value(overrides, message, tmp_path):
