@@ -509,7 +509,7 @@ def test_every_value_is_in_the_table():
         ({"webhook": {"mode": "mutate"}}, "/webhook/mode"),
         ({"webhook": {"failurePolicy": "ignore"}}, "/webhook/failurePolicy"),
         ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
-        ({"podDisruptionBudget": {"minAvailable": -1}}, "/podDisruptionBudget/minAvailable': minimum: got -1"),
+        ({"podDisruptionBudget": {"minAvailable": -1}}, "minAvailable': minimum: got -1"),
         ({"podDisruptionBudget": {"minAvailable": "half"}}, "'half' does not match pattern"),
     ],
 )
