@@ -535,6 +535,31 @@ def test_notes_say_how_to_check_the_install():
     assert "schedulerName: gpu-scheduler" in notes
 
 
+@pytest.mark.parametrize(
+    ("mode", "says"), [("mutating", 'gets\n   schedulerName "dra-scheduler"'), ("validating", "is refused")]
+)
+def test_notes_say_how_to_check_the_webhook(mode, says):
+    command = [
+        str(chart.HELM),
+        "install",
+        "dra-extender",
+        str(chart.CHART),
+        "--namespace",
+        "gpu",
+        "--dry-run=client",
+    ]
+    plain = subprocess.run(command, check=True, capture_output=True, text=True, timeout=60).stdout
+    command += ["--set", "webhook.enabled=true", "--set", f"webhook.mode={mode}"]
+    notes = subprocess.run(command, check=True, capture_output=True, text=True, timeout=60).stdout.partition(
+        "NOTES:"
+    )[2]
+    assert "admission webhook" not in plain.partition("NOTES:")[2]
+    assert (
+        f"admission webhook ({mode}, failurePolicy Ignore" in notes and "(never gpu or kube-system)" in notes
+    )
+    assert says in notes and "dra_extender_admission_reviews_total" in notes
+
+
 def test_install_guide_documents_every_value_and_make_manifests():
     guide = (ROOT / "docs" / "install.md").read_text()
     section = guide.partition("## Install with Helm")[2].partition("\n## ")[0]
