@@ -44,11 +44,12 @@ extenders:
   # Scores are 0..10 x weight x 10; why 2 by default: docs/features.md "Scoring and device selection".
   weight: {{ .Values.kubeScheduler.extenderWeight }}
   # A bind whose devices have binding conditions holds this call while the driver attaches them (the
-  # extender's --binding-timeout, 600 s as kube-scheduler's bindingTimeout) plus the bind's own writes
-  # (20 s): below that, kube-scheduler gives up on a bind that is still going to succeed and retries the
-  # pod. Binds run in kube-scheduler's binding goroutines; filter and prioritize answer within 3 s by the
-  # extender's own budget, so the long timeout does not hold the scheduling queue.
-  httpTimeout: 630s
+  # extender's cluster.bindingTimeoutSeconds of extenderConfig, 600 s as kube-scheduler's bindingTimeout)
+  # plus the bind's own writes (20 s), so 30 s above it: below that, kube-scheduler gives up on a bind
+  # that is still going to succeed and retries the pod. Binds run in kube-scheduler's binding goroutines;
+  # filter and prioritize answer within 3 s by the extender's own budget, so the long timeout does not
+  # hold the scheduling queue.
+  httpTimeout: {{ add (ceil (dig "cluster" "bindingTimeoutSeconds" 600 .Values.extenderConfig)) 30 }}s
   nodeCacheCapable: true             # node names only; the extender watches Nodes itself
   ignorable: false                   # a DRA allocator must fail closed
   # Loopback; for TLS see docs/operations.md "Cluster mode" (tlsConfig with a caFile).

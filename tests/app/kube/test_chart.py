@@ -180,6 +180,16 @@ def _check_extender_config(docs: Docs) -> None:
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
 
 
+def _check_binding_timeout(docs: Docs) -> None:
+    # kube-scheduler must wait for a bind longer than the extender's binding-condition wait (900 s here)
+    # plus the bind's own writes (20 s), or it retries a bind that is still going to succeed.
+    [extender] = _scheduler_config(docs)["extenders"]
+    assert extender["httpTimeout"] == "930s"
+    configmap = _one(docs, "ConfigMap", "dra-extender-config")
+    parsed = parse_config(yaml.safe_load(configmap["data"]["config.yaml"]), Path("config.yaml"))
+    assert parsed.settings["cluster"]["binding_timeout"] == 900
+
+
 def _check_scheduler_name(docs: Docs) -> None:
     config = _scheduler_config(docs, "gpu-scheduler")
     assert [p["schedulerName"] for p in config["profiles"]] == ["gpu-scheduler"]
@@ -415,6 +425,11 @@ OPTIONS: list[tuple[str, dict[str, Any], Callable[[Docs], None]]] = [
             }
         },
         _check_extender_config,
+    ),
+    (
+        "binding-timeout",
+        {"extenderConfig": {"cluster": {"bindingTimeoutSeconds": 900}}},
+        _check_binding_timeout,
     ),
     ("scheduler-name", {"schedulerName": "gpu-scheduler"}, _check_scheduler_name),
     (
