@@ -45,11 +45,12 @@ extenders:
   weight: {{ .Values.kubeScheduler.extenderWeight }}
   # A bind whose devices have binding conditions holds this call while the driver attaches them (the
   # extender's cluster.bindingTimeoutSeconds of extenderConfig, 600 s as kube-scheduler's bindingTimeout)
-  # plus the bind's own writes (20 s), so 30 s above it: below that, kube-scheduler gives up on a bind
-  # that is still going to succeed and retries the pod. Binds run in kube-scheduler's binding goroutines;
-  # filter and prioritize answer within 3 s by the extender's own budget, so the long timeout does not
-  # hold the scheduling queue.
-  httpTimeout: {{ add (ceil (dig "cluster" "bindingTimeoutSeconds" 600 .Values.extenderConfig)) 30 }}s
+  # plus the bind's own writes (cluster.bindTimeoutSeconds, 20 s), so 10 s above the two: below that,
+  # kube-scheduler gives up on a bind that is still going to succeed and retries the pod. Binds run in
+  # kube-scheduler's binding goroutines; filter and prioritize answer within 3 s by the extender's own
+  # budget, so the long timeout does not hold the scheduling queue.
+  {{- $cluster := .Values.extenderConfig.cluster | default dict }}
+  httpTimeout: {{ add (ceil (addf ($cluster.bindingTimeoutSeconds | default 600) ($cluster.bindTimeoutSeconds | default 20))) 10 }}s
   nodeCacheCapable: true             # node names only; the extender watches Nodes itself
   ignorable: false                   # a DRA allocator must fail closed
   # Loopback; for TLS see docs/operations.md "Cluster mode" (tlsConfig with a caFile).

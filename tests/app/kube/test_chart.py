@@ -182,12 +182,12 @@ def _check_extender_config(docs: Docs) -> None:
 
 def _check_binding_timeout(docs: Docs) -> None:
     # kube-scheduler must wait for a bind longer than the extender's binding-condition wait (900 s here)
-    # plus the bind's own writes (20 s), or it retries a bind that is still going to succeed.
+    # plus the bind's own writes (40 s here), or it retries a bind that is still going to succeed.
     [extender] = _scheduler_config(docs)["extenders"]
-    assert extender["httpTimeout"] == "930s"
+    assert extender["httpTimeout"] == "950s"
     configmap = _one(docs, "ConfigMap", "dra-extender-config")
     parsed = parse_config(yaml.safe_load(configmap["data"]["config.yaml"]), Path("config.yaml"))
-    assert parsed.settings["cluster"]["binding_timeout"] == 900
+    assert parsed.settings["cluster"] == {"binding_timeout": 900, "bind_timeout_seconds": 40}
 
 
 def _check_scheduler_name(docs: Docs) -> None:
@@ -428,7 +428,7 @@ OPTIONS: list[tuple[str, dict[str, Any], Callable[[Docs], None]]] = [
     ),
     (
         "binding-timeout",
-        {"extenderConfig": {"cluster": {"bindingTimeoutSeconds": 900}}},
+        {"extenderConfig": {"cluster": {"bindingTimeoutSeconds": 900, "bindTimeoutSeconds": 40}}},
         _check_binding_timeout,
     ),
     ("scheduler-name", {"schedulerName": "gpu-scheduler"}, _check_scheduler_name),
@@ -526,6 +526,14 @@ def test_every_value_is_in_the_table():
         ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
         ({"podDisruptionBudget": {"minAvailable": -1}}, "minAvailable': minimum: got -1"),
         ({"podDisruptionBudget": {"minAvailable": "half"}}, "'half' does not match pattern"),
+        (
+            {"extenderConfig": {"cluster": {"bindingTimeoutSeconds": "10m"}}},
+            "bindingTimeoutSeconds': got string",
+        ),
+        (
+            {"extenderConfig": {"cluster": {"bindTimeoutSeconds": 0}}},
+            "/extenderConfig/cluster/bindTimeoutSeconds",
+        ),
     ],
 )
 def test_schema_refuses_a_wrong_value(overrides, message, tmp_path):
