@@ -583,6 +583,18 @@ def test_notes_say_how_to_check_the_webhook(mode, says):
     assert says in notes and "dra_extender_admission_reviews_total" in notes
 
 
+def test_configuration_reference_shows_the_charts_kube_scheduler_configuration():
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    section = page.partition("## kube-scheduler configuration")[2]
+    shown = yaml.safe_load(section.partition("```yaml\n")[2].partition("```")[0])
+    rendered = _scheduler_config(helm())
+    assert shown["extenders"] == rendered["extenders"]
+    assert shown["percentageOfNodesToScore"] == rendered["percentageOfNodesToScore"]
+    [shown_profile], [rendered_profile] = shown["profiles"], rendered["profiles"]
+    assert shown_profile["schedulerName"] == rendered_profile["schedulerName"]
+    assert shown_profile["plugins"] == rendered_profile["plugins"]
+
+
 def test_install_guide_documents_every_value_and_make_manifests():
     guide = (ROOT / "docs" / "install.md").read_text()
     section = guide.partition("## Install with Helm")[2].partition("\n## ")[0]
