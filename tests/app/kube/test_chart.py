@@ -526,6 +526,7 @@ def test_every_value_is_in_the_table():
         ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
         ({"podDisruptionBudget": {"minAvailable": -1}}, "minAvailable': minimum: got -1"),
         ({"podDisruptionBudget": {"minAvailable": "half"}}, "'half' does not match pattern"),
+        ({"webhook": {"certManager": {"issuerRef": {"kind": "ClusterIssuer"}}}}, "missing property 'name'"),
         (
             {"extenderConfig": {"cluster": {"bindingTimeoutSeconds": "10m"}}},
             "bindingTimeoutSeconds': got string",
