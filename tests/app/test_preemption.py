@@ -68,6 +68,19 @@ def _preemptor(gpus: int = 1, priority: int = 100) -> list[tuple[str, dict[str, 
     return [("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", gpus)])), ("Pod", obj)]
 
 
+def _two_holders_and_a_cpu_hog() -> SchedulingService:
+    """Two GPUs held by a (priority 1) and b (priority 2), a CPU-only pod (priority 10) and the preemptor."""
+    return _service(
+        2,
+        ("ResourceClaim", _allocated("a", ["gpu-0"], ["a"])),
+        ("ResourceClaim", _allocated("b", ["gpu-1"], ["b"])),
+        ("Pod", _bound("a", 1, ["a"])),
+        ("Pod", _bound("b", 2, ["b"])),
+        ("Pod", _bound("cpu-hog", 10)),
+        *_preemptor(),
+    )
+
+
 def _ask(svc: SchedulingService, *victims: str) -> dict[str, Victims]:
     return preempt(svc, svc.state.get("Pod", f"{NS}/new"), {"n1": Victims(tuple(map(_uid, victims)), 1)})
 
@@ -97,15 +110,7 @@ def test_a_node_where_eviction_frees_no_device_is_dropped():
 def test_the_lowest_priority_device_holder_is_added_to_the_victims():
     # kube-scheduler's victim (needed for CPU) holds nothing; a and b (priority 1 and 2) hold one GPU
     # each. Evicting a, the least important, frees a GPU: b stays.
-    svc = _service(
-        2,
-        ("ResourceClaim", _allocated("a", ["gpu-0"], ["a"])),
-        ("ResourceClaim", _allocated("b", ["gpu-1"], ["b"])),
-        ("Pod", _bound("a", 1, ["a"])),
-        ("Pod", _bound("b", 2, ["b"])),
-        ("Pod", _bound("cpu-hog", 10)),
-        *_preemptor(),
-    )
+    svc = _two_holders_and_a_cpu_hog()
     assert _ask(svc, "cpu-hog") == {"n1": Victims((_uid("cpu-hog"), _uid("a")), 1)}
 
 
@@ -317,15 +322,7 @@ class _Recorded:
 
 def test_added_victims_are_an_event_on_the_preemptor():
     # As in test_the_lowest_priority_device_holder_is_added_to_the_victims: a (gpu-0) is added.
-    svc = _service(
-        2,
-        ("ResourceClaim", _allocated("a", ["gpu-0"], ["a"])),
-        ("ResourceClaim", _allocated("b", ["gpu-1"], ["b"])),
-        ("Pod", _bound("a", 1, ["a"])),
-        ("Pod", _bound("b", 2, ["b"])),
-        ("Pod", _bound("cpu-hog", 10)),
-        *_preemptor(),
-    )
+    svc = _two_holders_and_a_cpu_hog()
     svc.events = recorded = _Recorded()
     _ask(svc, "cpu-hog")
     assert recorded.events == [
