@@ -38,7 +38,8 @@ CEL_MAX_EXPRESSION_LENGTH = 10 * 1024
 """``CELSelectorExpressionMaxLength`` in resource.k8s.io/v1 (characters)."""
 
 CEL_MAX_COST = 1_000_000
-"""``CELSelectorExpressionMaxCost``: runtime cost budget of one evaluation."""
+"""``CELSelectorExpressionMaxCost``: the most a selector or derived attribute expression may cost
+(estimated at API validation, tracked at run time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,8 @@ class SelectorProgram(Protocol):
     expression: str
     reads: Reads | None
     """The device keys it reads (``allocator.cel.reads``), or None when they cannot be told."""
+    estimated_cost: int
+    """cel-go's estimated cost, as Kubernetes' API validation computes it (``allocator.cel.cost``)."""
 
     def evaluate(self, device: CELDevice) -> bool:
         """True if the device matches. Raises CELEvalError (message without the device identity)."""
@@ -84,6 +87,7 @@ class ValueProgram(Protocol):
 
     expression: str
     reads: Reads | None
+    estimated_cost: int
 
     def evaluate(self, device: CELDevice) -> AttributeValue:
         """The value: bool, int, str, ``Version`` or a tuple of one of them (a semver result becomes a

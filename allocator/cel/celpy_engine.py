@@ -2,7 +2,7 @@
 
 A second, independent evaluator used to cross-check ``ExprEngine`` (the test corpus runs on both). Only
 evaluation is independent: parsing, type checking, the result-type rule, regex literal checks and the
-static cost bound come from the shared ``Frontend`` (the C++ checker), because celpy has no checker;
+cost estimate come from the shared ``Frontend`` (the C++ checker), because celpy has no checker;
 so compile errors and cost-limit errors are identical by construction.
 
 How the environment maps onto celpy:
@@ -40,9 +40,9 @@ from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import AttributeValue, CELDevice
 from allocator.cel.celpy_libs import NAMESPACES, CelCIDR, CelIP, CelURL, library_functions, plain, wrap
+from allocator.cel.checked import CheckedAst, is_bind
 from allocator.cel.expr_engine import Analysis, CompiledProgram, Frontend
 from allocator.cel.library import (
-    CheckedAst,
     LibraryError,
     SemverValue,
     UnsupportedValue,
@@ -50,7 +50,6 @@ from allocator.cel.library import (
     compare_semver,
     convert_attributes,
     includes,
-    is_bind,
     list_is_sorted,
     list_max,
     list_sum,

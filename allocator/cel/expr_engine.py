@@ -6,7 +6,7 @@ Environment (upstream ``dynamic-resource-allocation/cel/compile.go``, stored-exp
   map(string, dyn))), ``device.capacity`` (map(string, map(string, kubernetes.Quantity))) and
   ``device.allowMultipleAllocations`` (bool). The checker resolves ``device.x`` to them, so result types
   are as precise as upstream's object type (``device.driver`` alone fails with "must evaluate to bool").
-  ``has(device.<field>)`` is rewritten to ``true`` before checking (the C++ checker would fold it into
+  ``has(device.<field>)`` is rewritten to ``(!false)`` before checking (the C++ checker would fold it into
   the field's value). A bare ``device`` (not followed by a field) is an undeclared reference here.
 * ``kubernetes.Quantity`` and ``kubernetes.Semver`` are small protobuf messages in a private descriptor
   pool: the checker knows them as distinct types (``quantity("1") == semver("1.0.0")`` is a compile error
@@ -32,9 +32,10 @@ too. Not covered: the maps reached through an alias (``cel.bind(a, device.attrib
 comprehension variable); there a missing domain raises "no such key". ``"x" in device.attributes`` and
 iteration see only the device's real domains, as upstream.
 
-Parsing, checking, regex literal validation and the static cost bound live in ``Frontend``, which the
-cel-python engine shares. Cost: the static worst-case bound (``allocator.cel.library``) and the C++
-runtime's own iteration budget (10,000 comprehension iterations per evaluation) both raise CELEvalError
+Parsing, checking, regex literal validation and the cost estimate live in ``Frontend``, which the
+cel-python engine shares, with API validation's cost estimate (``allocator.cel.cost``). At run time the
+static worst-case bound (``allocator.cel.worst_case``) over the limit and the C++ runtime's own iteration
+budget (10,000 comprehension iterations per evaluation) both raise CELEvalError
 containing "actual cost limit exceeded". The C++ parser limits nesting to 32 levels (cel-go: 250).
 
 Source scanning and editing live in ``allocator.cel.source``.
@@ -56,6 +57,8 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue, CELDevice, Version
+from allocator.cel.checked import CheckedAst, Expr, decode_checked
+from allocator.cel.cost import estimate_cost
 from allocator.cel.expr_guards import HIDDEN_NOT_SEMVER, not_semver, semver_guard
 from allocator.cel.expr_libs import (
     HIDDEN_INDEX_OF,
@@ -67,14 +70,11 @@ from allocator.cel.expr_libs import (
 )
 from allocator.cel.lib_strformat import string_format
 from allocator.cel.library import (
-    CheckedAst,
-    Expr,
     LibraryError,
     SemverValue,
     UnsupportedValue,
     compare_semver,
     convert_attributes,
-    decode_checked,
     derived_attribute_value,
     includes,
     parse_cel_quantity,
@@ -88,7 +88,6 @@ from allocator.cel.library import (
     quantity_to_float,
     regex_find,
     regex_find_all,
-    worst_case_cost,
 )
 from allocator.cel.reads import device_reads
 from allocator.cel.source import apply_edits, matching_bracket
@@ -100,6 +99,7 @@ from allocator.cel.validators import (
     location,
     string_format_errors,
 )
+from allocator.cel.worst_case import worst_case_cost
 from allocator.errors import CELCompileError, CELEvalError
 
 __all__ = [
@@ -549,9 +549,14 @@ _HAS_BEFORE = re.compile(r"\bhas\s*\($")
 _DEVICE_FIELDS = frozenset(name.removeprefix("device.") for name in _DEVICE_VARS)
 
 
+PRESENT = "(!false)"
+"""What ``has(device.<field>)`` becomes: true, and with cel-go's estimated cost of the test (1, the read of
+``device``; Kubernetes gives the presence test itself no cost)."""
+
+
 def _presence_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, str]]:
-    """``has(device.<field>)`` becomes ``true``: the fields always exist (upstream's device object), but the
-    C++ checker resolves ``device.<field>`` as a qualified variable and folds the test into its value.
+    """``has(device.<field>)`` becomes ``PRESENT``: the fields always exist (upstream's device object), but
+    the C++ checker resolves ``device.<field>`` as a qualified variable and folds the test into its value.
     Works on the parsed (unchecked) tree, where the test-only select is still visible."""
     edits = []
     for node in parsed.root.walk():
@@ -561,7 +566,7 @@ def _presence_edits(parsed: CheckedAst, src: str) -> list[tuple[int, int, str]]:
         pos = parsed.positions.get(node.id, -1)
         macro = _HAS_BEFORE.search(src, 0, pos + 1) if 0 <= pos < len(src) and src[pos] == "(" else None
         if operand.kind == "ident" and operand.name == "device" and macro:
-            edits.append((macro.start(), matching_bracket(src, pos) + 1, "true"))
+            edits.append((macro.start(), matching_bracket(src, pos) + 1, PRESENT))
     return edits
 
 
@@ -619,17 +624,20 @@ def _check_length(expression: str) -> None:
 class Analysis:
     """What the front-end established about an accepted expression. ``source`` is the text after the
     ``has(device.<field>)`` rewrite; ``ast`` is its checked tree (positions refer to ``source``);
-    ``cost_bound`` is the static worst-case cost of the original expression."""
+    ``estimated_cost`` is cel-go's estimated cost, what API validation holds against the limits
+    (``allocator.cel.cost``); ``cost_bound`` the static worst case of one evaluation, which stands for
+    upstream's run-time cost tracking (``allocator.cel.worst_case``)."""
 
     source: str
     checked: Any
     ast: CheckedAst
+    estimated_cost: int
     cost_bound: int
 
 
 class Frontend:
     """Parses and type-checks selectors in the DRA environment; shared by every engine, so compile errors
-    and cost bounds cannot differ between engines. Thread-safe."""
+    and cost estimates cannot differ between engines. Thread-safe."""
 
     def __init__(self) -> None:
         self.env = new_env()
@@ -677,10 +685,10 @@ class Frontend:
         problems += string_format_errors(ast, source) + _regex_errors(ast, source, self._probe)
         if problems:
             raise CELCompileError("compilation failed: " + "\n".join(problems))
-        return Analysis(source, checked, ast, worst_case_cost(ast))
+        return Analysis(source, checked, ast, estimate_cost(ast), worst_case_cost(ast))
 
     def _rewritten(self, expression: str) -> str:
-        """The source to check: ``has(device.<field>)`` is ``true`` (``_presence_edits``), the format
+        """The source to check: ``has(device.<field>)`` is ``PRESENT`` (``_presence_edits``), the format
         library's optional results are spelled with hidden functions (``format_library_edits``), and so is
         ``indexOf``/``lastIndexOf`` with an offset (``list_index_edits``). Raises
         CELCompileError for an expression that names a hidden function itself."""
@@ -729,7 +737,7 @@ def _value_result_type(name: str) -> bool:
 
 
 def cost_limit_message(cost_bound: int) -> str | None:
-    """The CELEvalError text for a program whose static bound is over the limit (None when within)."""
+    """The CELEvalError text for a program whose worst-case bound is over the limit (None when within)."""
     if cost_bound <= CEL_MAX_COST:
         return None
     return (
@@ -777,13 +785,15 @@ def device_data(device: CELDevice) -> dict[str, Any]:
 
 
 class CompiledProgram:
-    """What every engine's programs share: the expression, its static worst-case cost bound with the limit
-    check, and the conversion of a plain result into a derived attribute value."""
+    """What every engine's programs share: the expression, its estimated cost (for API validation), its
+    worst-case bound with the run-time limit check, and the conversion of a plain result into a derived
+    attribute value."""
 
-    __slots__ = ("_cost_error", "cost_bound", "expression", "reads")
+    __slots__ = ("_cost_error", "cost_bound", "estimated_cost", "expression", "reads")
 
     def __init__(self, expression: str, analysis: Analysis) -> None:
         self.expression = expression
+        self.estimated_cost = analysis.estimated_cost
         self.cost_bound = analysis.cost_bound
         self._cost_error = cost_limit_message(analysis.cost_bound)
         self.reads = device_reads(analysis.ast)
@@ -793,7 +803,7 @@ class CompiledProgram:
         return f"{type(self).__name__}({self.expression!r})"
 
     def _check_cost(self) -> None:
-        """Raises CELEvalError when the static bound is over the limit (upstream aborts at run time)."""
+        """Raises CELEvalError when the worst-case bound is over the limit (upstream aborts at run time)."""
         if self._cost_error is not None:
             raise CELEvalError(self._cost_error)
 

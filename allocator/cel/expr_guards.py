@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from allocator.cel.library import CheckedAst, Expr, LibraryError
+from allocator.cel.checked import CheckedAst, Expr
+from allocator.cel.library import LibraryError
 from allocator.cel.source import matching_bracket
 
 __all__ = ["HIDDEN_NOT_SEMVER", "not_semver", "semver_guard"]

@@ -33,8 +33,8 @@ from typing import Any
 from cel_expr_python import cel
 
 from allocator.cel import lib_formats, lib_net, lib_url
+from allocator.cel.checked import CheckedAst
 from allocator.cel.library import (
-    CheckedAst,
     LibraryError,
     index_of,
     list_is_sorted,

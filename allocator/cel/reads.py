@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from allocator.cel import AttributeValue, CELDevice, Version
-from allocator.cel.library import CheckedAst, Expr
+from allocator.cel.checked import CheckedAst, Expr
 from allocator.quantity import Quantity
 
 __all__ = ["MISSING", "Reads", "attribute_key", "device_reads", "value_key"]

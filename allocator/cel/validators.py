@@ -15,8 +15,8 @@ checked tree, with upstream's message (``expected type 'int' but found 'string'`
 
 from __future__ import annotations
 
+from allocator.cel.checked import CheckedAst, Expr
 from allocator.cel.lib_strformat import format_errors
-from allocator.cel.library import CheckedAst, Expr
 
 __all__ = [
     "HIDDEN_FORMAT",

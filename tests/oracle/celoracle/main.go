@@ -10,7 +10,9 @@
 //	{"kind": "badinput", "error": "..."} the input line does not decode
 //
 // The answer for a compiled expression also carries "maxCost", upstream's estimated worst-case cost (what
-// API validation holds against CELSelectorExpressionMaxCost).
+// API validation holds against CELSelectorExpressionMaxCost). With "derived": true the expression is
+// compiled as a derived attribute and only compiled: the answer is {"kind": "value", "maxCost": N}
+// (or the compile error).
 package main
 
 import (
@@ -34,6 +36,9 @@ type device struct {
 type query struct {
 	Expression string `json:"expression"`
 	Device     device `json:"device"`
+	// Derived compiles the expression as a derived attribute (KEP-6080: its result may be a scalar or a
+	// list), as API validation compiles a request's derivedAttributes[].expression.
+	Derived bool `json:"derived,omitempty"`
 }
 
 type answer struct {
@@ -47,12 +52,15 @@ type answer struct {
 var compiler = cel.GetCompiler(cel.Features{EnableConsumableCapacity: true, EnableListTypeAttributes: true})
 
 func run(q query) answer {
-	result := compiler.CompileCELExpression(q.Expression, cel.Options{})
+	result := compiler.CompileCELExpression(q.Expression, cel.Options{DerivedAttribute: q.Derived})
 	if result.Error != nil {
 		return answer{Kind: "compile", Error: result.Error.Error()}
 	}
 	maxCost := result.MaxCost
 	allow := q.Device.AllowMultipleAllocations
+	if q.Derived {
+		return answer{Kind: "value", MaxCost: &maxCost}
+	}
 	matches, _, err := result.DeviceMatches(context.Background(), cel.Device{
 		Driver:                   q.Device.Driver,
 		AllowMultipleAllocations: &allow,
