@@ -795,7 +795,9 @@ class CompiledProgram:
         self.expression = expression
         self.estimated_cost = analysis.estimated_cost
         self.cost_bound = analysis.cost_bound
-        self._cost_error = cost_limit_message(analysis.cost_bound)
+        # Upstream's run-time cost never exceeds its estimate, so an expression the API server admits is
+        # never aborted; one it refuses runs as far as the worst case of its evaluation allows.
+        self._cost_error = cost_limit_message(min(analysis.cost_bound, analysis.estimated_cost))
         self.reads = device_reads(analysis.ast)
         """The device keys the expression reads (``allocator.cel.reads``; None: not keyable)."""
 

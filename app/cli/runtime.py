@@ -36,6 +36,7 @@ from typing import Any
 
 from allocator.cel import CELEngine
 from allocator.cel.expr_engine import ExprEngine
+from allocator.cel.limits import claim_cost_problems, selector_cost_problems
 from allocator.errors import CELCompileError, InvalidInputError
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
@@ -194,6 +195,7 @@ def runtime_from_objects(
         *objects.unknown_kinds,
         *objects.unknown_fields,
         *_selector_problems(objects, selectors),
+        *_cost_problems(objects, selectors),
         *missing_claims,
     ]
     service = SchedulingService(state, selectors)
@@ -217,6 +219,34 @@ def _selector_problems(objects: ClusterObjects, selectors: SelectorCache) -> lis
             meta = obj.get("metadata") or {}
             ref = meta["name"] if kind == "DeviceClass" else f"{meta.get('namespace')}/{meta['name']}"
             problems.append(f"{_source(objects, kind, obj)}: {kind} {ref}: {path}.cel.expression: {e}")
+    return problems
+
+
+def _cost_problems(objects: ClusterObjects, selectors: SelectorCache) -> list[str]:
+    """``<file>: <Kind> <ref>: <path>: Forbidden: too complex, ...`` for each CEL cost limit the API server
+    holds a DeviceClass, ResourceClaim or ResourceClaimTemplate to (``allocator.cel.limits``). Claims made
+    from a template here are left out: their template is reported."""
+    problems = []
+    for obj in objects.device_classes:
+        spec = obj.get("spec") or {}
+        for problem in selector_cost_problems(spec.get("selectors"), "spec.selectors", selectors):
+            problems.append(
+                f"{_source(objects, 'DeviceClass', obj)}: DeviceClass {obj['metadata']['name']}: {problem}"
+            )
+    for kind, of_kind in (
+        ("ResourceClaimTemplate", objects.resource_claim_templates),
+        ("ResourceClaim", objects.resource_claims),
+    ):
+        for obj in of_kind:
+            if objects.source_of(kind, obj) is None:
+                continue  # generated from a template
+            spec, path = obj.get("spec") or {}, "spec.devices"
+            if kind == "ResourceClaimTemplate":
+                spec, path = spec.get("spec") or {}, "spec.spec.devices"
+            meta = obj.get("metadata") or {}
+            ref = f"{meta.get('namespace')}/{meta['name']}"
+            for problem in claim_cost_problems(spec.get("devices"), path, selectors):
+                problems.append(f"{_source(objects, kind, obj)}: {kind} {ref}: {problem}")
     return problems
 
 

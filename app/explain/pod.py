@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from allocator.cel.limits import claim_cost_problems
 from allocator.decide import NoFit, Policy, allocate
 from allocator.errors import AllocatorError
 from allocator.explain import (
@@ -373,6 +374,17 @@ def _what_if_claim(obj: Mapping[str, Any]) -> Claim:
     return parse_claim({"metadata": meta, "spec": spec})
 
 
+def _devices(obj: Mapping[str, Any]) -> Any:
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "ResourceClaimTemplate":
+        spec = spec.get("spec") or {}
+    return spec.get("devices")
+
+
+def _devices_path(obj: Mapping[str, Any]) -> str:
+    return "spec.spec.devices" if obj["kind"] == "ResourceClaimTemplate" else "spec.devices"
+
+
 def what_if(service: SchedulingService, body: bytes, node: str | None) -> WhatIfExplanation:
     """Parse a what-if body and explain it. Raises BadObject, NotFound."""
     return explain_object(service, parse_object(body), node)
@@ -393,8 +405,12 @@ def explain_object(
             claim = _what_if_claim(obj)
             # Also the state loader's checks the allocator's parser leaves out (fully qualified names).
             to_v1({"apiVersion": "resource.k8s.io/v1", **obj})
+            # The API server refuses expressions over its CEL cost limits (allocator.cel.limits).
+            cost = claim_cost_problems(_devices(obj), _devices_path(obj), service.selectors)
+            if cost:
+                error = f"{obj['kind']} {namespace}/{name}: " + "; ".join(cost)
             # Creating such a claim: the API server refuses admin access without the namespace label.
-            if any(alt.admin_access for r in claim.requests for alt in r.alternatives):
+            elif any(alt.admin_access for r in claim.requests for alt in r.alternatives):
                 error = admin_access_refusal(service.state, claim.key)
         except AllocatorError as e:
             error = str(e)

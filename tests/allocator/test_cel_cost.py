@@ -106,6 +106,11 @@ DERIVED = [
     f'{_ATTR}.memoryGB >= 80 ? "tier-1" : "tier-2"',
     f'{_ATTR}.tags.filter(t, t.startsWith("a"))',
     'device.driver.replace("gpu", "")',
+    # the estimates tests/app/test_cel_cost_limits.py builds its claims from
+    "device.attributes.map(d, device.attributes[d].map(k, device.attributes[d].map(j, j.size()).size())"
+    ".size())",
+    "device.attributes.map(d, device.attributes[d].map(k, k.size()).size())",
+    'device.attributes["gpu.nvidia.com"].model.split("").map(s, s + s).size()',
 ]
 
 
