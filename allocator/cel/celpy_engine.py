@@ -41,7 +41,7 @@ from celpy.evaluation import CELEvalError as CelpyEvalError
 from allocator.cel import AttributeValue, CELDevice
 from allocator.cel.celpy_libs import NAMESPACES, CelCIDR, CelIP, CelURL, library_functions, plain, wrap
 from allocator.cel.checked import CheckedAst, is_bind
-from allocator.cel.expr_engine import Analysis, CompiledProgram, Frontend
+from allocator.cel.frontend import Analysis, CompiledProgram, Frontend
 from allocator.cel.library import (
     LibraryError,
     SemverValue,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, CELDevice, CELEngine, Version
-from allocator.cel.expr_engine import Frontend
+from allocator.cel.frontend import Frontend
 from allocator.errors import CELCompileError, CELEvalError
 from tests.allocator.cel_conformance_cases import BATTERY, KNOWN_GAPS, UNSUPPORTED_BY
 from tests.allocator.cel_corpus import CASES, ENGINE_TYPES, Case, Err, devices

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from allocator.cel.cost import estimate_cost
-from allocator.cel.expr_engine import Frontend
+from allocator.cel.frontend import Frontend
 from allocator.errors import CELCompileError
 from tests.allocator.cel_conformance_cases import BATTERY
 from tests.allocator.cel_corpus import CASES
