@@ -420,9 +420,9 @@ def device_context(device: CELDevice) -> dict[str, Any]:
             {celtypes.StringType(name): value for name, value in values.items()}
         )
     capacity = DomainMap()
-    for domain, values in device.capacity.items():
+    for domain, quantities in device.capacity.items():
         capacity[celtypes.StringType(domain)] = celtypes.MapType(
-            {celtypes.StringType(name): CelQuantity(q.value) for name, q in values.items()}
+            {celtypes.StringType(name): CelQuantity(q.value) for name, q in quantities.items()}
         )
     fields = {
         "driver": celtypes.StringType(device.driver),
@@ -491,6 +491,8 @@ class CelpyValueProgram(CelpyProgram):
 
     __slots__ = ()
 
+    # A value program shares the selector program's machinery; its result is an attribute value
+    # (``ValueProgram``), not the selector's bool.
     def evaluate(self, device: CELDevice) -> AttributeValue:  # type: ignore[override]
         return self._attribute(_plain_result(self._run(device)))
 

@@ -36,7 +36,7 @@ class _Text:
         self.text = text
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.text == self.text  # type: ignore[attr-defined]
+        return isinstance(other, type(self)) and type(other) is type(self) and other.text == self.text
 
     def __hash__(self) -> int:
         return hash(self.text)

@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cel_expr_python import cel
+from cel_expr_python import cel  # type: ignore[import-untyped]  # ships no type information
 
 from allocator.cel import AttributeValue, CELDevice, Version
 from allocator.cel.checked import CheckedAst, Expr
@@ -292,6 +292,8 @@ class ExprValueProgram(ExprProgram):
 
     __slots__ = ()
 
+    # A value program shares the selector program's machinery; its result is an attribute value
+    # (``ValueProgram``), not the selector's bool.
     def evaluate(self, device: CELDevice) -> AttributeValue:  # type: ignore[override]
         result = self._run(device)
         if result.type() == cel.Type.ERROR and (error := _python_value(result)) is not None:

@@ -62,7 +62,7 @@ def semver_guard(ast: CheckedAst, src: str) -> tuple[tuple[tuple[str, str], ...]
 def _attribute_lookup(ast: CheckedAst, src: str, node: Expr) -> tuple[tuple[str, str], int, int] | None:
     """``((domain, id), start, end)`` of a direct constant lookup in ``device.attributes``, else None."""
     ident = _constant_key(node)
-    domain_use = node.operand if node.kind == "select" else (node.args or [None])[0]
+    domain_use = node.operand if node.kind == "select" else next(iter(node.args or ()), None)
     if ident is None or domain_use is None:
         return None
     domain = _constant_key(domain_use)

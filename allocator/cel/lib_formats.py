@@ -79,7 +79,7 @@ def _datetime(text: str) -> bool:
     if len(text) < 4 or len(parts) < 2 or not _date(parts[0]):
         return False
     match = _TIME.search(parts[1])
-    return bool(match) and match.group(1) <= "23" and match.group(2) <= "59" and match.group(3) <= "59"
+    return match is not None and match.group(1) <= "23" and match.group(2) <= "59" and match.group(3) <= "59"
 
 
 def _check(predicate: Callable[[str], bool], problem: str) -> Callable[[str], list[str]]:

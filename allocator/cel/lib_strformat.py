@@ -37,8 +37,8 @@ _ACCEPTS = {
     "f": ("double", "string"),
     "e": ("double", "string"),
 }
-_STRING_KINDS = ("list", "map", "int", "uint", "double", "bool", "string", "google.protobuf.Timestamp")
-_STRING_KINDS += ("bytes", "google.protobuf.Duration", "type", "null")
+_STRING_KINDS: tuple[str, ...] = ("list", "map", "int", "uint", "double", "bool", "string")
+_STRING_KINDS += ("google.protobuf.Timestamp", "bytes", "google.protobuf.Duration", "type", "null")
 _CLAUSE_NAMES = {"d": "decimal", "o": "octal", "b": "binary", "x": "hex", "X": "hex"}
 _CLAUSE_NAMES |= {"f": "fixed-point", "e": "scientific"}
 
@@ -101,7 +101,8 @@ def string_format(template: str, args: Sequence[object]) -> str:
 
 
 def _kind(value: object) -> str:
-    kinds = [(bool, "bool"), (int, "int"), (float, "double"), (str, "string"), ((bytes, bytearray), "bytes")]
+    kinds: list[tuple[type | tuple[type, ...], str]] = [(bool, "bool"), (int, "int"), (float, "double")]
+    kinds += [(str, "string"), ((bytes, bytearray), "bytes")]
     kinds += [(list, "list"), (tuple, "list"), (dict, "map"), (type(None), "null_type")]
     kinds += [
         (datetime.datetime, "google.protobuf.Timestamp"),
@@ -120,6 +121,7 @@ def _format_one(verb: str, precision: int | None, value: object) -> str:
             f"{_CLAUSE_NAMES[verb]} clause can only be used on {_plural(verb)}, was given {given}"
         )
     if verb in "fe":
+        # _ACCEPTS let only numbers and the special float names through.
         number = _SPECIAL_FLOATS[value] if isinstance(value, str) else float(value)  # type: ignore[arg-type]
         return _fixed(number, 6 if precision is None else precision) if verb == "f" else _scientific(number)
     if verb == "b":

@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from allocator.cel import AttributeValue, Version
 from allocator.quantity import QuantityError, parse_quantity
@@ -211,9 +212,9 @@ def parse_cel_quantity(text: str) -> Fraction:
     """
     if text != text.strip() or not text:
         raise LibraryError(f"quantities must match the regular expression: {text!r}")
-    if _NO_DIGITS.fullmatch(text):
+    if (no_digits := _NO_DIGITS.fullmatch(text)) is not None:
         # ParseQuantity reads a missing number as 0: "Mi", "-", ".", "+.e2" are all zero quantities.
-        suffix = _NO_DIGITS.fullmatch(text).group(1)  # type: ignore[union-attr]
+        suffix = no_digits.group(1)
         if (
             suffix in _BINARY_EXPONENTS
             or suffix in _DECIMAL_EXPONENTS
@@ -286,7 +287,7 @@ def quantity_int64(text: str) -> int | None:
     value = int(num + denom) * mantissa
     if value > INT64_MAX or scale < 0:
         return None
-    value = value * 10**scale
+    value = value * int(10**scale)  # scale >= 0 here; int ** int is typed as possibly float
     if value > INT64_MAX:
         return None
     return -value if sign == "-" else value
@@ -337,10 +338,10 @@ def cel_equal(a: object, b: object) -> bool:
     kind = _kind(a)
     if kind != _kind(b):
         return False
-    if kind == "list":
-        return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
-    if kind == "map":
-        return a.keys() == b.keys() and all(cel_equal(a[k], b[k]) for k in a)  # type: ignore[union-attr,index]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(cel_equal(a[k], b[k]) for k in a)
     return a == b
 
 
@@ -381,31 +382,37 @@ def _comparable(items: Sequence[object], function: str) -> str:
     return kinds.pop() if kinds else "number"
 
 
+def _ordered(items: Sequence[object], function: str) -> Sequence[Any]:
+    """The items once ``_comparable`` found them of one ordered kind (so ``<=``, ``sum``, ``min`` apply)."""
+    _comparable(items, function)
+    return items
+
+
 def list_is_sorted(items: Sequence[object]) -> bool:
-    _comparable(items, "isSorted")
-    return all(a <= b for a, b in itertools.pairwise(items))  # type: ignore[operator]
+    ordered = _ordered(items, "isSorted")
+    return all(a <= b for a, b in itertools.pairwise(ordered))
 
 
 def list_sum(items: Sequence[object]) -> int | float:
     """Sum of a numeric list; an empty list sums to int 0 (upstream: the zero of the element type)."""
     if _comparable(items, "sum") != "number":
         raise LibraryError("no such overload: sum on a non-numeric list")
-    total = sum(items)  # type: ignore[arg-type]
+    total: int | float = sum(_ordered(items, "sum"))
     return check_int64(total) if isinstance(total, int) else total
 
 
 def list_min(items: Sequence[object]) -> object:
-    _comparable(items, "min")
-    if not items:
+    ordered = _ordered(items, "min")
+    if not ordered:
         raise LibraryError("min called on empty list")
-    return min(items)  # type: ignore[type-var]
+    return min(ordered)
 
 
 def list_max(items: Sequence[object]) -> object:
-    _comparable(items, "max")
-    if not items:
+    ordered = _ordered(items, "max")
+    if not ordered:
         raise LibraryError("max called on empty list")
-    return max(items)  # type: ignore[type-var]
+    return max(ordered)
 
 
 # ------------------------------------------------------------------------------ device attribute values
@@ -491,6 +498,7 @@ def derived_attribute_value(value: object) -> AttributeValue:
             )
         if len(kinds) > 1:
             raise LibraryError(f"list mixes element types {', '.join(sorted(k for k in kinds if k))}")
+        # One element kind (checked above): the tuple is one of AttributeValue's homogeneous tuples.
         return tuple(_attribute_scalar(item) for item in value)  # type: ignore[return-value]
     raise LibraryError(
         f"result of type {_cel_type_name(value)} is not a valid attribute value "
@@ -503,7 +511,9 @@ def _attribute_scalar(value: object) -> bool | int | str | Version:
         return Version(value.canonical())
     if isinstance(value, int) and not isinstance(value, bool):
         check_int64(value)
-    return value  # type: ignore[return-value]
+    if isinstance(value, (bool, int, str)):
+        return value
+    raise LibraryError(f"result of type {_cel_type_name(value)} is not a valid attribute value")
 
 
 # -------------------------------------------------------------------------------------------- regexes

@@ -105,6 +105,7 @@ def _domain_key(values: Mapping[str, object] | None, capacity: bool) -> object:
     if values is None:
         return MISSING
     convert = _capacity_key if capacity else attribute_key
+    # The domain's values are quantities exactly when ``capacity`` (the caller's map).
     return tuple(sorted((name, convert(v)) for name, v in values.items()))  # type: ignore[arg-type]
 
 
@@ -120,6 +121,7 @@ def value_key(device: CELDevice, reads: Reads) -> tuple[object, ...]:
         elif values is None:
             key.append(MISSING)
         elif capacity:
+            # A capacity domain maps to quantities (``values`` is typed for both maps).
             key.append(_capacity_key(values.get(ident)))  # type: ignore[arg-type]
         else:
             value = values.get(ident)
