@@ -23,9 +23,6 @@ from dataclasses import dataclass
 
 from allocator.cel.checked import CheckedAst, Expr
 from allocator.cel.cost_calls import Call, estimate
-
-__all__ = ["MAX", "Range", "estimate_cost"]
-
 from allocator.cel.cost_units import (
     LIST_CREATE,
     MAP_CREATE,
@@ -41,6 +38,9 @@ from allocator.cel.cost_units import (
     kind,
     params,
 )
+from allocator.cel.expr_libs import HIDDEN_INDEX_OF, HIDDEN_NAMED, HIDDEN_VALIDATE
+
+__all__ = ["MAX", "Range", "estimate_cost"]
 
 
 @dataclass(slots=True)
@@ -104,15 +104,17 @@ def _declared_size(path: tuple[str, ...]) -> Range | None:
 
 
 _HIDDEN = {
-    "__dra_index_of__": "indexOf",
-    "__dra_last_index_of__": "lastIndexOf",
-    "__dra_validate__": "validate",
-    "format.__dra_named__": "format.named",
+    **{hidden: name for name, hidden in HIDDEN_INDEX_OF.items()},
+    HIDDEN_VALIDATE: "validate",
+    f"format.{HIDDEN_NAMED}": "format.named",
 }
 """The front-end's spellings of library functions (``allocator.cel.expr_libs``), by upstream name."""
 
 
 class _Coster:
+    """One estimate: cel-go's ``coster`` (paths of values below ``device``, sizes and entry sizes computed
+    so far, the local variables in scope)."""
+
     def __init__(self, ast: CheckedAst) -> None:
         self._ast = ast
         self._paths: dict[int, tuple[str, ...]] = {}

@@ -18,7 +18,6 @@ __all__ = [
     "ZERO",
     "Entries",
     "Range",
-    "factor_of",
     "fixed",
     "is_scalar",
     "kind",
@@ -42,7 +41,7 @@ def _mul(x: int, y: int) -> int:
     return min(x * y, MAX)
 
 
-def factor_of(x: int, factor: float) -> int:
+def _factor_of(x: int, factor: float) -> int:
     """``multiplyByCostFactor``: ``ceil(x * factor)`` in float64, saturating."""
     xf = float(x)
     if xf > 0 and factor > 0 and xf > float(MAX) / factor:
@@ -65,7 +64,7 @@ class Range:
         return Range(_mul(self.min, other.min), _mul(self.max, other.max))
 
     def factor(self, factor: float) -> Range:
-        return Range(factor_of(self.min, factor), factor_of(self.max, factor))
+        return Range(_factor_of(self.min, factor), _factor_of(self.max, factor))
 
     def union(self, other: Range) -> Range:
         return Range(min(self.min, other.min), max(self.max, other.max))
