@@ -2,8 +2,9 @@
 
 The state is loaded with the same rules as ``serve`` and ``simulate``; what those print as warnings are
 the state's problems here (``app.cli.runtime.Runtime.warnings``: entries that are not regular files,
-unknown kinds and fields, CEL selectors that do not compile, pod claims whose ResourceClaim or
-ResourceClaimTemplate is missing, a state without any object the extender uses), listed in full. The
+unknown kinds and fields, CEL selectors that do not compile or exceed the API server's cost limits
+(``allocator.cel.limits``), pod claims whose ResourceClaim or ResourceClaimTemplate is missing, a state
+without any object the extender uses), listed in full. The
 config file is parsed and compiled, the files its fields name are checked as ``serve`` checks them
 (``app.config.files``, naming the field), and with a state its cluster-wide derived attributes are
 computed on the state's devices, reporting runtime errors once per attribute with the device count.
@@ -35,7 +36,8 @@ def add_validate_parser(commands: Any, common: Callable[..., None]) -> None:
         "validate",
         help="check a state directory and/or a config file",
         description="Load a state directory and/or a config file as serve would, and list every problem: "
-        "unknown fields and kinds, CEL selectors that do not compile, pod claims whose ResourceClaim or "
+        "unknown fields and kinds, CEL expressions that do not compile or exceed the API server's cost "
+        "limits, pod claims whose ResourceClaim or "
         "template is missing, manifest entries that are not regular files, files named in the config "
         "that cannot be used, derived attributes that fail on the state's devices.",
     )
