@@ -4,9 +4,13 @@ The same libraries as ``allocator.cel.expr_libs`` declares for cel-expr, run on 
 (``allocator.cel.lib_net``, ``lib_url``, ``lib_strformat``): IP, CIDR and URL values (``CelIP``,
 ``CelCIDR``, ``CelURL``, compared by their canonical text), the lists extension (``lists.range``,
 ``slice``, ``flatten``, ``sort``, ``reverse``, ``distinct``), ``strings.quote``, Kubernetes'
-``string.format``, ``string(ip)`` / ``string(cidr)`` (celpy's ``string`` uses ``__str__``) and cross-type
-numeric comparisons (``1 < 1.5``).
-Namespaced functions (``ip.isCanonical``, ``lists.range``, ``strings.quote``) are reached through the
+``string.format``, ``string(ip)`` / ``string(cidr)`` (celpy's ``string`` uses ``__str__``), cross-type
+numeric comparisons (``1 < 1.5``), optional values as functions give them (``CelOptional``: ``optional.of``,
+``optional.none``, ``optional.ofNonZeroValue``, ``hasValue``, ``value``, ``orValue``, ``or``; celpy cannot
+parse the ``[?``, ``.?`` and ``{?`` syntax) and the format library (``format.<name>()``, ``format.named``,
+``<format>.validate``, ``allocator.cel.lib_formats``).
+Namespaced functions (``ip.isCanonical``, ``lists.range``, ``strings.quote``, ``optional.of``,
+``format.uuid``) are reached through the
 activation values ``NAMESPACES``: celpy calls ``f(<namespace>, args...)`` for ``<namespace>.f(args...)``.
 Type checking is the shared front-end's; these functions only run checked expressions.
 """
@@ -19,11 +23,21 @@ from typing import Any
 from celpy import celtypes
 from celpy.evaluation import CELEvalError as CelpyEvalError
 
-from allocator.cel import lib_net, lib_url
+from allocator.cel import lib_formats, lib_net, lib_url
 from allocator.cel.lib_strformat import string_format
 from allocator.cel.library import LibraryError, cel_equal, check_int64, index_of
 
-__all__ = ["NAMESPACES", "CelCIDR", "CelIP", "CelURL", "library_functions", "plain", "wrap"]
+__all__ = [
+    "NAMESPACES",
+    "CelCIDR",
+    "CelFormat",
+    "CelIP",
+    "CelOptional",
+    "CelURL",
+    "library_functions",
+    "plain",
+    "wrap",
+]
 
 
 class _Text:
@@ -64,6 +78,87 @@ class CelURL(_Text):
     type_name = "kubernetes.URL"
 
 
+class CelFormat(_Text):
+    """A named format of the format library; ``text`` is its name."""
+
+    __slots__ = ()
+    type_name = "kubernetes.NamedFormat"
+
+
+class CelOptional:
+    """An optional value: ``value`` is the celpy value held, or None for ``optional.none()``."""
+
+    __slots__ = ("value",)
+    type_name = "optional_type"
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CelOptional):
+            return False
+        if self.value is None or other.value is None:
+            return self.value is None and other.value is None
+        return cel_equal(plain(self.value), plain(other.value))
+
+    def __hash__(self) -> int:
+        return 0 if self.value is None else hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"CelOptional({self.value!r})"
+
+
+def _has_value(optional: Any) -> Any:
+    if not isinstance(optional, CelOptional):
+        return CelpyEvalError("no such overload")
+    return celtypes.BoolType(optional.value is not None)
+
+
+def _value(optional: Any) -> Any:
+    if not isinstance(optional, CelOptional):
+        return CelpyEvalError("no such overload")
+    return CelpyEvalError("optional.none() dereference") if optional.value is None else optional.value
+
+
+def _or_value(optional: Any, default: Any) -> Any:
+    if not isinstance(optional, CelOptional):
+        return CelpyEvalError("no such overload")
+    return default if optional.value is None else optional.value
+
+
+def _or(optional: Any, other: Any) -> Any:
+    if not isinstance(optional, CelOptional) or not isinstance(other, CelOptional):
+        return CelpyEvalError("no such overload")
+    return other if optional.value is None else optional
+
+
+def _of_non_zero(value: Any) -> CelOptional:
+    """``optional.ofNonZeroValue``: none for the zero value of its type (0, "", false, empty, null)."""
+    zero = value is None or (not isinstance(value, _Text) and not value)
+    return CelOptional(None if zero else value)
+
+
+def _named_format(name: Any) -> CelOptional:
+    text = str(name)
+    return CelOptional(CelFormat(text) if text in lib_formats.FORMAT_NAMES else None)
+
+
+def _validate(fmt: Any, text: Any) -> Any:
+    """``<format>.validate(s)``: none when ``s`` is valid, else the problems."""
+    if not isinstance(fmt, CelFormat) or not isinstance(text, str):
+        return CelpyEvalError("no such overload")
+    problems = lib_formats.validate(fmt.text, str(text))
+    return CelOptional(celtypes.ListType([celtypes.StringType(p) for p in problems]) if problems else None)
+
+
+def _format_functions() -> dict[str, Callable[..., Any]]:
+    """``format.<name>()`` for every named format, ``format.named(s)`` and ``validate``."""
+    functions = {
+        name: _namespaced("format", (lambda n=name: CelFormat(n))) for name in lib_formats.FORMAT_NAMES
+    }
+    return functions | {"named": _namespaced("format", _named_format), "validate": _validate}
+
+
 class _Namespace:
     """The value of a namespace identifier (``ip``, ``lists``, ``strings``)."""
 
@@ -73,7 +168,7 @@ class _Namespace:
         self.name = name
 
 
-NAMESPACES = {name: _Namespace(name) for name in ("ip", "lists", "strings")}
+NAMESPACES = {name: _Namespace(name) for name in ("ip", "lists", "strings", "optional", "format")}
 """Activation values standing for the namespaces of namespaced functions."""
 
 
@@ -290,6 +385,15 @@ def library_functions() -> dict[str, Callable[..., Any]]:
         "getPort": _call(_on_text(lib_url.url_port)),
         "getEscapedPath": _call(_on_text(lib_url.url_escaped_path)),
         "getQuery": _call(_on_text(lib_url.url_query)),
+        # optional values
+        "of": _namespaced("optional", CelOptional),
+        "none": _namespaced("optional", CelOptional),
+        "ofNonZeroValue": _namespaced("optional", _of_non_zero),
+        "hasValue": _has_value,
+        "value": _value,
+        "orValue": _or_value,
+        "or": _or,
+        **_format_functions(),
     }
 
 

@@ -276,6 +276,8 @@ class CostBound:
             return 1, Shape(first.size, key=Shape(first.size), elem=Shape(first.size, elem=Shape(first.size)))
         if name == "__dra_validate__":
             return 1, Shape(1, elem=Shape(16, elem=Shape(512)))  # at most one list of a few messages
+        if node.name == "format.__dra_named__":
+            return 1, Shape(1, elem=SCALAR)  # at most one named format
         if name == "dyn":
             return 1, first
         if name == "cel.@mapInsert":

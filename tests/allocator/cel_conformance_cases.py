@@ -356,8 +356,9 @@ BATTERY: list[tuple[str, str]] = [(e, "gpu") for e in _GPU] + [
 ]
 
 UNSUPPORTED_BY: dict[str, frozenset[str]] = {
-    # cel-python cannot parse or run optional syntax/values, two-variable comprehensions or macros of
-    # the lists extension (sortBy); it refuses them at compile time, naming itself.
+    # cel-python cannot parse the optional syntax ([?, .?, {?), two-variable comprehensions or macros of
+    # the lists extension (sortBy); it refuses them at compile time, naming itself. (Optional values as
+    # functions give them, and the format library, it runs.)
     "cel-python": frozenset(
         e
         for e, _ in BATTERY
@@ -366,13 +367,11 @@ UNSUPPORTED_BY: dict[str, frozenset[str]] = {
             for marker in (
                 "[?",
                 ".?",
-                "optional.",
+                "{?",
                 ".sortBy(",
                 "transformMap",
                 "transformList",
                 "existsOne",
-                ".validate(",
-                "format.named(",
             )
         )
         or e.startswith(("[1, 2].all(i, v", "[5, 6].exists(i, v"))
