@@ -40,8 +40,7 @@ from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import AttributeValue, CELDevice
 from allocator.cel.celpy_libs import NAMESPACES, CelCIDR, CelIP, CelURL, library_functions, plain, wrap
-from allocator.cel.checked import CheckedAst, Expr, is_bind
-from allocator.cel.expr_libs import HIDDEN_NAMED, HIDDEN_VALIDATE
+from allocator.cel.celpy_rewrites import celpy_edits, unsupported
 from allocator.cel.frontend import Analysis, CompiledProgram, Frontend
 from allocator.cel.library import (
     LibraryError,
@@ -66,7 +65,7 @@ from allocator.cel.library import (
     regex_find,
     regex_find_all,
 )
-from allocator.cel.source import apply_edits, matching_bracket, top_level_commas
+from allocator.cel.source import apply_edits
 from allocator.errors import CELCompileError, CELEvalError
 
 __all__ = ["CelQuantity", "CelSemver", "CelpyEngine", "CelpyProgram", "CelpyValueProgram"]
@@ -361,81 +360,6 @@ def _functions() -> dict[str, Callable[..., Any]]:
     }
 
 
-# --------------------------------------------------------------------------------------- rewrites
-
-_OPTIONAL_SYNTAX = frozenset({"_?._", "_[?_]"})
-_OPTIONAL_MACROS = re.compile(r"\.\s*opt(?:Flat)?Map\s*\(")
-_BIND = re.compile(r"cel\s*\.\s*bind\s*$")
-_FORMAT_LIBRARY = {HIDDEN_VALIDATE: "validate", f"format.{HIDDEN_NAMED}": "named"}
-"""The front-end's spellings of the format library's optional-valued functions (``expr_libs``)."""
-
-
-def _format_read(node: Expr) -> Expr | None:
-    """The hidden format-library call of ``<call>[?0]`` (the front-end's spelling of ``validate`` and
-    ``named``), else None."""
-    if node.kind != "call" or node.name != "_[?_]" or not node.args:
-        return None
-    inner = node.args[0]
-    return inner if inner.kind == "call" and inner.name in _FORMAT_LIBRARY else None
-
-
-def _unsupported(ast: CheckedAst, src: str) -> str | None:
-    """What of the expression celpy cannot parse or run: the optional syntax (``[?``, ``.?``, ``{?``,
-    ``[?x]`` list entries) and macros, and two-variable comprehensions."""
-    for node in ast.root.walk():
-        optional_syntax = node.kind == "call" and node.name in _OPTIONAL_SYNTAX and _format_read(node) is None
-        if optional_syntax or (node.kind in ("list", "map") and node.optional):
-            return "optional syntax ([?, .?, {?)"
-        if node.kind == "comprehension" and node.vars[1]:
-            return "two-variable comprehensions"
-    if _OPTIONAL_MACROS.search(src):
-        return "optMap/optFlatMap"
-    return None
-
-
-def _format_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
-    """``x.__dra_validate__(s)[?0]`` -> ``x.validate(s)``, ``format.__dra_named__(s)[?0]`` ->
-    ``format.named(s)``: celpy runs the optional-valued functions themselves (``celpy_libs``)."""
-    edits = []
-    for node in ast.root.walk():
-        inner = _format_read(node)
-        pos = ast.positions.get(node.id, -1)
-        call = ast.positions.get(inner.id, -1) if inner is not None else -1
-        if inner is None or not 0 <= pos < len(src) or src[pos] != "[" or not 0 <= call < len(src):
-            continue
-        hidden = inner.name.removeprefix("format.")
-        name = re.compile(re.escape(hidden) + r"\s*$").search(src, 0, call)
-        if name is None:
-            raise CELCompileError("the format library could not be translated for the cel-python engine")
-        edits += [
-            (name.start(), name.end(), _FORMAT_LIBRARY[inner.name]),
-            (pos, matching_bracket(src, pos) + 1, ""),
-        ]
-    return edits
-
-
-def _bind_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
-    """``cel.bind(v, init, body)`` -> ``[init].map(v, body)[0]``, edited only at the bind's own tokens so
-    nested binds inside ``init``/``body`` are rewritten independently."""
-    edits = []
-    for node in ast.root.walk():
-        pos = ast.positions.get(node.id, -1)
-        if node.kind != "comprehension" or not is_bind(node) or not 0 <= pos < len(src) or src[pos] != "(":
-            continue
-        name = _BIND.search(src, 0, pos)
-        close = matching_bracket(src, pos)
-        commas = top_level_commas(src, pos + 1, close)
-        if name is None or len(commas) != 2:
-            raise CELCompileError("cel.bind could not be translated for the cel-python engine")
-        variable = node.vars[2]
-        edits += [
-            (name.start(), commas[0] + 1, "["),
-            (commas[1], commas[1] + 1, f"].map({variable},"),
-            (close, close + 1, ")[0]"),
-        ]
-    return edits
-
-
 # ----------------------------------------------------------------------------------------- device
 
 
@@ -576,11 +500,10 @@ class CelpyEngine:
 
     def _runner(self, expression: str, *, value: bool) -> tuple[Any, Analysis]:
         analysis = self._frontend.analyze(expression, value=value)
-        missing = _unsupported(analysis.ast, analysis.source)
+        missing = unsupported(analysis.ast, analysis.source)
         if missing:
             raise CELCompileError(f"{missing} are not supported by the cel-python engine")
-        edits = _bind_edits(analysis.ast, analysis.source) + _format_edits(analysis.ast, analysis.source)
-        source = apply_edits(analysis.source, edits)
+        source = apply_edits(analysis.source, celpy_edits(analysis.ast, analysis.source))
         with self._lock:  # celpy's Environment keeps the last program in a field
             try:
                 runner = self._env.program(self._env.compile(source), functions=self._functions)

@@ -25,7 +25,14 @@ from celpy.evaluation import CELEvalError as CelpyEvalError
 
 from allocator.cel import lib_formats, lib_net, lib_url
 from allocator.cel.lib_strformat import string_format
-from allocator.cel.library import LibraryError, cel_equal, check_int64, index_of
+from allocator.cel.library import (
+    LibraryError,
+    cel_equal,
+    check_int64,
+    index_of,
+    map_of_pairs,
+    merge_maps,
+)
 
 __all__ = [
     "NAMESPACES",
@@ -149,6 +156,32 @@ def _validate(fmt: Any, text: Any) -> Any:
         return CelpyEvalError("no such overload")
     problems = lib_formats.validate(fmt.text, str(text))
     return CelOptional(celtypes.ListType([celtypes.StringType(p) for p in problems]) if problems else None)
+
+
+def _pairs(receiver: Any) -> Any:
+    """``[index, element]`` of a list or ``[key, value]`` of a map: what a two-variable comprehension
+    iterates (``allocator.cel.celpy_rewrites``)."""
+    if isinstance(receiver, dict):
+        return celtypes.ListType([celtypes.ListType([k, v]) for k, v in receiver.items()])
+    if isinstance(receiver, list):
+        return celtypes.ListType(
+            [celtypes.ListType([celtypes.IntType(i), v]) for i, v in enumerate(receiver)]
+        )
+    return CelpyEvalError("no such overload")
+
+
+def _to_map(build: Callable[[Any], dict[object, object]]) -> Callable[[Any], Any]:
+    def call(items: Any) -> Any:
+        if isinstance(items, CelpyEvalError):
+            return items
+        try:
+            return celtypes.MapType(build(items))
+        except LibraryError as err:
+            return CelpyEvalError(str(err))
+        except (TypeError, IndexError, AttributeError):
+            return CelpyEvalError("no such overload")
+
+    return call
 
 
 def _format_functions() -> dict[str, Callable[..., Any]]:
@@ -394,6 +427,10 @@ def library_functions() -> dict[str, Callable[..., Any]]:
         "orValue": _or_value,
         "or": _or,
         **_format_functions(),
+        # two-variable comprehensions (allocator.cel.celpy_rewrites)
+        "__dra_pairs__": _pairs,
+        "__dra_map_of__": _to_map(map_of_pairs),
+        "__dra_map_merge__": _to_map(merge_maps),
     }
 
 

@@ -35,12 +35,13 @@ from cel_expr_python import cel  # type: ignore[import-untyped]  # ships no type
 from allocator.cel import lib_formats, lib_net, lib_url
 from allocator.cel.checked import CheckedAst
 from allocator.cel.library import (
-    LibraryError,
     index_of,
     list_is_sorted,
     list_max,
     list_min,
     list_sum,
+    map_of_pairs,
+    merge_maps,
 )
 from allocator.cel.source import matching_bracket, skip_literal, top_level_commas
 
@@ -252,20 +253,6 @@ def without_map_inserts(src: str) -> str:
         src = src[: found.start()] + call + src[close + 1 :]
 
 
-def _map_of(pairs: list[list[Any]]) -> dict[Any, Any]:
-    return {pair[0]: pair[1] for pair in pairs}
-
-
-def _map_merge(entries: list[dict[Any, Any]]) -> dict[Any, Any]:
-    merged: dict[Any, Any] = {}
-    for entry in entries:
-        for key, value in entry.items():
-            if key in merged:
-                raise LibraryError(f"insert failed: key {key} already exists")
-            merged[key] = value
-    return merged
-
-
 def _hidden_helpers() -> list[cel.FunctionDecl]:
     t = cel.Type
     anything = t("google.protobuf.Any")
@@ -298,11 +285,13 @@ def _hidden_helpers() -> list[cel.FunctionDecl]:
         decls.append(cel.FunctionDecl(hidden, overloads))
     dyn_map = t.Map(t.DYN, t.DYN)
     decls.append(
-        cel.FunctionDecl(HIDDEN_MAP_OF, [_overload("dra_map_of", dyn_map, [t.List(t.DYN)], _map_of, True)])
+        cel.FunctionDecl(
+            HIDDEN_MAP_OF, [_overload("dra_map_of", dyn_map, [t.List(t.DYN)], map_of_pairs, True)]
+        )
     )
     decls.append(
         cel.FunctionDecl(
-            HIDDEN_MAP_MERGE, [_overload("dra_map_merge", dyn_map, [t.List(t.DYN)], _map_merge, True)]
+            HIDDEN_MAP_MERGE, [_overload("dra_map_merge", dyn_map, [t.List(t.DYN)], merge_maps, True)]
         )
     )
     return decls

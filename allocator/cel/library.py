@@ -50,6 +50,8 @@ __all__ = [
     "list_max",
     "list_min",
     "list_sum",
+    "map_of_pairs",
+    "merge_maps",
     "parse_cel_quantity",
     "parse_semver",
     "plain_attribute",
@@ -413,6 +415,22 @@ def list_max(items: Sequence[object]) -> object:
     if not ordered:
         raise LibraryError("max called on empty list")
     return max(ordered)
+
+
+def map_of_pairs(pairs: Sequence[Sequence[object]]) -> dict[object, object]:
+    """``transformMap``'s result from its ``[key, value]`` pairs (keys are the receiver's, so distinct)."""
+    return {pair[0]: pair[1] for pair in pairs}
+
+
+def merge_maps(entries: Sequence[Mapping[object, object]]) -> dict[object, object]:
+    """``transformMapEntry``'s result: the entries' union; a key given twice is an error."""
+    merged: dict[object, object] = {}
+    for entry in entries:
+        for key, value in entry.items():
+            if key in merged:
+                raise LibraryError(f"insert failed: key {key} already exists")
+            merged[key] = value
+    return merged
 
 
 # ------------------------------------------------------------------------------ device attribute values

@@ -356,28 +356,11 @@ BATTERY: list[tuple[str, str]] = [(e, "gpu") for e in _GPU] + [
 ]
 
 UNSUPPORTED_BY: dict[str, frozenset[str]] = {
-    # cel-python cannot parse the optional syntax ([?, .?, {?), two-variable comprehensions or macros of
-    # the lists extension (sortBy); it refuses them at compile time, naming itself. (Optional values as
-    # functions give them, and the format library, it runs.)
+    # cel-python cannot parse the optional syntax ([?, .?, {?) or run sortBy; it refuses them at compile
+    # time, naming itself. (Optional values as functions give them, the format library and two-variable
+    # comprehensions it runs.)
     "cel-python": frozenset(
-        e
-        for e, _ in BATTERY
-        if any(
-            marker in e
-            for marker in (
-                "[?",
-                ".?",
-                "{?",
-                ".sortBy(",
-                "transformMap",
-                "transformList",
-                "existsOne",
-            )
-        )
-        or e.startswith(("[1, 2].all(i, v", "[5, 6].exists(i, v"))
-        or ".exists(k, v," in e
-        or ".all(d, m," in e
-        or "exists(i, v," in e
+        e for e, _ in BATTERY if any(marker in e for marker in ("[?", ".?", "{?", ".sortBy("))
     )
 }
 

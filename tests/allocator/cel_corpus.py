@@ -104,7 +104,6 @@ def _list(n: int) -> str:
 
 
 OPTIONAL = frozenset({"optional"})
-TWO_VARIABLE = frozenset({"two-variable"})
 A = f'device.attributes["{GPU}"]'
 C = f'device.capacity["{GPU}"]'
 
@@ -367,8 +366,14 @@ CASES: list[Case] = [
     Case('__dra_validate__("x") == []', "gpu", compile_error("undeclared reference")),
     Case(f'{A}.driverVersion == "550.54.15"', "gpu", eval_error("no such overload")),  # Semver.Equal
     Case(f'{A}.driverVersion == "550.54.15" || true', "gpu", True),
-    Case('{"a": 1}.transformMap(k, v, v + 1) == {"a": 2}', "gpu", True, needs=TWO_VARIABLE),
-    Case("[5, 6].transformList(i, v, i + v) == [5, 7]", "gpu", True, needs=TWO_VARIABLE),
+    Case('{"a": 1}.transformMap(k, v, v + 1) == {"a": 2}', "gpu", True),
+    Case("[5, 6].transformList(i, v, i + v) == [5, 7]", "gpu", True),
+    Case('{"a": 1, "b": 2}.transformMapEntry(k, v, {"x": v}).size() == 1', "gpu", eval_error("exists")),
+    Case("[1, 2].transformList(i, v, v / (i - 1)) == [1]", "gpu", eval_error("divide by zero")),
+    Case("[1, 2].exists(i, v, v / (i - 1) > 0 || true)", "gpu", True),
+    Case('{"a": [1, 2]}.all(k, v, v.all(i, i > 0) && v.exists(i, j, i == 1 && j == 2))', "gpu", True),
+    Case("[[1, 2]].transformList(i, v, v.transformList(j, w, i + j + w)) == [[1, 3]]", "gpu", True),
+    Case("cel.bind(x, [3, 4], x.existsOne(i, v, i == 1 && v == 4))", "gpu", True),
     # --- compile errors ------------------------------------------------------------------------------
     Case(f"{A}.model ==", "gpu", compile_error("Syntax error")),
     Case("1 + 1", "gpu", compile_error("must evaluate to bool or the unknown type, not int")),

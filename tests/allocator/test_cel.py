@@ -18,7 +18,7 @@ from tests.allocator.cel_corpus import CASES, ENGINE_TYPES, Case, Err, devices
 
 DEVICES = devices()
 
-UNSUPPORTED = {"cel-python": frozenset({"optional", "two-variable"})}
+UNSUPPORTED = {"cel-python": frozenset({"optional"})}
 """Corpus features an engine rejects at compile time (celpy cannot parse optional syntax or two-variable
 comprehensions)."""
 
