@@ -340,6 +340,17 @@ def _sort(items: list[Any]) -> list[Any]:
     return sorted(items)
 
 
+def _sort_pairs(pairs: list[list[Any]]) -> list[Any]:
+    """``sortBy``'s result from ``[key, element]`` pairs: the elements in their keys' order (keys of one
+    ordered type; equal keys keep their order)."""
+    kinds = {type(pair[0]) for pair in pairs}
+    if len(kinds) > 1:
+        raise LibraryError("list elements must have the same type")
+    if kinds & {list, dict}:
+        raise LibraryError("list elements must be comparable")
+    return [pair[1] for pair in sorted(pairs, key=lambda pair: pair[0])]
+
+
 def _reverse(items: Any) -> Any:
     if not isinstance(items, list):
         raise LibraryError("no such overload: reverse")
@@ -429,6 +440,7 @@ def library_functions() -> dict[str, Callable[..., Any]]:
         **_format_functions(),
         # two-variable comprehensions (allocator.cel.celpy_rewrites)
         "__dra_pairs__": _pairs,
+        "__dra_sort_pairs__": _call(_sort_pairs),
         "__dra_map_of__": _to_map(map_of_pairs),
         "__dra_map_merge__": _to_map(merge_maps),
     }

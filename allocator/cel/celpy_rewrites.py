@@ -14,8 +14,11 @@ are rewritten independently, and works on the front-end's checked tree and sourc
   ``__dra_map_merge__``), where ``BIND(e)`` is ``[__dra_pair__[0]].map(i, [__dra_pair__[1]].map(v,
   e)[0])[0]``.
 
+* ``r.sortBy(e, key)`` -> ``r.map(e, [key, e]).__dra_sort_pairs__()`` (the elements in their keys'
+  order).
+
 ``unsupported`` names what stays refused: the optional syntax (``[?``, ``.?``, ``{?``), ``optMap`` and
-``optFlatMap``, and ``sortBy``.
+``optFlatMap``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ __all__ = ["celpy_edits", "unsupported"]
 
 _OPTIONAL_SYNTAX = frozenset({"_?._", "_[?_]"})
 _OPTIONAL_MACROS = re.compile(r"\.\s*opt(?:Flat)?Map\s*\(")
-_SORT_BY = re.compile(r"\.\s*sortBy\s*\(")
+_SORT_BY = re.compile(r"sortBy\s*$")
 _BIND = re.compile(r"cel\s*\.\s*bind\s*$")
 _FORMAT_LIBRARY = {HIDDEN_VALIDATE: "validate", f"format.{HIDDEN_NAMED}": "named"}
 """The front-end's spellings of the format library's optional-valued functions (``expr_libs``)."""
@@ -48,15 +51,13 @@ def _format_read(node: Expr) -> Expr | None:
 
 def unsupported(ast: CheckedAst, src: str) -> str | None:
     """What of the expression celpy cannot parse or run: the optional syntax (``[?``, ``.?``, ``{?``,
-    ``[?x]`` list entries), ``optMap``/``optFlatMap`` and ``sortBy``."""
+    ``[?x]`` list entries) and ``optMap``/``optFlatMap``."""
     for node in ast.root.walk():
         optional_syntax = node.kind == "call" and node.name in _OPTIONAL_SYNTAX and _format_read(node) is None
         if optional_syntax or (node.kind in ("list", "map") and node.optional):
             return "optional syntax ([?, .?, {?)"
     if _OPTIONAL_MACROS.search(src):
         return "optMap/optFlatMap"
-    if _SORT_BY.search(src):
-        return "sortBy"
     return None
 
 
@@ -89,6 +90,8 @@ def _bind_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
         pos = ast.positions.get(node.id, -1)
         if node.kind != "comprehension" or not is_bind(node) or not 0 <= pos < len(src) or src[pos] != "(":
             continue
+        if node.vars[2].startswith("@"):
+            continue  # a macro's own binding (sortBy's input), rewritten with the macro
         name = _BIND.search(src, 0, pos)
         close = matching_bracket(src, pos)
         commas = top_level_commas(src, pos + 1, close)
@@ -145,6 +148,28 @@ _ONE_VARIABLE = {"all": "all", "exists": "exists", "existsOne": "exists_one"}
 _TO_MAP = {"transformMap": ".__dra_map_of__()", "transformMapEntry": ".__dra_map_merge__()"}
 
 
+def _sort_by_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
+    """``r.sortBy(e, key)`` -> ``r.map(e, [key, e]).__dra_sort_pairs__()`` (module doc)."""
+    edits: list[tuple[int, int, str]] = []
+    for node in ast.root.walk():
+        pos = ast.positions.get(node.id, -1)
+        if node.kind != "call" or node.name != "@sortByAssociatedKeys" or not 0 <= pos < len(src):
+            continue
+        name = _SORT_BY.search(src, 0, pos) if src[pos] == "(" else None
+        close = matching_bracket(src, pos) if name is not None else -1
+        commas = top_level_commas(src, pos + 1, close) if name is not None else []
+        if name is None or len(commas) != 1:
+            raise CELCompileError("sortBy could not be translated for the cel-python engine")
+        variable = src[pos + 1 : commas[0]].strip()
+        edits += [
+            (name.start(), name.end(), "map"),
+            (commas[0] + 1, commas[0] + 1, " ["),
+            (close, close + 1, f", {variable}]).__dra_sort_pairs__()"),
+        ]
+    return edits
+
+
 def celpy_edits(ast: CheckedAst, src: str) -> list[tuple[int, int, str]]:
     """Every rewrite of the module doc, as edits of ``src``."""
-    return _bind_edits(ast, src) + _format_edits(ast, src) + _two_variable_edits(ast, src)
+    edits = _bind_edits(ast, src) + _format_edits(ast, src) + _two_variable_edits(ast, src)
+    return edits + _sort_by_edits(ast, src)

@@ -374,6 +374,17 @@ CASES: list[Case] = [
     Case('{"a": [1, 2]}.all(k, v, v.all(i, i > 0) && v.exists(i, j, i == 1 && j == 2))', "gpu", True),
     Case("[[1, 2]].transformList(i, v, v.transformList(j, w, i + j + w)) == [[1, 3]]", "gpu", True),
     Case("cel.bind(x, [3, 4], x.existsOne(i, v, i == 1 && v == 4))", "gpu", True),
+    # sortBy (cel-python: elements paired with their keys)
+    Case('["bb", "a", "ccc"].sortBy(s, s.size()) == ["a", "bb", "ccc"]', "gpu", True),
+    Case("[[2, 1], [1]].sortBy(l, l.sortBy(x, x)[0]) == [[1], [2, 1]]", "gpu", False),
+    Case("cel.bind(xs, [2, 1], xs.sortBy(x, x)) == [1, 2]", "gpu", True),
+    Case("[3, 1, 2].sortBy(x, x).map(y, y * 2) == [2, 4, 6]", "gpu", True),
+    Case("[].sortBy(x, x) == []", "gpu", True),
+    Case(
+        '[1, 2].sortBy(x, x == 1 ? dyn("a") : dyn(1)) == [1, 2]',
+        "gpu",
+        eval_error("list elements must have the same type"),
+    ),
     # --- compile errors ------------------------------------------------------------------------------
     Case(f"{A}.model ==", "gpu", compile_error("Syntax error")),
     Case("1 + 1", "gpu", compile_error("must evaluate to bool or the unknown type, not int")),
