@@ -203,10 +203,11 @@ class Scenario:
         priority_class: str | None = None,
         node: str | None = None,
         pod_group: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> None:
         """A pod (``terminationGracePeriodSeconds: 0``: without a kubelet a deleted pod is gone at once)
         using a claim or a template's claim, asking for ``limits`` (requests equal), with a PriorityClass
-        pinned to ``node`` by its hostname label, and in PodGroup ``pod_group`` when given."""
+        pinned to ``node`` by its hostname label, in PodGroup ``pod_group`` and with ``labels`` when given."""
         resources: dict[str, Any] = {}
         container: dict[str, Any] = {
             "name": "main",
@@ -234,7 +235,7 @@ class Scenario:
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": name, "namespace": self.namespace},
+                "metadata": {"name": name, "namespace": self.namespace, "labels": labels or {}},
                 "spec": spec,
             }
         )

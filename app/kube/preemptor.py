@@ -16,12 +16,12 @@ controller
    needing more is never carried out) and plans again after waiting;
 4. keeps the devices the pod would get there for it (``app.scheduling.preemptionholds``) for
    ``preemption_hold_seconds`` plus the victims' longest grace period, before the first eviction;
-5. per victim, the ones a PodDisruptionBudget selects first: a ``DisruptionTarget`` condition (reason
-   ``PreemptionByScheduler``, as kube-scheduler marks its victims) on ``pods/status``, then an Eviction
-   (``pods/eviction``, the victim's UID as precondition), and an Event ``Preempted`` on it. A 429 (a
-   budget refuses) drops the node: the hold is released and the next plan leaves the node out. A victim
-   already gone (404, 409) counts as evicted. Another error stops this attempt (the hold released; the
-   pod's next rejection tries again);
+5. per victim, the ones a PodDisruptionBudget selects first: an Eviction (``pods/eviction``, the
+   victim's UID as precondition), an Event ``Preempted`` on it, then a ``DisruptionTarget`` condition
+   with reason ``PreemptionByScheduler`` (as kube-scheduler marks its victims) on ``pods/status``. A 429
+   (a budget refuses) drops the node: the hold is released and the next plan leaves the node out. A
+   victim already gone (404, 409) counts as evicted. Another error stops this attempt (the hold released;
+   the pod's next rejection tries again);
 6. sets ``status.nominatedNodeName`` on the pod (its UID as precondition) and records an Event
    ``PreemptingForDevices`` on it.
 
@@ -152,10 +152,10 @@ class Preemptor:
         """Serve requests as they settle, and end expired holds, until cancelled."""
         self._loop = asyncio.get_running_loop()
         while True:
+            self._wake.clear()  # before reading what is due: a request recorded after it wakes us
             due = self.requests.next_due()
             wait = HOLD_CHECK_SECONDS if due is None else min(due, HOLD_CHECK_SECONDS)
             if wait > 0:
-                self._wake.clear()
                 try:
                     async with self.clock.timeout(wait):
                         await self._wake.wait()
@@ -211,24 +211,33 @@ class Preemptor:
     def _plan(
         self, request: PreemptionRequest, budgets: DisruptionBudgets, refused: set[str]
     ) -> tuple[Candidate, tuple[Any, ...], Mapping[str, Any]] | None:
-        """Under the service lock: the eligible pod's plan and the devices to keep for it, or None."""
+        """The eligible pod's plan and the devices to keep for it, or None. The planner takes the service
+        lock one node at a time, so filters and binds wait at most one node's searches."""
         service = self.service
         with service.lock:
             pod = service.state.get("Pod", request.key)
             if pod is None or not self._eligible(request, pod):
+                log.debug("pod %s may not preempt now (bound, deleted, held or waiting)", request.key)
                 return None
-            nodes = [n for n in request.nodes if n not in refused]
-            try:
-                found = plan(service, pod, nodes, budgets)
-                if found is None:
-                    return None
-                candidate, eviction = found
-                policy = Policy(service.device_selection, service.scoring, service.filter_timeout)
+        nodes = [n for n in request.nodes if n not in refused]
+        try:
+            found = plan(service, pod, nodes, budgets)
+            if found is None:
+                log.info(
+                    "preemption for pod %s: evicting lower-priority pods frees enough devices on none "
+                    "of %d nodes",
+                    request.key,
+                    len(nodes),
+                )
+                return None
+            candidate, eviction = found
+            policy = Policy(service.device_selection, service.scoring, service.filter_timeout)
+            with service.lock:
                 devices = eviction.allocation(candidate.uids, policy)
-            except (ClaimNotReady, AllocatorError) as e:
-                log.info("no preemption for pod %s: %s", request.key, e)
-                return None
-            return candidate, devices, pod
+        except (ClaimNotReady, AllocatorError) as e:
+            log.info("no preemption for pod %s: %s", request.key, e)
+            return None
+        return candidate, devices, pod
 
     def _eligible(self, request: PreemptionRequest, pod: Mapping[str, Any]) -> bool:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
@@ -328,14 +337,6 @@ class Preemptor:
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
         try:
-            await self.client.patch(
-                CORE_PODS,
-                namespace,
-                name,
-                {"metadata": {"uid": uid}, "status": {"conditions": [condition]}},
-                subresource="status",
-            )
-            self.window.record()
             await self.client.create(CORE_PODS, namespace, eviction, name=name, subresource="eviction")
         except KubeAPIError as e:
             if e.status in _GONE:
@@ -344,11 +345,21 @@ class Preemptor:
                 return "refused"
             log.warning("preemption for pod %s: evicting %s/%s failed: %s", request.key, namespace, name, e)
             return "failed"
+        self.window.record()
         self._evicted[uid] = None
         while len(self._evicted) > MAX_EVICTED:
             self._evicted.popitem(last=False)
         self.stats.evicted += 1
         self.events.record(preempted(f"{namespace}/{name}", uid, request.uid, node))
+        try:
+            # After the eviction, not before: a refused eviction leaves no condition behind. The Eviction
+            # API wrote reason EvictionByEvictionAPI; kube-scheduler recognises its preemption victims by
+            # PreemptionByScheduler (a nominated pod waits while they terminate).
+            body = {"metadata": {"uid": uid}, "status": {"conditions": [condition]}}
+            await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
+        except KubeAPIError as e:
+            if e.status not in _GONE:
+                log.info("preemption for pod %s: marking %s/%s failed: %s", request.key, namespace, name, e)
         return "evicted"
 
     async def _budgets(self) -> DisruptionBudgets:

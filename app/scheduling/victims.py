@@ -3,7 +3,8 @@
 Shared by both ways preemption reaches the extender, so they give the same answer for the same state:
 kube-scheduler's ``preemptVerb`` (``app.scheduling.preemption``, victims fixed by its dry run) and the
 extender's own preemption for pods short only of devices (``app.kube.preemptor``, no fixed victims).
-Reads the service's state (the caller holds its lock) and writes nothing.
+Reads the service's state under its lock (``NodeVictims``: the caller holds it; ``plan`` takes it per
+node) and writes nothing.
 
 On one node (``NodeVictims.select``), as kube-scheduler v1.37.2's DefaultPreemption ``SelectVictimsOnNode``
 chooses victims for CPUs and memory:
@@ -297,16 +298,19 @@ def plan(
     """The node (among ``node_names``, in order) and victims the extender's own preemption would choose
     for ``pod`` (no fixed victims; ``pick``), with that node's what-if evictions; None when eviction
     helps on none. Nodes not decided within ``time_budget`` seconds (None: the service's filter time
-    budget) are left out. The caller holds the service lock. Raises ClaimNotReady or AllocatorError."""
+    budget) are left out. Takes the service lock one node at a time (re-entrant: a caller may hold it), so
+    filters and binds wait at most one node's searches. Raises ClaimNotReady or AllocatorError."""
     deadline = time.monotonic() + (service.filter_time_budget if time_budget is None else time_budget)
     names = list(dict.fromkeys(node_names))
-    on_node = pods_by_node(service.state.objects["Pod"].values(), names)
+    with service.lock:
+        on_node = pods_by_node(service.state.objects["Pod"].values(), names)
     found: list[tuple[Candidate, NodeVictims]] = []
     for name in names:
         if time.monotonic() > deadline:
             break
-        eviction = NodeVictims(service, pod, name, on_node.get(name, {}))
-        candidate = eviction.select(budgets=budgets)
+        with service.lock:
+            eviction = NodeVictims(service, pod, name, on_node.get(name, {}))
+            candidate = eviction.select(budgets=budgets)
         if candidate is not None and candidate.victims:
             found.append((candidate, eviction))
     if not found:

@@ -70,7 +70,7 @@ async def test_the_lowest_priority_holder_is_evicted_and_the_preemptor_nominated
     assert await runtime.preemptor.preempt(want) == "n1"
 
     assert _evicted(api) == ["a"]
-    status_patch, eviction = [
+    eviction, status_patch = [
         r for r in api.requests if r.path.startswith(f"/api/v1/namespaces/{NS}/pods/a/")
     ]
     condition = status_patch.body["status"]["conditions"][0]
