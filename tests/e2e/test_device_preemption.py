@@ -112,16 +112,22 @@ def test_device_preemption_evicts_nobody_when_it_cannot_help(scenario: Scenario)
         }
     )
     scenario.wait_settled(timeout=120, expect_bound=2)
-    poll(
-        lambda: (
-            (scenario.kube.get("PodDisruptionBudget", "guarded", scenario.namespace).get("status", {})).get(
-                "currentHealthy"
-            )
-            == 1
-        ),
-        timeout=60,
-        what="the disruption controller counted the budget",
+    # What a kubelet would report: the Eviction API ignores budgets for a Pending pod, and counts only
+    # Ready pods as healthy. Then currentHealthy 1 = minAvailable 1: no disruption allowed.
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    scenario.kube.merge_patch(
+        "Pod",
+        "guarded",
+        {"status": {"phase": "Running", "conditions": [ready], "startTime": "2026-01-01T00:00:00Z"}},
+        namespace=scenario.namespace,
+        sub="status",
     )
+
+    def budget_counted() -> bool:
+        status = scenario.kube.get("PodDisruptionBudget", "guarded", scenario.namespace).get("status", {})
+        return status.get("currentHealthy") == 1 and status.get("disruptionsAllowed") == 0
+
+    poll(budget_counted, timeout=60, what="the disruption controller counted the budget")
 
     scenario.add_claim("preemptor-gpu")
     scenario.add_pod("preemptor", claim="preemptor-gpu", priority_class=high)
