@@ -72,17 +72,19 @@ class Scenario:
             }
         )
 
-    def add_priority_class(self, name: str, value: int) -> str:
-        """A PriorityClass (cluster-scoped, so named after the scenario); returns its name."""
+    def add_priority_class(self, name: str, value: int, *, preemption_policy: str | None = None) -> str:
+        """A PriorityClass (cluster-scoped, so named after the scenario), with ``preemptionPolicy`` when
+        given (admission copies it to the pods); returns its name."""
         full = f"{self.name}-{name}"
-        self.kube.create(
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": full},
-                "value": value,
-            }
-        )
+        obj: dict[str, Any] = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": full},
+            "value": value,
+        }
+        if preemption_policy:
+            obj["preemptionPolicy"] = preemption_policy
+        self.kube.create(obj)
         return full
 
     def add_nodes(

@@ -154,40 +154,47 @@ def test_device_preemption_evicts_nobody_when_it_cannot_help(scenario: Scenario)
 
 
 def test_device_preemption_keeps_the_freed_gpu_from_a_lower_priority_pod(scenario: Scenario) -> None:
-    # (d) One node, one GPU held by low (priority 10). The preemptor (1000) evicts it; right after the
-    # nomination a pod of priority 50 asks for a GPU too. The freed GPU is held for the preemptor: it binds
-    # there and the other pod stays pending.
+    # (d) One node, one GPU held by low (priority 10). waiting (priority 50, preemptionPolicy Never: it
+    # evicts nobody) asks for a GPU first and is refused. Then the preemptor (1000) evicts low. The freed
+    # GPU helps both waiting pods, and waiting, unschedulable for longer, is out of its backoff first: without
+    # the hold it would take the GPU. It is held for the preemptor, which binds there; waiting stays pending.
     low = scenario.add_priority_class("low", 10)
-    mid = scenario.add_priority_class("mid", 50)
+    mid = scenario.add_priority_class("mid", 50, preemption_policy="Never")
     high = scenario.add_priority_class("high", 1000)
     (node0,) = scenario.add_nodes(1, 1)
     scenario.add_template("one-gpu")
     scenario.add_pod("low", template="one-gpu", priority_class=low, node=node0)
     scenario.wait_settled(timeout=120, expect_bound=1)
+    scenario.add_claim("waiting-gpu")
     scenario.add_claim("preemptor-gpu")
-    scenario.add_claim("sneaky-gpu")
-
-    scenario.add_pod("preemptor", claim="preemptor-gpu", priority_class=high)
+    scenario.add_pod("waiting", claim="waiting-gpu", priority_class=mid)
     poll(
-        lambda: _gone(scenario, "low"),
-        timeout=120,
-        interval=0.2,
-        what="low evicted",
-    )
-    scenario.add_pod("sneaky", claim="sneaky-gpu", priority_class=mid)
-    preemptor = _bound(scenario, "preemptor")
-
-    assert preemptor["spec"]["nodeName"] == node0
-    claim = scenario.kube.get("ResourceClaim", "preemptor-gpu", scenario.namespace)
-    assert allocated_devices(claim) == [(scenario.driver, node0, "gpu-0")]
-    poll(
-        lambda: scenario.outcomes().get("sneaky") == "unschedulable",
+        lambda: scenario.outcomes().get("waiting") == "unschedulable",
         timeout=60,
         interval=0.5,
-        what="sneaky tried and refused",
+        what="waiting refused while low holds the GPU",
+    )
+
+    scenario.add_pod("preemptor", claim="preemptor-gpu", priority_class=high)
+    preemptor = _bound(scenario, "preemptor")
+
+    assert preemptor["spec"]["nodeName"] == node0 and _gone(scenario, "low")
+    claim = scenario.kube.get("ResourceClaim", "preemptor-gpu", scenario.namespace)
+    assert allocated_devices(claim) == [(scenario.driver, node0, "gpu-0")]
+    # waiting never passed a filter, so kube-scheduler never tried to bind it. (With the hold turned off,
+    # waiting passed filter once the GPU was free and its bind was tried and failed: a lost race.)
+    waiting = f"pod={scenario.namespace}/waiting"
+    assert [
+        line for line in scenario.extender_log() if waiting in line and ("bind" in line or "bound" in line)
+    ] == []
+    poll(
+        lambda: scenario.outcomes().get("waiting") == "unschedulable",
+        timeout=60,
+        interval=0.5,
+        what="waiting refused again",
     )
     assert (
-        not scenario.kube.get("ResourceClaim", "sneaky-gpu", scenario.namespace)
+        not scenario.kube.get("ResourceClaim", "waiting-gpu", scenario.namespace)
         .get("status", {})
         .get("allocation")
     )
