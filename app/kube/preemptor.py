@@ -180,6 +180,9 @@ class Preemptor:
         if not await self.leader.is_leader():
             self.stats.not_leader += 1
             return None
+        if not self._may_help(request):
+            self.stats.not_helped += 1
+            return None
         budgets = await self._budgets()
         refused: set[str] = set()
         while True:
@@ -238,6 +241,19 @@ class Preemptor:
             log.info("no preemption for pod %s: %s", request.key, e)
             return None
         return candidate, devices, pod
+
+    def _may_help(self, request: PreemptionRequest) -> bool:
+        """Whether the pod may preempt and some node asked has a pod of lower priority: else no plan, and
+        no API call for the budgets (most rejected pods, of equal priority to everyone, end here)."""
+        with self.service.lock:
+            pod = self.service.state.get("Pod", request.key)
+            if pod is None or not self._eligible(request, pod):
+                return False
+            priority, nodes = pod_priority(pod), set(request.nodes)
+            return any(
+                (other.get("spec") or {}).get("nodeName") in nodes and pod_priority(other) < priority
+                for other in self.service.state.objects["Pod"].values()
+            )
 
     def _eligible(self, request: PreemptionRequest, pod: Mapping[str, Any]) -> bool:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}

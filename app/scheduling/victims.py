@@ -208,6 +208,8 @@ class NodeVictims:
             key=_importance,
             reverse=True,
         )
+        if not possible and not fixed:
+            return None  # filter found no fit as things are, and there is nobody to evict
         if not self._fits(evicted | {pod_uid(p) for p in possible}):
             return None
         violating, other = budgets.split(possible)

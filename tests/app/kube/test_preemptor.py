@@ -172,3 +172,16 @@ def test_the_eviction_window_counts_the_last_sixty_seconds():
     assert window.wait(1) == 50  # the first eviction leaves the window 60 s after it
     clock.advance(50)
     assert window.wait(1) == 0
+
+
+async def test_a_pod_with_no_lower_priority_pod_on_its_nodes_costs_no_api_call(api, start_runtime):
+    # Every holder has the preemptor's priority: no plan, and the budgets are not even listed.
+    _cluster(api, {"n1": 1, "n2": 1})
+    _holder(api, "a", 100, "n1", "gpu-0")
+    _holder(api, "b", 100, "n2", "gpu-0")
+    want = _preemptor(api)
+    runtime = await start_runtime()
+    before = len(api.requests)
+    assert await runtime.preemptor.preempt(want) is None
+    sent = [r.path for r in api.requests[before:] if "poddisruptionbudgets" in r.path or "/pods/" in r.path]
+    assert sent == [] and runtime.preemptor.stats.not_helped == 1
