@@ -324,7 +324,7 @@ class ControlPlane:
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={ca.cert}",
                 "--controllers=resourceclaim-controller,serviceaccount-controller,garbage-collector-controller,"
-                "namespace-controller,serviceaccount-token-controller",
+                "namespace-controller,serviceaccount-token-controller,disruption-controller",
                 FEATURE_GATES,
             ],
             lambda: _get_ok(f"https://127.0.0.1:{kcm_port}/healthz", verify=tls_context(None)),

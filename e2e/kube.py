@@ -30,6 +30,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "RoleBinding": ("apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
     "Lease": ("apis/coordination.k8s.io/v1", "leases", True),
     "PriorityClass": ("apis/scheduling.k8s.io/v1", "priorityclasses", False),
+    "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets", True),
     "PodGroup": ("apis/scheduling.k8s.io/v1beta1", "podgroups", True),
     "DeviceClass": ("apis/resource.k8s.io/v1", "deviceclasses", False),
     "ResourceSlice": ("apis/resource.k8s.io/v1", "resourceslices", False),

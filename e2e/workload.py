@@ -72,17 +72,19 @@ class Scenario:
             }
         )
 
-    def add_priority_class(self, name: str, value: int) -> str:
-        """A PriorityClass (cluster-scoped, so named after the scenario); returns its name."""
+    def add_priority_class(self, name: str, value: int, *, preemption_policy: str | None = None) -> str:
+        """A PriorityClass (cluster-scoped, so named after the scenario), with ``preemptionPolicy`` when
+        given (admission copies it to the pods); returns its name."""
         full = f"{self.name}-{name}"
-        self.kube.create(
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": full},
-                "value": value,
-            }
-        )
+        obj: dict[str, Any] = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": full},
+            "value": value,
+        }
+        if preemption_policy:
+            obj["preemptionPolicy"] = preemption_policy
+        self.kube.create(obj)
         return full
 
     def add_nodes(
@@ -203,10 +205,11 @@ class Scenario:
         priority_class: str | None = None,
         node: str | None = None,
         pod_group: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> None:
         """A pod (``terminationGracePeriodSeconds: 0``: without a kubelet a deleted pod is gone at once)
         using a claim or a template's claim, asking for ``limits`` (requests equal), with a PriorityClass
-        pinned to ``node`` by its hostname label, and in PodGroup ``pod_group`` when given."""
+        pinned to ``node`` by its hostname label, in PodGroup ``pod_group`` and with ``labels`` when given."""
         resources: dict[str, Any] = {}
         container: dict[str, Any] = {
             "name": "main",
@@ -234,7 +237,7 @@ class Scenario:
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": name, "namespace": self.namespace},
+                "metadata": {"name": name, "namespace": self.namespace, "labels": labels or {}},
                 "spec": spec,
             }
         )

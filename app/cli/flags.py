@@ -301,6 +301,14 @@ def _cluster_flags(serve: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"API requests at once above --kube-api-qps (default {defaults.api_burst})",
     )
+    group.add_argument(
+        "--preemption-evictions-per-minute",
+        type=int,
+        default=defaults.preemption_evictions_per_minute,
+        metavar="N",
+        help="pods the extender's own preemption (pods short only of devices) evicts per minute at most; "
+        f"0 turns it off (default {defaults.preemption_evictions_per_minute})",
+    )
     tls = serve.add_argument_group("TLS (kube-scheduler enableHTTPS / tlsConfig)")
     tls.add_argument("--ssl-certfile", type=Path, metavar="PEM", help="serve HTTPS with this certificate")
     tls.add_argument("--ssl-keyfile", type=Path, metavar="PEM", help="key of --ssl-certfile")
@@ -411,6 +419,7 @@ def cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
             binding_timeout_seconds=args.binding_timeout,
             api_qps=args.kube_api_qps,
             api_burst=args.kube_api_burst,
+            preemption_evictions_per_minute=args.preemption_evictions_per_minute,
             **{name: getattr(args, name) for name in _CONFIG_ONLY_CLUSTER if hasattr(args, name)},
         )
     except ValueError as e:

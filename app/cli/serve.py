@@ -382,6 +382,7 @@ def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: 
                     metrics=metrics,
                     heartbeat=probes,
                     rejected=runtime.rejected,
+                    preemptions=runtime.preemption_requests,
                 ),
                 sock,
                 host=server.host,

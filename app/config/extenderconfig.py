@@ -338,6 +338,19 @@ FIELDS: tuple[FieldSpec, ...] = (
         "requeue_max_pods",
         "rejected pods remembered for requeue signals (default 10,000)",
     ),
+    FieldSpec(
+        "cluster.preemptionEvictionsPerMinute",
+        "integer",
+        "preemption_evictions_per_minute",
+        "pods the extender's own preemption evicts per minute at most; 0 turns it off (default 30)",
+        "--preemption-evictions-per-minute",
+    ),
+    FieldSpec(
+        "cluster.preemptionHoldSeconds",
+        "number",
+        "preemption_hold_seconds",
+        "freed devices kept for the preemptor this long after its victims' grace period (default 60)",
+    ),
 )
 
 

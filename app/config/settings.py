@@ -133,6 +133,8 @@ RANGES: dict[str, Range] = {
     "requeue_qps": _RATE,
     "requeue_burst": _BURST,
     "requeue_max_pods": Range(high=1_000_000, integer=True),
+    "preemption_evictions_per_minute": Range(0, 100_000, closed=True, integer=True),
+    "preemption_hold_seconds": _SECONDS,
 }
 """Per numeric field of the settings below (by name), the values it accepts. Every one is finite: an
 infinite timeout or grace period never ends, and NaN compares false with everything. Every one has a
@@ -436,6 +438,18 @@ class ClusterSettings:
     requeue_max_pods: int = 10_000
     """Most pods the requeuer remembers as rejected; the oldest rejection is forgotten first (that pod then
     waits for kube-scheduler's own requeue, as without the requeuer)."""
+
+    preemption_evictions_per_minute: int = 30
+    """Most pods the extender's own preemption (``app.kube.preemptor``: pods short only of devices)
+    evicts in any 60 s; a plan needing more waits, one needing more than this never runs. 0 turns that
+    preemption off (kube-scheduler's ``preemptVerb`` path is unaffected). 30: a few preemptions a minute
+    free devices for important pods; a misbehaving priority setup cannot empty a cluster quickly."""
+
+    preemption_hold_seconds: float = 60.0
+    """How long the devices freed by a preemption stay kept for the preemptor
+    (``app.scheduling.preemptionholds``), counted after its victims' longest
+    ``terminationGracePeriodSeconds``: enough for the resourceclaim controller to deallocate their claims
+    and for kube-scheduler to try the pod again after its backoff (at most 10 s)."""
 
     def __post_init__(self) -> None:
         _check_ranges(self)

@@ -60,6 +60,7 @@ from app.http.metrics import Metrics
 from app.http.probes import ProbeListener
 from app.scheduling.binder import BindError
 from app.scheduling.preemption import preempt
+from app.scheduling.preemptionrequests import PreemptionRequests
 from app.scheduling.requeue import RejectedPods
 from app.scheduling.sampling import NodeSampler
 from app.scheduling.service import FilterOutcome, SchedulingService
@@ -233,6 +234,7 @@ def create_app(
     metrics: Metrics | None = None,
     heartbeat: ProbeListener | None = None,
     rejected: RejectedPods | None = None,
+    preemptions: PreemptionRequests | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``service``; ``settings.server.max_body_bytes`` caps request bodies.
     ``ready``: cluster mode's "every informer synced" (None: the state is complete from the start).
@@ -240,7 +242,8 @@ def create_app(
     reach the port, the loopback default). ``metrics``: what ``/metrics`` exposes (None: the service's,
     without informers). ``heartbeat``: ticked by the event loop while the app runs, for the probe listener
     (``app.http.probes``). ``rejected``: where filter answers are recorded for the requeuer (cluster mode;
-    ``app.scheduling.requeue``)."""
+    ``app.scheduling.requeue``). ``preemptions``: where filter rejections and ``preemptVerb`` answers are
+    recorded for the extender's own preemption (cluster mode; ``app.scheduling.preemptionrequests``)."""
     limit = settings.server.max_body_bytes
     # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
     budget = BodyBudget(4 * limit)
@@ -286,6 +289,8 @@ def create_app(
         outcome = sampler.sample(outcome, args.candidate_names)
         if rejected is not None:
             rejected.filtered(args.pod, outcome, mark)
+        if preemptions is not None:
+            preemptions.filtered(args.pod, outcome)
         log.debug(
             "filter: %d nodes, %d passed on, error %r",
             len(args.candidate_names),
@@ -331,6 +336,8 @@ def create_app(
             log.info("preempt failed: %s", e, extra=pod)
             return wire.encode_preemption_result({}), False
         log.debug("preempt: %d candidate nodes, %d kept", len(args.victims), len(kept), extra=pod)
+        if kept and preemptions is not None:
+            preemptions.scheduler_preempting(args.pod)
         return wire.encode_preemption_result(kept), True
 
     async def run(verb: str, handler: Callable[[Any], Answer], request: Request) -> Response:

@@ -55,6 +55,7 @@ __all__ = [
     "CORE_NODES",
     "CORE_PODS",
     "EVENTS",
+    "POLICY_PDBS",
     "ConflictError",
     "GoneError",
     "KubeAPIError",
@@ -138,6 +139,7 @@ CORE_NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 CORE_PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 COORDINATION_LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
+POLICY_PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True)
 
 
 async def review(client: Any, plural: str, body: dict[str, Any]) -> dict[str, Any]:

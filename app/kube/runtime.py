@@ -1,6 +1,7 @@
 """Cluster mode wiring: client → informers → ``ClusterState`` → ``SchedulingService`` with ``KubeBinder``,
 plus written-bind reservations, the orphan releaser, the scheduler Lease, the device conflict check, the
-Events on pods (``app.kube.events``) and the requeuer of rejected pods.
+Events on pods (``app.kube.events``), the requeuer of rejected pods and the preemptor of pods short of
+devices (``app.kube.preemptor``, with the device holds of ``app.scheduling.preemptionholds``).
 
 ``ClusterRuntime.start()`` runs in the event loop that will own the API client: it connects (kubeconfig or
 in-cluster), then discovers the served ``resource.k8s.io`` versions and starts the informers in the
@@ -33,10 +34,13 @@ from app.kube.conflicts import DeviceConflicts
 from app.kube.events import EventRecorder, reporting_instance
 from app.kube.informers import Informers
 from app.kube.leader import SchedulerLease
+from app.kube.preemptor import Preemptor
 from app.kube.ratelimit import TokenBucket
 from app.kube.recovery import OrphanReleaser
 from app.kube.requeue import Requeuer
 from app.kube.reservations import WrittenReservations
+from app.scheduling.preemptionholds import PreemptionHolds
+from app.scheduling.preemptionrequests import PreemptionRequests
 from app.scheduling.requeue import RejectedPods
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
@@ -91,13 +95,21 @@ class ClusterRuntime:
             self.state, self.service.selectors, settings.scheduler_names, settings.requeue_max_pods
         )
         """The pods filter rejected, for the requeuer (the HTTP layer records filter answers in it)."""
+        self.preemption_requests = PreemptionRequests(settings.scheduler_names, clock=self.clock.now)
+        """The pods filter rejected for want of devices, for the preemptor (recorded by the HTTP layer)."""
+        self.service.preemption_holds = PreemptionHolds(self.state, lock, self.clock.now)
         self.informers = Informers(
             client,
             self.state,
             lock,
             settings,
             clock=self.clock,
-            observers=[self.reservations.observe, self.service.observe, self.rejected.observe],
+            observers=[
+                self.reservations.observe,
+                self.service.observe,
+                self.rejected.observe,
+                self.service.preemption_holds.observe,
+            ],
         )
         self.releaser = OrphanReleaser(
             client,
@@ -114,6 +126,16 @@ class ClusterRuntime:
             self.state, lock, settings.orphan_check_interval_seconds, clock=self.clock
         )
         self.requeuer = Requeuer(client, self.rejected, settings, self.lease, clock=self.clock)
+        self.preemptor = Preemptor(
+            client,
+            self.service,
+            self.preemption_requests,
+            self.service.preemption_holds,
+            settings,
+            self.lease,
+            self.events,
+            clock=self.clock,
+        )
         self.derivation_log = DerivationLog(self.state.inventory, lock)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -130,7 +152,7 @@ class ClusterRuntime:
                 metrics=self.api_metrics,
                 rate_limit=TokenBucket(self.settings.api_qps, self.settings.api_burst),
             )
-        for user in (self.binder, self.releaser, self.lease, self.events, self.requeuer):
+        for user in (self.binder, self.releaser, self.lease, self.events, self.requeuer, self.preemptor):
             user.client = self.client
         self.informers.source = self.client
 
@@ -148,7 +170,11 @@ class ClusterRuntime:
         self.binder.claims = claims
         self.releaser.claims = claims
         await asyncio.gather(
-            self.releaser.run(), self.requeuer.run(), self.conflicts.run(), self._report_derivation_errors()
+            self.releaser.run(),
+            self.requeuer.run(),
+            self.preemptor.run(),
+            self.conflicts.run(),
+            self._report_derivation_errors(),
         )
 
     async def _report_derivation_errors(self) -> None:

@@ -142,7 +142,7 @@ class BindCoordination:
         deadline = time.monotonic() + self.index_lag_seconds
         while True:
             try:
-                with self.lock:
+                with self.lock, self.preemption_holds.lifted_for(key, uid):
                     return self._start_bind(key, uid, node_name)
             except ClaimNotReady as e:
                 if time.monotonic() >= deadline:

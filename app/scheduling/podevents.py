@@ -14,6 +14,10 @@ ReleasedOrphanedAllocation  Normal   Releasing     recovery released a claim all
                                                    not bound within the grace period (``app.kube.recovery``)
 AddedPreemptionVictims      Normal   Preempting    preemption frees the pod's devices only by evicting
                                                    more pods than kube-scheduler chose (``preemption``)
+Preempted                   Normal   Preempting    on a victim the extender's own preemption evicted
+                                                   (kube-scheduler's reason and note for its victims)
+PreemptingForDevices        Normal   Preempting    on the preemptor: the node nominated, the victims
+                                                   evicted, the devices kept for it (``app.kube.preemptor``)
 ==========================  =======  ============  ===========================================================
 
 Each note names the claims and their devices (``driver/pool/device``). A ``PodEvents`` takes them: in
@@ -39,6 +43,8 @@ __all__ = [
     "claim_with_devices",
     "deallocated_claim",
     "failed_binding",
+    "preempted",
+    "preempting_for_devices",
     "released_orphaned_allocation",
 ]
 
@@ -145,3 +151,21 @@ def added_preemption_victims(
     ]
     note = "evicting more pods than kube-scheduler chose frees the devices: " + "; ".join(parts)
     return PodEvent(*_split(pod_key), uid, NORMAL, "AddedPreemptionVictims", "Preempting", note)
+
+
+def preempted(victim_key: str, victim_uid: str, preemptor_uid: str, node: str) -> PodEvent:
+    """The extender's own preemption evicted this pod (kube-scheduler's ``Preempted`` reason and note)."""
+    note = f"Preempted by pod {preemptor_uid} on node {node}"
+    return PodEvent(*_split(victim_key), victim_uid, NORMAL, "Preempted", "Preempting", note)
+
+
+def preempting_for_devices(
+    pod_key: str, uid: str, node: str, victims: Sequence[str], held: Sequence[str], hold_seconds: float
+) -> PodEvent:
+    """The extender evicted ``victims`` (pod keys) on ``node`` for this pod, nominated it there and keeps
+    ``held`` (``driver/pool/device``) for it for ``hold_seconds``."""
+    note = (
+        f"evicted {', '.join(victims)} on node {node} to free devices; nominated node {node}, keeping "
+        f"{', '.join(held) or 'no devices'} for this pod for up to {hold_seconds:g}s"
+    )
+    return PodEvent(*_split(pod_key), uid, NORMAL, "PreemptingForDevices", "Preempting", note)

@@ -73,6 +73,7 @@ from app.scheduling.extended import PodExtendedResources, pod_extended_resources
 from app.scheduling.filtering import FilterDecisions, NotQuick
 from app.scheduling.nodefit import fit_node_allocatable
 from app.scheduling.podevents import DiscardEvents, PodEvents, deallocated_claim
+from app.scheduling.preemptionholds import PreemptionHolds
 from app.scheduling.sampling import NodeSampler
 from app.state.cluster import ClusterState, node_from_api, object_key
 from app.state.podclaims import ClaimNotReady, PodClaim, pod_key, state_pod_claims
@@ -154,6 +155,9 @@ class SchedulingService(FilterDecisions, BindCoordination):
         self.events: PodEvents = DiscardEvents()
         """Where the service's own actions on pods are reported (``app.scheduling.podevents``); set before
         serving in cluster mode."""
+        self.preemption_holds = PreemptionHolds(state, self.lock)
+        """Devices kept for preemptors (``app.scheduling.preemptionholds``): a pod's own decisions run with
+        its hold lifted."""
 
     def set_policy(
         self,
@@ -284,12 +288,12 @@ class SchedulingService(FilterDecisions, BindCoordination):
         fits_nodes = self._fits_node_allocatable()
         if fits_nodes:
             sampler = None  # the node fit below may drop passing nodes: sample after it (the caller does)
-        with self.lock:
+        with self.lock, self.preemption_holds.lifted(pod):
             pod = self._with_state_status(pod)
             outcome = self._filter(pod, node_names, nodes, sampler=sampler, names_text=names_text)
         if outcome.stale_claims and self._delete_stale_claims(outcome.stale_claims):
             # kube-scheduler's PostFilter deleted the claim and the pod is tried again: do that attempt now.
-            with self.lock:
+            with self.lock, self.preemption_holds.lifted(pod):
                 outcome = self._filter(pod, node_names, nodes, sampler=sampler, names_text=names_text)
         if outcome.unusable is not None:
             self._release_unusable(outcome, pod)
@@ -350,7 +354,10 @@ class SchedulingService(FilterDecisions, BindCoordination):
 
         def decide() -> FilterOutcome:
             asked = self._with_state_status(pod)  # under the lock, like the state it reads
-            return self._filter(asked, node_names, nodes, quick=True, sampler=sampler, names_text=names_text)
+            with self.preemption_holds.lifted(pod):
+                return self._filter(
+                    asked, node_names, nodes, quick=True, sampler=sampler, names_text=names_text
+                )
 
         outcome = self._quickly(decide)
         # Deleting a leftover extended-resource claim is a write: it belongs on a worker thread.

@@ -17,6 +17,7 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
 from app.config.settings import SchedulingSettings, ServerSettings, Settings
 from app.http.api import create_app
+from app.scheduling.preemptionrequests import PreemptionRequests
 from app.scheduling.requeue import RejectedPods
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
@@ -434,3 +435,23 @@ async def test_filter_answers_are_recorded_for_the_requeuer(service):
         answer = await client.post("/scheduler/filter", content=_args(service, "p-two", ["n1"]))
         assert answer.json()["NodeNames"] == ["n1"]
         assert len(rejected) == 0
+
+
+async def test_filter_rejections_and_preempt_answers_are_recorded_for_the_preemptor(service):
+    """A pod no node passes for want of devices in use is a preemption request (cluster mode's preemptor
+    tries it once settled); one that could never fit (n2 has one GPU, p-two asks for two) is not; once
+    kube-scheduler's own preemption keeps a candidate for a pod, its rejections are left to it."""
+    held = claim(NS, "held", [request("gpus", "gpu", 2)])
+    results = [{"request": "gpus", "driver": DRIVER, "pool": "n1", "device": d} for d in ("gpu-0", "gpu-1")]
+    held["status"] = {"allocation": {"devices": {"results": results}}}
+    service.state.apply("ResourceClaim", held)
+    requests = PreemptionRequests(["default-scheduler"], settle_seconds=0.0)
+    async with _client(create_app(service, Settings(Path("unused")), preemptions=requests)) as client:
+        answer = await client.post("/scheduler/filter", content=_args(service, "p-two", ["n2"]))
+        assert answer.json()["NodeNames"] == [] and requests.take() == []
+        answer = await client.post("/scheduler/filter", content=_args(service, "p-one", ["n1"]))
+        assert answer.json()["NodeNames"] == []
+        assert [r.key for r in requests.take()] == [f"{NS}/p-one"]
+        requests.scheduler_preempting(service.state.get("Pod", f"{NS}/p-one"))
+        await client.post("/scheduler/filter", content=_args(service, "p-one", ["n1"]))
+        assert requests.take() == []

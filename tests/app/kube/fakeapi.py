@@ -12,6 +12,8 @@ What it serves (only what the extender uses, with the API server's rules that ma
   ``reservedFor`` needs an allocation); the main resource ignores status changes; ``metadata.resourceVersion``
   and ``metadata.uid`` in a body are preconditions (409); finalizers delay deletion;
 * ``POST pods/{name}/binding`` with the UID precondition, "already assigned to node" and spec.nodeName;
+* ``POST pods/{name}/eviction`` with the UID precondition and PodDisruptionBudgets (``matchLabels`` only):
+  429 while one allows no disruption, else the pod is deleted;
 * strategic-merge ``PATCH pods/{name}/status`` (top-level status keys) and ``PATCH pods/{name}`` (labels
   and annotations; another ``metadata.uid`` is refused as an immutable-field change, 422);
 * events.k8s.io/v1 Events: create with the API server's validation of a new Event (``_event_problem``),
@@ -55,6 +57,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "DeviceTaintRule": (DRA, "devicetaintrules", False),
     "Lease": ("coordination.k8s.io", "leases", True),
     "Event": ("events.k8s.io", "events", True),
+    "PodDisruptionBudget": ("policy", "poddisruptionbudgets", True),
 }
 _BY_PLURAL = {(g, p): k for k, (g, p, _) in KINDS.items()}
 _DEFAULT_DRA = {
@@ -401,6 +404,8 @@ class FakeKubeAPI(FaultPlan):
             return self._patch_status(request, kind, namespace, name)
         elif sub == "binding" and method == "POST":
             return self._binding(request, namespace, name)
+        elif sub == "eviction" and method == "POST" and kind == "Pod":
+            return self._evict(request, namespace or "", name)
         return self._error(405, "MethodNotAllowed", f"{method} {request.path}")
 
     def _review(self, plural: str, body: Obj) -> web.Response:
@@ -625,6 +630,33 @@ class FakeKubeAPI(FaultPlan):
             return self._json(new)
         self.remove(kind, namespace or "", name)
         return self._json(status_body(200, "", "deleted"))
+
+    def _evict(self, request: web.Request, namespace: str, name: str) -> web.Response:
+        """The Eviction API: 429 while a PodDisruptionBudget selecting the pod (``matchLabels``) allows no
+        disruption, else that budget's ``disruptionsAllowed`` goes down by one and the pod is deleted."""
+        stored = self.get("Pod", namespace, name)
+        if stored is None:
+            return self._error(404, "NotFound", f'pods "{name}" not found')
+        body = request[_BODY] or {}
+        pre = (((body.get("deleteOptions") or {}).get("preconditions")) or {}).get("uid")
+        if pre and pre != stored["metadata"]["uid"]:
+            return self._error(409, "Conflict", "Precondition failed: UID in precondition")
+        labels = stored["metadata"].get("labels") or {}
+        budgets = [
+            b
+            for b in self.store.get(self._res("PodDisruptionBudget"), {}).values()
+            if b["metadata"].get("namespace") == namespace
+            and (selector := (b.get("spec") or {}).get("selector", {}).get("matchLabels"))
+            and all(labels.get(k) == v for k, v in selector.items())
+        ]
+        if any((b.get("status") or {}).get("disruptionsAllowed", 0) < 1 for b in budgets):
+            return self._error(429, "TooManyRequests", "Cannot evict pod as it would violate the budget")
+        for budget in budgets:
+            new = copy.deepcopy(budget)
+            new["status"]["disruptionsAllowed"] -= 1
+            self.put("PodDisruptionBudget", new)
+        self.remove("Pod", namespace, name)
+        return self._json(status_body(201, "", "evicted"), 201)
 
     def _patch_status(
         self, request: web.Request, kind: str, namespace: str | None, name: str

@@ -212,6 +212,9 @@ def test_rbac_is_least_privilege(rendered):
         ("", "pods/binding"): {"create"},
         ("scheduling.k8s.io", "podgroups"): {"get", "list", "watch"},
         ("", "pods/status"): {"patch"},
+        # the extender's own preemption (app.kube.preemptor): evict, read the budgets it honours
+        ("", "pods/eviction"): {"create"},
+        ("policy", "poddisruptionbudgets"): {"list"},
         ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
         ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch"},
         ("resource.k8s.io", "resourceclaimtemplates"): {"get", "list", "watch"},

@@ -1,0 +1,187 @@
+"""The extender's own preemption (``app.kube.preemptor``) on the fake API server: it evicts the planner's
+victims through the Eviction API (a DisruptionTarget condition first, the UID as precondition), nominates
+the preemptor, keeps the freed devices for it, skips a node whose eviction a budget refuses, and does
+nothing as a standby, beyond its rate limit, or while earlier victims are still terminating."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.kube.preemptor import EvictionWindow
+from app.scheduling.preemptionrequests import PreemptionRequest
+from tests.app.kube.conftest import DRIVER, NS, FakeClock, eventually
+from tests.app.kube.fakeapi import FakeKubeAPI
+from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+
+EVICTIONS = r"/pods/[^/]+/eviction$"
+
+
+def _cluster(api: FakeKubeAPI, gpus: dict[str, int]) -> None:
+    api.add("Namespace", {"metadata": {"name": NS}})
+    api.add("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"'))
+    for name, count in gpus.items():
+        api.add("Node", node(name))
+        devices = [device(f"gpu-{i}") for i in range(count)]
+        api.add("ResourceSlice", resource_slice(f"{name}-gpus", DRIVER, name, devices))
+
+
+def _holder(api: FakeKubeAPI, name: str, priority: int, node_name: str, gpu: str, **meta: Any) -> None:
+    """Pod ``name`` running on ``node_name`` with claim ``name`` allocated ``gpu`` there."""
+    obj = claim(NS, name, [request("gpu", "gpu", 1)])
+    obj["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node_name, "device": gpu}]}
+        },
+        "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-pod-{NS}-{name}"}],
+    }
+    api.add("ResourceClaim", obj)
+    p = pod(NS, name, [name])
+    p["metadata"].update(meta)
+    p["spec"].update(nodeName=node_name, priority=priority, terminationGracePeriodSeconds=0)
+    p["status"]["phase"] = "Running"
+    api.add("Pod", p)
+
+
+def _preemptor(api: FakeKubeAPI, priority: int = 100, **status: Any) -> PreemptionRequest:
+    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", 1)]))
+    p = pod(NS, "new", ["new"])
+    p["spec"]["priority"] = priority
+    p["status"].update(status)
+    api.add("Pod", p)
+    return PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", ("n1", "n2"), 0.0)
+
+
+def _evicted(api: FakeKubeAPI) -> list[str]:
+    return [
+        r.path.split("/")[-2] for r in api.requests if r.method == "POST" and r.path.endswith("/eviction")
+    ]
+
+
+async def test_the_lowest_priority_holder_is_evicted_and_the_preemptor_nominated(api, start_runtime):
+    # n1: a (priority 5) and b (priority 10) hold its two GPUs; n2's GPU is held by boss (priority 1000).
+    # The preemptor (priority 100, one GPU): n2 cannot be helped; on n1 evicting a suffices.
+    _cluster(api, {"n1": 2, "n2": 1})
+    _holder(api, "a", 5, "n1", "gpu-0")
+    _holder(api, "b", 10, "n1", "gpu-1")
+    _holder(api, "boss", 1000, "n2", "gpu-0")
+    want = _preemptor(api)
+    runtime = await start_runtime()
+
+    assert await runtime.preemptor.preempt(want) == "n1"
+
+    assert _evicted(api) == ["a"]
+    eviction, status_patch = [
+        r for r in api.requests if r.path.startswith(f"/api/v1/namespaces/{NS}/pods/a/")
+    ]
+    condition = status_patch.body["status"]["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("DisruptionTarget", "PreemptionByScheduler")
+    assert eviction.body["deleteOptions"]["preconditions"]["uid"] == f"uid-pod-{NS}-a"
+    assert api.get("Pod", NS, "a") is None and api.get("Pod", NS, "b") is not None
+    assert api.get("Pod", NS, "new")["status"]["nominatedNodeName"] == "n1"
+    hold = runtime.service.preemption_holds.get(f"{NS}/new")
+    assert (hold.node, [d.id for d in hold.devices]) == ("n1", [(DRIVER, "n1", "gpu-0")])
+    await eventually(lambda: len(api.store.get(("events.k8s.io", "events"), {})) == 2)
+    reasons = {(e["regarding"]["name"], e["reason"]) for e in api.store[("events.k8s.io", "events")].values()}
+    assert reasons == {("a", "Preempted"), ("new", "PreemptingForDevices")}
+    # The pod has a hold now: a second request does not evict again.
+    assert await runtime.preemptor.preempt(want) is None
+    assert _evicted(api) == ["a"]
+
+
+async def test_a_refused_eviction_drops_the_node_and_the_next_one_is_used(api, start_runtime):
+    # n1's GPU is held by a (priority 1), n2's by b (priority 5): n1 first. The Eviction API refuses a
+    # (429, as for a budget allowing no disruption): nothing is evicted there and n2's b goes instead.
+    _cluster(api, {"n1": 1, "n2": 1})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    _holder(api, "b", 5, "n2", "gpu-0")
+    want = _preemptor(api)
+    runtime = await start_runtime()
+    api.fail("POST", r"/pods/a/eviction$", 429, reason="TooManyRequests")
+
+    assert await runtime.preemptor.preempt(want) == "n2"
+    assert api.get("Pod", NS, "a") is not None and api.get("Pod", NS, "b") is None
+    assert runtime.preemptor.stats.refused == 1
+    assert runtime.service.preemption_holds.get(f"{NS}/new").node == "n2"
+
+
+async def test_a_budget_that_forbids_every_eviction_leaves_everyone_running(api, start_runtime):
+    _cluster(api, {"n1": 1})
+    _holder(api, "a", 1, "n1", "gpu-0", labels={"app": "a"})
+    api.add(
+        "PodDisruptionBudget",
+        {
+            "metadata": {"name": "a", "namespace": NS},
+            "spec": {"selector": {"matchLabels": {"app": "a"}}},
+            "status": {"disruptionsAllowed": 0},
+        },
+    )
+    want = _preemptor(api)
+    runtime = await start_runtime()
+    assert await runtime.preemptor.preempt(want) is None
+    assert api.get("Pod", NS, "a") is not None
+    assert api.get("Pod", NS, "new")["status"].get("nominatedNodeName") is None
+    assert len(runtime.service.preemption_holds) == 0
+    assert not runtime.service.state.inventory.reservations()
+
+
+async def test_a_standby_replica_evicts_nobody(api, start_runtime):
+    _cluster(api, {"n1": 1})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    want = _preemptor(api)
+    api.add("Lease", {"metadata": {"name": "s", "namespace": NS}, "spec": {"holderIdentity": "other_1"}})
+    runtime = await start_runtime(identity="me", scheduler_lease=f"{NS}/s")
+    assert await runtime.preemptor.preempt(want) is None
+    assert _evicted(api) == [] and runtime.preemptor.stats.not_leader == 1
+
+
+async def test_no_more_evictions_than_the_rate_limit_allows(api, start_runtime):
+    # Two victims needed (the preemptor asks for both GPUs of n1), one eviction a minute allowed.
+    _cluster(api, {"n1": 2})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    _holder(api, "b", 1, "n1", "gpu-1")
+    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", 2)]))
+    p = pod(NS, "new", ["new"])
+    p["spec"]["priority"] = 100
+    api.add("Pod", p)
+    runtime = await start_runtime(preemption_evictions_per_minute=1)
+    want = PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", ("n1",), 0.0)
+    assert await runtime.preemptor.preempt(want) is None
+    assert _evicted(api) == []
+
+
+async def test_a_pod_whose_victims_are_still_terminating_waits(api, start_runtime):
+    # The preemptor is nominated to n1, where a lower-priority pod is being deleted: it evicts nobody
+    # more (upstream PodEligibleToPreemptOthers).
+    _cluster(api, {"n1": 2})
+    _holder(api, "going", 1, "n1", "gpu-0", deletionTimestamp="2026-01-01T00:00:05Z", finalizers=["x"])
+    _holder(api, "b", 1, "n1", "gpu-1")
+    want = _preemptor(api, nominatedNodeName="n1")
+    runtime = await start_runtime()
+    assert await runtime.preemptor.preempt(want) is None
+    assert _evicted(api) == []
+
+
+def test_the_eviction_window_counts_the_last_sixty_seconds():
+    clock = FakeClock()
+    window = EvictionWindow(2, clock)
+    assert window.wait(3) is None  # more than a minute's allowance: never
+    assert window.wait(2) == 0
+    window.record()
+    clock.advance(10)
+    window.record()
+    assert window.wait(1) == 50  # the first eviction leaves the window 60 s after it
+    clock.advance(50)
+    assert window.wait(1) == 0
+
+
+async def test_a_pod_with_no_lower_priority_pod_on_its_nodes_costs_no_api_call(api, start_runtime):
+    # Every holder has the preemptor's priority: no plan, and the budgets are not even listed.
+    _cluster(api, {"n1": 1, "n2": 1})
+    _holder(api, "a", 100, "n1", "gpu-0")
+    _holder(api, "b", 100, "n2", "gpu-0")
+    want = _preemptor(api)
+    runtime = await start_runtime()
+    before = len(api.requests)
+    assert await runtime.preemptor.preempt(want) is None
+    sent = [r.path for r in api.requests[before:] if "poddisruptionbudgets" in r.path or "/pods/" in r.path]
+    assert sent == [] and runtime.preemptor.stats.not_helped == 1
