@@ -612,7 +612,7 @@ class Inventory:
         if entry is None:
             return []
         claims = f"{id(self._claims)}:"
-        uses = [(h, None) for h in entry.exclusive]
+        uses: list[tuple[str, Mapping[str, Fraction] | None]] = [(h, None) for h in entry.exclusive]
         uses.extend((h, consumed) for (h, _), consumed in entry.shares.items())
         return [Hold(h.removeprefix(claims) if h.startswith(claims) else "", c) for h, c in uses]
 

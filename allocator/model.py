@@ -163,8 +163,8 @@ def _strings(value: Any, at: _Path) -> tuple[str, ...]:
 def _object_name(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, _Path]:
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     meta = meta if isinstance(meta, Mapping) else {}
-    name = meta.get("name") if isinstance(meta.get("name"), str) else ""
-    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else ""
+    name = raw if isinstance(raw := meta.get("name"), str) else ""
+    namespace = raw if isinstance(raw := meta.get("namespace"), str) else ""
     label = f"{namespace}/{name}" if namespace else name
     at = _Path(f"{kind} {label or '<unnamed>'}")
     if not isinstance(obj, Mapping):
@@ -355,7 +355,11 @@ class ResourceSlice:
         return (self.driver, self.pool)
 
 
-_ATTRIBUTE_TYPES: tuple[tuple[str, type], ...] = (("bool", bool), ("int", int), ("string", str))
+_ATTRIBUTE_TYPES: tuple[tuple[str, type[bool] | type[int] | type[str]], ...] = (
+    ("bool", bool),
+    ("int", int),
+    ("string", str),
+)
 _LIST_TYPES: tuple[tuple[str, type], ...] = (("bools", bool), ("ints", int), ("strings", str))
 
 
@@ -380,7 +384,7 @@ def _attribute_value(raw: Any, at: _Path) -> AttributeValue:
             value = data[key]
             if type(value) is not kind:
                 raise (at / key).error(f"must be of type {kind.__name__}")
-            if kind is int and not _INT64_MIN <= value <= _INT64_MAX:
+            if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
                 raise (at / key).error("must fit in a signed 64-bit integer")
             found.append(value)
     if data.get("version") is not None:
@@ -605,7 +609,8 @@ def _parse_devices(
         known = {d.name: d for d in previous.devices}
     devices = []
     for i, data in enumerate(_list(raw, at)):
-        old = known.get(data.get("name")) if isinstance(data, Mapping) else None
+        name = data.get("name") if isinstance(data, Mapping) else None
+        old = known.get(name) if isinstance(name, str) else None
         digest = _digest(data)
         devices.append(
             old

@@ -205,7 +205,7 @@ def _type(value: Any) -> str:
     return "object"
 
 
-_KIND_NAMES = {dict: "an object", list: "an array", str: "a string"}
+_KIND_NAMES: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
 
 
 def _expect(value: Any, kind: type, path: str, *, optional: bool = True) -> Any:
@@ -369,7 +369,8 @@ def _preemption_args(data: Mapping[str, Any], in_text_order: bool) -> ExtenderPr
     found = _fields(data, names, in_text_order=in_text_order)
     pod = _check_pod(found.get("Pod"))
     key = "NodeNameToMetaVictims" if found.get("NodeNameToMetaVictims") is not None else "NodeNameToVictims"
-    victims, sent = {}, {}
+    victims: dict[str, Victims] = {}
+    sent: dict[str, Obj] = {}
     for node, value in (_expect(found.get(key), dict, key) or {}).items():
         at, whole = f"{key}.{node}", key == "NodeNameToVictims"
         victims[node], pods = _victims(value, at, whole=whole, in_text_order=in_text_order)

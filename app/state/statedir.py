@@ -187,7 +187,7 @@ def _source_key(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, str]:
     """The ``ClusterObjects.sources`` key of a kept (converted) object."""
     metadata = obj.get("metadata") or {}
     namespace = metadata.get("namespace", "") if kind in NAMESPACED_KINDS else ""
-    return (kind, namespace, metadata.get("name"))
+    return (kind, namespace, metadata.get("name") or "")
 
 
 def stable_uid(kind: str, namespace: str | None, name: str) -> str:
@@ -551,7 +551,7 @@ _YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     try:
-        return loader.construct_yaml_int(node)  # type: ignore[no-any-return]
+        return loader.construct_yaml_int(node)
     except ValueError:
         # More digits than Python converts (sys.get_int_max_str_digits(), 4300): far beyond int64, and a
         # ValueError without the file or line otherwise.
