@@ -10,7 +10,7 @@ field it equals case-insensitively (``pod``, ``NODENAMES``); unknown keys are ig
 select the same field the last one wins. Only what the extender reads is validated: a wrong type there is
 a ``WireError`` naming the field (``Pod.metadata.name: must be a string, got int``), never a 500. Whole Pods
 are not validated (they are large and the service reads a handful of fields), except that the Pod and the
-Nodes must be shallow enough to be encoded again (``app.state.statedir.MAX_ENCODED_DEPTH``).
+Nodes must be shallow enough to be encoded again (``app.state.documents.MAX_ENCODED_DEPTH``).
 
 Encoding produces exactly the Go names, ``null`` for the list kube-scheduler must ignore, ``{}`` for empty
 failure maps, and a bare array for prioritize.
@@ -29,7 +29,8 @@ import orjson
 
 from app.scheduling.preemption import Victims
 from app.scheduling.service import FilterOutcome
-from app.state.statedir import check_encodable, pod_claim_source_problem
+from app.state.documents import check_encodable
+from app.state.podclaimchecks import pod_claim_source_problem
 
 __all__ = [
     "ExtenderArgs",
