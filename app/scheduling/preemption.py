@@ -34,8 +34,8 @@ from datetime import datetime
 from typing import Any
 
 from allocator.decide import fits
+from allocator.deviceuse import AllocatedDevice, allocated_devices
 from allocator.eviction import ReleasedView
-from allocator.inventory import AllocatedDevice, allocated_devices
 from app.scheduling.claimrules import allocated_claims_reason
 from app.scheduling.podevents import added_preemption_victims, claim_with_devices
 from app.scheduling.service import SchedulingService, needs_no_devices

@@ -11,9 +11,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from allocator.deviceuse import allocated_devices
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
-from allocator.inventory import Inventory, allocated_devices
+from allocator.inventory import Inventory
 from allocator.model import (
     Claim,
     parse_claim,
