@@ -49,6 +49,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check app allocator tests bench loadtests e2e
 	$(BIN)/ruff format --check app allocator tests bench loadtests e2e
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 unit: $(STAMP) oracle-bin upstream-table kustomize-bin helm-bin
 	$(BIN)/python -m pytest -q
@@ -185,4 +186,4 @@ lock: $(STAMP)
 		-c requirements.lock -o requirements-runtime.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info .cache/oracle .cache/upstream-table  # the built e2e components are kept
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info .cache/oracle .cache/upstream-table  # the built e2e components are kept

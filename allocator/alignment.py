@@ -239,7 +239,8 @@ class _Aligner:
         # Members of each group in one pass over the devices (a node may have a root per device).
         numa_members: dict[object, set[int]] = {n: set() for n in self.numa_free}
         root_members: dict[object, set[int]] = {r: set() for r in self.root_free}
-        no_root, no_numa = set(), set()
+        no_root: set[int] = set()
+        no_numa: set[int] = set()
         for i in relevant:
             numa = self.numa[i]
             (no_numa if numa is None else numa_members[numa]).add(i)

@@ -298,12 +298,10 @@ def _attributes(devices: tuple[Device, ...], view: _AttributeView) -> Hashable:
     names = view.names
     # A list comprehension: a generator would resume once per value (this runs for every device of every
     # node on a new shape's first filter).
-    values = tuple(
-        [d.cel.attributes.get(dom, _NO_VALUES).get(ident) for d in devices for dom, ident in names]
-    )
-    types = tuple(map(type, values))
-    if tuple in types:  # list values: their elements' types count too
-        values = tuple(map(attribute_key, values))
+    read = [d.cel.attributes.get(dom, _NO_VALUES).get(ident) for d in devices for dom, ident in names]
+    types = tuple(map(type, read))
+    # List values: their elements' types count too.
+    values = tuple(map(attribute_key, read)) if tuple in types else tuple(read)
     domains = tuple(
         tuple(sorted((i, attribute_key(v)) for i, v in d.cel.attributes.get(domain, {}).items()))
         for d in devices
@@ -312,7 +310,7 @@ def _attributes(devices: tuple[Device, ...], view: _AttributeView) -> Hashable:
     return values, types, domains
 
 
-def _counters(left: dict[str, dict[str, object]]) -> Hashable:
+def _counters(left: Mapping[str, Mapping[str, object]]) -> Hashable:
     return tuple(sorted((name, tuple(sorted(counters.items()))) for name, counters in left.items()))
 
 

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from allocator.inventory import AllocatedDevice, Hold, Inventory
+from allocator.deviceuse import AllocatedDevice, Hold
+from allocator.inventory import Inventory
 from allocator.model import DeviceID
 
 __all__ = ["ReleasedView"]

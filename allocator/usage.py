@@ -25,8 +25,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from allocator.deviceuse import AllocatedDevice
 from allocator.errors import CELError
-from allocator.inventory import AllocatedDevice, Inventory, taints_with_rules
+from allocator.inventory import Inventory, taints_with_rules
 from allocator.model import Device, DeviceClass, DeviceID, DeviceTaintRule, ResourceSlice
 from allocator.selectors import SelectorCache
 

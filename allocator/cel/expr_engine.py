@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cel_expr_python import cel  # type: ignore[import-untyped]  # ships no type information
+from cel_expr_python import cel
 
 from allocator.cel import AttributeValue, CELDevice, Version
 from allocator.cel.checked import CheckedAst, Expr

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from cel_expr_python import cel  # type: ignore[import-untyped]  # ships no type information
-from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings  # type: ignore[import-untyped]  # ships no type information
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]  # types-protobuf not a dependency
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from allocator.cel.expr_guards import HIDDEN_NOT_SEMVER, not_semver
 from allocator.cel.expr_libs import (

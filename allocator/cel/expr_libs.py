@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from cel_expr_python import cel  # type: ignore[import-untyped]  # ships no type information
+from cel_expr_python import cel
 
 from allocator.cel import lib_formats, lib_net, lib_url
 from allocator.cel.checked import CheckedAst

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cel_expr_python import cel  # type: ignore[import-untyped]  # ships no type information
+from cel_expr_python import cel
 
 from allocator.cel import CEL_MAX_COST, CEL_MAX_EXPRESSION_LENGTH, AttributeValue
 from allocator.cel.checked import CheckedAst, decode_checked

@@ -27,7 +27,7 @@ from app.explain.models import BadObject, NodeVerdict, NotFound, PodExplanation,
 from app.explain.pod import explain_object, explain_pod, parse_object
 from app.explain.summary import ExplanationSummary, summarize_pod, summarize_what_if
 from app.scheduling.service import SchedulingService
-from app.state.statedir import not_regular, read_at_most
+from app.state.documents import not_regular, read_at_most
 
 __all__ = [
     "add_explain_parser",

@@ -50,7 +50,7 @@ from app.config.extenderconfig import (
     parse_sections,
 )
 from app.config.files import file_problems
-from app.state.statedir import load_yaml_document
+from app.state.documents import load_yaml_document
 
 __all__ = [
     "DEFAULT_POLL_SECONDS",

@@ -59,9 +59,9 @@ from app.scheduling.claimrules import admin_access_refusal, allocated_claims_rea
 from app.scheduling.extended import ExtendedClaim
 from app.scheduling.service import SchedulingService
 from app.state.convert import ConversionError, to_v1
+from app.state.documents import check_encodable, load_yaml_document
 from app.state.knownfields import strict_decoding_error
 from app.state.podclaims import ClaimNotReady, PodClaim, state_pod_claims
-from app.state.statedir import check_encodable, load_yaml_document
 
 __all__ = ["explain_object", "explain_pod", "parse_object", "what_if"]
 

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.explain.models import BadObject, NodeVerdict, NotFound, PodClaimSummary, Verdict
 from app.explain.pod import explain_pod
 from app.scheduling.service import SchedulingService
-from app.state.statedir import stable_uid
+from app.state.uids import stable_uid
 
 __all__ = ["NODES_PER_GROUP", "ExplanationSummary", "ReasonGroup", "summarize_pod", "summarize_what_if"]
 

@@ -89,7 +89,7 @@ def claim_view(service: SchedulingService, namespace: str, name: str) -> ClaimVi
         holds = sorted(
             "/".join(d)
             for d in {(r.get("driver"), r.get("pool"), r.get("device")) for r in results}
-            if key in service.state.inventory.holders(d)  # type: ignore[arg-type]
+            if key in service.state.inventory.holders(d)
         )
         return ClaimView(
             namespace=namespace,

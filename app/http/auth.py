@@ -128,7 +128,7 @@ class DelegatedAuth:
             self._tokens.put(key, cached)
         if cached is False:
             raise _Refused(401, "the bearer token was not accepted")
-        return cached  # type: ignore[no-any-return]
+        return cached
 
     async def _allowed(self, user: User, path: str, verb: str) -> bool:
         key = (user, path, verb)

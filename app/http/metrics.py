@@ -144,8 +144,8 @@ class _StateCollector(Collector):
             "Devices held by the allocated ResourceClaims of a namespace, per requested DeviceClass.",
             labels=["namespace", "device_class", "driver"],
         )
-        for key, count in sorted(by_namespace.items()):
-            held.add_metric(list(key), count)
+        for labels, count in sorted(by_namespace.items()):
+            held.add_metric(list(labels), count)
         yield held
         if self.informers is not None:
             yield from _informer_metrics(self.informers)

@@ -74,7 +74,9 @@ def _server(
     class Server(ThreadingHTTPServer):
         daemon_threads = True
 
-        def handle_error(self, request: object, client_address: object) -> None:
+        def handle_error(
+            self, request: socket.socket | tuple[bytes, socket.socket], client_address: object
+        ) -> None:
             if not isinstance(sys.exc_info()[1], OSError):  # a client that went away is no error of ours
                 super().handle_error(request, client_address)
 

@@ -10,7 +10,7 @@ field it equals case-insensitively (``pod``, ``NODENAMES``); unknown keys are ig
 select the same field the last one wins. Only what the extender reads is validated: a wrong type there is
 a ``WireError`` naming the field (``Pod.metadata.name: must be a string, got int``), never a 500. Whole Pods
 are not validated (they are large and the service reads a handful of fields), except that the Pod and the
-Nodes must be shallow enough to be encoded again (``app.state.statedir.MAX_ENCODED_DEPTH``).
+Nodes must be shallow enough to be encoded again (``app.state.documents.MAX_ENCODED_DEPTH``).
 
 Encoding produces exactly the Go names, ``null`` for the list kube-scheduler must ignore, ``{}`` for empty
 failure maps, and a bare array for prioritize.
@@ -29,7 +29,8 @@ import orjson
 
 from app.scheduling.preemption import Victims
 from app.scheduling.service import FilterOutcome
-from app.state.statedir import check_encodable, pod_claim_source_problem
+from app.state.documents import check_encodable
+from app.state.podclaimchecks import pod_claim_source_problem
 
 __all__ = [
     "ExtenderArgs",
@@ -205,7 +206,7 @@ def _type(value: Any) -> str:
     return "object"
 
 
-_KIND_NAMES = {dict: "an object", list: "an array", str: "a string"}
+_KIND_NAMES: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
 
 
 def _expect(value: Any, kind: type, path: str, *, optional: bool = True) -> Any:
@@ -369,7 +370,8 @@ def _preemption_args(data: Mapping[str, Any], in_text_order: bool) -> ExtenderPr
     found = _fields(data, names, in_text_order=in_text_order)
     pod = _check_pod(found.get("Pod"))
     key = "NodeNameToMetaVictims" if found.get("NodeNameToMetaVictims") is not None else "NodeNameToVictims"
-    victims, sent = {}, {}
+    victims: dict[str, Victims] = {}
+    sent: dict[str, Obj] = {}
     for node, value in (_expect(found.get(key), dict, key) or {}).items():
         at, whole = f"{key}.{node}", key == "NodeNameToVictims"
         victims[node], pods = _victims(value, at, whole=whole, in_text_order=in_text_order)

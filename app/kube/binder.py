@@ -63,8 +63,8 @@ from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from allocator.deviceuse import allocated_devices
 from allocator.errors import InvalidInputError
-from allocator.inventory import allocated_devices
 from allocator.nodeselector import Node, parse_node_selector
 from app.config.settings import ClusterSettings
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError

@@ -283,8 +283,9 @@ def _ignore_environment_per_request(api: ApiClient) -> None:
     rest.pool_manager = aiohttp.ClientSession(
         connector=connector, trust_env=False, read_bufsize=_READ_BUFFER_BYTES
     )
-    if not rest.proxy:  # a kubeconfig's proxy-url comes first
-        rest.proxy = proxy_for(api.configuration.host)
+    # A kubeconfig's proxy-url comes first.
+    if not rest.proxy and (proxy := proxy_for(api.configuration.host or "")):
+        rest.proxy = proxy
 
 
 class KubeClient:

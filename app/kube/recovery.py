@@ -185,10 +185,10 @@ class OrphanReleaser:
             self.settings.orphan_grace_period_seconds,
             extra={"claim": claim_key, "pod": pod_key},
         )
-        body = without_finalizer(claim) if deallocated else None
-        if body is not None:
+        unfinalized = without_finalizer(claim) if deallocated else None
+        if unfinalized is not None:
             try:
-                await self.client.replace(self.claims, body)
+                await self.client.replace(self.claims, unfinalized)
             except KubeAPIError as e:
                 log.info(
                     "ResourceClaim %s: finalizer left for the resourceclaim controller: %s", claim_key, e

@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.inventory import AllocatedDevice
+from allocator.deviceuse import AllocatedDevice
 from app.kube.clock import Clock
 from app.state.cluster import ClusterState
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from allocator.deviceuse import AllocatedDevice, allocated_devices
 from allocator.errors import AllocatorError
-from allocator.inventory import AllocatedDevice, allocated_devices
 from app.scheduling.binder import BindError, BindPlan, ExtendedBind
 from app.scheduling.claimrules import has_allocation, is_allocated
 from app.scheduling.decisions import Asked, claims_shape, spec_key

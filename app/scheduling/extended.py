@@ -48,7 +48,7 @@ from allocator.model import Claim, parse_claim
 from allocator.quantity import QuantityError, parse_quantity
 from app.state.claimgen import name_suffix
 from app.state.podclaims import pod_key
-from app.state.statedir import stable_uid
+from app.state.uids import stable_uid
 
 __all__ = [
     "EXTENDED_RESOURCE_CLAIM_ANNOTATION",

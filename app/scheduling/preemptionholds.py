@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.inventory import AllocatedDevice
+from allocator.deviceuse import AllocatedDevice
 from app.state.cluster import ClusterState
 from app.state.podclaims import pod_key
 

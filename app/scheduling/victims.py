@@ -36,8 +36,9 @@ from datetime import datetime
 from typing import Any
 
 from allocator.decide import Fits, Policy, allocate, fits
+from allocator.deviceuse import AllocatedDevice, allocated_devices
 from allocator.eviction import ReleasedView
-from allocator.inventory import AllocatedDevice, Inventory, allocated_devices
+from allocator.inventory import Inventory
 from app.scheduling.claimrules import allocated_claims_reason
 from app.scheduling.service import SchedulingService
 from app.state.podclaims import claim_names

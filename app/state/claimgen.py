@@ -36,7 +36,8 @@ from typing import Any
 
 from app.state.convert import V1
 from app.state.podgroups import GROUP, POD_GROUP_VERSIONS, group_claim_entry, pod_group_key
-from app.state.statedir import ClusterObjects, stable_uid
+from app.state.statedir import ClusterObjects
+from app.state.uids import stable_uid
 
 __all__ = [
     "GENERATE_NAME_MAX_BASE_LENGTH",

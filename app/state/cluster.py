@@ -11,9 +11,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from allocator.deviceuse import allocated_devices
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
-from allocator.inventory import Inventory, allocated_devices
+from allocator.inventory import Inventory
 from allocator.model import (
     Claim,
     parse_claim,
@@ -191,17 +192,19 @@ class ClusterState:
         if cached is None or cached[0] != version:
             spec = obj.get("spec")
             earlier = self._by_spec.get(id(spec))
+            parsed: Claim | InvalidInputError
             try:
-                parsed: Claim | InvalidInputError = parse_claim(
+                claim = parse_claim(
                     obj, same_spec=earlier[1] if earlier is not None and earlier[0] is spec else None
                 )
             except InvalidInputError as e:
                 parsed = e
             else:
+                parsed = claim
                 if (earlier is None or earlier[0] is not spec) and isinstance(spec, Mapping):
                     if len(self._by_spec) >= MAX_PARSED_SPECS:
                         self._by_spec.clear()
-                    self._by_spec[id(spec)] = (spec, parsed)
+                    self._by_spec[id(spec)] = (spec, claim)
             cached = (version, parsed)
             self._claims[key] = cached
         if isinstance(cached[1], InvalidInputError):

@@ -10,7 +10,7 @@ Shared by the conversion to ``resource.k8s.io/v1`` (``app.state.convert``) and t
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from allocator.quantity import QuantityError, parse_quantity
 
@@ -57,7 +57,7 @@ class ConversionError(ValueError):
         self.problem = problem
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

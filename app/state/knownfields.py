@@ -188,7 +188,8 @@ def _json_type(value: object) -> str:
         return "boolean"
     if isinstance(value, (int, float)):
         return "number"
-    return {str: "string", list: "list", dict: "object"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {str: "string", list: "list", dict: "object"}
+    return names.get(type(value), type(value).__name__)
 
 
 # --- generation (development only: needs kubernetes-validate) ----------------------------------------------

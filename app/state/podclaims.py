@@ -129,5 +129,6 @@ def pod_claims(
                 f'pod claim {name}: resourceclaim "{claim_name}" was not created for this pod'
             )
         joined = group is not None and group_claim_entry(group, entry) is not None
-        resolved.append(PodClaim(name, key, claim, group_reference(group) if joined else None))
+        reserved_for = group_reference(group) if group is not None and joined else None
+        resolved.append(PodClaim(name, key, claim, reserved_for))
     return resolved

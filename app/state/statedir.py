@@ -41,46 +41,37 @@ they, and unknown kinds, are errors.
 With ``strict=False`` each of those errors becomes a warning and the object (or the whole file, for file-level
 errors) is skipped; with ``strict=True`` the first one raises.
 
-One module, about 590 lines: the loader's rules (files, YAML and JSON reading, per-object checks, strict and
-lenient modes) are one contract, and every error names the file, object and field.
+Documents are read by ``app.state.documents`` (YAML and JSON with Kubernetes' rules and their bounds), a
+Pod's claim entries checked by ``app.state.podclaimchecks``, UIDs made by ``app.state.uids``.
 """
 
 from __future__ import annotations
 
 import difflib
 import logging
-import math
-import os
 import re
-import stat
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from app.state.cluster import NAMESPACED_KINDS
 from app.state.convert import CLASSIC_DRA_PROBLEM, CLASSIC_DRA_VERSION, DRA_KINDS, ConversionError, to_v1
+from app.state.documents import TEMPLATE_PROBLEM, not_regular, parse_documents, read_at_most
 from app.state.knownfields import unknown_fields, unknown_kind, wrong_types
+from app.state.podclaimchecks import check_pod_claims
 from app.state.podgroups import check_pod_group, check_scheduling_group
+from app.state.uids import stable_uid
 
 __all__ = [
     "KIND_FIELDS",
-    "MAX_ENCODED_DEPTH",
-    "NAMESPACED_KINDS",
+    "MAX_FILE_BYTES",
     "ClusterObjects",
     "StateLoadError",
-    "check_encodable",
     "load_documents",
     "load_state",
-    "load_yaml_document",
-    "not_regular",
-    "pod_claim_source_problem",
-    "read_at_most",
-    "stable_uid",
 ]
 
 logger = logging.getLogger(__name__)
@@ -102,21 +93,10 @@ KIND_FIELDS = {
 
 STATE_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 _CORE_KINDS = frozenset({"Namespace", "Node", "Pod"})
-_UID_NAMESPACE = uuid.UUID(
-    "6f1d3c9e-2b8a-5c47-9e0d-5a3b7c1e4f20"
-)  # fixed: uids must not change between loads
 
-# A Go/Helm template action on a non-comment line: `{{ .Values.x }}`, `{{- if ... }}`, `{{.Index}}`.
-_TEMPLATE_LINE = re.compile(r"^(?!\s*#).*?\{\{.*?\}\}", re.MULTILINE)
 _TEMPLATE_ACTION = re.compile(r"\{\{.*?\}\}", re.DOTALL)
 # Free text in which `{{ }}` can be real data (container commands, annotations, driver parameters).
 _FREE_TEXT_KEYS = frozenset({"annotations", "command", "args", "env", "parameters"})
-_TEMPLATE_PROBLEM = (
-    "Helm/Go template directive `{{ ... }}`: not plain YAML; render the template first "
-    "(helm template, or the tool that fills it in)"
-)
-# A `...` elision as used in KEPs and docs: a line of its own or a value (`pool: ...`).
-_ELISION = re.compile(r"^\s*(?:-\s*)?\.\.\.\s*$|:\s*\.\.\.\s*$", re.MULTILINE)
 
 
 class StateLoadError(Exception):
@@ -187,12 +167,7 @@ def _source_key(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, str]:
     """The ``ClusterObjects.sources`` key of a kept (converted) object."""
     metadata = obj.get("metadata") or {}
     namespace = metadata.get("namespace", "") if kind in NAMESPACED_KINDS else ""
-    return (kind, namespace, metadata.get("name"))
-
-
-def stable_uid(kind: str, namespace: str | None, name: str) -> str:
-    """A deterministic UUID string for an object that has none (same inputs → same uid on every load)."""
-    return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{namespace or ''}/{name}"))
+    return (kind, namespace, metadata.get("name") or "")
 
 
 def load_state(path: Path, *, strict: bool = True, strict_fields: bool = False) -> ClusterObjects:
@@ -242,32 +217,6 @@ def _state_files(path: Path) -> tuple[list[Path], list[str]]:
         elif what != "directory":
             skipped.append(f"{file}: skipped ({what})")
     return files, skipped
-
-
-_SPECIAL_KINDS = (
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def not_regular(file: Path) -> str:
-    """What ``file`` is when not a regular file (nor a link to one), for the warning; "" for a regular file,
-    ``directory`` for a directory ``rglob`` walks. Only stat: opening a FIFO nobody writes to would block
-    forever, and a device may never end."""
-    link = file.is_symlink()
-    try:
-        mode = file.stat().st_mode
-    except OSError as err:  # a dangling or looping link
-        return f"a symbolic link to {os.readlink(file)}: {err.strerror}" if link else f"{err.strerror}"
-    if stat.S_ISREG(mode):
-        return ""
-    if stat.S_ISDIR(mode):
-        # rglob does not follow a link to a directory: its manifests would be missing without a word.
-        return "a symbolic link to a directory, not followed" if link else "directory"
-    what = next((name for test, name in _SPECIAL_KINDS if test(mode)), "a special file")
-    return f"{'a symbolic link to ' if link else ''}{what}, not a regular file"
 
 
 class _Loader:
@@ -335,7 +284,7 @@ class _Loader:
             return
         template_at = _template_path(obj)
         if template_at is not None:
-            raise StateLoadError(_TEMPLATE_PROBLEM, file=file, kind=kind, ref=ref, field_path=template_at)
+            raise StateLoadError(TEMPLATE_PROBLEM, file=file, kind=kind, ref=ref, field_path=template_at)
         self._check_metadata(obj, kind, ref, file)
         self._check_fields(obj, kind, ref, file)
         converted = self._convert(obj, kind, api_version, ref, file)
@@ -451,7 +400,7 @@ def _core_object(obj: Obj, kind: str, api_version: str) -> Obj:
     ):
         raise ConversionError("metadata.labels", "must be a map of strings to strings (quote numbers)")
     if kind == "Pod":
-        _check_pod_claims(obj)
+        check_pod_claims(obj)
         check_scheduling_group(obj)
     # The readers of Nodes and Pods (extended resources, node-allocatable fit, preemption, claim
     # generation) trust the API's shapes, as the objects of a live cluster have them: a file's
@@ -461,46 +410,6 @@ def _core_object(obj: Obj, kind: str, api_version: str) -> Obj:
     return _deep_copy(obj)
 
 
-def _check_pod_claims(pod: Obj) -> None:
-    """``spec.resourceClaims[]``: ``{name, resourceClaimName | resourceClaimTemplateName}`` (core/v1)."""
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        raise ConversionError("spec", "Required value")
-    claims = spec.get("resourceClaims")
-    if claims is None:
-        return
-    if not isinstance(claims, list):
-        raise ConversionError("spec.resourceClaims", "must be a list")
-    for i, claim in enumerate(claims):
-        path = f"spec.resourceClaims[{i}]"
-        if not isinstance(claim, dict):
-            raise ConversionError(path, "must be an object")
-        if "source" in claim:
-            raise ConversionError(
-                f"{path}.source",
-                "the pre-1.31 (classic DRA) `source:` wrapper was removed in Kubernetes 1.31; set "
-                "resourceClaimName or resourceClaimTemplateName directly",
-            )
-        if not isinstance(claim.get("name"), str) or not claim["name"]:
-            raise ConversionError(f"{path}.name", "Required value")
-        for key in ("resourceClaimName", "resourceClaimTemplateName"):
-            value = claim.get(key)
-            if value is not None and not isinstance(value, str):  # a key of claims and templates
-                raise ConversionError(f"{path}.{key}", f"must be a string, got {value!r}")
-        problem = pod_claim_source_problem(claim)
-        if problem:
-            raise ConversionError(path, problem)
-
-
-def pod_claim_source_problem(claim: Mapping[str, Any]) -> str:
-    """Why a pod claim entry (``spec.resourceClaims[i]``) does not name exactly one source, as core/v1
-    validation requires, or "". Shared with the wire format (``app.http.wire``), so a state file and a
-    request are refused alike."""
-    if sum(1 for key in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(key)) != 1:
-        return "exactly one of `resourceClaimName`, `resourceClaimTemplateName` is required"
-    return ""
-
-
 def _deep_copy(obj: Obj) -> Obj:
     # orjson round trip: several times faster than copy.deepcopy on parsed YAML (plain JSON types only).
     copied: Obj = orjson.loads(orjson.dumps(obj))
@@ -508,78 +417,24 @@ def _deep_copy(obj: Obj) -> Obj:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# parsing
-
-
-class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """Safe loader with Kubernetes' reading of YAML: timestamps stay strings, duplicate keys are errors."""
-
-
-# Kubernetes (sigs.k8s.io/yaml) keeps `2025-01-01T00:00:00Z` a string; PyYAML would build a datetime.
-_YamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Obj:
-    loader.flatten_mapping(node)
-    mapping: Obj = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if not isinstance(key, str):
-            # JSON (and so the API) has string keys only; YAML 1.1 also reads `on:` / `1:` as bool / int.
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found a non-string key {key!r} (quote it)",
-                key_node.start_mark,
-            )
-        if key in mapping:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r}",
-                key_node.start_mark,
-            )
-        mapping[key] = loader.construct_object(value_node, deep=deep)
-    return mapping
-
-
-_YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    try:
-        return loader.construct_yaml_int(node)  # type: ignore[no-any-return]
-    except ValueError:
-        # More digits than Python converts (sys.get_int_max_str_digits(), 4300): far beyond int64, and a
-        # ValueError without the file or line otherwise.
-        raise yaml.constructor.ConstructorError(
-            None, None, f"integer out of range (64-bit): {len(node.value)} digits", node.start_mark
-        ) from None
-
-
-_YamlLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+# files
 
 
 MAX_FILE_BYTES = 64 << 20
 """64 MiB per state file. Parsing YAML takes ~10 bytes of memory and ~0.4 µs per byte (a 64 MiB file:
 ~650 MB and ~30 s), so a stray dump or a sparse multi-GB file would exhaust memory or seem to hang; a
-single document that size is refused anyway (``MAX_DOCUMENT_NODES``). Larger states are split into
-several files."""
+single document that size is refused anyway (``app.state.documents.MAX_DOCUMENT_NODES``). Larger states
+are split into several files."""
 
 
-def read_at_most(file: Path, limit: int) -> tuple[bytes, int]:
-    """The file's bytes and its size, or (b"", size) for a file above ``limit`` bytes: refused before
-    reading when ``stat`` says so (a sparse multi-GB file would be read into memory), and while reading
-    when more arrives than stat said (a growing file, /proc). Raises OSError."""
-    size = file.stat().st_size
-    if size > limit:
-        return b"", size
-    with file.open("rb") as handle:
-        data = handle.read(limit + 1)
-    return (b"", len(data)) if len(data) > limit else (data, max(size, len(data)))
+def _parse_file(file: Path) -> list[Any]:
+    """The documents of one file. Raises StateLoadError for unreadable, oversized, template or malformed
+    files."""
+    text = _read_text(file)
+    try:
+        return parse_documents(text, json=file.suffix.lower() == ".json")
+    except ValueError as err:
+        raise StateLoadError(str(err), file=file) from err
 
 
 def _read_text(file: Path) -> str:
@@ -598,158 +453,6 @@ def _read_text(file: Path) -> str:
 
 def _bytes(count: int) -> str:
     return f"{count >> 20} MiB" if count % (1 << 20) == 0 else f"{count} bytes"
-
-
-def _parse_file(file: Path) -> list[Any]:
-    """The documents of one file. Raises StateLoadError for unreadable, oversized, template or malformed
-    files."""
-    text = _read_text(file)
-    if file.suffix.lower() == ".json":
-        try:
-            documents = [orjson.loads(text)]
-        except orjson.JSONDecodeError as err:
-            raise StateLoadError(f"not valid JSON: {err}", file=file) from err
-        problem = _json_problem(documents[0], max_values=_value_bound(text))
-        if problem:
-            raise StateLoadError(problem, file=file)
-        return documents
-    try:
-        documents = list(yaml.load_all(text, Loader=_YamlLoader))
-    except RecursionError as err:
-        # Constructing a document recurses once per level; libyaml alone allows 1000 levels.
-        raise StateLoadError(_TOO_DEEP, file=file) from err
-    except yaml.YAMLError as err:
-        template = _TEMPLATE_LINE.search(text)
-        if template:
-            # `{{` opens a YAML flow mapping: the directive, not the YAML, is what is wrong.
-            line = text.count("\n", 0, template.start()) + 1
-            raise StateLoadError(f"line {line}: {_TEMPLATE_PROBLEM}", file=file) from err
-        raise StateLoadError(_yaml_problem(err, text), file=file) from err
-    for index, document in enumerate(documents):
-        problem = _json_problem(document, max_values=_value_bound(text))
-        if problem:
-            raise StateLoadError(f"document {index}: {problem}", file=file)
-    return documents
-
-
-MAX_DOCUMENT_NODES = 1_000_000
-"""Values in one YAML document once aliases are expanded, unless its text is longer: every value takes at
-least one character of the text, so only aliases expand past it (a large cluster's dump holds millions of
-values, each written out). Guards against alias bombs (a few lines expanding to billions of values)."""
-
-
-def _value_bound(text: str | bytes) -> int:
-    """The most values a document of ``text`` may hold once aliases are expanded (``MAX_DOCUMENT_NODES``);
-    bytes count as characters do (a value takes at least one of either)."""
-    return max(MAX_DOCUMENT_NODES, len(text))
-
-
-MAX_DEPTH = 200
-"""Levels of nesting in one document (the document is level 1). Kubernetes objects need a few dozen (deep
-CRD schemas, skipped but parsed, under a hundred); the copies and digests of objects are encoded by orjson,
-which stops at 255 levels, and every walk over an object recurses per level."""
-
-_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep"
-_INT64 = range(-(1 << 63), 1 << 63)
-
-
-MAX_ENCODED_DEPTH = 254
-"""Levels of nesting orjson encodes; it reads 1024. Objects from JSON bodies are copied and digested by
-encoding them, so the HTTP layer refuses what it could not encode again (at C speed: a Python walk to hold
-them to ``MAX_DEPTH`` would cost ~5x the parse of an 8 MiB body)."""
-
-
-def check_encodable(document: object, what: str) -> None:
-    """ValueError naming ``what`` when a document read from JSON is nested too deeply to be encoded
-    again (nothing else can fail it: orjson read it). One encode, ~1 ms per MiB."""
-    try:
-        orjson.dumps(document)
-    except orjson.JSONEncodeError as err:
-        raise ValueError(f"{what}: nested more than {MAX_ENCODED_DEPTH} levels deep") from err
-
-
-def load_yaml_document(text: str | bytes, what: str, *, json_numbers: bool = True) -> Any:
-    """One YAML (or JSON) document as plain JSON data, with the state loader's rules: string keys, no
-    duplicate keys, timestamps kept as strings, no binary/sets, no self-referencing or exploding aliases,
-    no nesting deeper than ``MAX_DEPTH``, and with ``json_numbers`` no number JSON cannot hold (beyond
-    int64, .inf, .nan; False: the caller checks its numbers, naming their fields). Raises ValueError
-    naming ``what`` (for bodies and files other than a state directory)."""
-    try:
-        document = yaml.load(text, Loader=_YamlLoader)
-    except RecursionError as err:
-        raise ValueError(f"{what}: {_TOO_DEEP}") from err
-    except yaml.YAMLError as err:
-        raise ValueError(f"{what}: {_yaml_problem(err, text if isinstance(text, str) else '')}") from err
-    problem = _json_problem(document, json_numbers=json_numbers, max_values=_value_bound(text))
-    if problem:
-        raise ValueError(f"{what}: {problem}")
-    return document
-
-
-def _json_problem(
-    document: object, *, json_numbers: bool = True, max_values: int = MAX_DOCUMENT_NODES
-) -> str:
-    """Why a parsed document is not plain JSON data (binary, sets, cycles, alias bombs: more than
-    ``max_values`` values, nesting deeper than ``MAX_DEPTH``, with ``json_numbers`` numbers JSON and the
-    API cannot hold), or ''."""
-    # Per container (by id: aliases share one object): its values and its height. Aliases can stack a
-    # deep document from flat text, so a shared container's height counts wherever it appears.
-    sizes: dict[int, tuple[int, int]] = {}
-    in_progress: set[int] = set()
-
-    def size(value: object, depth: int) -> tuple[int, int]:
-        if isinstance(value, bool) or value is None or isinstance(value, str):
-            return 1, 0
-        if isinstance(value, int):
-            if (
-                json_numbers and value not in _INT64
-            ):  # the API's integers are int64; orjson cannot encode larger ones
-                raise ValueError(f"integer out of range (64-bit): {value}")
-            return 1, 0
-        if isinstance(value, float):
-            if json_numbers and not math.isfinite(value):  # YAML's .inf / .nan; orjson would write null
-                raise ValueError(f"{value} is not a JSON number")
-            return 1, 0
-        if not isinstance(value, (dict, list)):
-            raise ValueError(f"unsupported YAML value of type {type(value).__name__} (plain JSON data only)")
-        if depth > MAX_DEPTH:
-            raise ValueError(_TOO_DEEP)
-        key = id(value)
-        if key in sizes:
-            total, height = sizes[key]
-            if depth + height - 1 > MAX_DEPTH:  # its deepest container
-                raise ValueError(_TOO_DEEP)
-            return total, height
-        if key in in_progress:
-            raise ValueError("a YAML alias refers to itself")
-        in_progress.add(key)
-        children = value.values() if isinstance(value, dict) else value
-        total, height = 1, 1
-        for child in children:
-            child_total, child_height = size(child, depth + 1)
-            total += child_total
-            height = max(height, child_height + 1)
-            if total > max_values:
-                raise ValueError(f"more than {max_values} values once aliases are expanded")
-        in_progress.discard(key)
-        sizes[key] = total, height
-        return total, height
-
-    try:
-        size(document, 1)
-    except ValueError as err:
-        return str(err)
-    return ""
-
-
-def _yaml_problem(err: yaml.YAMLError, text: str) -> str:
-    mark = getattr(err, "problem_mark", None)
-    where = f"line {mark.line + 1}: " if mark is not None else ""
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    hint = ""
-    if _ELISION.search(text):
-        hint = " (the file contains `...` elisions: an illustrative excerpt, not a complete object)"
-    return f"{where}not valid YAML: {problem}{hint}"
 
 
 def _template_path(value: object, path: str = "") -> str | None:

@@ -6,8 +6,9 @@ from typing import Any
 
 from allocator.alignment import NUMA_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE
 from allocator.cel.expr_engine import ExprEngine
+from allocator.deviceuse import allocated_devices
 from allocator.features import FeatureGates
-from allocator.inventory import Inventory, allocated_devices
+from allocator.inventory import Inventory
 from allocator.model import (
     Claim,
     parse_claim,

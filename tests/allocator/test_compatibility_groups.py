@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
-from allocator.model import InvalidInputError, parse_resource_slice
+from allocator.model import parse_resource_slice
 from tests.allocator.builders import (
     DRIVER_A,
     NODE1,

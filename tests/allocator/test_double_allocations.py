@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from allocator.inventory import AllocatedDevice, Inventory
+from allocator.deviceuse import AllocatedDevice
+from allocator.inventory import Inventory
 
 GPU = ("gpu.example.com", "n1", "gpu-0")
 SHARED = ("gpu.example.com", "n1", "gpu-1")

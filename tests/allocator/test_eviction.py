@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from allocator.deviceuse import AllocatedDevice
 from allocator.eviction import ReleasedView
-from allocator.inventory import AllocatedDevice, Inventory
+from allocator.inventory import Inventory
 
 GPU = ("gpu.example.com", "n1", "gpu-0")
 SHARED = ("gpu.example.com", "n1", "gpu-1")

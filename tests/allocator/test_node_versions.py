@@ -3,7 +3,7 @@ and unrelated nodes keep theirs (so their decisions stay cached)."""
 
 from __future__ import annotations
 
-from allocator.inventory import AllocatedDevice
+from allocator.deviceuse import AllocatedDevice
 from allocator.model import parse_device_class, parse_device_taint_rule, parse_resource_slice
 from allocator.nodeselector import Node
 from tests.allocator.builders import CLASS_A, DRIVER_A, World, device, device_class, slice_

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from allocator.inventory import AllocatedDevice
+from allocator.deviceuse import AllocatedDevice
 from allocator.usage import UsageSnapshot
 from tests.allocator.builders import CLASS_A, DRIVER_A, DRIVER_B, World, device, device_class, slice_
 

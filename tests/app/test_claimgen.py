@@ -15,7 +15,8 @@ from app.state.claimgen import (
     claim_name,
     generate_template_claims,
 )
-from app.state.statedir import ClusterObjects, load_state, stable_uid
+from app.state.statedir import ClusterObjects, load_state
+from app.state.uids import stable_uid
 
 Obj = dict[str, Any]
 NS = "team-a"

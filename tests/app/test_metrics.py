@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from allocator.cel.expr_engine import ExprEngine
-from allocator.inventory import AllocatedDevice
+from allocator.deviceuse import AllocatedDevice
 from allocator.selectors import SelectorCache
 from app.config.derivedconfig import ConfigWatcher
 from app.config.settings import Settings

@@ -23,7 +23,7 @@ from app.explain.pod import explain_pod
 from app.kube.client import NotFoundError
 from app.kube.informers import discover_pod_groups
 from app.state.podclaims import ClaimNotReady, pod_claims
-from app.state.statedir import stable_uid
+from app.state.uids import stable_uid
 from tests.builders import claim, claim_template, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"

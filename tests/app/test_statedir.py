@@ -11,7 +11,8 @@ from textwrap import dedent
 
 import pytest
 
-from app.state.statedir import ClusterObjects, StateLoadError, load_state, stable_uid
+from app.state.statedir import ClusterObjects, StateLoadError, load_state
+from app.state.uids import stable_uid
 
 NODE = """
 apiVersion: v1
@@ -635,7 +636,7 @@ def test_the_cap_holds_when_the_size_on_disk_says_less(monkeypatch) -> None:
 
 @pytest.mark.parametrize("depth", [300, 900])
 def test_deep_yaml_bodies_are_a_value_error_naming_the_source(depth: int) -> None:
-    from app.state.statedir import load_yaml_document
+    from app.state.documents import load_yaml_document
 
     with pytest.raises(ValueError, match=r"^body: nested more than 200 levels deep$"):
         load_yaml_document(json.dumps(_nested(depth)), "body")

@@ -9,9 +9,10 @@ from typing import Any
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.decide import FILTER_TIMEOUT
+from allocator.deviceuse import allocated_devices
 from allocator.errors import AllocatorError, NodeLocalError, SearchTimeoutError
 from allocator.features import FeatureGates
-from allocator.inventory import Inventory, allocated_devices
+from allocator.inventory import Inventory
 from allocator.model import (
     parse_claim,
     parse_device_class,
