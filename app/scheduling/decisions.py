@@ -19,7 +19,7 @@ import orjson
 
 from allocator.inventory import NodeVersions
 from allocator.model import Claim
-from app.scheduling.extended import ExtendedClaim, PodExtendedResources
+from app.scheduling.extended import ExtendedClaim
 from app.state.podclaims import PodClaim
 
 __all__ = [
@@ -208,7 +208,7 @@ def set_key(names: Sequence[str]) -> tuple[int, int]:
 class PodView:
     """What filter decided for one pod, for prioritize and bind.
 
-    Decisions shared by every pod with the same claim specs live in ``SchedulingService._decisions``
+    Decisions shared by every pod with the same claim specs live in the ``DecisionCache``
     under ``(shape, node)``; ``private`` holds the ones that cannot be shared (shares of multi-allocatable
     devices, nodes as kube-scheduler sent them, extended-resource claims, already-allocated claims).
     """
@@ -222,19 +222,6 @@ class PodView:
     shared: bool = False
     """Whether the decisions are the shape's shared ones (else only ``private`` holds this pod's)."""
     private: dict[str, tuple[KeptDecision, ExtendedClaim | None]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Asked:
-    """What one filter call decides nodes for: the pod, its view, the claims to allocate, and the per-pod
-    extras that keep decisions private (allocated claims, extended resources, Node objects sent)."""
-
-    pod: Mapping[str, Any]
-    view: PodView
-    pending: list[Claim]
-    allocated: list[PodClaim] = field(default_factory=list)
-    extended: PodExtendedResources | None = None
-    nodes: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from allocator.decide import Fits, NoFit, Policy, SearchNeeded, decide
+from allocator.decide import Fits, NoFit, Policy, SearchNeeded, Want, decide
 from allocator.errors import AllocatorError
 from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, request, result, slice_
 
@@ -27,7 +27,7 @@ def test_a_fit_comes_with_its_devices_and_score():
 def test_counts_settle_a_fit_without_choosing_devices_unless_asked():
     world = World(slices=[gpus(2)])
     claims = [claim("c", request("r", count=2))]
-    assert decide(world.inventory, world.selectors, NODE1, claims, POLICY, choose=False) == Fits((), None)
+    assert decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.VERDICT) == Fits((), None)
 
 
 def test_no_fit_gives_the_reason_and_whether_freeing_devices_could_help():
