@@ -142,15 +142,16 @@ class NodeDecider:
             or last.seq != inventory.change_seq
             or last.global_version != inventory.node_versions().global_version
         ):
-            return self._kept_scores(uid, node_names)
+            return self.kept_scores(uid, node_names)
         scores = list(map(last.passed.get, node_names))
         places = unscored(scores)
         if places:
-            for i, score in zip(places, self._kept_scores(uid, [node_names[i] for i in places]), strict=True):
+            for i, score in zip(places, self.kept_scores(uid, [node_names[i] for i in places]), strict=True):
                 scores[i] = score
         return scores
 
-    def _kept_scores(self, uid: str, node_names: Sequence[str]) -> list[int | None]:
+    def kept_scores(self, uid: str, node_names: Sequence[str]) -> list[int | None]:
+        """``scores`` node by node, from each node's current decision (none: None)."""
         view = self.cache.view(uid)
         if view is None:
             return [None] * len(node_names)

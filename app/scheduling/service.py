@@ -353,7 +353,7 @@ class SchedulingService:
         if places:
             missing = [node_names[i] for i in places]
             self._filter(pod, missing, nodes, Want.SCORE, quick=quick)
-            for i, score in zip(places, self.decider.scores(uid, missing), strict=True):
+            for i, score in zip(places, self.decider.kept_scores(uid, missing), strict=True):
                 scores[i] = score or 0  # 0: the node does not fit, or could not be decided in time
         return cast(list[int], scores)  # every None replaced just above
 
