@@ -5,7 +5,8 @@ calls from what filter decided while each node's inventory version is unchanged 
 Decisions are shared by pods whose pending claims have equal specs (one template: one claims shape,
 ``claims_shape``), with the claim names in reasons as placeholders (``with_placeholders`` / ``with_names``);
 a shape's answer for a whole node list (``ShapeOutcome``) is patched only for the nodes changed since.
-``PodView`` holds one pod's view and the decisions that cannot be shared.
+``PodView`` holds one pod's view and the decisions that cannot be shared. The types only: they are
+kept, and bounded, by ``app.scheduling.decisioncache``.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class KeptDecision:
     """One allocation result per claim; None: the claims do not fit."""
     score: int | None
     """0-10; None: the claims fit by free-device counts (``allocator.counting``) and no devices were
-    chosen yet (``results`` is empty): prioritize and bind choose them (``select=True``)."""
+    chosen yet (``results`` is empty): prioritize and bind choose them (``Want.SCORE`` and up)."""
     reason: str
     unresolvable: bool
 
