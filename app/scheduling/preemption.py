@@ -171,7 +171,6 @@ class _NodeEviction:
         assert self.node is not None
         view = ReleasedView(self.service.state.inventory, self._released(evicted))
         return fits(
-            # ReleasedView stands in for the Inventory by delegation (``__getattr__``), not by type.
             view,  # type: ignore[arg-type]
             self.service.selectors,
             self.node,
