@@ -23,6 +23,7 @@ result are the caller's (``app.scheduling.service``).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ __all__ = [
     "NoFit",
     "Policy",
     "SearchNeeded",
+    "Want",
     "allocate",
     "decide",
     "fits",
@@ -53,6 +55,20 @@ __all__ = [
 FILTER_TIMEOUT = 10.0
 """Seconds, kube-scheduler's default ``filterTimeout`` for the DynamicResources plugin: the only bound
 upstream puts on one node's search (no step limit)."""
+
+
+class Want(enum.Enum):
+    """What a caller asks of one node's decision (``decide``), from the least work to the most."""
+
+    VERDICT = "verdict"
+    """Whether the claims fit, and why not: a fit settled by free-device counts comes without devices or
+    score (kube-scheduler's Filter; Score and bind choose the devices later)."""
+    SCORE = "score"
+    """A fit comes with its devices and their score; counts are asked first, as a "no" from them spares
+    the search (Score, and Reserve on a node not known to fit)."""
+    DEVICES = "devices"
+    """The devices of a fit the caller holds already for these claims on this node (Reserve after Filter
+    decided the node by counts): the search chooses them, with their score, without counting first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +89,7 @@ class Fits:
 
     results: tuple[dict[str, Any], ...]
     """One AllocationResult dict per claim, in the claims' order; empty when counts decided the fit and
-    no devices were asked for (``choose=False``), or when there are no claims."""
+    no devices were asked for (``Want.VERDICT``), or when there are no claims."""
     score: int | None
     """0..10 (``MaxExtenderPriority``); None exactly when no devices were chosen by counts."""
     breakdown: ScoreBreakdown | None = None
@@ -95,22 +111,18 @@ def decide(
     node: Node,
     claims: Sequence[Claim],
     policy: Policy,
+    want: Want = Want.SCORE,
     *,
-    choose: bool = True,
     search: bool = True,
-    fits_known: bool = False,
 ) -> Decision:
-    """Whether ``claims`` fit together on ``node``, with their devices and score, or why not.
+    """Whether ``claims`` fit together on ``node``, with what ``want`` asks of a fit, or why not.
 
-    ``choose``: a fit must come with its devices and score; without it a fit settled by counts comes
-    without (prioritize or bind choose them later). ``search=False``: raise SearchNeeded instead of
-    searching. ``fits_known``: the caller holds a current "fits" for these claims here (bind, after
-    filter decided the node by counts), so the search chooses the devices without counting first. A "no"
-    names the slices rejected for the node (their devices count for nothing). Raises AllocatorError
-    (fatal for the pod)."""
+    ``search=False`` (the event loop's quick answers): raise SearchNeeded instead of searching; counts
+    then decide even a ``Want.DEVICES`` request as far as they can. A "no" names the slices rejected for
+    the node (their devices count for nothing). Raises AllocatorError (fatal for the pod)."""
     decision = None
-    if not (fits_known and choose and search):
-        decision = _counted(inventory, selectors, node, claims, choose=choose, search=search)
+    if want is not Want.DEVICES or not search:
+        decision = _counted(inventory, selectors, node, claims, want, search=search)
     if decision is None:
         decision = allocate(inventory, selectors, node, claims, policy)
     rejected = inventory.invalid_slices(node.name)
@@ -166,15 +178,15 @@ def _counted(
     selectors: SelectorCache,
     node: Node,
     claims: Sequence[Claim],
+    want: Want,
     *,
-    choose: bool,
     search: bool,
 ) -> Decision | None:
     """The decision free-device counts settle, or None when devices must be chosen by the search."""
     counted = verdict(inventory, selectors, node, claims) if claims and countable(claims) else None
     if counted is not None and counted.no_fit is not None:
         return counted.no_fit
-    if counted is not None and not choose:
+    if counted is not None and want is Want.VERDICT:
         return Fits((), None)
     if counted is None and claims and not search:
         raise SearchNeeded

@@ -5,7 +5,8 @@ calls from what filter decided while each node's inventory version is unchanged 
 Decisions are shared by pods whose pending claims have equal specs (one template: one claims shape,
 ``claims_shape``), with the claim names in reasons as placeholders (``with_placeholders`` / ``with_names``);
 a shape's answer for a whole node list (``ShapeOutcome``) is patched only for the nodes changed since.
-``PodView`` holds one pod's view and the decisions that cannot be shared.
+``PodView`` holds one pod's view and the decisions that cannot be shared. The types only: they are
+kept, and bounded, by ``app.scheduling.decisioncache``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import orjson
 
 from allocator.inventory import NodeVersions
 from allocator.model import Claim
-from app.scheduling.extended import ExtendedClaim, PodExtendedResources
+from app.scheduling.extended import ExtendedClaim
 from app.state.podclaims import PodClaim
 
 __all__ = [
@@ -63,7 +64,7 @@ class KeptDecision:
     """One allocation result per claim; None: the claims do not fit."""
     score: int | None
     """0-10; None: the claims fit by free-device counts (``allocator.counting``) and no devices were
-    chosen yet (``results`` is empty): prioritize and bind choose them (``select=True``)."""
+    chosen yet (``results`` is empty): prioritize and bind choose them (``Want.SCORE`` and up)."""
     reason: str
     unresolvable: bool
 
@@ -208,7 +209,7 @@ def set_key(names: Sequence[str]) -> tuple[int, int]:
 class PodView:
     """What filter decided for one pod, for prioritize and bind.
 
-    Decisions shared by every pod with the same claim specs live in ``SchedulingService._decisions``
+    Decisions shared by every pod with the same claim specs live in the ``DecisionCache``
     under ``(shape, node)``; ``private`` holds the ones that cannot be shared (shares of multi-allocatable
     devices, nodes as kube-scheduler sent them, extended-resource claims, already-allocated claims).
     """
@@ -222,19 +223,6 @@ class PodView:
     shared: bool = False
     """Whether the decisions are the shape's shared ones (else only ``private`` holds this pod's)."""
     private: dict[str, tuple[KeptDecision, ExtendedClaim | None]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Asked:
-    """What one filter call decides nodes for: the pod, its view, the claims to allocate, and the per-pod
-    extras that keep decisions private (allocated claims, extended resources, Node objects sent)."""
-
-    pod: Mapping[str, Any]
-    view: PodView
-    pending: list[Claim]
-    allocated: list[PodClaim] = field(default_factory=list)
-    extended: PodExtendedResources | None = None
-    nodes: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(slots=True)

@@ -69,9 +69,10 @@ def _quantity(raw: object, where: str) -> Fraction:
         raise InvalidInputError(f"{where}: {e}") from e
 
 
-def _devices(slices: Iterable[Obj]) -> dict[tuple[str, str, str], Obj]:
-    """(driver, pool, device) -> the device as published, for devices with ``nodeAllocatableResources``."""
-    found = {}
+def _devices(slices: Iterable[Obj]) -> dict[tuple[Any, Any, Any], Obj]:
+    """(driver, pool, device) -> the device as published, for devices with ``nodeAllocatableResources``
+    (the names as published: a missing one is None, and matches no allocation result)."""
+    found: dict[tuple[Any, Any, Any], Obj] = {}
     for obj in slices:
         spec = obj.get("spec") or {}
         pool = (spec.get("pool") or {}).get("name")

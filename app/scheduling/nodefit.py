@@ -11,9 +11,12 @@ an allocated claim of the pod with a mapped device is reserved for another consu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from allocator.errors import AllocatorError
+from app.scheduling.claimrules import EffectiveClaims
+from app.scheduling.cycle import node_object
+from app.scheduling.decisions import FilterOutcome, KeptDecision
 from app.scheduling.nodeallocatable import (
     ClaimUse,
     claim_statuses,
@@ -23,19 +26,35 @@ from app.scheduling.nodeallocatable import (
     pod_demand,
     shared_mapped_claim,
 )
+from app.state.cluster import ClusterState
 from app.state.podclaims import ClaimNotReady, pod_key, state_pod_claims
 from app.state.podgroups import reserves
 
-if TYPE_CHECKING:  # the service calls in: importing it at run time would be circular
-    from app.scheduling.service import FilterOutcome, SchedulingService
-
-__all__ = ["fit_node_allocatable"]
+__all__ = ["DeviceChoice", "fit_node_allocatable"]
 
 Obj = Mapping[str, Any]
 
 
+class DeviceChoice(Protocol):
+    """What the fit asks of the scheduling service (``SchedulingService`` is one), under its lock."""
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    def choose_devices(self, pod: Obj, node_names: Sequence[str], nodes: Mapping[str, Obj] | None) -> None:
+        """Filter ``node_names`` for ``pod`` with its devices chosen on each (``Want.DEVICES``)."""
+
+    def kept_decision(self, pod: Obj, node_name: str) -> KeptDecision | None:
+        """The pod's current decision on the node, or None."""
+
+    def effective_claims(
+        self, pod: Obj, node_name: str, nodes: Mapping[str, Obj] | None = None
+    ) -> EffectiveClaims:
+        """The claims the pod needs on the node, the extended-resource claim included."""
+
+
 def fit_node_allocatable(
-    service: SchedulingService, pod: Obj, outcome: FilterOutcome, nodes: Mapping[str, Obj] | None
+    service: DeviceChoice, pod: Obj, outcome: FilterOutcome, nodes: Mapping[str, Obj] | None
 ) -> None:
     """Apply the fit to ``outcome`` (module docstring); the caller holds the service's lock. A claim not
     ready or invalid turns into the outcome's error."""
@@ -54,20 +73,20 @@ def fit_node_allocatable(
                 outcome.passed = []
                 return
         names = {pc.key: pc.pod_claim_name for pc in claims}
-        slices_of = {n: _node_slices(service, n) for n in outcome.passed}
+        slices_of = {n: _node_slices(state, n) for n in outcome.passed}
         asked = [n for n, found in slices_of.items() if has_node_allocatable(found)]
         if not asked:
             return
-        service._filter(pod, asked, nodes, select=True, choose=True)  # devices chosen on each node
+        service.choose_devices(pod, asked, nodes)
         requested = node_requests(state.objects["Pod"].values(), asked, uid)
         failed: dict[str, tuple[str, bool]] = {}
         for name in asked:
-            kept = service._kept(uid, name)
-            if kept is None or kept[0].results is None:
+            kept = service.kept_decision(pod, name)
+            if kept is None or kept.results is None:
                 continue
-            statuses = _statuses(service, pod, name, nodes, names, kept[0].results, slices_of[name])
+            statuses = _statuses(service, pod, name, nodes, names, kept.results, slices_of[name])
             if statuses:
-                node = service._node_object(name, nodes) or {}
+                node = node_object(state, name, nodes) or {}
                 allocatable = (node.get("status") or {}).get("allocatable") or {}
                 short = insufficient(pod_demand(pod, statuses), allocatable, requested[name], name)
                 if short is not None:
@@ -81,7 +100,7 @@ def fit_node_allocatable(
 
 
 def _statuses(
-    service: SchedulingService,
+    service: DeviceChoice,
     pod: Obj,
     name: str,
     nodes: Mapping[str, Obj] | None,
@@ -99,11 +118,11 @@ def _statuses(
     return claim_statuses(pod, uses, slices)
 
 
-def _node_slices(service: SchedulingService, name: str) -> list[Obj]:
+def _node_slices(state: ClusterState, name: str) -> list[Obj]:
     """The ResourceSlices as published for the pools ``name`` sees."""
-    node = service.state.node(name)
+    node = state.node(name)
     if node is None:
         return []
-    objects = service.state.objects["ResourceSlice"]
-    found = (objects.get(s.name) for pool in service.state.inventory.pools_for(node) for s in pool.slices)
+    objects = state.objects["ResourceSlice"]
+    found = (objects.get(s.name) for pool in state.inventory.pools_for(node) for s in pool.slices)
     return [obj for obj in found if obj is not None]

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from allocator.decide import Fits, NoFit, Policy, SearchNeeded, decide
+from allocator import decide as decide_module
+from allocator.decide import Fits, NoFit, Policy, SearchNeeded, Want, decide
 from allocator.errors import AllocatorError
 from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, request, result, slice_
 
@@ -27,7 +28,7 @@ def test_a_fit_comes_with_its_devices_and_score():
 def test_counts_settle_a_fit_without_choosing_devices_unless_asked():
     world = World(slices=[gpus(2)])
     claims = [claim("c", request("r", count=2))]
-    assert decide(world.inventory, world.selectors, NODE1, claims, POLICY, choose=False) == Fits((), None)
+    assert decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.VERDICT) == Fits((), None)
 
 
 def test_no_fit_gives_the_reason_and_whether_freeing_devices_could_help():
@@ -49,3 +50,16 @@ def test_without_the_search_what_counts_cannot_settle_is_left_undecided():
     all_devices = [claim("c", request("r", mode="All"))]
     with pytest.raises(SearchNeeded):
         decide(world.inventory, world.selectors, NODE1, all_devices, POLICY, search=False)
+
+
+def test_devices_of_a_known_fit_are_searched_for_without_counting_first(monkeypatch):
+    world = World(slices=[gpus(2)])
+    claims = [claim("c", request("r", count=2))]
+    counted: list[str] = []
+    count = decide_module.verdict
+    monkeypatch.setattr(decide_module, "verdict", lambda *a: counted.append("count") or count(*a))
+    scored = decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.SCORE)
+    assert counted == ["count"]
+    chosen = decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES)
+    assert counted == ["count"]  # no second count
+    assert isinstance(chosen, Fits) and chosen == scored

@@ -67,7 +67,7 @@ def service() -> SchedulingService:
         ]
     )
     result = SchedulingService(state, SelectorCache(ExprEngine()), RefusingBinder())
-    result.bind_log = BindLog(now=clock)
+    result.binding.bind_log = BindLog(now=clock)
     return result
 
 

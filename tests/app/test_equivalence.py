@@ -80,7 +80,7 @@ def test_identical_nodes_are_decided_once_and_a_bind_redecides_only_its_node():
             ("Pod", pod("ml", "b", ["b"])),
         )
     )
-    stats = svc._equivalence.stats
+    stats = svc.decider.equivalence.stats
     assert svc.filter(svc.state.get("Pod", "ml/a"), names).passed == names
     # uuid is read by nothing: 20 nodes, one decision (the first node), 19 lookups that found it.
     assert (stats["misses"], stats["hits"]) == (1, 19)
@@ -138,7 +138,7 @@ def test_a_written_bind_stands_when_patching_the_shapes_answer_fails(monkeypatch
     def broken(*_args, **_kwargs):
         raise RuntimeError("patch broke")
 
-    monkeypatch.setattr(type(svc), "_patch", broken)
+    monkeypatch.setattr(type(svc.decider), "_patch", broken)
     assert svc.bind("ml", "a", "uid-pod-ml-a", "n1") == ["ml/a: gpu.example.com/n1/gpu-0"]
     assert "patching the answer of a claims shape after a bind failed" in caplog.text
     monkeypatch.undo()
@@ -161,14 +161,14 @@ def test_the_same_nodes_in_another_order_are_answered_from_the_shapes_answer_in_
     assert svc.filter(svc.state.get("Pod", "ml/a"), names).passed == names
     # Two GPUs: n3 no longer fits two. One: n3 still fits one, and every node asked passes.
     svc.bind("ml", "a", "uid-pod-ml-a", "n3")
-    stats = dict(svc._equivalence.stats)
+    stats = dict(svc.decider.equivalence.stats)
     shuffled = names[::2] + names[1::2]
     outcome = svc.filter_quick(svc.state.get("Pod", "ml/b"), shuffled)
     assert outcome is not None  # no worker thread needed: the bind decided n3 again
     assert outcome.passed == [n for n in shuffled if n not in failing]
     assert outcome.in_request_order  # sent as it is
     assert list(outcome.failed) == failing and not outcome.unresolvable
-    assert svc._equivalence.stats["misses"] == stats["misses"]
+    assert svc.decider.equivalence.stats["misses"] == stats["misses"]
     # A list of other nodes is not the same answer.
     assert svc.filter_quick(svc.state.get("Pod", "ml/c"), names[:10]) is None
 
@@ -188,10 +188,10 @@ def test_a_mostly_full_cluster_is_answered_from_the_shapes_answer_in_the_order_a
         assert name in svc.filter(svc.state.get("Pod", f"ml/{pod_name}"), names).passed
         svc.bind("ml", pod_name, f"uid-pod-ml-{pod_name}", name)
     shuffled = names[1::2] + names[::2]
-    misses = svc._equivalence.stats["misses"]
+    misses = svc.decider.equivalence.stats["misses"]
     outcome = svc.filter(svc.state.get("Pod", "ml/p15"), shuffled)
     # n14, filled by the last bind, is alike the other full nodes: the shape's answer plus one lookup.
-    assert svc._equivalence.stats["misses"] == misses
+    assert svc.decider.equivalence.stats["misses"] == misses
     assert outcome.passed == [n for n in shuffled if n not in full]  # n15..n19, odd ones first
     assert sorted(outcome.failed) == sorted(full)
     assert outcome.in_request_order
@@ -206,7 +206,7 @@ def test_a_selector_reading_the_uuid_makes_every_node_distinct():
         cluster({n: [gpu(0, n)] for n in names}, ("ResourceClaim", pending), ("Pod", pod("ml", "a", ["a"])))
     )
     assert svc.filter(svc.state.get("Pod", "ml/a"), names).passed == names
-    assert (svc._equivalence.stats["misses"], svc._equivalence.stats["hits"]) == (3, 0)
+    assert (svc.decider.equivalence.stats["misses"], svc.decider.equivalence.stats["hits"]) == (3, 0)
 
 
 def test_nodes_differing_in_a_pcie_root_a_constraint_reads_are_decided_apart():
@@ -226,7 +226,7 @@ def test_nodes_differing_in_a_pcie_root_a_constraint_reads_are_decided_apart():
     # The reason names the device the constraint left out, on n-split's own pool.
     assert "n-split" in outcome.failed["n-split"]
     # Nothing shared: the roots are read values (r0, r1, r7 differ), and n-split's reason names its pool.
-    assert svc._equivalence.stats["hits"] == 0
+    assert svc.decider.equivalence.stats["hits"] == 0
 
 
 def test_a_reason_naming_the_node_is_not_shared():
@@ -243,7 +243,7 @@ def test_a_reason_naming_the_node_is_not_shared():
         "gpu.example.com/n1/gpu-" in outcome.failed["n1"]
         and "gpu.example.com/n2/gpu-" in outcome.failed["n2"]
     )
-    assert svc._equivalence.stats["not_shareable"] == 2
+    assert svc.decider.equivalence.stats["not_shareable"] == 2
 
 
 def test_a_taint_rule_selecting_one_pool_sets_its_node_apart():
@@ -293,9 +293,9 @@ def test_a_new_scoring_policy_is_never_scored_from_the_previous_ones_shared_deci
     address (CPython reuses it), so the shared decisions' context must tell them apart by value. Here
     every object has one address. Scores by hand: one GPU of three free, only ``packing`` weighs: binpack
     1/3 in use -> 3, spread 2/3 free -> 7."""
-    import app.scheduling.filtering
+    import app.scheduling.nodedecider
 
-    monkeypatch.setattr(app.scheduling.filtering, "id", lambda _: 1, raising=False)
+    monkeypatch.setattr(app.scheduling.nodedecider, "id", lambda _: 1, raising=False)
     names = ["n1", "n2", "n3"]
     svc = service_of(
         cluster(

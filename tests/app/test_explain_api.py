@@ -48,8 +48,8 @@ def snapshot(service: SchedulingService) -> tuple[Any, ...]:
     return (
         state.inventory.revision,
         copy.deepcopy(state.objects),
-        dict(service._pods),
-        dict(service._decisions),
+        dict(service.decisions._views),
+        dict(service.decisions._shared),
     )
 
 

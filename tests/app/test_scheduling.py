@@ -19,7 +19,7 @@ from allocator.search import Allocator
 from allocator.selectors import SelectorCache
 from app.explain.pod import explain_pod
 from app.scheduling.binder import BindError
-from app.scheduling.filtering import QUICK_DEVICE_CHECKS, QUICK_NODES
+from app.scheduling.nodedecider import QUICK_DEVICE_CHECKS, QUICK_NODES
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
@@ -261,7 +261,7 @@ def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight
         ["n1"],
         {"n2": "claim ml/shared is being allocated for pod ml/a on node n1; only that node can use it"},
     )
-    svc.bind_wait = 0.0  # the write is still going on when the wait is over
+    svc.binds.wait_seconds = 0.0  # the write is still going on when the wait is over
     with pytest.raises(BindError) as refused:
         svc.bind("ml", "b", "uid-pod-ml-b", "n2")
     assert str(refused.value) == (
@@ -277,7 +277,7 @@ def test_pods_sharing_a_claim_do_not_allocate_it_twice_while_a_bind_is_in_flight
 
 def test_a_bind_of_a_shared_claim_waits_for_the_bind_writing_it():
     svc, slow, first = _a_writes_the_claim_b_shares()
-    svc._bind_done = condition = SignallingCondition(svc.lock)
+    svc.binds.done = condition = SignallingCondition(svc.lock)
     second = threading.Thread(target=svc.bind, args=("ml", "b", "uid-pod-ml-b", "n1"))
     second.start()
     assert condition.waiting.wait(5)
@@ -314,7 +314,7 @@ def test_a_shared_claim_written_but_not_yet_seen_is_waited_for_like_a_bind_in_fl
         ["n1"],
         {"n2": "claim ml/shared is being allocated for pod ml/a on node n1; only that node can use it"},
     )
-    svc.bind_wait = 0.0
+    svc.binds.wait_seconds = 0.0
     with pytest.raises(BindError, match="retry once that bind is done"):
         svc.bind("ml", "b", "uid-pod-ml-b", "n1")
     behind.deliver()
@@ -509,7 +509,7 @@ def test_the_time_budget_is_checked_before_every_slow_decision():
     svc = service(
         ("ResourceClaim", claim("ml", "c", [request("gpu", "gpu")])), ("Pod", pod("ml", "p", ["c"]))
     )
-    decide = svc._decide_node
+    decide = svc.decider._decide_node
     calls: list[str] = []
 
     def slow(name: str, *args: Any, **kwargs: Any) -> Any:
@@ -517,7 +517,7 @@ def test_the_time_budget_is_checked_before_every_slow_decision():
         time.sleep(0.2)
         return decide(name, *args, **kwargs)
 
-    svc._decide_node = slow  # type: ignore[method-assign]
+    svc.decider._decide_node = slow  # type: ignore[method-assign]
     svc.filter_time_budget = 0.1
     outcome = svc.filter(svc.state.get("Pod", "ml/p"), ["n1", "n2"])
     assert calls == ["n1"]
@@ -636,8 +636,8 @@ def test_a_declined_prioritize_quick_keeps_the_pods_decisions():
     passed = svc.filter(wanted, names, sent).passed
     _take(svc, "other", "n0", range(1))
     decided: list[str] = []
-    decide = svc._decide_node
-    svc._decide_node = lambda name, *a, **k: decided.append(name) or decide(name, *a, **k)  # type: ignore[method-assign]
+    decide = svc.decider._decide_node
+    svc.decider._decide_node = lambda name, *a, **k: decided.append(name) or decide(name, *a, **k)  # type: ignore[method-assign]
     assert svc.prioritize_quick(wanted, passed, sent) is None
     svc.prioritize(wanted, passed, sent)
     assert decided == ["n0"]  # only the node that changed since filter
@@ -658,23 +658,22 @@ def test_what_filter_keeps_per_pod_does_not_grow_with_the_pod_spec():
     svc = service()
     p = extended_pod("big", env_bytes=1 << 20)
     assert svc.filter(p, ["n1", "n2"]).passed == ["n1", "n2"]
-    view = svc._pods[p["metadata"]["uid"]]
+    view = svc.decisions.view(p["metadata"]["uid"])
+    assert view is not None
     assert len(view.pod_spec) + len(view.shape) <= 64
     # bind still recognises the spec filter decided for
     svc.state.apply("Pod", p)
     svc.bind("default", "big", p["metadata"]["uid"], "n1")
 
 
-def test_kept_per_pod_decisions_are_bounded_in_total(monkeypatch):
-    from app.scheduling import filtering
-
+def test_kept_per_pod_decisions_are_bounded_in_total():
     # A pod's view counts 1 plus its private decisions (extended resources: one per node): 3 here.
-    monkeypatch.setattr(filtering, "MAX_KEPT_DECISIONS", 5)
     svc = service()
+    svc.decisions.max_kept = 5
     pods = [extended_pod(f"p{i}") for i in range(4)]
     for p in pods:
         assert svc.filter(p, ["n1", "n2"]).passed == ["n1", "n2"]
-    assert list(svc._pods) == [pods[-1]["metadata"]["uid"]]
+    assert [p for p in pods if svc.decisions.view(p["metadata"]["uid"])] == [pods[-1]]
 
 
 def test_a_bind_waits_for_the_index_to_show_a_claim_the_pod_names():
@@ -697,7 +696,7 @@ def test_a_bind_waits_for_the_index_to_show_a_claim_the_pod_names():
 
 def test_a_bind_for_a_claim_that_never_shows_up_fails_with_the_reason():
     svc = service(("Pod", pod("ml", "p", ["missing"])))
-    svc.index_lag_seconds = 0.1
+    svc.binding.index_lag_seconds = 0.1
     before = copy.deepcopy(svc.state.objects)
     with pytest.raises(BindError) as failed:
         svc.bind("ml", "p", "uid-pod-ml-p", "n1")

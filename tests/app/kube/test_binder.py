@@ -451,7 +451,7 @@ async def test_a_shared_claim_written_behind_a_silent_watch_is_joined_once_the_w
     # The index still shows sh unallocated: b fits on n1 only, and its bind waits for the watch.
     outcome = runtime.service.filter(runtime.state.get("Pod", f"{NS}/b"), ["n1", "n2"])
     assert (outcome.passed, list(outcome.failed)) == (["n1"], ["n2"])
-    runtime.service._bind_done = condition = SignallingCondition(runtime.service.lock)
+    runtime.service.binds.done = condition = SignallingCondition(runtime.service.lock)
     second = asyncio.create_task(bind(runtime, "b", "n1"))
     await eventually(condition.waiting.is_set)
     api.silent_watches = False
