@@ -173,6 +173,8 @@ class Run:
     """GPUs free at the end while a wave pod waits (0 when every wave pod was placed)."""
     whole_before_wave: tuple[int, int]
     """(NUMA nodes, nodes) with every GPU free when the wave arrived."""
+    used_before_wave: int
+    """GPUs held when the wave arrived (churn pods that never got a node hold none)."""
     churn_waiting: int
     """Churn pods still waiting when their batch settled, over all batches."""
     retries: dict[str, int]
@@ -189,6 +191,11 @@ class Run:
     @property
     def large_placed(self) -> int:
         return sum(self.wave_placed.values())
+
+    @property
+    def wave_gpus(self) -> int:
+        """GPUs the wave's placed pods hold."""
+        return sum(n * WAVE[name].gpus for name, n in self.wave_placed.items())
 
 
 class _Driver:
@@ -311,6 +318,7 @@ def one_run(plane: ControlPlane, mode: str, label: str, args: argparse.Namespace
     run.depart(p for p, s in sc.outcomes().items() if s != "bound")  # waiting churn pods give up
     alive = [run.holdings[p] for p in sc.pods if p in run.holdings]
     whole = _whole(alive, nodes)
+    used = sum(len(have.gpus) for have in alive)
     states = run.arrive(work.wave, args.timeout)
     run.watch.stop()
     placed = {name: 0 for name in WAVE}
@@ -323,7 +331,18 @@ def one_run(plane: ControlPlane, mode: str, label: str, args: argparse.Namespace
     alignment = replay(run.events(), run.holdings, {p: ALL_SHAPES[t] for p, t in templates.items()})
     retries = _failed_attempts(log, log_start, sc.namespace)
     result = Run(
-        mode, alignment, placed, asked, idle, whole, waiting, retries, run.bound, run.seconds, run.latencies
+        mode,
+        alignment,
+        placed,
+        asked,
+        idle,
+        whole,
+        used,
+        waiting,
+        retries,
+        run.bound,
+        run.seconds,
+        run.latencies,
     )
     print(
         f"{label}: wave placed {placed} of {asked}, idle GPUs {idle}, aligned {alignment}, "
@@ -371,7 +390,8 @@ def report(runs: list[Run]) -> str:
     row("churn pods waiting when their batch settled", lambda r: str(r.churn_waiting))
     for cause in RETRY_CAUSES:
         row(f"failed attempts: {cause}", lambda r: str(r.retries[cause]))  # noqa: B023
-    row("whole NUMA nodes / nodes before the wave", lambda r: "{} / {}".format(*r.whole_before_wave))
+    row("GPUs in use when the wave arrived", lambda r: str(r.used_before_wave))
+    row("whole NUMA nodes / nodes when the wave arrived", lambda r: "{} / {}".format(*r.whole_before_wave))
     for name in WAVE:
         row(f"wave: {name} placed", lambda r: f"{r.wave_placed[name]}/{r.wave_asked[name]}")  # noqa: B023
     row(
@@ -380,6 +400,7 @@ def report(runs: list[Run]) -> str:
         ratio(lambda r: r.large_placed),
         ">= 1.25x",
     )
+    row("wave: GPUs placed", lambda r: str(r.wave_gpus), ratio(lambda r: r.wave_gpus))
     row("GPUs idle while a large pod waits", lambda r: str(r.idle_gpus))
     row("pods/s (batch created -> last bound)", lambda r: f"{r.rate:.1f}", ratio(lambda r: r.rate), ">= 0.9x")
     row(
