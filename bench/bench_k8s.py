@@ -409,9 +409,11 @@ def start_schedulers(
     profiling: bool = False,
     nodes_to_score: int | None = None,
     extender_nodes_to_score: int | None = None,
+    claim_gate: bool = False,
 ) -> None:
     """(Re)start the extender and both kube-schedulers with API rate limit ``qps`` (burst twice that;
-    None: each one's default); the other arguments as ``bench_k8s``'s flags of the same names say."""
+    None: each one's default); the other arguments as ``bench_k8s``'s flags of the same names say, and
+    ``claim_gate`` as ``ControlPlane.start_scheduler``'s."""
     for name in ("kube-scheduler", "kube-scheduler-in-tree", "dra-extender"):
         if name in plane.components:
             plane.components[name].stop()
@@ -422,7 +424,7 @@ def start_schedulers(
         extra += [f"--kube-api-qps={qps:g}", f"--kube-api-burst={int(2 * qps)}"]
     plane.start_extender(*extra)
     common = {"qps": qps, "verbosity": scheduler_v, "profiling": profiling}
-    plane.start_scheduler(nodes_to_score=nodes_to_score, **common)
+    plane.start_scheduler(nodes_to_score=nodes_to_score, claim_gate=claim_gate, **common)
     plane.start_scheduler(with_extender=False, **common)
 
 

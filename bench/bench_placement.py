@@ -128,39 +128,59 @@ class Alignment:
     claims: int = 0
     split: int = 0
     """Claims over two NUMA nodes, whether or not one had room."""
+    missed: list[str] = field(default_factory=list, compare=False)
+    """The claims split although a NUMA node had room: node, its GPUs and the free ones."""
 
 
 def replay(
     events: Iterable[tuple[float, str, str]], holdings: dict[str, Held], shapes: dict[str, Shape]
 ) -> Alignment:
     """Replay ``(time, "bind" | "free", pod)`` events in time order (at equal times frees first) over
-    the pods' ``holdings`` and judge each unconstrained 2-4 GPU claim against its node's free GPUs just
-    before it was bound."""
+    the pods' ``holdings`` and judge each unconstrained 2-4 GPU claim against the GPUs its node surely had
+    free when it was chosen.
+
+    Binds are seen in the order they were written, which need not be the order the devices were chosen
+    in (binds run concurrently), so each claim is judged against the binds of its whole stretch between
+    two frees: its node's GPUs free after all of them, plus its own. Whatever else was held when it was
+    chosen, these were free then, so a claim counts as having had a choice only when it surely had."""
     used: dict[str, set[int]] = {}
     found = Alignment()
+    stretch: list[Held] = []
+
+    def judge() -> None:
+        for have in stretch:
+            used.setdefault(have.node, set()).update(have.gpus)
+        for have in stretch:
+            _judge(found, have, [g for g in range(GPUS) if g not in used[have.node] or g in have.gpus])
+        stretch.clear()
+
     for _, kind, pod in sorted(events, key=lambda e: (e[0], e[1] == "bind")):
         have = holdings.get(pod)
         if have is None:
             continue
-        busy = used.setdefault(have.node, set())
         if kind == "free":
-            busy -= set(have.gpus)
+            judge()
+            used.setdefault(have.node, set()).difference_update(have.gpus)
             continue
-        shape = shapes[pod]
-        if shape.constraint is None and 2 <= len(have.gpus) <= 4:
-            free = [g for g in range(GPUS) if g not in busy]
-            found.claims += 1
-            found.split += len(have.numa_nodes) > 1
-            if max(sum(gpu_numa(g) == n for g in free) for n in (0, 1)) >= len(have.gpus):
-                found.numa_possible += 1
-                found.numa_aligned += len(have.numa_nodes) == 1
-            if len(have.gpus) == 2 and any(
-                sum(gpu_root(g) == r for g in free) == 2 for r in range(GPUS // 2)
-            ):
-                found.root_possible += 1
-                found.root_aligned += len(have.roots) == 1
-        busy |= set(have.gpus)
+        if shapes[pod].constraint is None and 2 <= len(have.gpus) <= 4:
+            stretch.append(have)
+        else:
+            used.setdefault(have.node, set()).update(have.gpus)
+    judge()
     return found
+
+
+def _judge(found: Alignment, have: Held, free: list[int]) -> None:
+    found.claims += 1
+    found.split += len(have.numa_nodes) > 1
+    if max(sum(gpu_numa(g) == n for g in free) for n in (0, 1)) >= len(have.gpus):
+        found.numa_possible += 1
+        found.numa_aligned += len(have.numa_nodes) == 1
+        if len(have.numa_nodes) > 1:
+            found.missed.append(f"{have.node}: GPUs {have.gpus}, free {free}")
+    if len(have.gpus) == 2 and any(sum(gpu_root(g) == r for g in free) == 2 for r in range(GPUS // 2)):
+        found.root_possible += 1
+        found.root_aligned += len(have.roots) == 1
 
 
 @dataclass
@@ -438,6 +458,12 @@ def main(argv: list[str] | None = None) -> int:
         default=EQUAL_QPS,
         help="the API rate limit of both kube-schedulers and the extender",
     )
+    parser.add_argument(
+        "--claim-gate",
+        action="store_true",
+        help="the extender's kube-scheduler profile keeps the DynamicResources plugin at PreEnqueue only, "
+        "holding a pod out of the queue until its claims exist, as the in-tree profile does",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one batch may take to settle")
     args = parser.parse_args(argv)
     work = plan(
@@ -449,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     try:
         plane.start()
-        start_schedulers(plane, args.qps)
+        start_schedulers(plane, args.qps, claim_gate=args.claim_gate)
         for number in range(args.runs):
             for mode in MODES if number % 2 else reversed(MODES):
                 runs.append(one_run(plane, mode, f"r{number}-{mode}", args, work))
@@ -462,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(work.batches)} batches (fill to {args.utilisation:.0%} of the GPUs, then {args.rounds} rounds "
         f"ending {args.churn:.0%}), then {len(work.wave)} large pods; API rate limit {args.qps:g} QPS "
         f"(burst {int(2 * args.qps)}) for both kube-schedulers and the extender; runs alternating"
+        + ("; the extender's profile with DynamicResources at PreEnqueue" if args.claim_gate else "")
     )
     print(report(runs))
     print(f"component logs: {RUN_DIR / 'logs'}")

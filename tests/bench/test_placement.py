@@ -18,11 +18,33 @@ def test_replay_judges_each_claim_against_the_gpus_free_when_it_was_bound() -> N
     events = [(1.0, "bind", "a"), (2.0, "bind", "b"), (3.0, "free", "a"), (4.0, "bind", "c")]
     events.append((5.0, "bind", "d"))
     found = replay(events, holdings, {"a": two, "b": two, "c": four, "d": constrained})
-    # a: empty node, on NUMA node 0 and root 0. b: NUMA node 0 still had 2 free (2, 3) and root 1 both,
-    # yet b spans NUMA nodes 0 and 1 and roots 1 and 2. c, once a is gone: free 0, 1, 3 | 4, 6, 7, no NUMA
-    # node with 4, so its split is not held against it. d has a constraint: not judged.
+    # a and b share a stretch (no free between them), which ends with 0, 1, 2, 5 held. a: free then
+    # 3, 4, 6, 7 and its own 0, 1: on NUMA node 0 and root 0, as it could. b: 3, 4, 6, 7 and its own 2, 5,
+    # so NUMA node 0 had 2 and root 1 both, yet b spans NUMA nodes 0 and 1 and roots 1 and 2. c, once a is
+    # gone: free 6, 7 and its own 0, 1, 3, 4, no NUMA node with 4, so its split is not held against it.
+    # d has a constraint: not judged.
     assert found == Alignment(
         numa_possible=2, numa_aligned=1, root_possible=2, root_aligned=1, claims=3, split=2
+    )
+
+
+def test_a_claim_is_judged_against_what_its_stretch_of_binds_left_free() -> None:
+    # Binds written in another order than their devices were chosen: x's (3, 4) shows first, but the
+    # node ends the stretch full, so x may have been chosen last, when 3 and 4 were all that was free.
+    # Judged one by one in written order x would look split on an empty node.
+    holdings = {
+        "x": Held("n", (3, 4), ()),
+        "w": Held("n", (0, 1), ()),
+        "u1": Held("n", (2,), ()),
+        "u2": Held("n", (5,), ()),
+        "w2": Held("n", (6, 7), ()),
+    }
+    shapes = {"x": Shape(2), "w": Shape(2), "u1": Shape(1), "u2": Shape(1), "w2": Shape(2)}
+    events = [(float(t), "bind", pod) for t, pod in enumerate(holdings)]
+    found = replay(events, holdings, shapes)
+    # x: free {3, 4}, one GPU per NUMA node and per root: no choice. w: {0, 1}, w2: {6, 7}: one each.
+    assert found == Alignment(
+        numa_possible=2, numa_aligned=2, root_possible=2, root_aligned=2, claims=3, split=1
     )
 
 
@@ -34,7 +56,8 @@ def test_a_bind_at_the_time_of_a_free_sees_the_freed_gpus() -> None:
     }
     events = [(1.0, "bind", "a"), (1.5, "bind", "b"), (2.0, "bind", "c"), (2.0, "free", "a")]
     found = replay(events, holdings, {"a": Shape(4), "b": Shape(2), "c": Shape(4)})
-    # c sees NUMA node 0 whole again (a freed at the same moment): it could have had one NUMA node.
+    # a and b: one stretch, each had its NUMA node. c comes after the free of a at the same moment, so it
+    # had NUMA node 0 whole again (free 3, 6, 7 and its own 0, 1, 2, 4), yet spans both.
     assert (found.numa_possible, found.numa_aligned, found.split) == (3, 2, 1)
 
 
