@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--wave", type=int, default=0, help="large pods in the final wave (default: one a node)"
     )
-    parser.add_argument("--runs", type=int, default=2, help="runs of each mode, alternating")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating")
     parser.add_argument("--slice-order", choices=SLICE_ORDERS, default="numa")
     parser.add_argument(
         "--cpu-per-gpu",
