@@ -67,14 +67,14 @@ def test_aligned_pairs_keep_numa_whole(scenario: Scenario) -> None:
 def test_packing_keeps_a_node_whole(scenario: Scenario) -> None:
     """Two nodes (64 CPUs each), four pods of 2 GPUs and 8 CPUs, then a pod of 8 GPUs. By hand:
     kube-scheduler's NodeResourcesFit (LeastAllocated over CPU and memory; 200 MB counted for a pod without
-    a memory request) scores a node (64 - 8 x pods) / 64 x 100 for CPU, 99 for memory: 93 for the empty
-    node and 87 for the other when the second pair comes, so it goes to the other node than the first, the
-    fourth likewise (2 + 2), and the 8-GPU pod fits nowhere. With the extender, its prioritize (binpack;
-    weights numa 3, packing 2, intact 1) scores the second pair 8 on the first pair's node
-    ((3 + 2 x 4/8 + 1) / 6) and 7 on the empty one ((3 + 2 x 2/8 + 5/6) / 6: one of its 6 whole groups
-    broken), then 9 and 10 against 7; x 2 (its weight) x 10 that is 160 + 87 against 140 + 93, 180 + 80
-    against 233, 200 + 74 against 233, so every pair packs on one node and the other stays whole for the
-    8-GPU pod."""
+    a memory request) scores a node (64 - 8 x pods) / 64 x 100 for CPU and 99 for memory, and
+    BalancedAllocation 100 - 100 x |CPU share - memory share| / 2: 93 + 93 for the empty node and 87 + 87
+    for the other when the second pair comes, so it goes to the other node than the first, the fourth
+    likewise (2 + 2), and the 8-GPU pod fits nowhere. With the extender, its prioritize (binpack; weights
+    numa 3, packing 2, intact 1) scores the second pair 8 on the first pair's node ((3 + 2 x 4/8 + 1) / 6)
+    and 7 on the empty one ((3 + 2 x 2/8 + 5/6) / 6: one of its 6 whole groups broken), then 9 and 10
+    against 7; x 2 (its weight) x 10 that is 160 + 174 against 140 + 186, 180 + 161 against 326,
+    200 + 149 against 326, so every pair packs on one node and the other stays whole for the 8-GPU pod."""
     pods = [(f"pair-{i}", TWO) for i in range(4)] + [("eight", EIGHT)]
     ours, theirs = _twins(scenario, 2, "numa")
     cpus = {"cpu": "8"}
