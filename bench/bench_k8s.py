@@ -423,9 +423,14 @@ def start_schedulers(
     if qps is not None:
         extra += [f"--kube-api-qps={qps:g}", f"--kube-api-burst={int(2 * qps)}"]
     plane.start_extender(*extra)
-    common = {"qps": qps, "verbosity": scheduler_v, "profiling": profiling}
-    plane.start_scheduler(nodes_to_score=nodes_to_score, claim_gate=claim_gate, **common)
-    plane.start_scheduler(with_extender=False, **common)
+    plane.start_scheduler(
+        qps=qps,
+        verbosity=scheduler_v,
+        profiling=profiling,
+        nodes_to_score=nodes_to_score,
+        claim_gate=claim_gate,
+    )
+    plane.start_scheduler(with_extender=False, qps=qps, verbosity=scheduler_v, profiling=profiling)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,12 @@ once and left to settle (every pod bound or unschedulable). Churn pods still wai
 deleted), and a final wave of large pods arrives (``WAVE``: 4 GPUs on one NUMA node, or 8 GPUs) - more
 than the free GPUs could hold, so the count placed measures what the earlier placements left whole.
 
-Measured per run, from the API server: where each claim's devices are; replayed in bind order (a
-watch's), whether each 2-4 GPU claim without a constraint landed on one NUMA node (and each 2-GPU claim on
-one PCIe root) when its node had such a group free at that moment; the final wave's pods placed, and the
-GPUs left idle while one of them waits; pods/s (bound pods over the time from a batch's creation to its
-last bind, summed over batches) and created -> bound latency of the pods bound in their own batch."""
+Measured per run, from the API server: where each claim's devices are; replayed (``replay``), whether
+each 2-4 GPU claim without a constraint landed on one NUMA node (and each 2-GPU claim on one PCIe root)
+when its node surely had such a group free; the final wave's pods and GPUs placed, and the GPUs left idle
+while one of them waits; pods/s (bound pods over the time from a batch's creation to its last bind,
+summed over batches), created -> bound latency of the pods bound in their own batch, and the scheduling
+attempts that failed for another reason than devices (``_failed_attempts``)."""
 
 from __future__ import annotations
 
@@ -221,9 +222,8 @@ class Run:
 class _Driver:
     """One run: the plan's batches through one scheduler on fresh nodes, with the record to judge it."""
 
-    def __init__(self, sc: Scenario, scheduler: str, templates: dict[str, str], cpu_per_gpu: float) -> None:
-        self.sc, self.scheduler, self.templates = sc, scheduler, templates
-        self.cpu_per_gpu = cpu_per_gpu
+    def __init__(self, sc: Scenario, scheduler: str, cpu_per_gpu: float) -> None:
+        self.sc, self.scheduler, self.cpu_per_gpu = sc, scheduler, cpu_per_gpu
         self.watch = BoundWatch(sc.kube, sc.namespace)
         self.created: dict[str, float] = {}
         self.freed: dict[str, float] = {}
@@ -328,7 +328,7 @@ def one_run(plane: ControlPlane, mode: str, label: str, args: argparse.Namespace
     scheduler = IN_TREE_SCHEDULER if mode == "in-tree" else EXTENDER_SCHEDULER
     log = plane.components["kube-scheduler-in-tree" if mode == "in-tree" else "kube-scheduler"].log
     log_start = log.stat().st_size
-    run = _Driver(sc, scheduler, templates, args.cpu_per_gpu)
+    run = _Driver(sc, scheduler, args.cpu_per_gpu)
     time.sleep(1.0)  # the watch is open and the informers have seen the slices
     waiting = 0
     for batch in work.batches:

@@ -136,7 +136,9 @@ def held(claim: dict[str, Any]) -> Held | None:
     allocation = claim.get("status", {}).get("allocation")
     if not allocation:
         return None
-    gpus, nics, pools = [], [], set()
+    gpus: list[int] = []
+    nics: list[int] = []
+    pools = set()
     for result in allocation["devices"]["results"]:
         kind, _, index = result["device"].partition("-")
         (gpus if kind == "gpu" else nics).append(int(index))
