@@ -7,7 +7,7 @@ STATE ?= examples/cluster
 HOST ?= 127.0.0.1
 PORT ?= 8888
 
-.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s chaos chaos-e2e lock clean oracle-bin oracle upstream-table kustomize-bin helm-bin manifests loadtest
+.PHONY: run test lint unit known-fields e2e e2e-bin e2e-up e2e-down simulate bench bench-cel bench-cli bench-frag bench-k8s bench-placement chaos chaos-e2e lock clean oracle-bin oracle upstream-table kustomize-bin helm-bin manifests loadtest
 
 # The upstream allocator as a test oracle (tests/oracle, Go): built into .cache/ (git-ignored) when go is on
 # PATH and its sources changed; without go the differential tests skip.
@@ -145,6 +145,11 @@ bench-frag: $(STAMP)
 # plane: pods/s and per-pod latency (BENCH_K8S_ARGS="--nodes 5000" for the large run). Prints one table.
 bench-k8s: $(STAMP) e2e-bin
 	$(BIN)/python -m bench.bench_k8s $(BENCH_K8S_ARGS)
+
+# Placement quality on the same control plane: extender vs the in-tree plugin, one seeded churn workload on
+# 8-GPU nodes with NUMA / PCIe topology, then a wave of large pods (docs/performance.md).
+bench-placement: $(STAMP) e2e-bin
+	$(BIN)/python -m bench.bench_placement $(BENCH_PLACEMENT_ARGS)
 
 # Concurrent binds with retries under faults against the fake API server (loopback, stops by itself):
 # prints a JSON report; exit 1 on a double allocation or an orphan.

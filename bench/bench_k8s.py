@@ -222,25 +222,30 @@ def _one_run(
     print(f"{label}: {run.pods} pods in {run.seconds:.1f} s ({run.rate:.1f}/s)", flush=True)
     if profile is not None:
         print(f"{label}: kube-scheduler CPU profile {profile.path}\n{profile.summary()}", flush=True)
-    _clean(sc)
+    clean(sc)
     return run
 
 
-def _clean(sc: Scenario) -> None:
+def clean(sc: Scenario) -> None:
     """Delete the run's pods, then (once the garbage collector and the resourceclaim controller have
-    removed their claims) its slices and nodes, so the next run starts from an empty cluster."""
+    removed their claims) its slices, nodes and DeviceClasses, so the next run starts from an empty
+    cluster."""
     sc.kube.delete_all("Pod", sc.namespace)
     poll(
         lambda: not sc.kube.list("ResourceClaim", sc.namespace), timeout=600, interval=1.0, what="claims gone"
     )
+    nodes = set(sc.nodes)
+    for resource_slice in sc.kube.list("ResourceSlice"):
+        if resource_slice["spec"].get("nodeName") in nodes:
+            sc.kube.delete("ResourceSlice", resource_slice["metadata"]["name"])
     for node in sc.nodes:
-        sc.kube.delete("ResourceSlice", f"{node}-gpus")
         sc.kube.delete("Node", node)
-    sc.kube.delete("DeviceClass", sc.device_class)
+    for device_class in sc.device_classes:
+        sc.kube.delete("DeviceClass", device_class)
     sc.kube.close()
 
 
-def _pct(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
@@ -254,8 +259,8 @@ def report(runs: list[Run], nodes: int, devices: int, target: str) -> str:
     rows = []
     for label, measure, unit, higher_better in (
         ("pods/s (created -> bound)", lambda r: r.rate, "", True),
-        ("latency p50", lambda r: _pct(r.latencies, 0.5), "s", False),
-        ("latency p99", lambda r: _pct(r.latencies, 0.99), "s", False),
+        ("latency p50", lambda r: percentile(r.latencies, 0.5), "s", False),
+        ("latency p99", lambda r: percentile(r.latencies, 0.99), "s", False),
     ):
         ours, theirs = median_of("extender", measure), median_of("in-tree", measure)
         ratio = ours / theirs if higher_better else theirs / ours
@@ -341,7 +346,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plane.start()
         for phase, qps in enumerate(phases):
-            _start_schedulers(plane, qps, args)
+            start_schedulers(
+                plane,
+                qps,
+                scheduler_v=args.scheduler_v,
+                profiling=bool(args.profile),
+                nodes_to_score=args.nodes_to_score,
+                extender_nodes_to_score=args.extender_nodes_to_score,
+            )
             runs: list[Run] = []
             for round_ in range(args.rounds):
                 order = ("in-tree", "extender") if round_ % 2 == 0 else ("extender", "in-tree")
@@ -389,21 +401,36 @@ def _budget(qps: float | None) -> str:
     )
 
 
-def _start_schedulers(plane: ControlPlane, qps: float | None, args: argparse.Namespace) -> None:
+def start_schedulers(
+    plane: ControlPlane,
+    qps: float | None,
+    *,
+    scheduler_v: int | None = None,
+    profiling: bool = False,
+    nodes_to_score: int | None = None,
+    extender_nodes_to_score: int | None = None,
+    claim_gate: bool = False,
+) -> None:
     """(Re)start the extender and both kube-schedulers with API rate limit ``qps`` (burst twice that;
-    None: each one's default)."""
+    None: each one's default); the other arguments as ``bench_k8s``'s flags of the same names say, and
+    ``claim_gate`` as ``ControlPlane.start_scheduler``'s."""
     for name in ("kube-scheduler", "kube-scheduler-in-tree", "dra-extender"):
         if name in plane.components:
             plane.components[name].stop()
     extra = []
-    if args.extender_nodes_to_score is not None:
-        extra.append(f"--percentage-of-nodes-to-score={args.extender_nodes_to_score}")
+    if extender_nodes_to_score is not None:
+        extra.append(f"--percentage-of-nodes-to-score={extender_nodes_to_score}")
     if qps is not None:
         extra += [f"--kube-api-qps={qps:g}", f"--kube-api-burst={int(2 * qps)}"]
     plane.start_extender(*extra)
-    common = {"qps": qps, "verbosity": args.scheduler_v, "profiling": bool(args.profile)}
-    plane.start_scheduler(nodes_to_score=args.nodes_to_score, **common)
-    plane.start_scheduler(with_extender=False, **common)
+    plane.start_scheduler(
+        qps=qps,
+        verbosity=scheduler_v,
+        profiling=profiling,
+        nodes_to_score=nodes_to_score,
+        claim_gate=claim_gate,
+    )
+    plane.start_scheduler(with_extender=False, qps=qps, verbosity=scheduler_v, profiling=profiling)
 
 
 if __name__ == "__main__":

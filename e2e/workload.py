@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ class Scenario:
     device_class: str
     pods: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
+    device_classes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     summary: tuple[int, int, int, float] | None = None  # pods, bound, unschedulable, seconds
     notes: list[str] = field(default_factory=list)  # measurements printed under the summary table
@@ -63,6 +65,7 @@ class Scenario:
         }
         if extended_resource:
             spec["extendedResourceName"] = extended_resource
+        self.device_classes.append(name)
         self.kube.create(
             {
                 "apiVersion": "resource.k8s.io/v1",
@@ -95,11 +98,12 @@ class Scenario:
         device_extra: dict[str, Any] | None = None,
         capacity: dict[str, str] | None = None,
         declared_features: list[str] | None = None,
+        slices: Callable[[str], list[dict[str, Any]]] | None = None,
     ) -> list[str]:
-        """``count`` nodes, each with one ResourceSlice of ``devices`` devices of the scenario's driver;
-        ``capacity`` replaces entries of the default capacity (and allocatable); ``declared_features``: the
-        node's ``status.declaredFeatures`` (kube-apiserver admits some slice fields only on nodes
-        declaring them)."""
+        """``count`` nodes, each with one ResourceSlice of ``devices`` devices of the scenario's driver, or
+        the ResourceSlices ``slices(node)`` gives; ``capacity`` replaces entries of the default capacity
+        (and allocatable); ``declared_features``: the node's ``status.declaredFeatures`` (kube-apiserver
+        admits some slice fields only on nodes declaring them)."""
         names = [f"{self.name}-node-{len(self.nodes) + i}" for i in range(count)]
         for node in names:
             self.kube.create(
@@ -113,7 +117,8 @@ class Scenario:
                 }
             )
             self._make_ready(node, {**NODE_CAPACITY, **(capacity or {})}, declared_features or [])
-            self.kube.create(self.slice_for(node, devices, device_extra))
+            for resource_slice in slices(node) if slices else [self.slice_for(node, devices, device_extra)]:
+                self.kube.create(resource_slice)
         self.nodes += names
         return names
 
@@ -253,7 +258,7 @@ class Scenario:
 
     def outcomes(self) -> dict[str, str]:
         """Each pod of the scenario: ``bound`` (nodeName set), ``unschedulable`` (kube-scheduler said so in
-        the PodScheduled condition) or ``pending``."""
+        the PodScheduled condition, for another reason than its claim not created yet) or ``pending``."""
         return {
             p["metadata"]["name"]: outcome(p)
             for p in self.kube.list("Pod", self.namespace)
@@ -321,6 +326,12 @@ def _exists(kube: Kube, kind: str, name: str, namespace: str | None = None) -> b
     return True
 
 
+CLAIM_NOT_CREATED = "ResourceClaim not created yet"
+"""The extender's answer to a pod tried before the resourceclaim controller made its claim from the
+template (kube-scheduler's in-tree plugin keeps such a pod out of the queue instead): the pod is tried
+again once the claim exists, so it has not settled."""
+
+
 def outcome(pod: dict[str, Any]) -> str:
     if pod["spec"].get("nodeName"):
         return "bound"
@@ -329,6 +340,7 @@ def outcome(pod: dict[str, Any]) -> str:
             condition["type"] == "PodScheduled"
             and condition["status"] == "False"
             and condition.get("reason") == "Unschedulable"
+            and CLAIM_NOT_CREATED not in condition.get("message", "")
         ):
             return "unschedulable"
     return "pending"
