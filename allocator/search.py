@@ -37,10 +37,10 @@ from fractions import Fraction
 from functools import partial
 from typing import Any, NamedTuple
 
-from allocator.capacity import capacity_consumption
 from allocator.compatibility import GroupIntersection, groups_in_use
 from allocator.constraints import ConstraintState, new_constraint_state
 from allocator.derived import check_request_derived, request_derived_values
+from allocator.devicerules import DeviceRules, on_node
 from allocator.errors import (
     CapacityRequestError,
     CELError,
@@ -57,14 +57,12 @@ from allocator.model import (
     Claim,
     Constraint,
     Device,
-    DeviceClass,
     DeviceID,
     DeviceRequest,
     ResourceSlice,
 )
-from allocator.nodeoperations import allocatable_on
 from allocator.nodeselector import Node
-from allocator.pools import PoolView, device_on_node
+from allocator.pools import PoolView
 from allocator.results import PickedDevice, build_allocation
 from allocator.selectors import SelectorCache
 from allocator.supply import falls_short
@@ -104,6 +102,9 @@ class SearchStats:
 
     devices_tried: int = 0
     placements: int = 0
+
+
+_NOTHING: dict[str, Fraction] = {}
 
 
 class _SearchLimit(Exception):
@@ -155,6 +156,7 @@ class Allocator:
         self.selectors = selectors
         self.stats = SearchStats()
         self._node = Node("", {})
+        self._rules = DeviceRules(inventory, selectors, self._node)
         self._candidates: list[Candidate] = []
         self._plans: list[_ClaimPlan] = []
         self._allocating: dict[DeviceID, set[int]] = defaultdict(set)
@@ -199,6 +201,7 @@ class Allocator:
         keeps upstream's order exactly.
         """
         self._node = node
+        self._rules = DeviceRules(self.inventory, self.selectors, node)
         pools = self.inventory.pools_for(node)
         # Devices of perDeviceNodeSelection slices that are not on the node stay candidates: upstream checks
         # their node after the selectors, so a selector's runtime error on them is still fatal.
@@ -216,7 +219,9 @@ class Allocator:
         self._plans = [self._plan(claim, pools) for claim in claims]
         # Over every candidate, before a policy's order restricts them: All requests still take any.
         self._free = {
-            c.device.id for c in self._candidates if c.pool.usable and not self._allocated_elsewhere(c.device)
+            c.device.id
+            for c in self._candidates
+            if c.pool.usable and not self._rules.allocated_elsewhere(c.device)
         }
         self._needed_after = self._needs()
         if candidate_order is not None:
@@ -354,17 +359,7 @@ class Allocator:
         upstream's, rather than being quietly left out."""
         if not self.gates.DRAConsumableCapacity:
             return True
-        return self._consumption(claim, alt, device) is not None
-
-    def _consumption(self, claim: Claim, alt: DeviceRequest, device: Device) -> dict[str, Fraction] | None:
-        """``capacity_consumption`` of the device for ``alt``; its error, fatal for the pod, names them."""
-        try:
-            return capacity_consumption(device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange)
-        except CapacityRequestError as e:
-            raise CapacityRequestError(
-                f"claim {claim.key}, request {alt.label}: checking capacity for device "
-                f"{device.driver}/{device.pool}/{device.name}: {e}"
-            ) from e
+        return self._rules.consumption(claim, alt, device) is not None
 
     # --- recursion (§5) ---------------------------------------------------------------------------
 
@@ -635,12 +630,12 @@ class Allocator:
         """1 if ``alt`` might take the candidate, 0 if never, ``_UNLIMITED`` if its selectors fail."""
         if not candidate.pool.usable:
             return 0
-        if not alt.admin_access and self._allocated_elsewhere(candidate.device):
+        if self._rules.in_use(alt, candidate.device) is not None:
             return 0
         try:
             if not self._is_selectable(claim, alt, candidate):
                 return 0
-            if self.gates.DRAConsumableCapacity and self._consumption(claim, alt, candidate.device) is None:
+            if not self._static_capacity_fits(claim, candidate.device, alt):
                 return 0  # its capacity can never hold the request, whatever its shares
             # A derived attribute failing here fails the pod if the search places the device: reach it.
             values = request_derived_values(self.selectors, claim, alt, candidate.device)
@@ -650,54 +645,32 @@ class Allocator:
             return _UNLIMITED
         return 1
 
-    # --- per-device checks ------------------------------------------------------------------------
+    # --- per-device checks (``allocator.devicerules``) ----------------------------------------------
 
     def _multi(self, device: Device) -> bool:
-        return self.gates.DRAConsumableCapacity and device.allow_multiple_allocations
+        return self._rules.multi(device)
 
     def _in_use(self, claim_index: int, alt: DeviceRequest, device: Device) -> bool:
         picked_by = self._allocating.get(device.id)
         if alt.admin_access:
             return bool(picked_by) and claim_index in picked_by
         # Upstream's deviceInUse, checked before any selector: a multi-allocatable device taken by a result
-        # without shareID is in use too (its shares are limited by capacity, checked later). With
-        # DRAConsumableCapacity off the scheduler counts every share as a dedicated allocation.
-        return bool(picked_by) or self._allocated_elsewhere(device)
-
-    def _allocated_elsewhere(self, device: Device) -> bool:
-        """In use by claims already allocated (upstream ``AllocatedDevices``)."""
-        inventory = self.inventory
-        return inventory.is_exclusively_allocated(device.id) or (
-            not self.gates.DRAConsumableCapacity and inventory.is_allocated(device.id)
-        )
+        # without shareID is in use too (its shares are limited by capacity, checked later).
+        return bool(picked_by) or self._rules.allocated_elsewhere(device)
 
     def _is_selectable(self, claim: Claim, alt: DeviceRequest, candidate: Candidate) -> bool:
         device = candidate.device
         key = (id(alt), id(device))
         result = self._selectable.get(key)
         if result is None:
-            result = self._selectable[key] = self._evaluate_selectors(claim, alt, candidate.device)
-        return result and self._on_node(candidate)
-
-    def _on_node(self, candidate: Candidate) -> bool:
-        """Per-device node selection, checked after the selectors (upstream ``isSelectable``)."""
-        return not candidate.slice.per_device_node_selection or device_on_node(candidate.device, self._node)
-
-    def _evaluate_selectors(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
-        # kube-scheduler enables them only with both gates (its DeviceBindingAndStatus feature).
-        if device.binding_conditions and not (
-            self.gates.DRADeviceBindingConditions and self.gates.DRAResourceClaimDeviceStatus
-        ):
-            return False
-        device_class: DeviceClass = self.inventory.device_class(alt.class_name)  # type: ignore[assignment]
-        # Class selectors come from the class-match index (evaluated when slices/classes arrived).
-        if not self.inventory.class_matches(device_class, device, self.selectors):
-            return False
-        owner = f"claim {claim.key}"
-        for i, expression in enumerate(alt.selectors):
-            if not self.selectors.matches(expression, device, owner, i):
-                return False
-        return True
+            rules = self._rules
+            result = self._selectable[key] = (
+                rules.bindable(device) is None
+                and rules.device_class(alt, device) is None
+                and rules.request_selectors(claim, alt, device) is None
+            )
+        # Per-device node selection comes after the selectors (upstream ``isSelectable``).
+        return result and on_node(candidate.slice, device, self._node)
 
     def _capacity_consumption(
         self, claim: Claim, device: Device, alt: DeviceRequest
@@ -706,26 +679,11 @@ class Allocator:
         Raises CapacityRequestError (fatal) before any other capacity check, as upstream."""
         if not self.gates.DRAConsumableCapacity:
             return {}
-        consumption = self._consumption(claim, alt, device)
-        if consumption is None:
+        rules = self._rules
+        consumption = rules.consumption(claim, alt, device)
+        pending = self._capacity.get(device.id, _NOTHING)
+        if rules.capacity(alt, device, consumption, pending) is not None:
             return None
-        inventory = self.inventory
-        if (
-            not device.allow_multiple_allocations
-            and inventory.is_allocated(device.id)
-            and not inventory.is_exclusively_allocated(device.id)
-        ):
-            return None  # has shares but is no longer multi-allocatable
-        if device.allow_multiple_allocations:
-            # An allocation without shareID keeps the device from other requests ("in use"), not from
-            # adminAccess ones, which get a share beside it (upstream checks only the shares' capacity).
-            if inventory.is_exclusively_allocated(device.id) and not alt.admin_access:
-                return None
-            used = inventory.consumed_capacity(device.id)
-            pending = self._capacity.get(device.id, {})
-            for name, amount in consumption.items():
-                if used.get(name, 0) + pending.get(name, 0) + amount > device.capacity[name].value.value:
-                    return None
         return consumption
 
     def _allocate_device(
@@ -748,20 +706,19 @@ class Allocator:
             for u in reversed(undos):
                 u()
 
-        if not allocatable_on(candidate.slice, self._node, self.gates):
+        rules = self._rules
+        if rules.node_operations(candidate.slice) is not None:
             return None
         if device.consumes_counters:
-            if not self.gates.DRAPartitionableDevices:
+            if rules.partitionable(device) is not None:
                 return None
             counter_undo = self._take_counters(candidate)
             if counter_undo is None:
                 return None
             undos.append(counter_undo)
-        if self.gates.DRADeviceTaints:
-            for taint in self.inventory.taints(device):
-                if taint.blocks_allocation and not any(t.tolerates(taint) for t in alt.tolerations):
-                    undo_all()
-                    return None
+        if rules.taints(alt, candidate.slice, device) is not None:
+            undo_all()
+            return None
         derived = request_derived_values(self.selectors, plan.claim, alt, device)
         for state in plan.constraints:
             if not state.add(alt, device, derived):
@@ -818,12 +775,12 @@ class Allocator:
         return undo
 
     def _take_counters(self, candidate: Candidate) -> Callable[[], None] | None:
-        """Add the device's counter consumption to its pool and check every counter stays >= 0 (§11)."""
+        """Take the device's counters from its pool if they suffice (§11); returns the undo."""
         device, pool = candidate.device, candidate.pool
-        # Counters are consumed once, by the device's first share; an allocation without shareID is no
-        # share, so a share beside it (adminAccess) consumes them again, as upstream's deviceCapacityInUse.
-        if self._multi(device) and (self.inventory.is_shared(device.id) or self._shares[device.id]):
-            return lambda: None
+        rules = self._rules
+        # A share beside an allocation without shareID (adminAccess) consumes them again: that is no share.
+        if not rules.counters_charged(device, self._shares[device.id]):
+            return _noop
         groups_undo = (
             self._join_compatibility_groups(candidate) if self.gates.DRADeviceCompatibilityGroups else _noop
         )
@@ -832,6 +789,9 @@ class Allocator:
         available = self._counters.get(pool.id)
         if available is None:
             available = self._counters[pool.id] = counters_left(self.inventory, pool)
+        if rules.counters(pool, device, available) is not None:
+            groups_undo()
+            return None
         for consumption in device.consumes_counters:
             counters = available[consumption.counter_set]
             for name, amount in consumption.counters.items():
@@ -843,24 +803,20 @@ class Allocator:
                     available[consumption.counter_set][name] += amount.value
             groups_undo()
 
-        if any(v < 0 for counters in available.values() for v in counters.values()):
-            undo()
-            return None
         return undo
 
     def _join_compatibility_groups(self, candidate: Candidate) -> Callable[[], None] | None:
         """Fold the device's compatibility groups into each counter set it draws on, if every set admits it
         (``CompatibilityGroups``); returns the undo, or None when some set's devices are incompatible."""
-        pool = candidate.pool
+        pool, device = candidate.pool, candidate.device
         joined = self._groups.get(pool.id)
         if joined is None:
             joined = self._groups[pool.id] = groups_in_use(self.inventory, pool)
-        before = {c.counter_set: joined.get(c.counter_set) for c in candidate.device.consumes_counters}
-        for consumption in candidate.device.consumes_counters:
+        if self._rules.compatibility(device, joined) is not None:
+            return None
+        before = {c.counter_set: joined.get(c.counter_set) for c in device.consumes_counters}
+        for consumption in device.consumes_counters:
             current = joined.get(consumption.counter_set)
-            if current is not None and not current.admits(consumption.compatibility_groups):
-                joined.update(before)
-                return None
             joined[consumption.counter_set] = GroupIntersection.of(current, consumption.compatibility_groups)
 
         def undo() -> None:

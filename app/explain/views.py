@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from allocator.cel import Version
-from allocator.explain import (
+from allocator.funnel import (
     class_usage,
     counters_left,
     node_devices,

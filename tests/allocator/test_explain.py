@@ -6,8 +6,8 @@ import pytest
 
 from allocator.derived import ClusterAttribute, ClusterDerivation
 from allocator.diagnose import diagnose
-from allocator.explain import STAGES, claim_funnels, class_usage, request_funnel
 from allocator.features import FeatureGates
+from allocator.funnel import STAGES, claim_funnels, class_usage, request_funnel
 from allocator.model import Claim
 from tests.allocator.builders import (
     CLASS_A,
