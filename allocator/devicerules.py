@@ -25,7 +25,7 @@ Selector rules raise CELError (fatal for the pod in the search, a ``cel-error`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 
 from allocator.capacity import capacity_consumption
@@ -108,8 +108,11 @@ class DeviceRules:
 
     # --- class_selectors ----------------------------------------------------------------------------
 
+    def binding_allowed(self, device: Device) -> bool:
+        return self._bindable or not device.binding_conditions
+
     def bindable(self, device: Device) -> Refusal | None:
-        if not device.binding_conditions or self._bindable:
+        if self.binding_allowed(device):
             return None
         return Refusal(
             "class_selectors",
@@ -134,41 +137,62 @@ class DeviceRules:
 
         return Refusal("class_selectors", "node-operations", text)
 
+    def selectable(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
+        """``bindable``, ``device_class`` and ``request_selectors`` as one yes/no (the search caches it per
+        request and device)."""
+        return (
+            self.binding_allowed(device)
+            and self.admits_class(alt, device)
+            and self.admits_request(claim, alt, device)
+        )
+
+    def admits_class(self, alt: DeviceRequest, device: Device) -> bool:
+        """Whether the request's DeviceClass exists and admits the device (from the class-match index
+        when attached)."""
+        device_class = self.inventory.device_class(alt.class_name)
+        return device_class is not None and self.inventory.class_matches(device_class, device, self.selectors)
+
     def device_class(self, alt: DeviceRequest, device: Device) -> Refusal | None:
-        """The request's DeviceClass admits the device (from the class-match index when attached)."""
+        if self.admits_class(alt, device):
+            return None
         device_class = self.inventory.device_class(alt.class_name)
         if device_class is None:
             return Refusal(
                 "class_selectors", "class-missing", lambda: f"DeviceClass {alt.class_name} not found"
             )
-        if self.inventory.class_matches(device_class, device, self.selectors):
-            return None
         owner = f"class {device_class.name}"
+        return Refusal(
+            "class_selectors",
+            "class-selector",
+            lambda: self._false_selector(device_class.selectors, device, owner),
+        )
 
-        def text() -> str:
-            # The index says no without saying which selector: evaluate them one by one to name it.
-            try:
-                for i, expression in enumerate(device_class.selectors):
-                    if not self.selectors.matches(expression, device, owner, i):
-                        return f"{owner}: selector #{i} is false: {expression}"
-            except CELError as e:
-                return str(e)
-            return f"{owner}: the selectors do not admit the device"
-
-        return Refusal("class_selectors", "class-selector", text)
+    def _false_selector(self, expressions: Sequence[str], device: Device, owner: str) -> str:
+        """Which selector refused the device (the yes/no answer does not say)."""
+        try:
+            for i, expression in enumerate(expressions):
+                if not self.selectors.matches(expression, device, owner, i):
+                    return f"{owner}: selector #{i} is false: {expression}"
+        except CELError as e:
+            return str(e)
+        return f"{owner}: the selectors do not admit the device"
 
     # --- request_selectors --------------------------------------------------------------------------
 
-    def request_selectors(self, claim: Claim, alt: DeviceRequest, device: Device) -> Refusal | None:
+    def admits_request(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
         owner = f"claim {claim.key}"
-        for i, expression in enumerate(alt.selectors):
-            if not self.selectors.matches(expression, device, owner, i):
-                return Refusal(
-                    "request_selectors",
-                    "request-selector",
-                    lambda i=i, expression=expression: f"{owner}: selector #{i} is false: {expression}",
-                )
-        return None
+        matches = self.selectors.matches
+        return all(matches(expression, device, owner, i) for i, expression in enumerate(alt.selectors))
+
+    def request_selectors(self, claim: Claim, alt: DeviceRequest, device: Device) -> Refusal | None:
+        if self.admits_request(claim, alt, device):
+            return None
+        owner = f"claim {claim.key}"
+        return Refusal(
+            "request_selectors",
+            "request-selector",
+            lambda: self._false_selector(alt.selectors, device, owner),
+        )
 
     # --- tolerations --------------------------------------------------------------------------------
 
@@ -197,9 +221,13 @@ class DeviceRules:
             not self._multi and inventory.is_allocated(device.id)
         )
 
+    def held(self, alt: DeviceRequest, device: Device) -> bool:
+        """Whether another claim's allocation keeps the device from ``alt``: adminAccess requests may take
+        devices in use."""
+        return not alt.admin_access and self.allocated_elsewhere(device)
+
     def in_use(self, alt: DeviceRequest, device: Device) -> Refusal | None:
-        """Allocated to another claim; adminAccess requests may take devices in use."""
-        if alt.admin_access or not self.allocated_elsewhere(device):
+        if not self.held(alt, device):
             return None
         return Refusal(
             "not_in_use",

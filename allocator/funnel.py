@@ -108,7 +108,12 @@ class Rejection:
     """``driver/pool/device``."""
     stage: str
     rule: str
-    message: str
+    why: Refusal | str
+    """The sentence, or the rule's refusal that writes it when read (most rejections are only counted)."""
+
+    @property
+    def message(self) -> str:
+        return self.why if isinstance(self.why, str) else self.why.message
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +217,7 @@ class DeviceChecker:
 
     def in_use(self, alt: DeviceRequest, device: Device) -> bool:
         """The ``not_in_use`` rule: another claim holds the device."""
-        return self.rules.in_use(alt, device) is not None
+        return self.rules.held(alt, device)
 
     def check(
         self, claim: Claim, alt: DeviceRequest, nd: NodeDevice, *, last: str = "counters_capacity"
@@ -223,7 +228,7 @@ class DeviceChecker:
             return None
         if isinstance(found, Rejection):
             return found
-        return Rejection(device_label(nd.device), found.stage, found.rule, found.message)
+        return Rejection(device_label(nd.device), found.stage, found.rule, found)
 
     def _refusal(
         self, claim: Claim, alt: DeviceRequest, nd: NodeDevice, last: int

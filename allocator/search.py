@@ -630,7 +630,7 @@ class Allocator:
         """1 if ``alt`` might take the candidate, 0 if never, ``_UNLIMITED`` if its selectors fail."""
         if not candidate.pool.usable:
             return 0
-        if self._rules.in_use(alt, candidate.device) is not None:
+        if self._rules.held(alt, candidate.device):
             return 0
         try:
             if not self._is_selectable(claim, alt, candidate):
@@ -663,12 +663,7 @@ class Allocator:
         key = (id(alt), id(device))
         result = self._selectable.get(key)
         if result is None:
-            rules = self._rules
-            result = self._selectable[key] = (
-                rules.bindable(device) is None
-                and rules.device_class(alt, device) is None
-                and rules.request_selectors(claim, alt, device) is None
-            )
+            result = self._selectable[key] = self._rules.selectable(claim, alt, device)
         # Per-device node selection comes after the selectors (upstream ``isSelectable``).
         return result and on_node(candidate.slice, device, self._node)
 
