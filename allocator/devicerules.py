@@ -27,12 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
+from functools import partial
 
 from allocator.capacity import capacity_consumption
 from allocator.compatibility import GroupIntersection
 from allocator.errors import CapacityRequestError, CELError
 from allocator.inventory import Inventory
-from allocator.model import Claim, Device, DeviceRequest, ResourceSlice, Taint
+from allocator.model import Claim, CounterConsumption, Device, DeviceRequest, ResourceSlice, Taint
 from allocator.nodeoperations import DECLARED_FEATURE, allocatable_on
 from allocator.nodeselector import Node
 from allocator.pools import PoolView, device_on_node
@@ -71,9 +72,9 @@ def taint_source(taint: Taint, slice_name: str) -> str:
     return taint.source or f"ResourceSlice {slice_name}"
 
 
-def _taint_text(taint: Taint) -> str:
+def _untolerated(taint: Taint, slice_name: str) -> str:
     value = f"={taint.value}" if taint.value else ""
-    return f"{taint.key}{value}:{taint.effect}"
+    return f"taint {taint.key}{value}:{taint.effect} from {taint_source(taint, slice_name)} is not tolerated"
 
 
 def on_node(slice_: ResourceSlice, device: Device, node: Node) -> bool:
@@ -205,9 +206,7 @@ class DeviceRules:
                 return Refusal(
                     "tolerations",
                     "taint",
-                    lambda taint=taint: (
-                        f"taint {_taint_text(taint)} from {taint_source(taint, slice_.name)} is not tolerated"
-                    ),
+                    partial(_untolerated, taint, slice_.name),
                 )
         return None
 
@@ -266,11 +265,7 @@ class DeviceRules:
                 return Refusal(
                     "counters_capacity",
                     "compatibility-groups",
-                    lambda c=consumption: (
-                        f"counter set {c.counter_set}: compatibility groups "
-                        f"{', '.join(sorted(c.compatibility_groups)) or '(none)'} do not intersect those of "
-                        "the devices already drawing on it"
-                    ),
+                    partial(_incompatible, consumption),
                 )
         return None
 
@@ -339,11 +334,7 @@ class DeviceRules:
                     return Refusal(
                         "counters_capacity",
                         "capacity",
-                        lambda name=name, amount=amount, total=total, left=left: (
-                            f"capacity {name}: needs "
-                            f"{format_like(amount, total)}, {format_like(max(left, Fraction(0)), total)} of "
-                            f"{total.text} left"
-                        ),
+                        partial(_capacity_left, name, amount, total, left),
                     )
         return None
 
@@ -370,3 +361,16 @@ def _misfit(alt: DeviceRequest, device: Device) -> str:
         return f"device has no capacity {', '.join(sorted(missing))}"
     wanted = ", ".join(f"{k}={q.text}" for k, q in sorted(alt.capacity_requests.items()))
     return f"requested capacity {wanted} does not fit the device's capacity or request policy"
+
+
+def _incompatible(consumption: CounterConsumption) -> str:
+    groups = ", ".join(sorted(consumption.compatibility_groups)) or "(none)"
+    return (
+        f"counter set {consumption.counter_set}: compatibility groups {groups} do not intersect those of the "
+        "devices already drawing on it"
+    )
+
+
+def _capacity_left(name: str, amount: Fraction, total: Quantity, left: Fraction) -> str:
+    shown = format_like(max(left, Fraction(0)), total)
+    return f"capacity {name}: needs {format_like(amount, total)}, {shown} of {total.text} left"

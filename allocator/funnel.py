@@ -1,39 +1,36 @@
 """Why a request can or cannot get devices on a node: the device funnel, stage by stage.
 
 For one request alternative (an ``exactly`` request or one ``firstAvailable`` subrequest) on one node,
-every device the node sees goes through the same rules the search applies (allocator-semantics §5-§12),
-grouped into stages in this order::
+every device the node sees goes through the rules the search applies (``allocator.devicerules``, the one
+definition both ask; allocator-semantics §5-§12), grouped into stages in this order::
 
     in_pools            devices of complete, valid pools visible from the node
-    class_selectors     DeviceClass selectors, the DRADeviceBindingConditions gate, optional node operations
-                        (``allocator.nodeoperations``), cluster-wide derived attributes that failed on
-                        the device
+    class_selectors     DeviceClass selectors, binding conditions (DRADeviceBindingConditions and
+                        DRAResourceClaimDeviceStatus), optional node operations (``allocator.nodeoperations``)
     request_selectors   the request's own selectors
     tolerations         NoSchedule / NoExecute taints (the device's own and DeviceTaintRules) tolerated
     not_in_use          not allocated to another claim, not reserved by a bind in flight
-    counters_capacity   shared counters left in the pool, consumable capacity (KEP-4815, KEP-5075)
+    counters_capacity   shared counters left in the pool and compatibility groups, consumable capacity
+                        (KEP-4815, KEP-5963, KEP-5075)
     constraints         the claim's matchAttribute / distinctAttribute constraints covering the request
 
 Each stage keeps the number of devices still usable and a few named examples of devices it removed, with
 the rule (``rule``, a short stable identifier) and a sentence (``message``). Device checks never raise: a
 CEL error on a device is reported as that device's rejection (the search itself treats it as fatal).
 Stages are computed per device and independently of the other requests, except ``constraints`` which
-looks at the devices every covered request has left; the counts are therefore upper bounds of what the
-search can use, and the search's verdict is authoritative.
+looks at the devices every covered request has left: after the per-device stages the count is exactly the
+devices the search could pick for the request alone; after ``constraints`` an upper bound of what it can
+use, and the search's verdict is authoritative.
 
-The same checks serve ``allocator.diagnose`` (the one-line no-fit reason of filter), the aligned device
-selection (``allocator.alignment``: which devices a pod could use), the explanation endpoints and the
-utilisation summary (``class_usage``).
-
-One module, about 800 lines: the funnel's stages are the search's per-device checks in the search's order
-(``DeviceChecker``) plus the constraint stage; diagnose, counting, alignment and the explanations read these
-same stages, which must not drift apart.
+The same checks serve ``allocator.diagnose`` (the one-line no-fit reason of filter), ``allocator.counting``,
+the aligned device selection (``allocator.alignment``: which devices a pod could use), the explanation
+endpoints and the utilisation summary (``allocator.classusage``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -53,7 +50,6 @@ __all__ = [
     "EXAMPLES_PER_STAGE",
     "STAGES",
     "STAGE_TITLES",
-    "ClassUsage",
     "DeviceChecker",
     "NodeDevice",
     "Rejection",
@@ -61,7 +57,6 @@ __all__ = [
     "Stage",
     "claim_funnels",
     "class_matches",
-    "class_usage",
     "counters_left",
     "device_label",
     "node_devices",
@@ -550,7 +545,7 @@ def _distinct(
     removed: list[Rejection],
 ) -> list[Device]:
     seen: dict[_Key, Device] = {}
-    kept = []
+    kept: list[Device] = []
     for device, value, keys in with_value:
         if keys[0][0] is _Alone and kept:
             why = _list_gate_off(name, value, "is distinct only as the first device")
@@ -571,74 +566,3 @@ def _distinct(
             seen[key] = device
         kept.append(device)
     return kept
-
-
-# --- utilisation --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ClassUsage:
-    """Devices of one DeviceClass on one node: how many, how many in use, and how fragmented the rest is.
-
-    ``groups_free`` / ``groups_total``: aligned groups (NUMA nodes, or PCIe roots when no NUMA is
-    published) whose devices of the class are all free. ``largest_free_group``: free devices of the
-    class on the best single NUMA node (or root); 0 when the devices publish no topology."""
-
-    node: str
-    device_class: str
-    total: int
-    in_use: int
-    tainted: int
-    groups_total: int
-    groups_free: int
-    largest_free_group: int
-
-    @property
-    def free(self) -> int:
-        return self.total - self.in_use
-
-
-def class_usage(
-    inventory: Inventory,
-    selectors: SelectorCache,
-    node: Node,
-    group_of: Mapping[str, object] | None = None,
-    classes: Iterable[str] | None = None,
-) -> list[ClassUsage]:
-    """Per DeviceClass with at least one device on ``node`` (or the given ``classes``), its usage.
-
-    ``group_of``: device label → aligned group key (``allocator.alignment.Topology.group``); without it
-    the fragmentation columns are zero."""
-    group_of = group_of or {}
-    names = list(classes) if classes is not None else sorted(c.name for c in inventory.device_classes())
-    devices = [nd for nd in node_devices(inventory, node) if nd.pool.usable]
-    usage = []
-    for name in names:
-        members = [nd.device for nd in devices if class_matches(selectors, inventory, name, nd.device)]
-        if not members:
-            continue
-        in_use = sum(1 for d in members if inventory.is_allocated(d.id))
-        tainted = (
-            sum(1 for d in members if any(t.blocks_allocation for t in inventory.taints(d)))
-            if inventory.gates.DRADeviceTaints
-            else 0
-        )
-        groups: dict[object, list[Device]] = defaultdict(list)
-        for d in members:
-            key = group_of.get(device_label(d))
-            if key is not None:
-                groups[key].append(d)
-        free_sizes = {k: sum(1 for d in g if not inventory.is_allocated(d.id)) for k, g in groups.items()}
-        usage.append(
-            ClassUsage(
-                node=node.name,
-                device_class=name,
-                total=len(members),
-                in_use=in_use,
-                tainted=tainted,
-                groups_total=len(groups),
-                groups_free=sum(1 for k, g in groups.items() if free_sizes[k] == len(g)),
-                largest_free_group=max(free_sizes.values(), default=0),
-            )
-        )
-    return usage

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from allocator.cel import Version
+from allocator.classusage import class_usage
 from allocator.funnel import (
-    class_usage,
     counters_left,
     node_devices,
     taint_source,

@@ -21,7 +21,7 @@ from allocator.features import FeatureGates
 from allocator.funnel import request_funnel
 from allocator.model import Claim, DeviceRequest, Request
 from allocator.search import Allocator, Candidate
-from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, request, slice_
+from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, request, result, slice_
 from tests.oracle.product import Loaded, load
 from tests.oracle.states import states
 
@@ -114,3 +114,36 @@ def test_binding_conditions_need_both_gates_in_the_funnel_too():
     funnel = request_funnel(world.inventory, world.selectors, NODE1, c, alt)
     assert funnel.usable == 1
     assert world.allocate(c) is None
+
+
+def shared(name: str) -> dict[str, Any]:
+    d = device(name)
+    d["allowMultipleAllocations"] = True
+    return d
+
+
+def usable_both_ways(world: World, c: Claim) -> tuple[list[str] | None, int]:
+    """What the search can pick for the claim's first request, and the funnel's usable count."""
+    alt = c.requests[0].alternatives[0]
+    loaded = Loaded(world.inventory, world.selectors, NODE1, [c])
+    return pickable(loaded, c, alt), request_funnel(world.inventory, world.selectors, NODE1, c, alt).usable
+
+
+def test_a_share_is_in_use_while_consumable_capacity_is_off():
+    """With DRAConsumableCapacity off, upstream counts every allocated device whole (a share too): the
+    shared device is in use for the search and the funnel alike (the funnel used to count it)."""
+    world = World(
+        slices=[slice_("s1", DRIVER_A, "node-1", [device("plain"), shared("multi")])],
+        gates=FeatureGates(DRAConsumableCapacity=False),
+    )
+    world.allocated("default/other", result("r", "multi", shareID="11111111-1111-1111-1111-111111111111"))
+    assert usable_both_ways(world, claim("c", request("r"))) == ([f"{DRIVER_A}/node-1/plain"], 1)
+
+
+def test_admin_access_may_share_a_device_allocated_without_share_id():
+    """An adminAccess request may take a device in use, also a multi-allocatable one allocated without
+    shareID (the funnel used to refuse it as "allocated exclusively")."""
+    world = World(slices=[slice_("s1", DRIVER_A, "node-1", [device("plain"), shared("multi")])])
+    world.allocated("default/other", result("r", "multi"))
+    both = [f"{DRIVER_A}/node-1/plain", f"{DRIVER_A}/node-1/multi"]
+    assert usable_both_ways(world, claim("c", request("r", adminAccess=True))) == (both, 2)
