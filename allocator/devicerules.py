@@ -144,7 +144,7 @@ class DeviceRules:
         return (
             self.binding_allowed(device)
             and self.admits_class(alt, device)
-            and self.admits_request(claim, alt, device)
+            and (not alt.selectors or self.admits_request(claim, alt, device))
         )
 
     def admits_class(self, alt: DeviceRequest, device: Device) -> bool:
@@ -181,6 +181,8 @@ class DeviceRules:
     # --- request_selectors --------------------------------------------------------------------------
 
     def admits_request(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
+        if not alt.selectors:
+            return True
         owner = f"claim {claim.key}"
         matches = self.selectors.matches
         return all(matches(expression, device, owner, i) for i, expression in enumerate(alt.selectors))
