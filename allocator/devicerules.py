@@ -10,14 +10,15 @@ The rules, in the funnel's stages (``allocator.funnel``):
 
 * ``in_pools``: the device's pool is complete and valid (``pool``); a device of a
   ``perDeviceNodeSelection`` slice is on the node (``on_node``, a function: it needs no inventory);
-* ``class_selectors``: devices with binding conditions need DRADeviceBindingConditions and
-  DRAResourceClaimDeviceStatus, as kube-scheduler enables them (``bindable``); a slice that skips node
-  operations needs a node declaring them (``node_operations``); the DeviceClass selectors (``device_class``);
+* ``class_selectors``: a slice that skips node operations needs a node declaring them (``node_operations``);
+  devices with binding conditions need DRADeviceBindingConditions and DRAResourceClaimDeviceStatus, as
+  kube-scheduler enables them, and the DeviceClass selectors admit the device (``device_class``);
 * ``request_selectors``: the request's own selectors (``request_selectors``);
 * ``tolerations``: every NoSchedule / NoExecute taint tolerated (``taints``);
 * ``not_in_use``: no other claim holds the device (``in_use``);
 * ``counters_capacity``: counters left in the pool (``counters``, with DRAPartitionableDevices and
-  compatibility groups), consumable capacity left (``capacity``).
+  compatibility groups), consumable capacity that could hold the request (``could_fit``) and is left
+  (``capacity``).
 
 Selector rules raise CELError (fatal for the pod in the search, a ``cel-error`` rejection in the funnel);
 ``consumption`` raises CapacityRequestError likewise.
@@ -109,21 +110,6 @@ class DeviceRules:
 
     # --- class_selectors ----------------------------------------------------------------------------
 
-    def binding_allowed(self, device: Device) -> bool:
-        return self._bindable or not device.binding_conditions
-
-    def bindable(self, device: Device) -> Refusal | None:
-        if self.binding_allowed(device):
-            return None
-        return Refusal(
-            "class_selectors",
-            "binding-conditions",
-            lambda: (
-                "device has binding conditions and the DRADeviceBindingConditions and "
-                "DRAResourceClaimDeviceStatus features are not both enabled"
-            ),
-        )
-
     def node_operations(self, slice_: ResourceSlice) -> Refusal | None:
         """A slice skipping node operations needs a node whose kubelet declares them (KEP-5945)."""
         if allocatable_on(slice_, self.node, self.gates):
@@ -139,17 +125,18 @@ class DeviceRules:
         return Refusal("class_selectors", "node-operations", text)
 
     def selectable(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
-        """``bindable``, ``device_class`` and ``request_selectors`` as one yes/no (the search caches it per
-        request and device)."""
-        return (
-            self.binding_allowed(device)
-            and self.admits_class(alt, device)
-            and (not alt.selectors or self.admits_request(claim, alt, device))
+        """``device_class`` and ``request_selectors`` as one yes/no (the search caches it per request and
+        device)."""
+        return self.admits_class(alt, device) and (
+            not alt.selectors or self.admits_request(claim, alt, device)
         )
 
     def admits_class(self, alt: DeviceRequest, device: Device) -> bool:
-        """Whether the request's DeviceClass exists and admits the device (from the class-match index
-        when attached)."""
+        """Whether the device may serve the request's DeviceClass: a device with binding conditions only
+        while kube-scheduler enables them (DRADeviceBindingConditions and DRAResourceClaimDeviceStatus), and
+        the class exists and admits it (from the class-match index when attached)."""
+        if device.binding_conditions and not self._bindable:
+            return False
         device_class = self.inventory.device_class(alt.class_name)
         return device_class is not None and self.inventory.class_matches(device_class, device, self.selectors)
 
@@ -160,6 +147,15 @@ class DeviceRules:
         if device_class is None:
             return Refusal(
                 "class_selectors", "class-missing", lambda: f"DeviceClass {alt.class_name} not found"
+            )
+        if self.inventory.class_matches(device_class, device, self.selectors):  # refused for its conditions
+            return Refusal(
+                "class_selectors",
+                "binding-conditions",
+                lambda: (
+                    "device has binding conditions and the DRADeviceBindingConditions and "
+                    "DRAResourceClaimDeviceStatus features are not both enabled"
+                ),
             )
         owner = f"class {device_class.name}"
         return Refusal(
@@ -181,11 +177,13 @@ class DeviceRules:
     # --- request_selectors --------------------------------------------------------------------------
 
     def admits_request(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
-        if not alt.selectors:
-            return True
         owner = f"claim {claim.key}"
         matches = self.selectors.matches
-        return all(matches(expression, device, owner, i) for i, expression in enumerate(alt.selectors))
+        # A loop, not all() over a generator: the search's lookahead asks this for every device.
+        for i, expression in enumerate(alt.selectors):  # noqa: SIM110
+            if not matches(expression, device, owner, i):
+                return False
+        return True
 
     def request_selectors(self, claim: Claim, alt: DeviceRequest, device: Device) -> Refusal | None:
         if self.admits_request(claim, alt, device):
@@ -292,6 +290,11 @@ class DeviceRules:
         for counter_set, name in taken:  # a counter the pool does not define
             return _short_counter(pool, counter_set, name, Fraction(0), like[(counter_set, name)])
         return None
+
+    def could_fit(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
+        """Whether the device's capacity could ever hold the request, its shares aside (always, with
+        DRAConsumableCapacity off). Raises CapacityRequestError like ``consumption``."""
+        return not self._multi or self.consumption(claim, alt, device) is not None
 
     def consumption(self, claim: Claim, alt: DeviceRequest, device: Device) -> dict[str, Fraction] | None:
         """What the request consumes of each device capacity (None: it can never fit the device). Raises

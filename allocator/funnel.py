@@ -232,7 +232,7 @@ class DeviceChecker:
         found = rules.pool(pool)
         if found is not None or last == 0:
             return found
-        found = rules.bindable(device) or rules.node_operations(nd.slice)
+        found = rules.node_operations(nd.slice)
         if found is None:
             try:
                 found = rules.device_class(alt, device)

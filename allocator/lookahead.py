@@ -69,8 +69,7 @@ def needs(plans: Sequence[ClaimPlan]) -> list[list[int]]:
 
 class Lookahead:
     """Usable-device counts and unsatisfiability for one search: its ``candidates`` (in the order its
-    slots try them) and claim ``plans``; ``selectable`` and ``fits`` are the search's own (cached)
-    selector and static capacity checks."""
+    slots try them) and claim ``plans``; ``selectable`` is the search's own (cached) selector check."""
 
     def __init__(
         self,
@@ -79,14 +78,12 @@ class Lookahead:
         rules: DeviceRules,
         selectors: SelectorCache,
         selectable: Callable[[Claim, DeviceRequest, Candidate], bool],
-        fits: Callable[[Claim, Device, DeviceRequest], bool],
     ) -> None:
         self._candidates = candidates
         self._plans = plans
         self._rules = rules
         self.selectors = selectors
         self._selectable = selectable
-        self._fits = fits
         self._usable_after: dict[int, list[int]] = {}
         """Per request alternative: how many candidates from each index on it might use."""
 
@@ -223,7 +220,7 @@ class Lookahead:
         try:
             if not self._selectable(claim, alt, candidate):
                 return 0
-            if not self._fits(claim, candidate.device, alt):
+            if not self._rules.could_fit(claim, alt, candidate.device):
                 return 0  # its capacity can never hold the request, whatever its shares
             # A derived attribute failing here fails the pod if the search places the device: reach it.
             values = request_derived_values(self.selectors, claim, alt, candidate.device)

@@ -319,17 +319,9 @@ class Allocator:
             devices += [
                 c
                 for c in by_pool[pool.id]
-                if self._is_selectable(claim, alt, c) and self._static_capacity_fits(claim, c.device, alt)
+                if self._is_selectable(claim, alt, c) and self._rules.could_fit(claim, alt, c.device)
             ]
         return devices
-
-    def _static_capacity_fits(self, claim: Claim, device: Device, alt: DeviceRequest) -> bool:
-        """Whether the device's capacity could ever hold the request, ignoring its shares: "all" is every
-        such device, so a device whose shares leave too little stays in it and the request fails, as
-        upstream's, rather than being quietly left out."""
-        if not self.gates.DRAConsumableCapacity:
-            return True
-        return self._rules.consumption(claim, alt, device) is not None
 
     # --- recursion (§5) ---------------------------------------------------------------------------
 
@@ -398,7 +390,6 @@ class Allocator:
                 self._rules,
                 self.selectors,
                 self._is_selectable,
-                self._static_capacity_fits,
             )
             if lookahead.unsatisfiable():
                 raise _Unsatisfiable
@@ -462,9 +453,6 @@ class Allocator:
         return needed > len(self._free) - self._taken
 
     # --- per-device checks (``allocator.devicerules``) ----------------------------------------------
-
-    def _multi(self, device: Device) -> bool:
-        return self._rules.multi(device)
 
     def _in_use(self, claim_index: int, alt: DeviceRequest, device: Device) -> bool:
         picked_by = self._allocating.get(device.id)
@@ -543,7 +531,7 @@ class Allocator:
                 return None
             undos.append(partial(state.remove, alt, device))
         share_id, consumed = "", None
-        if self._multi(device):
+        if self._rules.multi(device):
             consumed = (
                 consumption
                 if consumption is not None
