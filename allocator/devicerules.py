@@ -2,9 +2,11 @@
 
 A rule answers None when the device passes and a ``Refusal`` when it does not: the funnel stage the rule
 belongs to, a short stable identifier (``rule``) and a sentence (``message``), written only when someone
-reads it, so that the search, which only tests for None, pays for no text. Rules read the inventory's
-allocations; where the search has placed devices of its own (counters taken, capacity pending, shares),
-it passes what it holds, and the funnel, which looks at one device at a time, passes nothing.
+reads it, so that the search, which only tests for None, pays for no text. The rules the search asks for
+every device have a yes/no form the refusal is built on (``admits_class``, ``admits_request`` and both as
+``selectable``; ``held``; ``could_fit``). Rules read the inventory's allocations; where the search has
+placed devices of its own (counters taken, capacity pending, shares), it passes what it holds, and the
+funnel, which looks at one device at a time, passes nothing.
 
 The rules, in the funnel's stages (``allocator.funnel``):
 
@@ -41,7 +43,7 @@ from allocator.pools import PoolView, device_on_node
 from allocator.quantity import Quantity, format_like
 from allocator.selectors import SelectorCache
 
-__all__ = ["DeviceRules", "Refusal", "device_label", "taint_source"]
+__all__ = ["DeviceRules", "Refusal", "device_label", "on_node", "taint_source"]
 
 _NOTHING: Mapping[str, Fraction] = {}
 
