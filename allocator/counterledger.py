@@ -1,4 +1,5 @@
-"""The counters a search takes from each pool while it places devices, and gives back when it backtracks.
+"""The counters a search takes from each pool while it places devices, and gives back when it backtracks;
+the funnel asks the same ledger, taking nothing, whether a device's counters are left.
 
 Per pool: what its counter sets have left (``counters_left``: the pool's values minus what allocated
 devices consume) and, with DRADeviceCompatibilityGroups, the intersection of the compatibility groups of
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from allocator.compatibility import GroupIntersection, groups_in_use
-from allocator.devicerules import DeviceRules
+from allocator.devicerules import DeviceRules, Refusal
 from allocator.inventory import counters_left
 from allocator.model import Device
 from allocator.pools import PoolView
@@ -25,32 +26,41 @@ def _nothing_to_undo() -> None:
 
 
 class CounterLedger:
-    """Counters and compatibility groups taken by one search (one ledger per search)."""
+    """Counters and compatibility groups of the pools, as one search takes them (one ledger per search) or
+    as the funnel reads them (nothing taken)."""
 
     def __init__(self, rules: DeviceRules) -> None:
         self._rules = rules
         self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
         self._groups: dict[tuple[str, str], dict[str, GroupIntersection | None]] = {}
 
-    def take(self, pool: PoolView, device: Device, shares: int) -> Callable[[], None] | None:
-        """Take the device's counters from ``pool`` if they suffice (§11); returns the undo, or None when
-        the device may not be placed. ``shares``: the device's shares the search has placed (a
-        multi-allocatable device consumes its counters once)."""
+    def refusal(self, pool: PoolView, device: Device, shares: int = 0) -> Refusal | None:
+        """Why the device may not take its counters from ``pool`` now (None: ``take`` would take them).
+        ``shares``: the device's shares the search has placed (a multi-allocatable device consumes its
+        counters once)."""
         rules = self._rules
+        found = rules.partitionable(device)
+        if found is not None or not rules.counters_charged(device, shares):
+            return found
+        if rules.gates.DRADeviceCompatibilityGroups:
+            found = rules.compatibility(device, self._joined(pool))
+            if found is not None:
+                return found
+        return rules.counters(pool, device, self._left(pool))
+
+    def take(self, pool: PoolView, device: Device, shares: int) -> Callable[[], None] | None:
+        """Take the device's counters from ``pool`` if it may (§11); returns the undo, or None."""
+        if self.refusal(pool, device, shares) is not None:
+            return None
         # A share beside an allocation without shareID (adminAccess) consumes them again: that is no share.
-        if not rules.counters_charged(device, shares):
+        if not self._rules.counters_charged(device, shares):
             return _nothing_to_undo
         groups_undo = (
-            self._join_groups(pool, device) if rules.gates.DRADeviceCompatibilityGroups else _nothing_to_undo
+            self._join_groups(pool, device)
+            if self._rules.gates.DRADeviceCompatibilityGroups
+            else _nothing_to_undo
         )
-        if groups_undo is None:
-            return None
-        available = self._counters.get(pool.id)
-        if available is None:
-            available = self._counters[pool.id] = counters_left(rules.inventory, pool)
-        if rules.counters(pool, device, available) is not None:
-            groups_undo()
-            return None
+        available = self._left(pool)
         for consumption in device.consumes_counters:
             counters = available[consumption.counter_set]
             for name, amount in consumption.counters.items():
@@ -64,14 +74,22 @@ class CounterLedger:
 
         return undo
 
-    def _join_groups(self, pool: PoolView, device: Device) -> Callable[[], None] | None:
-        """Fold the device's compatibility groups into each counter set it draws on, if every set admits it
-        (``CompatibilityGroups``); returns the undo, or None when some set's devices are incompatible."""
+    def _left(self, pool: PoolView) -> dict[str, dict[str, Fraction]]:
+        left = self._counters.get(pool.id)
+        if left is None:
+            left = self._counters[pool.id] = counters_left(self._rules.inventory, pool)
+        return left
+
+    def _joined(self, pool: PoolView) -> dict[str, GroupIntersection | None]:
         joined = self._groups.get(pool.id)
         if joined is None:
             joined = self._groups[pool.id] = groups_in_use(self._rules.inventory, pool)
-        if self._rules.compatibility(device, joined) is not None:
-            return None
+        return joined
+
+    def _join_groups(self, pool: PoolView, device: Device) -> Callable[[], None]:
+        """Fold the device's compatibility groups into each counter set it draws on (every set admits
+        them: ``refusal`` said so); returns the undo."""
+        joined = self._joined(pool)
         before = {c.counter_set: joined.get(c.counter_set) for c in device.consumes_counters}
         for consumption in device.consumes_counters:
             current = joined.get(consumption.counter_set)

@@ -32,11 +32,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 from allocator.cel import AttributeValue, Version
-from allocator.compatibility import GroupIntersection, groups_in_use
 from allocator.constraints import lookup_attribute
+from allocator.counterledger import CounterLedger
 from allocator.derived import NO_DERIVED_VALUES, request_derived_values
 from allocator.devicerules import DeviceRules, Refusal, device_label, on_node, taint_source
 from allocator.errors import CapacityRequestError, CELError
@@ -207,8 +206,7 @@ class DeviceChecker:
     def __init__(self, inventory: Inventory, selectors: SelectorCache, node: Node) -> None:
         self.inventory = inventory
         self.rules = DeviceRules(inventory, selectors, node)
-        self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
-        self._groups: dict[tuple[str, str], dict[str, GroupIntersection | None]] = {}
+        self._ledger = CounterLedger(self.rules)
 
     def in_use(self, alt: DeviceRequest, device: Device) -> bool:
         """The ``not_in_use`` rule: another claim holds the device."""
@@ -257,25 +255,11 @@ class DeviceChecker:
     def _counters_capacity(
         self, claim: Claim, alt: DeviceRequest, nd: NodeDevice
     ) -> Refusal | Rejection | None:
-        rules, pool, device = self.rules, nd.pool, nd.device
+        rules, device = self.rules, nd.device
         if device.consumes_counters:
-            found = rules.partitionable(device)
+            found = self._ledger.refusal(nd.pool, device)
             if found is not None:
                 return found
-            if rules.counters_charged(device):
-                if rules.gates.DRADeviceCompatibilityGroups:
-                    joined = self._groups.get(pool.id)
-                    if joined is None:
-                        joined = self._groups[pool.id] = groups_in_use(self.inventory, pool)
-                    found = rules.compatibility(device, joined)
-                    if found is not None:
-                        return found
-                left = self._counters.get(pool.id)
-                if left is None:
-                    left = self._counters[pool.id] = counters_left(self.inventory, pool)
-                found = rules.counters(pool, device, left)
-                if found is not None:
-                    return found
         if not rules.gates.DRAConsumableCapacity:
             return None
         try:

@@ -509,8 +509,6 @@ class Allocator:
         if rules.node_operations(candidate.slice) is not None:
             return None
         if device.consumes_counters:
-            if rules.partitionable(device) is not None:
-                return None
             counter_undo = self._ledger.take(candidate.pool, device, self._shares[device.id])
             if counter_undo is None:
                 return None
