@@ -15,7 +15,7 @@ prefers the tightest such group, so that whole groups stay free for later pods::
 
 The first attempt that finds an allocation wins; every allocation it can return is one upstream's search
 accepts (the restriction only removes or reorders candidates, ``Allocator.allocate(candidate_order=)``).
-"Usable" is the funnel of ``allocator.explain`` up to counters / capacity for some request of the pod;
+"Usable" is the funnel of ``allocator.funnel`` up to counters / capacity for some request of the pod;
 groups that cannot hold each request's count are skipped without a search, and the restricted searches
 share a budget of ``ALIGNED_STEP_BUDGET`` device placements per node, so the extra work is bounded. A
 missing topology attribute means *unknown*: such devices join every group (never NUMA node 0). Pods with
@@ -33,7 +33,7 @@ from weakref import WeakKeyDictionary
 
 from allocator.cel import Version
 from allocator.errors import AllocatorError, NodeLocalError
-from allocator.explain import DeviceChecker, device_label, node_devices
+from allocator.funnel import DeviceChecker, device_label, node_devices
 from allocator.inventory import Inventory
 from allocator.model import Claim, Device, DeviceRequest
 from allocator.nodeselector import Node

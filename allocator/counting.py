@@ -3,7 +3,7 @@
 The search (``allocator.search``) explores device combinations; for the common claim shapes a count
 settles it: when every request is ``ExactCount`` with one alternative, there are no constraints, and no
 device usable by one request is usable by another, the claims fit exactly when each request has at least
-``count`` devices that pass the whole per-device funnel (``allocator.explain.DeviceChecker``: pool, class
+``count`` devices that pass the whole per-device funnel (``allocator.funnel.DeviceChecker``: pool, class
 and request selectors, taints, not in use, counters and capacity). kube-scheduler's filter only needs
 that answer; which devices to take is chosen later, on the nodes that get scored or bound. A count that
 says "no" also spares the search its worst case: trying every combination before giving up.
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allocator.diagnose import NoFit, too_few_free, too_few_matching
-from allocator.explain import DeviceChecker, NodeDevice, node_devices
+from allocator.funnel import DeviceChecker, NodeDevice, node_devices
 from allocator.inventory import Inventory
 from allocator.model import MAX_DEVICES_PER_CLAIM, Claim, DeviceRequest
 from allocator.nodeselector import Node

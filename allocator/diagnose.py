@@ -1,7 +1,7 @@
 """Why claims do not fit on a node: one line per node, and whether waiting could ever help.
 
 Runs only after the search found no allocation. Per request (each ``firstAvailable`` alternative) it
-counts the node's devices through the funnel of ``allocator.explain`` (the search's own checks): in
+counts the node's devices through the funnel of ``allocator.funnel`` (the search's own checks): in
 usable pools, matching the class and request selectors, tolerated taints, not in use; and names the first
 request that cannot be met. When every request has enough such devices, the full funnel names the request
 that runs short at counters / capacity or constraints. A node whose devices could never match a request
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from allocator.explain import RequestFunnel, claim_funnels, request_funnel
+from allocator.funnel import RequestFunnel, claim_funnels, request_funnel
 from allocator.inventory import Inventory
 from allocator.model import Claim
 from allocator.nodeselector import Node

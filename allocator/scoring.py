@@ -40,7 +40,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from allocator.alignment import Topology
-from allocator.explain import class_matches, node_devices
+from allocator.funnel import class_matches, node_devices
 from allocator.inventory import Inventory
 from allocator.model import Claim, Device, DeviceID, DeviceRequest
 from allocator.nodeselector import Node

@@ -22,8 +22,8 @@ deadline checked at each recursion), the search runs until its ``Deadline`` (rea
 "cannot be satisfied". A caller may also set ``max_steps`` (the aligned device-selection attempts, which
 only look for a better fit than one already found): running out raises ``SearchLimitError``.
 
-One module, about 700 lines: upstream's ``allocator.go`` is one depth-first search whose steps share its
-state (counters, capacity and constraints taken and undone while backtracking); it stays one here too.
+Each per-device rule is asked from ``allocator.devicerules``, the pruning counts come from
+``allocator.lookahead`` and the counters taken while backtracking are kept by ``allocator.counterledger``.
 """
 
 from __future__ import annotations
@@ -32,18 +32,16 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
-from allocator.capacity import capacity_consumption
-from allocator.compatibility import GroupIntersection, groups_in_use
-from allocator.constraints import ConstraintState, new_constraint_state
+from allocator.constraints import new_constraint_state
+from allocator.counterledger import CounterLedger
 from allocator.derived import check_request_derived, request_derived_values
+from allocator.devicerules import DeviceRules, on_node
 from allocator.errors import (
-    CapacityRequestError,
-    CELError,
     ClaimConstraintError,
     FeatureDisabledError,
     InvalidInputError,
@@ -51,23 +49,19 @@ from allocator.errors import (
     SearchLimitError,
     SearchTimeoutError,
 )
-from allocator.inventory import Inventory, counters_left
+from allocator.inventory import Inventory
+from allocator.lookahead import Candidate, ClaimPlan, Lookahead, needs
 from allocator.model import (
     MAX_DEVICES_PER_CLAIM,
     Claim,
-    Constraint,
     Device,
-    DeviceClass,
     DeviceID,
     DeviceRequest,
-    ResourceSlice,
 )
-from allocator.nodeoperations import allocatable_on
 from allocator.nodeselector import Node
-from allocator.pools import PoolView, device_on_node
+from allocator.pools import PoolView
 from allocator.results import PickedDevice, build_allocation
 from allocator.selectors import SelectorCache
-from allocator.supply import falls_short
 
 __all__ = ["CLOCK_CHECK_STEPS", "Allocator", "Candidate", "Deadline", "SearchStats"]
 
@@ -89,15 +83,6 @@ class Deadline:
         return self.clock() >= self.at
 
 
-class Candidate(NamedTuple):
-    """A device in search order, with the pool and slice it came from (a tuple: every search builds one
-    per device of the node)."""
-
-    pool: PoolView
-    slice: ResourceSlice
-    device: Device
-
-
 @dataclass(slots=True)
 class SearchStats:
     """How much work a call did (tests may assert it; benchmarks report it)."""
@@ -106,16 +91,15 @@ class SearchStats:
     placements: int = 0
 
 
+_NOTHING: dict[str, Fraction] = {}
+
+
 class _SearchLimit(Exception):
     pass
 
 
 class _TimedOut(Exception):
     pass
-
-
-_UNLIMITED = 1 << 30
-"""Counts as more devices than any request asks for (a candidate count pruning must not skip)."""
 
 
 class _ResultsLimit(Exception):
@@ -127,16 +111,7 @@ class _ResultsLimit(Exception):
 
 class _Unsatisfiable(Exception):
     """Some request can never be satisfied on this node, and no error can come first: the answer is no fit
-    whatever the search tries before it (``Allocator._unsatisfiable``)."""
-
-
-@dataclass(slots=True)
-class _ClaimPlan:
-    claim: Claim
-    all_devices: dict[str, list[Candidate]]
-    constraints: list[ConstraintState]
-    picked: list[PickedDevice] = field(default_factory=list)
-    chosen: dict[str, DeviceRequest] = field(default_factory=dict)
+    whatever the search tries before it (``Lookahead.unsatisfiable``)."""
 
 
 class Allocator:
@@ -155,17 +130,16 @@ class Allocator:
         self.selectors = selectors
         self.stats = SearchStats()
         self._node = Node("", {})
+        self._rules = DeviceRules(inventory, selectors, self._node)
         self._candidates: list[Candidate] = []
-        self._plans: list[_ClaimPlan] = []
+        self._plans: list[ClaimPlan] = []
         self._allocating: dict[DeviceID, set[int]] = defaultdict(set)
         self._capacity: dict[DeviceID, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
         self._shares: dict[DeviceID, int] = defaultdict(int)
-        self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
-        self._groups: dict[tuple[str, str], dict[str, GroupIntersection | None]] = {}
+        self._ledger = CounterLedger(self._rules)
         self._selectable: dict[tuple[int, int], bool] = {}
-        self._usable_after: dict[int, list[int]] = {}
-        """Per request alternative: how many candidates from each index on it might use (count pruning)."""
-        self._looked_ahead = False
+        self._lookahead: Lookahead | None = None
+        """Count pruning and unsatisfiability, made once the search starts backtracking."""
         self._free: set[DeviceID] = set()
         """Devices of the node no claim holds (supply pruning counts those this search has not taken)."""
         self._taken = 0
@@ -199,26 +173,27 @@ class Allocator:
         keeps upstream's order exactly.
         """
         self._node = node
+        self._rules = DeviceRules(self.inventory, self.selectors, node)
         pools = self.inventory.pools_for(node)
         # Devices of perDeviceNodeSelection slices that are not on the node stay candidates: upstream checks
         # their node after the selectors, so a selector's runtime error on them is still fatal.
         self._candidates = [Candidate(pool, s, d) for pool in pools for s in pool.slices for d in s.devices]
-        self._usable_after = {}
-        self._looked_ahead = False
+        self._lookahead = None
         self._supply_pruning = False
         # A successful search keeps its placements; a second call on this instance starts afresh.
         self._allocating.clear()
         self._capacity.clear()
         self._shares.clear()
-        self._counters.clear()
-        self._groups.clear()
+        self._ledger = CounterLedger(self._rules)
         self._taken = 0
         self._plans = [self._plan(claim, pools) for claim in claims]
         # Over every candidate, before a policy's order restricts them: All requests still take any.
         self._free = {
-            c.device.id for c in self._candidates if c.pool.usable and not self._allocated_elsewhere(c.device)
+            c.device.id
+            for c in self._candidates
+            if c.pool.usable and not self._rules.allocated_elsewhere(c.device)
         }
-        self._needed_after = self._needs()
+        self._needed_after = needs(self._plans)
         if candidate_order is not None:
             self._candidates = candidate_order(self._candidates)
         try:
@@ -252,7 +227,7 @@ class Allocator:
         for claim in claims:
             self._plan(claim, [])
 
-    def _plan(self, claim: Claim, pools: list[PoolView]) -> _ClaimPlan:
+    def _plan(self, claim: Claim, pools: list[PoolView]) -> ClaimPlan:
         key = claim.key
         all_devices: dict[str, list[Candidate]] = {}
         minimum_total = 0
@@ -295,7 +270,7 @@ class Allocator:
                     f"claim {key}, constraint #{i}: empty constraint (unsupported constraint type?)"
                 )
             states.append(state)
-        return _ClaimPlan(claim, all_devices, states)
+        return ClaimPlan(claim, all_devices, states)
 
     def _validate_request(self, claim: Claim, alt: DeviceRequest) -> None:
         where = f"claim {claim.key}, request {alt.label}"
@@ -344,27 +319,9 @@ class Allocator:
             devices += [
                 c
                 for c in by_pool[pool.id]
-                if self._is_selectable(claim, alt, c) and self._static_capacity_fits(claim, c.device, alt)
+                if self._is_selectable(claim, alt, c) and self._rules.could_fit(claim, alt, c.device)
             ]
         return devices
-
-    def _static_capacity_fits(self, claim: Claim, device: Device, alt: DeviceRequest) -> bool:
-        """Whether the device's capacity could ever hold the request, ignoring its shares: "all" is every
-        such device, so a device whose shares leave too little stays in it and the request fails, as
-        upstream's, rather than being quietly left out."""
-        if not self.gates.DRAConsumableCapacity:
-            return True
-        return self._consumption(claim, alt, device) is not None
-
-    def _consumption(self, claim: Claim, alt: DeviceRequest, device: Device) -> dict[str, Fraction] | None:
-        """``capacity_consumption`` of the device for ``alt``; its error, fatal for the pod, names them."""
-        try:
-            return capacity_consumption(device, alt.capacity_requests, self.gates.DRAFractionalCapacityRange)
-        except CapacityRequestError as e:
-            raise CapacityRequestError(
-                f"claim {claim.key}, request {alt.label}: checking capacity for device "
-                f"{device.driver}/{device.pool}/{device.name}: {e}"
-            ) from e
 
     # --- recursion (§5) ---------------------------------------------------------------------------
 
@@ -425,14 +382,21 @@ class Allocator:
         # starts once the search tried more devices than one scan of the node: most searches succeed
         # before, and for them evaluating every device's selectors up front would be wasted work.
         backtracking = self.stats.devices_tried > len(self._candidates)
-        if backtracking and not self._looked_ahead:
-            self._looked_ahead = True
-            if self._unsatisfiable():
+        lookahead = self._lookahead
+        if backtracking and lookahead is None:
+            lookahead = self._lookahead = Lookahead(
+                self._candidates,
+                self._plans,
+                self._rules,
+                self.selectors,
+                self._is_selectable,
+            )
+            if lookahead.unsatisfiable():
                 raise _Unsatisfiable
-            self._supply_pruning = self._may_prune_by_supply()
+            self._supply_pruning = lookahead.may_prune_by_supply()
         if self._supply_pruning and self._short(claim_index, request_index, alt, slot):
             return False
-        usable_after = self._usable_counts(claim, alt) if backtracking else None
+        usable_after = lookahead.usable_counts(claim, alt) if lookahead is not None else None
         if usable_after is not None and usable_after[start] < alt.count - slot:
             return False
         for index in range(start, len(self._candidates)):
@@ -480,53 +444,6 @@ class Allocator:
             _undo(undos)
         return found
 
-    def _unsatisfiable(self) -> bool:
-        """Whether some request has no alternative with enough usable devices on the node, with nothing
-        before it in search order that could raise an error. Upstream explores every combination of the
-        earlier requests before giving up on that request, so the answer is no fit unless it meets an error
-        on the way: a selector failing on a device (counted as unlimited usable devices) or an ``All``
-        request breaking a claim constraint. Where one of those could come first, this says no and the
-        search goes on as upstream's would."""
-        for plan in self._plans:
-            for request in plan.claim.requests:
-                satisfiable = False
-                for alt in request.alternatives:
-                    if alt.mode == "All":
-                        devices = plan.all_devices[alt.name]
-                        if devices and plan.constraints:
-                            return False
-                        satisfiable |= bool(devices)
-                        continue
-                    usable = self._usable_counts(plan.claim, alt)[0]
-                    if usable >= _UNLIMITED:
-                        return False
-                    satisfiable |= usable >= alt.count
-                if not satisfiable:
-                    return True
-            if any(self._constraint_unsatisfiable(plan.claim, c) for c in plan.claim.constraints):
-                return True
-        return self._devices_fall_short()
-
-    def _needs(self) -> list[list[int]]:
-        """``_needed_after``: per request, the fewest devices its alternatives ask for (an adminAccess one
-        needs none: it may take devices in use), summed from each request to the end of the search."""
-        needs: list[list[int]] = []
-        total = 0
-        for plan in reversed(self._plans):
-            suffix = [total]
-            for request in reversed(plan.claim.requests):
-                total += min(
-                    0
-                    if alt.admin_access
-                    else len(plan.all_devices[alt.name])
-                    if alt.mode == "All"
-                    else alt.count
-                    for alt in request.alternatives
-                )
-                suffix.append(total)
-            needs.append(suffix[::-1])
-        return needs[::-1]
-
     def _short(self, claim_index: int, request_index: int, alt: DeviceRequest, slot: int) -> bool:
         """Whether this slot, the rest of its request and every later request need more devices than the
         node has left free: then no choice from here completes, and the search drops it at once."""
@@ -535,169 +452,24 @@ class Allocator:
         ]
         return needed > len(self._free) - self._taken
 
-    def _may_prune_by_supply(self) -> bool:
-        """Whether dropping choices by ``_short`` keeps upstream's answer: no device may serve two requests
-        (multi-allocatable devices), and nothing the dropped choices would have reached could fail the pod
-        (a selector, derived attribute or capacity error, counted as unlimited usable devices, or an All
-        request breaking a claim constraint). Asked once, when the search starts backtracking."""
-        if any(self._multi(c.device) for c in self._candidates):
-            return False
-        for plan in self._plans:
-            for request in plan.claim.requests:
-                for alt in request.alternatives:
-                    if alt.mode == "All":
-                        if plan.constraints:
-                            return False
-                    elif self._usable_counts(plan.claim, alt)[0] >= _UNLIMITED:
-                        return False
-        return True
-
-    def _devices_fall_short(self) -> bool:
-        """Whether the requests of all claims together need more distinct devices than they might take
-        (``allocator.supply``). A request with several alternatives needs the fewest any of them asks for,
-        from any of their devices; adminAccess requests are left out, as they may share a device."""
-        demands: list[tuple[int, set[DeviceID]]] = []
-        shareable: set[DeviceID] = set()
-        for plan in self._plans:
-            for request in plan.claim.requests:
-                if any(alt.admin_access for alt in request.alternatives):
-                    continue
-                devices: set[DeviceID] = set()
-                needed = _UNLIMITED
-                for alt in request.alternatives:
-                    if alt.mode == "All":
-                        usable = [c.device for c in plan.all_devices[alt.name]]
-                        needed = min(needed, len(usable))
-                    else:
-                        usable = [c.device for _, c in self._usable_candidates(plan.claim, alt)]
-                        needed = min(needed, alt.count)
-                    devices.update(d.id for d in usable)
-                    shareable.update(d.id for d in usable if self._multi(d))
-                demands.append((needed, devices))
-        return falls_short(demands, shareable)
-
-    def _constraint_unsatisfiable(self, claim: Claim, constraint: Constraint) -> bool:
-        """Whether the devices the constraint's requests might take cannot give them all their devices under
-        it: ``distinctAttribute`` needs as many different values as devices, ``matchAttribute`` as many
-        devices with one value (a device without the attribute never joins). Scalar values only; an ``All``
-        request or a list value leaves the question open, and so does ``matchAttribute`` over a device one
-        claim may take twice (shares). A request deriving the constrained attribute is left out: its values
-        are not known before the search, and the constraint over the other requests must hold anyway."""
-        name = constraint.distinct_attribute or constraint.match_attribute
-        needed = 0
-        usable: dict[int, Candidate] = {}
-        for request in claim.requests:
-            alternatives = [alt for alt in request.alternatives if constraint.applies_to(alt)]
-            if not alternatives:
-                continue
-            if any(alt.mode == "All" for alt in alternatives):
-                return False
-            if any(d.name == name for alt in alternatives for d in alt.derived_attributes):
-                continue
-            # A firstAvailable request may take a subrequest the constraint does not name: then it needs none.
-            needed += min(alt.count if constraint.applies_to(alt) else 0 for alt in request.alternatives)
-            for alt in alternatives:
-                usable.update(self._usable_candidates(claim, alt))
-        per_value: dict[tuple[type, object], int] = defaultdict(int)
-        for candidate in usable.values():
-            value = candidate.device.attribute(name)
-            if isinstance(value, tuple):
-                return False
-            if value is not None:
-                if constraint.match_attribute and self._multi(candidate.device):
-                    return False
-                per_value[(type(value), value)] += 1
-        if constraint.distinct_attribute:
-            return needed > len(per_value)
-        return needed > max(per_value.values(), default=0)
-
-    def _usable_candidates(self, claim: Claim, alt: DeviceRequest) -> list[tuple[int, Candidate]]:
-        """(index, candidate) of every candidate ``alt`` might take (``_usable_counts`` steps there)."""
-        counts = self._usable_counts(claim, alt)
-        return [(i, c) for i, c in enumerate(self._candidates) if counts[i] != counts[i + 1]]
-
-    def _usable_counts(self, claim: Claim, alt: DeviceRequest) -> list[int]:
-        """For each candidate index, how many candidates from there on ``alt`` might take: an upper bound
-        (devices placed during the search are not subtracted), so pruning on it never drops a solution.
-        A device whose selectors fail with an error counts as unlimited: the search must still reach it,
-        because upstream raises the error there."""
-        counts = self._usable_after.get(id(alt))
-        if counts is not None:
-            return counts
-        counts = [0] * (len(self._candidates) + 1)
-        for index in range(len(self._candidates) - 1, -1, -1):
-            candidate = self._candidates[index]
-            counts[index] = counts[index + 1] + self._might_use(claim, alt, candidate)
-        self._usable_after[id(alt)] = counts
-        return counts
-
-    def _might_use(self, claim: Claim, alt: DeviceRequest, candidate: Candidate) -> int:
-        """1 if ``alt`` might take the candidate, 0 if never, ``_UNLIMITED`` if its selectors fail."""
-        if not candidate.pool.usable:
-            return 0
-        if not alt.admin_access and self._allocated_elsewhere(candidate.device):
-            return 0
-        try:
-            if not self._is_selectable(claim, alt, candidate):
-                return 0
-            if self.gates.DRAConsumableCapacity and self._consumption(claim, alt, candidate.device) is None:
-                return 0  # its capacity can never hold the request, whatever its shares
-            # A derived attribute failing here fails the pod if the search places the device: reach it.
-            values = request_derived_values(self.selectors, claim, alt, candidate.device)
-            for name in values:
-                values[name]
-        except (CELError, CapacityRequestError):
-            return _UNLIMITED
-        return 1
-
-    # --- per-device checks ------------------------------------------------------------------------
-
-    def _multi(self, device: Device) -> bool:
-        return self.gates.DRAConsumableCapacity and device.allow_multiple_allocations
+    # --- per-device checks (``allocator.devicerules``) ----------------------------------------------
 
     def _in_use(self, claim_index: int, alt: DeviceRequest, device: Device) -> bool:
         picked_by = self._allocating.get(device.id)
         if alt.admin_access:
-            return bool(picked_by) and claim_index in picked_by
+            return picked_by is not None and claim_index in picked_by
         # Upstream's deviceInUse, checked before any selector: a multi-allocatable device taken by a result
-        # without shareID is in use too (its shares are limited by capacity, checked later). With
-        # DRAConsumableCapacity off the scheduler counts every share as a dedicated allocation.
-        return bool(picked_by) or self._allocated_elsewhere(device)
-
-    def _allocated_elsewhere(self, device: Device) -> bool:
-        """In use by claims already allocated (upstream ``AllocatedDevices``)."""
-        inventory = self.inventory
-        return inventory.is_exclusively_allocated(device.id) or (
-            not self.gates.DRAConsumableCapacity and inventory.is_allocated(device.id)
-        )
+        # without shareID is in use too (its shares are limited by capacity, checked later).
+        return bool(picked_by) or self._rules.allocated_elsewhere(device)
 
     def _is_selectable(self, claim: Claim, alt: DeviceRequest, candidate: Candidate) -> bool:
         device = candidate.device
         key = (id(alt), id(device))
         result = self._selectable.get(key)
         if result is None:
-            result = self._selectable[key] = self._evaluate_selectors(claim, alt, candidate.device)
-        return result and self._on_node(candidate)
-
-    def _on_node(self, candidate: Candidate) -> bool:
-        """Per-device node selection, checked after the selectors (upstream ``isSelectable``)."""
-        return not candidate.slice.per_device_node_selection or device_on_node(candidate.device, self._node)
-
-    def _evaluate_selectors(self, claim: Claim, alt: DeviceRequest, device: Device) -> bool:
-        # kube-scheduler enables them only with both gates (its DeviceBindingAndStatus feature).
-        if device.binding_conditions and not (
-            self.gates.DRADeviceBindingConditions and self.gates.DRAResourceClaimDeviceStatus
-        ):
-            return False
-        device_class: DeviceClass = self.inventory.device_class(alt.class_name)  # type: ignore[assignment]
-        # Class selectors come from the class-match index (evaluated when slices/classes arrived).
-        if not self.inventory.class_matches(device_class, device, self.selectors):
-            return False
-        owner = f"claim {claim.key}"
-        for i, expression in enumerate(alt.selectors):
-            if not self.selectors.matches(expression, device, owner, i):
-                return False
-        return True
+            result = self._selectable[key] = self._rules.selectable(claim, alt, device)
+        # Per-device node selection comes after the selectors (upstream ``isSelectable``).
+        return result and on_node(candidate.slice, device, self._node)
 
     def _capacity_consumption(
         self, claim: Claim, device: Device, alt: DeviceRequest
@@ -706,26 +478,11 @@ class Allocator:
         Raises CapacityRequestError (fatal) before any other capacity check, as upstream."""
         if not self.gates.DRAConsumableCapacity:
             return {}
-        consumption = self._consumption(claim, alt, device)
-        if consumption is None:
+        rules = self._rules
+        consumption = rules.consumption(claim, alt, device)
+        pending = self._capacity.get(device.id, _NOTHING)
+        if rules.capacity(alt, device, consumption, pending) is not None:
             return None
-        inventory = self.inventory
-        if (
-            not device.allow_multiple_allocations
-            and inventory.is_allocated(device.id)
-            and not inventory.is_exclusively_allocated(device.id)
-        ):
-            return None  # has shares but is no longer multi-allocatable
-        if device.allow_multiple_allocations:
-            # An allocation without shareID keeps the device from other requests ("in use"), not from
-            # adminAccess ones, which get a share beside it (upstream checks only the shares' capacity).
-            if inventory.is_exclusively_allocated(device.id) and not alt.admin_access:
-                return None
-            used = inventory.consumed_capacity(device.id)
-            pending = self._capacity.get(device.id, {})
-            for name, amount in consumption.items():
-                if used.get(name, 0) + pending.get(name, 0) + amount > device.capacity[name].value.value:
-                    return None
         return consumption
 
     def _allocate_device(
@@ -742,26 +499,23 @@ class Allocator:
         against the current shares (None: computed here)."""
         device = candidate.device
         plan = self._plans[claim_index]
-        undos: list[Callable[[], None]] = []
+        undos: list[Callable[[], object]] = []
 
         def undo_all() -> None:
             for u in reversed(undos):
                 u()
 
-        if not allocatable_on(candidate.slice, self._node, self.gates):
+        rules = self._rules
+        if rules.node_operations(candidate.slice) is not None:
             return None
         if device.consumes_counters:
-            if not self.gates.DRAPartitionableDevices:
-                return None
-            counter_undo = self._take_counters(candidate)
+            counter_undo = self._ledger.take(candidate.pool, device, self._shares[device.id])
             if counter_undo is None:
                 return None
             undos.append(counter_undo)
-        if self.gates.DRADeviceTaints:
-            for taint in self.inventory.taints(device):
-                if taint.blocks_allocation and not any(t.tolerates(taint) for t in alt.tolerations):
-                    undo_all()
-                    return None
+        if rules.taints(alt, candidate.slice, device) is not None:
+            undo_all()
+            return None
         derived = request_derived_values(self.selectors, plan.claim, alt, device)
         for state in plan.constraints:
             if not state.add(alt, device, derived):
@@ -773,9 +527,9 @@ class Allocator:
                         "be satisfied"
                     )
                 return None
-            undos.append(lambda s=state: s.remove(alt, device))
+            undos.append(partial(state.remove, alt, device))
         share_id, consumed = "", None
-        if self._multi(device):
+        if self._rules.multi(device):
             consumed = (
                 consumption
                 if consumption is not None
@@ -816,61 +570,6 @@ class Allocator:
             self._taken -= counted
 
         return undo
-
-    def _take_counters(self, candidate: Candidate) -> Callable[[], None] | None:
-        """Add the device's counter consumption to its pool and check every counter stays >= 0 (§11)."""
-        device, pool = candidate.device, candidate.pool
-        # Counters are consumed once, by the device's first share; an allocation without shareID is no
-        # share, so a share beside it (adminAccess) consumes them again, as upstream's deviceCapacityInUse.
-        if self._multi(device) and (self.inventory.is_shared(device.id) or self._shares[device.id]):
-            return lambda: None
-        groups_undo = (
-            self._join_compatibility_groups(candidate) if self.gates.DRADeviceCompatibilityGroups else _noop
-        )
-        if groups_undo is None:
-            return None
-        available = self._counters.get(pool.id)
-        if available is None:
-            available = self._counters[pool.id] = counters_left(self.inventory, pool)
-        for consumption in device.consumes_counters:
-            counters = available[consumption.counter_set]
-            for name, amount in consumption.counters.items():
-                counters[name] -= amount.value
-
-        def undo() -> None:
-            for consumption in device.consumes_counters:
-                for name, amount in consumption.counters.items():
-                    available[consumption.counter_set][name] += amount.value
-            groups_undo()
-
-        if any(v < 0 for counters in available.values() for v in counters.values()):
-            undo()
-            return None
-        return undo
-
-    def _join_compatibility_groups(self, candidate: Candidate) -> Callable[[], None] | None:
-        """Fold the device's compatibility groups into each counter set it draws on, if every set admits it
-        (``CompatibilityGroups``); returns the undo, or None when some set's devices are incompatible."""
-        pool = candidate.pool
-        joined = self._groups.get(pool.id)
-        if joined is None:
-            joined = self._groups[pool.id] = groups_in_use(self.inventory, pool)
-        before = {c.counter_set: joined.get(c.counter_set) for c in candidate.device.consumes_counters}
-        for consumption in candidate.device.consumes_counters:
-            current = joined.get(consumption.counter_set)
-            if current is not None and not current.admits(consumption.compatibility_groups):
-                joined.update(before)
-                return None
-            joined[consumption.counter_set] = GroupIntersection.of(current, consumption.compatibility_groups)
-
-        def undo() -> None:
-            joined.update(before)
-
-        return undo
-
-
-def _noop() -> None:
-    pass
 
 
 def _undo(undos: list[Callable[[], None]]) -> None:

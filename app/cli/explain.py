@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from allocator.explain import STAGE_TITLES, STAGES
+from allocator.funnel import STAGE_TITLES, STAGES
 from app.cli.output import Output, Table, add_output_flag, positive_int, write_document
 from app.cli.runtime import EXIT_OK, EXIT_USAGE
 from app.config.settings import DEFAULT_MAX_BODY_BYTES

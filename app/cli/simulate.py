@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from allocator.alignment import node_topology
+from allocator.classusage import class_usage
 from allocator.errors import AllocatorError
-from allocator.explain import class_usage
 from app.cli.output import Output, Table, write_document
 from app.cli.progress import progress_bar
 from app.cli.runtime import EXIT_OK, Runtime, StartupError

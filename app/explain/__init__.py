@@ -2,5 +2,5 @@
 
 Read-only views of the scheduling service's state, served over HTTP (``app.http``) and printed by the CLI
 (``app.cli``): per node the verdict filter would give, the device funnel of every request
-(``allocator.explain``) and the allocation that would be chosen with its score.
+(``allocator.funnel``) and the allocation that would be chosen with its score.
 """

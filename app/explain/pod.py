@@ -5,7 +5,7 @@ Served at ``/api/v1/namespaces/{ns}/pods/{name}/explain`` and ``POST /api/v1/exp
 
 Per node an explanation gives the verdict filter would give (``fits``, ``does-not-fit``,
 ``unresolvable``, ``error``) with its reason, per claim and request alternative the device funnel of
-``allocator.explain`` (in pools → class selectors → request selectors → taints → not in use → counters /
+``allocator.funnel`` (in pools → class selectors → request selectors → taints → not in use → counters /
 capacity → constraints, with named rejected devices and the rule), and for nodes that fit the allocation
 the device-selection policy would choose and its score broken down (``allocator.decide.allocate``).
 
@@ -27,7 +27,7 @@ import orjson
 from allocator.cel.limits import claim_cost_problems
 from allocator.decide import NoFit, Policy, allocate
 from allocator.errors import AllocatorError
-from allocator.explain import (
+from allocator.funnel import (
     RequestFunnel,
     claim_funnels,
     node_devices,

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from allocator.cel import Version
-from allocator.explain import (
-    class_usage,
+from allocator.classusage import class_usage
+from allocator.funnel import (
     counters_left,
     node_devices,
     taint_source,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from allocator.classusage import class_usage
 from allocator.derived import ClusterAttribute, ClusterDerivation
 from allocator.diagnose import diagnose
-from allocator.explain import STAGES, claim_funnels, class_usage, request_funnel
 from allocator.features import FeatureGates
+from allocator.funnel import STAGES, claim_funnels, request_funnel
 from allocator.model import Claim
 from tests.allocator.builders import (
     CLASS_A,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from allocator.diagnose import diagnose
-from allocator.explain import claim_funnels
 from allocator.features import FeatureGates
+from allocator.funnel import claim_funnels
 from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, picked, request, slice_
 
 PARTITIONABLE_OFF = FeatureGates(DRAPartitionableDevices=False)

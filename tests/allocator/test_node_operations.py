@@ -12,8 +12,8 @@ import pytest
 
 from allocator.counting import Verdict, verdict
 from allocator.errors import InvalidInputError
-from allocator.explain import request_funnel
 from allocator.features import FeatureGates, parse_feature_gates
+from allocator.funnel import request_funnel
 from allocator.model import parse_resource_slice
 from allocator.nodeselector import Node
 from app.state.cluster import node_from_api

@@ -1,60 +1,54 @@
 """Why a request can or cannot get devices on a node: the device funnel, stage by stage.
 
 For one request alternative (an ``exactly`` request or one ``firstAvailable`` subrequest) on one node,
-every device the node sees goes through the same rules the search applies (allocator-semantics §5-§12),
-grouped into stages in this order::
+every device the node sees goes through the rules the search applies (``allocator.devicerules``, the one
+definition both ask; allocator-semantics §5-§12), grouped into stages in this order::
 
     in_pools            devices of complete, valid pools visible from the node
-    class_selectors     DeviceClass selectors, the DRADeviceBindingConditions gate, optional node operations
-                        (``allocator.nodeoperations``), cluster-wide derived attributes that failed on
-                        the device
+    class_selectors     DeviceClass selectors, binding conditions (DRADeviceBindingConditions and
+                        DRAResourceClaimDeviceStatus), optional node operations (``allocator.nodeoperations``)
     request_selectors   the request's own selectors
     tolerations         NoSchedule / NoExecute taints (the device's own and DeviceTaintRules) tolerated
     not_in_use          not allocated to another claim, not reserved by a bind in flight
-    counters_capacity   shared counters left in the pool, consumable capacity (KEP-4815, KEP-5075)
+    counters_capacity   shared counters left in the pool and compatibility groups, consumable capacity
+                        (KEP-4815, KEP-5963, KEP-5075)
     constraints         the claim's matchAttribute / distinctAttribute constraints covering the request
 
 Each stage keeps the number of devices still usable and a few named examples of devices it removed, with
 the rule (``rule``, a short stable identifier) and a sentence (``message``). Device checks never raise: a
 CEL error on a device is reported as that device's rejection (the search itself treats it as fatal).
 Stages are computed per device and independently of the other requests, except ``constraints`` which
-looks at the devices every covered request has left; the counts are therefore upper bounds of what the
-search can use, and the search's verdict is authoritative.
+looks at the devices every covered request has left: after the per-device stages the count is exactly the
+devices the search could pick for the request alone; after ``constraints`` an upper bound of what it can
+use, and the search's verdict is authoritative.
 
-The same checks serve ``allocator.diagnose`` (the one-line no-fit reason of filter), the aligned device
-selection (``allocator.alignment``: which devices a pod could use), the explanation endpoints and the
-utilisation summary (``class_usage``).
-
-One module, about 800 lines: the funnel's stages are the search's per-device checks in the search's order
-(``DeviceChecker``) plus the constraint stage; diagnose, counting, alignment and the explanations read these
-same stages, which must not drift apart.
+The same checks serve ``allocator.diagnose`` (the one-line no-fit reason of filter), ``allocator.counting``,
+the aligned device selection (``allocator.alignment``: which devices a pod could use), the explanation
+endpoints and the utilisation summary (``allocator.classusage``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
-from allocator.capacity import capacity_consumption
 from allocator.cel import AttributeValue, Version
 from allocator.constraints import lookup_attribute
+from allocator.counterledger import CounterLedger
 from allocator.derived import NO_DERIVED_VALUES, request_derived_values
+from allocator.devicerules import DeviceRules, Refusal, device_label, on_node, taint_source
 from allocator.errors import CapacityRequestError, CELError
 from allocator.inventory import Inventory, counters_left
-from allocator.model import Claim, Constraint, Device, DeviceRequest, ResourceSlice, Taint
-from allocator.nodeoperations import DECLARED_FEATURE, allocatable_on
+from allocator.model import Claim, Constraint, Device, DeviceRequest, ResourceSlice
 from allocator.nodeselector import Node
-from allocator.pools import PoolView, device_on_node
-from allocator.quantity import format_like
+from allocator.pools import PoolView
 from allocator.selectors import SelectorCache
 
 __all__ = [
     "EXAMPLES_PER_STAGE",
     "STAGES",
     "STAGE_TITLES",
-    "ClassUsage",
     "DeviceChecker",
     "NodeDevice",
     "Rejection",
@@ -62,7 +56,6 @@ __all__ = [
     "Stage",
     "claim_funnels",
     "class_matches",
-    "class_usage",
     "counters_left",
     "device_label",
     "node_devices",
@@ -109,7 +102,12 @@ class Rejection:
     """``driver/pool/device``."""
     stage: str
     rule: str
-    message: str
+    why: Refusal | str
+    """The sentence, or the rule's refusal that writes it when read (most rejections are only counted)."""
+
+    @property
+    def message(self) -> str:
+        return self.why if isinstance(self.why, str) else self.why.message
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,20 +168,6 @@ class RequestFunnel:
 # --- per-device checks ------------------------------------------------------------------------------------
 
 
-def device_label(device: Device) -> str:
-    return f"{device.driver}/{device.pool}/{device.name}"
-
-
-def taint_source(taint: Taint, slice_name: str) -> str:
-    """Where a taint comes from: ``DeviceTaintRule <name>`` or ``ResourceSlice <name>``."""
-    return taint.source or f"ResourceSlice {slice_name}"
-
-
-def _taint_text(taint: Taint) -> str:
-    value = f"={taint.value}" if taint.value else ""
-    return f"{taint.key}{value}:{taint.effect}"
-
-
 @dataclass(frozen=True, slots=True)
 class NodeDevice:
     """A device as the node sees it: its pool view and the slice it was published in."""
@@ -194,13 +178,13 @@ class NodeDevice:
 
 
 def node_devices(inventory: Inventory, node: Node) -> Iterator[NodeDevice]:
-    """Every device visible from ``node`` in search order, usable pools or not."""
+    """Every device visible from ``node`` in search order, usable pools or not (per-device node selection,
+    ``allocator.devicerules.on_node``, leaves out the devices of other nodes)."""
     for pool in inventory.pools_for(node):
         for slice_ in pool.slices:
             for device in slice_.devices:
-                if slice_.per_device_node_selection and not device_on_node(device, node):
-                    continue
-                yield NodeDevice(pool, slice_, device)
+                if on_node(slice_, device, node):
+                    yield NodeDevice(pool, slice_, device)
 
 
 def class_matches(selectors: SelectorCache, inventory: Inventory, class_name: str, device: Device) -> bool:
@@ -214,221 +198,75 @@ def class_matches(selectors: SelectorCache, inventory: Inventory, class_name: st
         return False
 
 
-def _selector_rejection(
-    selectors: SelectorCache,
-    expressions: Sequence[str],
-    device: Device,
-    owner: str,
-    stage: str,
-    rule: str,
-) -> Rejection | None:
-    for i, expression in enumerate(expressions):
-        try:
-            if not selectors.matches(expression, device, owner, i):
-                return Rejection(
-                    device_label(device), stage, rule, f"{owner}: selector #{i} is false: {expression}"
-                )
-        except CELError as e:
-            return Rejection(device_label(device), stage, "cel-error", str(e))
-    return None
-
-
-def _capacity_rejection(inventory: Inventory, device: Device, alt: DeviceRequest) -> Rejection | None:
-    label = device_label(device)
-    try:
-        consumption = capacity_consumption(
-            device, alt.capacity_requests, inventory.gates.DRAFractionalCapacityRange
-        )
-    except CapacityRequestError as e:
-        return Rejection(label, "counters_capacity", "capacity-error", str(e))
-    if (
-        not device.allow_multiple_allocations
-        and inventory.is_allocated(device.id)
-        and not inventory.is_exclusively_allocated(device.id)
-    ):
-        return Rejection(
-            label,
-            "counters_capacity",
-            "capacity",
-            "device has shares allocated but no longer allows multiple allocations",
-        )
-    if consumption is None:
-        missing = [
-            name
-            for name in alt.capacity_requests
-            if name not in device.capacity and name.rpartition("/")[2] not in device.capacity
-        ]
-        if missing:
-            text = f"device has no capacity {', '.join(sorted(missing))}"
-        else:
-            wanted = ", ".join(f"{k}={q.text}" for k, q in sorted(alt.capacity_requests.items()))
-            text = f"requested capacity {wanted} does not fit the device's capacity or request policy"
-        return Rejection(label, "counters_capacity", "capacity", text)
-    if device.allow_multiple_allocations:
-        if inventory.is_exclusively_allocated(device.id):
-            return Rejection(label, "counters_capacity", "capacity", "device is allocated exclusively")
-        used = inventory.consumed_capacity(device.id)
-        for name, amount in sorted(consumption.items()):
-            total = device.capacity[name].value
-            left = total.value - used.get(name, Fraction(0))
-            if amount > left:
-                return Rejection(
-                    label,
-                    "counters_capacity",
-                    "capacity",
-                    f"capacity {name}: needs {format_like(amount, total)}, "
-                    f"{format_like(max(left, Fraction(0)), total)} of {total.text} left",
-                )
-    return None
-
-
-def _counter_rejection(
-    inventory: Inventory, pool: PoolView, device: Device, left: Mapping[str, Mapping[str, Fraction]]
-) -> Rejection | None:
-    if device.allow_multiple_allocations and inventory.is_shared(device.id):
-        return None  # counters are consumed once, by the device's first share
-    for consumption in device.consumes_counters:
-        available = left.get(consumption.counter_set, {})
-        for name, amount in sorted(consumption.counters.items()):
-            have = available.get(name, Fraction(0))
-            if amount.value > have:
-                return Rejection(
-                    device_label(device),
-                    "counters_capacity",
-                    "counters",
-                    f"counter set {consumption.counter_set}: {name} needs {amount.text}, "
-                    f"{format_like(max(have, Fraction(0)), amount)} left in pool {pool.pool}",
-                )
-    return None
-
-
 class DeviceChecker:
-    """Per-device checks against one inventory snapshot; counters left per pool are computed once, so
-    use one checker per decision (not across inventory changes)."""
+    """The device rules (``allocator.devicerules``) in the funnel's stage order, for one inventory
+    snapshot: counters and compatibility groups per pool are computed once, so use one checker per
+    decision (not across inventory changes)."""
 
     def __init__(self, inventory: Inventory, selectors: SelectorCache, node: Node) -> None:
         self.inventory = inventory
-        self.selectors = selectors
-        self.node = node
-        self.gates = inventory.gates
-        self._counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
+        self.rules = DeviceRules(inventory, selectors, node)
+        self._ledger = CounterLedger(self.rules)
 
     def in_use(self, alt: DeviceRequest, device: Device) -> bool:
-        """The ``not_in_use`` rule: another claim holds the device exclusively (adminAccess requests and
-        shares of multi-allocatable devices are not kept out by that)."""
-        if alt.admin_access or (self.gates.DRAConsumableCapacity and device.allow_multiple_allocations):
-            return False
-        return self.inventory.is_exclusively_allocated(device.id)
-
-    def _node_operations(self, slice_name: str) -> str:
-        if not self.gates.DRAOptionalNodeOperations:
-            why = f"the {DECLARED_FEATURE} feature is disabled"
-        else:
-            why = f"node {self.node.name} does not declare {DECLARED_FEATURE}"
-        return f"slice {slice_name} skips node operations and {why}"
+        """The ``not_in_use`` rule: another claim holds the device."""
+        return self.rules.held(alt, device)
 
     def check(
         self, claim: Claim, alt: DeviceRequest, nd: NodeDevice, *, last: str = "counters_capacity"
     ) -> Rejection | None:
         """The first rule rejecting the device, checking the stages up to ``last`` (inclusive)."""
-        pool, device = nd.pool, nd.device
-        label = device_label(device)
-        gates, inventory = self.gates, self.inventory
-        if pool.incomplete:
-            return Rejection(label, "in_pools", "pool-incomplete", f"pool {pool.pool} is incomplete")
-        if pool.invalid:
-            return Rejection(
-                label, "in_pools", "pool-invalid", f"pool {pool.pool} is invalid: {pool.invalid}"
-            )
-        if last == "in_pools":
+        found = self._refusal(claim, alt, nd, STAGES.index(last))
+        if found is None:
             return None
-        device_class = inventory.device_class(alt.class_name)
-        if device_class is None:
-            return Rejection(
-                label, "class_selectors", "class-missing", f"DeviceClass {alt.class_name} not found"
-            )
-        if device.binding_conditions and not gates.DRADeviceBindingConditions:
-            return Rejection(
-                label,
-                "class_selectors",
-                "binding-conditions",
-                "device has binding conditions and the DRADeviceBindingConditions feature is disabled",
-            )
-        if not allocatable_on(nd.slice, self.node, gates):
-            return Rejection(
-                label, "class_selectors", "node-operations", self._node_operations(nd.slice.name)
-            )
-        # The class-match index answers without evaluating CEL; only a rejected device is looked at
-        # selector by selector, to name the selector that said no.
-        try:
-            admitted = inventory.class_matches(device_class, device, self.selectors)
-        except CELError as e:
-            return Rejection(label, "class_selectors", "cel-error", str(e))
-        if not admitted and len(device_class.selectors) == 1:
-            owner = f"class {device_class.name}"
-            return Rejection(
-                label,
-                "class_selectors",
-                "class-selector",
-                f"{owner}: selector #0 is false: {device_class.selectors[0]}",
-            )
-        if not admitted:
-            found = _selector_rejection(
-                self.selectors,
-                device_class.selectors,
-                device,
-                f"class {device_class.name}",
-                "class_selectors",
-                "class-selector",
-            )
-            if found is not None:
-                return found
-        if last == "class_selectors":
-            return None
-        found = _selector_rejection(
-            self.selectors,
-            alt.selectors,
-            device,
-            f"claim {claim.key}",
-            "request_selectors",
-            "request-selector",
-        )
-        if found is not None or last == "request_selectors":
+        if isinstance(found, Rejection):
             return found
-        if gates.DRADeviceTaints:
-            for taint in inventory.taints(device):
-                if taint.blocks_allocation and not any(t.tolerates(taint) for t in alt.tolerations):
-                    return Rejection(
-                        label,
-                        "tolerations",
-                        "taint",
-                        f"taint {_taint_text(taint)} from {taint_source(taint, nd.slice.name)} "
-                        "is not tolerated",
-                    )
-        if last == "tolerations":
-            return None
-        if self.in_use(alt, device):
-            holders = ", ".join(inventory.holders(device.id)) or "another claim"
-            return Rejection(label, "not_in_use", "in-use", f"allocated to {holders}")
-        if last == "not_in_use":
-            return None
+        return Rejection(device_label(nd.device), found.stage, found.rule, found)
+
+    def _refusal(
+        self, claim: Claim, alt: DeviceRequest, nd: NodeDevice, last: int
+    ) -> Refusal | Rejection | None:
+        rules, pool, device = self.rules, nd.pool, nd.device
+        found = rules.pool(pool)
+        if found is not None or last == 0:
+            return found
+        found = rules.node_operations(nd.slice)
+        if found is None:
+            try:
+                found = rules.device_class(alt, device)
+            except CELError as e:
+                return Rejection(device_label(device), "class_selectors", "cel-error", str(e))
+        if found is not None or last == 1:
+            return found
+        try:
+            found = rules.request_selectors(claim, alt, device)
+        except CELError as e:
+            return Rejection(device_label(device), "request_selectors", "cel-error", str(e))
+        if found is not None or last == 2:
+            return found
+        found = rules.taints(alt, nd.slice, device)
+        if found is not None or last == 3:
+            return found
+        found = rules.in_use(alt, device)
+        if found is not None or last == 4:
+            return found
+        return self._counters_capacity(claim, alt, nd)
+
+    def _counters_capacity(
+        self, claim: Claim, alt: DeviceRequest, nd: NodeDevice
+    ) -> Refusal | Rejection | None:
+        rules, device = self.rules, nd.device
         if device.consumes_counters:
-            if not gates.DRAPartitionableDevices:
-                return Rejection(
-                    label,
-                    "counters_capacity",
-                    "partitionable-disabled",
-                    "device consumes counters and the DRAPartitionableDevices feature is disabled",
-                )
-            left = self._counters.get(pool.id)
-            if left is None:
-                left = self._counters[pool.id] = counters_left(inventory, pool)
-            found = _counter_rejection(inventory, pool, device, left)
+            found = self._ledger.refusal(nd.pool, device)
             if found is not None:
                 return found
-        if gates.DRAConsumableCapacity:
-            return _capacity_rejection(inventory, device, alt)
-        return None
+        if not rules.gates.DRAConsumableCapacity:
+            return None
+        try:
+            consumption = rules.consumption(claim, alt, device)
+        except CapacityRequestError as e:
+            return Rejection(device_label(device), "counters_capacity", "capacity-error", str(e))
+        return rules.capacity(alt, device, consumption)
 
 
 # --- funnels ----------------------------------------------------------------------------------------------
@@ -691,7 +529,7 @@ def _distinct(
     removed: list[Rejection],
 ) -> list[Device]:
     seen: dict[_Key, Device] = {}
-    kept = []
+    kept: list[Device] = []
     for device, value, keys in with_value:
         if keys[0][0] is _Alone and kept:
             why = _list_gate_off(name, value, "is distinct only as the first device")
@@ -712,74 +550,3 @@ def _distinct(
             seen[key] = device
         kept.append(device)
     return kept
-
-
-# --- utilisation --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ClassUsage:
-    """Devices of one DeviceClass on one node: how many, how many in use, and how fragmented the rest is.
-
-    ``groups_free`` / ``groups_total``: aligned groups (NUMA nodes, or PCIe roots when no NUMA is
-    published) whose devices of the class are all free. ``largest_free_group``: free devices of the
-    class on the best single NUMA node (or root); 0 when the devices publish no topology."""
-
-    node: str
-    device_class: str
-    total: int
-    in_use: int
-    tainted: int
-    groups_total: int
-    groups_free: int
-    largest_free_group: int
-
-    @property
-    def free(self) -> int:
-        return self.total - self.in_use
-
-
-def class_usage(
-    inventory: Inventory,
-    selectors: SelectorCache,
-    node: Node,
-    group_of: Mapping[str, object] | None = None,
-    classes: Iterable[str] | None = None,
-) -> list[ClassUsage]:
-    """Per DeviceClass with at least one device on ``node`` (or the given ``classes``), its usage.
-
-    ``group_of``: device label → aligned group key (``allocator.alignment.Topology.group``); without it
-    the fragmentation columns are zero."""
-    group_of = group_of or {}
-    names = list(classes) if classes is not None else sorted(c.name for c in inventory.device_classes())
-    devices = [nd for nd in node_devices(inventory, node) if nd.pool.usable]
-    usage = []
-    for name in names:
-        members = [nd.device for nd in devices if class_matches(selectors, inventory, name, nd.device)]
-        if not members:
-            continue
-        in_use = sum(1 for d in members if inventory.is_allocated(d.id))
-        tainted = (
-            sum(1 for d in members if any(t.blocks_allocation for t in inventory.taints(d)))
-            if inventory.gates.DRADeviceTaints
-            else 0
-        )
-        groups: dict[object, list[Device]] = defaultdict(list)
-        for d in members:
-            key = group_of.get(device_label(d))
-            if key is not None:
-                groups[key].append(d)
-        free_sizes = {k: sum(1 for d in g if not inventory.is_allocated(d.id)) for k, g in groups.items()}
-        usage.append(
-            ClassUsage(
-                node=node.name,
-                device_class=name,
-                total=len(members),
-                in_use=in_use,
-                tainted=tainted,
-                groups_total=len(groups),
-                groups_free=sum(1 for k, g in groups.items() if free_sizes[k] == len(g)),
-                largest_free_group=max(free_sizes.values(), default=0),
-            )
-        )
-    return usage
