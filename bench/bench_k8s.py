@@ -17,10 +17,11 @@ limit (``--qps``, burst twice that); the second table runs everything at its def
 50 QPS, burst 100, which the extender's client defaults to as well).
 
 ``--modes in-tree,extender,null`` adds the ceiling: the same kube-scheduler configuration calling
-``bench/nullextender`` (Go), which passes every node, scores 0 and binds at once without allocating, so
-its throughput is the most any extender can reach on this kube-scheduler. Only the components of the mode
-being measured run during its run (each run starts them afresh), so no idle scheduler or extender takes
-CPU from the other mode on a small machine."""
+``bench/nullextender`` (Go), which passes on as many nodes as the extender does (kube-scheduler's adaptive
+share, or ``--extender-nodes-to-score``) without looking at them, scores 0 and binds at once without
+allocating, so its throughput is the most any extender can reach on this kube-scheduler. Only the
+components of the mode being measured run during its run (each run starts them afresh), so no idle
+scheduler or extender takes CPU from the other mode on a small machine."""
 
 from __future__ import annotations
 
@@ -444,7 +445,8 @@ def _switch(plane: ControlPlane, mode: str, qps: float | None, args: argparse.Na
         plane.start_scheduler(with_extender=False, **common)
         return
     if mode == "null":
-        plane.start_null_extender(args.null_binary, qps=qps)
+        sampling = args.extender_nodes_to_score or 0  # the extender's default: adaptive
+        plane.start_null_extender(args.null_binary, f"--percentage-of-nodes-to-score={sampling}", qps=qps)
         plane.start_scheduler(nodes_to_score=args.nodes_to_score, extender="dra-extender-null", **common)
         return
     extra = []

@@ -1,7 +1,8 @@
 // Command nullextender is the fastest scheduler extender there can be, for `make bench-k8s --modes null`:
 // it speaks kube-scheduler's extender wire format (nodeCacheCapable: node names only) and does no work.
-// filter passes every node it is given, prioritize scores every node 0, bind creates the pod's Binding at
-// once (no claim is allocated). Run behind the same kube-scheduler configuration as the extender, its
+// filter passes the nodes it is given (as many as kube-scheduler would score, as the extender samples by
+// default: --percentage-of-nodes-to-score), prioritize scores every node 0, bind creates the pod's Binding
+// at once (no claim is allocated). Run behind the same kube-scheduler configuration as the extender, its
 // throughput is the ceiling of the extender path on that kube-scheduler: what kube-scheduler itself and
 // the HTTP round trips cost, with nothing of ours in them.
 package main
@@ -74,10 +75,11 @@ func (b *bucket) wait() {
 }
 
 type server struct {
-	api    string
-	token  string
-	client *http.Client
-	limit  *bucket
+	percentage int
+	api        string
+	token      string
+	client     *http.Client
+	limit      *bucket
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -93,7 +95,25 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, filterResult{Error: err.Error()})
 		return
 	}
+	if args.NodeNames != nil {
+		names := *args.NodeNames
+		names = names[:nodesToScore(s.percentage, len(names))]
+		args.NodeNames = &names
+	}
 	writeJSON(w, filterResult{NodeNames: args.NodeNames})
+}
+
+// nodesToScore is how many of n nodes kube-scheduler scores with percentageOfNodesToScore p (0: its
+// adaptive default, 50 % minus a point per 125 nodes, at least 5 %; never fewer than 100 nodes), the
+// number the extender passes on (app/scheduling/sampling.py).
+func nodesToScore(p, n int) int {
+	if n < 100 || p >= 100 {
+		return n
+	}
+	if p == 0 {
+		p = max(50-n/125, 5)
+	}
+	return max(n*p/100, 100)
 }
 
 func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
@@ -150,6 +170,7 @@ func main() {
 	tokenFile := flag.String("token-file", "", "file holding a bearer token allowed to create pods/binding")
 	qps := flag.Float64("qps", 50, "API client rate limit")
 	burst := flag.Int("burst", 100, "API client burst")
+	percentage := flag.Int("percentage-of-nodes-to-score", 0, "share of the nodes filter passes on (0: adaptive)")
 	flag.Parse()
 
 	ca, err := os.ReadFile(*caFile)
@@ -168,10 +189,11 @@ func main() {
 		MaxIdleConnsPerHost: 64,
 	}
 	s := &server{
-		api:    *api,
-		token:  string(bytes.TrimSpace(token)),
-		client: &http.Client{Transport: transport, Timeout: 30 * time.Second},
-		limit:  &bucket{qps: *qps, burst: float64(*burst), tokens: float64(*burst), last: time.Now()},
+		percentage: *percentage,
+		api:        *api,
+		token:      string(bytes.TrimSpace(token)),
+		client:     &http.Client{Transport: transport, Timeout: 30 * time.Second},
+		limit:      &bucket{qps: *qps, burst: float64(*burst), tokens: float64(*burst), last: time.Now()},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /scheduler/filter", s.filter)
