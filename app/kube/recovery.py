@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from app.config.settings import ClusterSettings
-from app.kube.binder import release_pod, without_finalizer
+from app.kube.claimbodies import release_pod, without_finalizer
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
@@ -185,10 +185,10 @@ class OrphanReleaser:
             self.settings.orphan_grace_period_seconds,
             extra={"claim": claim_key, "pod": pod_key},
         )
-        body = without_finalizer(claim) if deallocated else None
-        if body is not None:
+        unprotected = without_finalizer(claim) if deallocated else None
+        if unprotected is not None:
             try:
-                await self.client.replace(self.claims, body)
+                await self.client.replace(self.claims, unprotected)
             except KubeAPIError as e:
                 log.info(
                     "ResourceClaim %s: finalizer left for the resourceclaim controller: %s", claim_key, e
