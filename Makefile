@@ -142,7 +142,8 @@ bench-frag: $(STAMP)
 	$(BIN)/python -m bench.fragmentation $(BENCH_FRAG_ARGS)
 
 # kube-scheduler v1.37.2 with its in-tree DynamicResources plugin vs with the extender, on the e2e control
-# plane: pods/s and per-pod latency (BENCH_K8S_ARGS="--nodes 5000" for the large run). Prints one table.
+# plane: pods/s and per-pod latency (BENCH_K8S_ARGS="--nodes 5000" for the large run; "--modes
+# in-tree,extender,null" adds the ceiling, bench/nullextender built with go). Prints one table per API budget.
 bench-k8s: $(STAMP) e2e-bin
 	$(BIN)/python -m bench.bench_k8s $(BENCH_K8S_ARGS)
 

@@ -14,7 +14,14 @@ API budget: the in-tree plugin writes claims and bindings through kube-scheduler
 through its own; each client keeps to a token bucket (kube-scheduler's ``clientConnection.qps`` / ``burst``,
 the extender's ``--kube-api-qps`` / ``--kube-api-burst``). The headline table gives all three the same
 limit (``--qps``, burst twice that); the second table runs everything at its default (kube-scheduler's
-50 QPS, burst 100, which the extender's client defaults to as well)."""
+50 QPS, burst 100, which the extender's client defaults to as well).
+
+``--modes in-tree,extender,null`` adds the ceiling: the same kube-scheduler configuration calling
+``bench/nullextender`` (Go), which passes on as many nodes as the extender does (kube-scheduler's adaptive
+share, or ``--extender-nodes-to-score``) without looking at them, scores 0 and binds at once without
+allocating, so its throughput is the most any extender can reach on this kube-scheduler. Only the
+components of the mode being measured run during its run (each run starts them afresh), so no idle
+scheduler or extender takes CPU from the other mode on a small machine."""
 
 from __future__ import annotations
 
@@ -46,9 +53,19 @@ COMPONENTS = (
     "etcd",
     "kube-scheduler",
     "kube-scheduler-in-tree",
+    "kube-scheduler-null",
     "dra-extender",
+    "dra-extender-null",
     "kube-controller-manager",
 )
+MODE_COMPONENTS = {
+    "in-tree": ("kube-scheduler-in-tree",),
+    "extender": ("dra-extender", "kube-scheduler"),
+    "null": ("dra-extender-null", "kube-scheduler-null"),
+}
+"""What runs during a run of each mode (besides the control plane): the scheduler and its extender."""
+SCHEDULER_OF = {mode: names[-1] for mode, names in MODE_COMPONENTS.items()}
+NULL_EXTENDER_SRC = Path(__file__).with_name("nullextender")
 
 
 @dataclass
@@ -206,7 +223,7 @@ def _one_run(
     start = time.monotonic()
     profile = None
     if profile_seconds:
-        name = "kube-scheduler-in-tree" if mode == "in-tree" else "kube-scheduler"
+        name = SCHEDULER_OF[mode]
         path = RUN_DIR / "profiles" / f"{label}-{name}.pprof"
         profile = SchedulerProfile(plane.scheduler_urls[name], profile_seconds, path)
     with ThreadPoolExecutor(4) as pool:
@@ -251,7 +268,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def report(runs: list[Run], nodes: int, devices: int, target: str) -> str:
-    by_mode = {m: [r for r in runs if r.mode == m] for m in ("in-tree", "extender")}
+    """One table: the in-tree plugin, then each other mode measured and its ratio to the in-tree plugin."""
+    modes = [m for m in MODE_COMPONENTS if any(r.mode == m for r in runs)]
+    by_mode = {m: [r for r in runs if r.mode == m] for m in modes}
+    others = [m for m in modes if m != "in-tree"]
 
     def median_of(mode: str, measure: Callable[[Run], float]) -> float:
         return statistics.median(measure(r) for r in by_mode[mode])
@@ -262,27 +282,31 @@ def report(runs: list[Run], nodes: int, devices: int, target: str) -> str:
         ("latency p50", lambda r: percentile(r.latencies, 0.5), "s", False),
         ("latency p99", lambda r: percentile(r.latencies, 0.99), "s", False),
     ):
-        ours, theirs = median_of("extender", measure), median_of("in-tree", measure)
-        ratio = ours / theirs if higher_better else theirs / ours
-        rows.append(
-            [
-                f"{label} {nodes}x{devices}",
-                f"{ours:.2f}{unit}",
-                f"{theirs:.2f}{unit}",
-                f"{ratio:.2f}x",
-                target if higher_better else "",
-            ]
-        )
+        theirs = median_of("in-tree", measure)
+        row = [f"{label} {nodes}x{devices}", f"{theirs:.2f}{unit}"]
+        for mode in others:
+            ours = median_of(mode, measure)
+            ratio = ours / theirs if higher_better else theirs / ours
+            row += [f"{ours:.2f}{unit}", f"{ratio:.2f}x"]
+        rows.append([*row, target if higher_better else ""])
     for name in COMPONENTS:
-        ours = median_of("extender", lambda r: r.cpu.get(name, 0.0))  # noqa: B023 - evaluated at once
-        theirs = median_of("in-tree", lambda r: r.cpu.get(name, 0.0))  # noqa: B023
-        if ours or theirs:
-            rows.append([f"CPU s: {name}", f"{ours:.1f}", f"{theirs:.1f}", "", ""])
-    for verb in VERBS:
-        ms = median_of("extender", lambda r: r.answer_ms.get(verb, 0.0))  # noqa: B023
-        rows.append([f"extender answering {verb} (mean)", f"{ms:.1f} ms", "", "", ""])
-    headers = ["measure", "extender", "in-tree plugin", "ratio (>1: extender better)", "target"]
-    return table(headers, rows)
+        cells = [median_of(m, lambda r: r.cpu.get(name, 0.0)) for m in modes]  # noqa: B023 - at once
+        if any(cells):
+            row = [f"CPU s: {name}", f"{cells[0]:.1f}"]
+            for value in cells[1:]:
+                row += [f"{value:.1f}", ""]
+            rows.append([*row, ""])
+    if "extender" in others:
+        for verb in VERBS:
+            ms = median_of("extender", lambda r: r.answer_ms.get(verb, 0.0))  # noqa: B023
+            row = [f"extender answering {verb} (mean)", ""]
+            for mode in others:
+                row += [f"{ms:.1f} ms" if mode == "extender" else "", ""]
+            rows.append([*row, ""])
+    headers = ["measure", "in-tree plugin"]
+    for mode in others:
+        headers += [mode, f"{mode} / in-tree (>1: better)"]
+    return table([*headers, "target"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,6 +317,12 @@ def main(argv: list[str] | None = None) -> int:
         "--pods", type=int, default=0, help="pods per run (default: a quarter of the devices)"
     )
     parser.add_argument("--rounds", type=int, default=2, help="runs of each, alternating")
+    parser.add_argument(
+        "--modes",
+        default="in-tree,extender",
+        help="comma-separated, from in-tree, extender and null (bench/nullextender: the ceiling of any "
+        "extender on this kube-scheduler configuration); in-tree is always measured, as the baseline",
+    )
     parser.add_argument(
         "--qps",
         type=float,
@@ -339,31 +369,37 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pods = args.pods or args.nodes * args.devices // 4
     sampling = args.extender_nodes_to_score
+    modes = ["in-tree", *(m for m in MODE_COMPONENTS if m != "in-tree" and m in args.modes.split(","))]
     remove(RUN_DIR)
     plane = ControlPlane(RUN_DIR, build_binaries())
+    null_binary = _build_null_extender() if "null" in modes else None
     tables: list[tuple[str, list[Run]]] = []
     phases: list[float | None] = [args.qps, *([None] if args.default_qps else [])]
     try:
         plane.start()
         for phase, qps in enumerate(phases):
-            start_schedulers(
-                plane,
-                qps,
-                scheduler_v=args.scheduler_v,
-                profiling=bool(args.profile),
-                nodes_to_score=args.nodes_to_score,
-                extender_nodes_to_score=args.extender_nodes_to_score,
-            )
             runs: list[Run] = []
             for round_ in range(args.rounds):
-                order = ("in-tree", "extender") if round_ % 2 == 0 else ("extender", "in-tree")
+                # Alternate the order round by round, so no mode always runs first (on a fresh machine) or
+                # last.
+                order = modes if round_ % 2 == 0 else modes[::-1]
                 for mode in order:
                     label = f"p{phase}-r{round_}-{mode}"
-                    runs.append(
-                        _one_run(
-                            plane, mode, label, args.nodes, args.devices, pods, args.timeout, args.profile
-                        )
+                    stop_schedulers(plane)
+                    start_mode(
+                        plane,
+                        mode,
+                        qps,
+                        scheduler_v=args.scheduler_v,
+                        profiling=bool(args.profile),
+                        nodes_to_score=args.nodes_to_score,
+                        extender_nodes_to_score=args.extender_nodes_to_score,
+                        null_binary=null_binary,
                     )
+                    run = _one_run(
+                        plane, mode, label, args.nodes, args.devices, pods, args.timeout, args.profile
+                    )
+                    runs.append(run)
             tables.append((_budget(qps), runs))
     finally:
         plane.stop()
@@ -401,8 +437,27 @@ def _budget(qps: float | None) -> str:
     )
 
 
-def start_schedulers(
+def _build_null_extender() -> Path:
+    """``go build`` of ``bench/nullextender`` (standard library only) into the run's cache."""
+    binary = ROOT / ".cache" / "nullextender" / "nullextender"
+    go = shutil.which("go")
+    if go is None:
+        raise RuntimeError("--modes null needs go on PATH to build bench/nullextender")
+    subprocess.run([go, "build", "-o", str(binary), "."], cwd=NULL_EXTENDER_SRC, check=True)
+    return binary
+
+
+def stop_schedulers(plane: ControlPlane) -> None:
+    """Stop every mode's kube-scheduler and extender (``MODE_COMPONENTS``)."""
+    for names in MODE_COMPONENTS.values():
+        for name in names:
+            if name in plane.components:
+                plane.components[name].stop()
+
+
+def start_mode(
     plane: ControlPlane,
+    mode: str,
     qps: float | None,
     *,
     scheduler_v: int | None = None,
@@ -410,27 +465,30 @@ def start_schedulers(
     nodes_to_score: int | None = None,
     extender_nodes_to_score: int | None = None,
     claim_gate: bool = False,
+    null_binary: Path | None = None,
 ) -> None:
-    """(Re)start the extender and both kube-schedulers with API rate limit ``qps`` (burst twice that;
-    None: each one's default); the other arguments as ``bench_k8s``'s flags of the same names say, and
-    ``claim_gate`` as ``ControlPlane.start_scheduler``'s."""
-    for name in ("kube-scheduler", "kube-scheduler-in-tree", "dra-extender"):
-        if name in plane.components:
-            plane.components[name].stop()
+    """Start ``mode``'s kube-scheduler and extender (``MODE_COMPONENTS``) with API rate limit ``qps`` (burst
+    twice that; None: each one's default); the other arguments as ``bench_k8s``'s flags of the same names
+    say, ``claim_gate`` as ``ControlPlane.start_scheduler``'s, ``null_binary`` from
+    ``_build_null_extender``."""
+    common = {"qps": qps, "verbosity": scheduler_v, "profiling": profiling}
+    if mode == "in-tree":
+        plane.start_scheduler(with_extender=False, **common)
+        return
+    if mode == "null":
+        if null_binary is None:
+            raise ValueError("mode null needs the null extender built (_build_null_extender)")
+        sampling = extender_nodes_to_score or 0  # the extender's default: adaptive
+        plane.start_null_extender(null_binary, f"--percentage-of-nodes-to-score={sampling}", qps=qps)
+        plane.start_scheduler(nodes_to_score=nodes_to_score, extender="dra-extender-null", **common)
+        return
     extra = []
     if extender_nodes_to_score is not None:
         extra.append(f"--percentage-of-nodes-to-score={extender_nodes_to_score}")
     if qps is not None:
         extra += [f"--kube-api-qps={qps:g}", f"--kube-api-burst={int(2 * qps)}"]
     plane.start_extender(*extra)
-    plane.start_scheduler(
-        qps=qps,
-        verbosity=scheduler_v,
-        profiling=profiling,
-        nodes_to_score=nodes_to_score,
-        claim_gate=claim_gate,
-    )
-    plane.start_scheduler(with_extender=False, qps=qps, verbosity=scheduler_v, profiling=profiling)
+    plane.start_scheduler(nodes_to_score=nodes_to_score, claim_gate=claim_gate, **common)
 
 
 if __name__ == "__main__":

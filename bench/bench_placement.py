@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.bench_cel import table
-from bench.bench_k8s import EQUAL_QPS, BoundWatch, clean, percentile, start_schedulers
+from bench.bench_k8s import EQUAL_QPS, BoundWatch, clean, percentile, start_mode
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
 from e2e.kube import poll
 from e2e.topology import (
@@ -475,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     try:
         plane.start()
-        start_schedulers(plane, args.qps, claim_gate=args.claim_gate)
+        for mode in MODES:  # both at once: the pods name their mode's scheduler
+            start_mode(plane, mode, args.qps, claim_gate=args.claim_gate)
         for number in range(args.runs):
             for mode in MODES if number % 2 else reversed(MODES):
                 runs.append(one_run(plane, mode, f"r{number}-{mode}", args, work))

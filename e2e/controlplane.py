@@ -423,6 +423,25 @@ class ControlPlane:
             hostname,
         )
 
+    def start_null_extender(self, binary: Path, *extra: str, qps: float | None = None) -> Component:
+        """``bench/nullextender`` (built at ``binary``) as ``dra-extender-null``: an extender that passes
+        every node, scores 0 and binds at once, with the extender's account's token and API rate limit
+        ``qps`` (burst twice that; None: 50 / 100, the extender's default); ``extra``: its other flags.
+        ``start_scheduler(extender=
+        "dra-extender-null")`` starts the kube-scheduler that calls it (``kube-scheduler-null``)."""
+        name, port = "dra-extender-null", free_port()
+        self.extender_urls[name] = f"http://127.0.0.1:{port}"
+        token = self.directory / f"{name}.token"
+        token.write_text(self.tokens[EXTENDER_ONLY_ACCOUNT])
+        token.chmod(0o600)
+        rate = [] if qps is None else [f"--qps={qps:g}", f"--burst={int(2 * qps)}"]
+        argv = [str(binary), f"--listen=127.0.0.1:{port}", f"--server={self.server}", f"--ca={self.ca}"]
+        return self._add(
+            name,
+            [*argv, f"--token-file={token}", *rate, *extra],
+            lambda: _get_ok(f"http://127.0.0.1:{port}/readyz"),
+        )
+
     def start_scheduler(
         self,
         *,

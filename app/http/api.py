@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import orjson
@@ -443,9 +443,38 @@ def create_app(
         )
     # Read-only explanations under /api/v1 (app.explain.pod).
     app.include_router(explain_router(service, limit, budget))
-    if auth is not None:
+    verbs = {
+        "filter": filter_route,
+        "prioritize": prioritize_route,
+        "bind": bind_route,
+        "preempt": preempt_route,
+    }
+    app.add_middleware(VerbRoutes, routes={f"/scheduler/{verb}": route for verb, route in verbs.items()})
+    if auth is not None:  # added last: outermost, so it checks the verbs VerbRoutes answers too
         app.add_middleware(DelegatedAuthMiddleware, auth=auth)
     return app
+
+
+class VerbRoutes:
+    """ASGI middleware answering ``POST`` of the scheduler verbs itself, in front of FastAPI's router.
+
+    kube-scheduler calls filter, prioritize and bind once per pod each, on the critical path of its
+    scheduling cycle; FastAPI's routing, dependency solving and exception handling around a route cost
+    about 0.2 ms of CPU a call (half of a warm filter's at 500 nodes). The route functions are the same, so
+    the answers are; the routes stay declared for the OpenAPI document and answer every other method
+    (405)."""
+
+    def __init__(self, app: Any, routes: dict[str, Callable[[Request], Awaitable[Response]]]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        route = self.routes.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if route is None or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        response = await route(Request(scope, receive))
+        await response(scope, receive, send)
 
 
 def _pod_ref(pod: dict[str, Any]) -> str:

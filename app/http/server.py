@@ -1,8 +1,8 @@
-"""How the extender's HTTP server treats connections (uvicorn settings and its h11 protocol).
+"""How the extender's HTTP server treats connections (uvicorn settings and its httptools protocol).
 
 uvicorn closes a keep-alive connection only after a response: a connection that never sends a request,
 or sends its headers a byte at a time, stays open for good, and a thousand of them starve the server
-(file descriptors, the event loop's bookkeeping). ``IdleClosingH11Protocol`` also closes a connection
+(file descriptors, the event loop's bookkeeping). ``IdleClosingHttpToolsProtocol`` also closes a connection
 that has not sent complete request headers ``idle_seconds`` after it opened or after the last response.
 Bodies have their own read time (``app.http.bodies``). With client certificates (``--ssl-ca-certs``) the
 verified certificate goes into the request's scope (``extensions.tls.client_cert``) for ``app.http.auth``.
@@ -29,9 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.config.files import file_problem
 
@@ -39,7 +38,7 @@ __all__ = [
     "CERTIFICATE_POLL_SECONDS",
     "IDLE_SECONDS",
     "CertificateFiles",
-    "IdleClosingH11Protocol",
+    "IdleClosingHttpToolsProtocol",
     "ServerThread",
     "listen",
     "serve",
@@ -52,30 +51,39 @@ IDLE_SECONDS = 5
 """uvicorn's keep-alive default, also the time a connection gets to send complete request headers."""
 
 
-class IdleClosingH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, closing connections without complete request headers in time."""
+class IdleClosingHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol (the C parser: about 0.2 ms of CPU less per request than the pure-Python
+    h11, on kube-scheduler's three calls per pod), closing connections without complete request headers
+    in time."""
 
     _headers_deadline: float | None = None
+    _awaiting_headers = True
+    """No request's headers are complete since the connection opened or the last response."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)  # cancels the keep-alive timer; may start a request (self.scope)
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        super().data_received(data)  # cancels the keep-alive timer; may complete a request's headers
+        if self._awaiting_headers and not self.transport.is_closing():
             self._await_headers()  # headers still incomplete: the deadline stands, more bytes or not
-            return
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_headers = False
         self._headers_deadline = None
         cert = self.transport.get_extra_info("peercert")
-        scope = getattr(self, "scope", None)
-        if cert and scope is not None:
+        if cert:
             # The verified client certificate, for delegated authentication (app.http.auth); the request's
-            # task has been created but not run yet, so the app sees it.
-            scope.setdefault("extensions", {}).setdefault("tls", {})["client_cert"] = cert
+            # task is created below and runs later, so the app sees it.
+            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+            extensions.setdefault("tls", {})["client_cert"] = cert
+        super().on_headers_complete()
 
     def on_response_complete(self) -> None:
-        self._headers_deadline = None  # the keep-alive timer runs; the next request's headers start anew
+        # The keep-alive timer runs; the next request's headers start anew (a pipelined one has them).
+        self._awaiting_headers = not self.pipeline
+        self._headers_deadline = None
         super().on_response_complete()
 
     def _await_headers(self) -> None:
@@ -89,7 +97,7 @@ class IdleClosingH11Protocol(H11Protocol):
 
 def server_config(idle_seconds: int = IDLE_SECONDS) -> dict[str, Any]:
     """uvicorn arguments for the extender's connections."""
-    return {"http": IdleClosingH11Protocol, "timeout_keep_alive": idle_seconds}
+    return {"http": IdleClosingHttpToolsProtocol, "timeout_keep_alive": idle_seconds}
 
 
 def listen(host: str, port: int) -> socket.socket:

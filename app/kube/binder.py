@@ -46,9 +46,8 @@ the write (``app.kube.reservations``), so filters running meanwhile treat them a
 writes on the event loop that owns the client (``loop``). One bind per pod at a time: a concurrent bind of
 the same pod (kube-scheduler retrying while the first is still writing) fails at once.
 
-One module, about 700 lines: a bind's writes are one sequence (finalizer, allocation and reservedFor,
-the extended-resource claim, the binding-condition wait, the binding) with one rollback, newest first;
-split up, each step would sit apart from its undo.
+The claim bodies (release, finalizer) are ``app.kube.claimbodies``'s, the binding-conditions wait
+``app.kube.bindwait``'s, and what a bind wrote with its rollback ``app.kube.bindjournal``'s.
 """
 
 from __future__ import annotations
@@ -60,13 +59,23 @@ import re
 import threading
 from collections.abc import AsyncIterator, Container, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.deviceuse import allocated_devices
 from allocator.errors import InvalidInputError
 from allocator.nodeselector import Node, parse_node_selector
 from app.config.settings import ClusterSettings
+from app.kube.bindjournal import CONFLICT_ATTEMPTS, Journal, roll_back
+from app.kube.bindwait import Wait, await_binding_conditions
+from app.kube.claimbodies import (
+    check_claim,
+    check_reserved,
+    meta_of,
+    release_pod,
+    reserves_consumer,
+    split_key,
+    uid_of,
+)
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
@@ -79,149 +88,15 @@ from app.scheduling.binder import (
     claim_after_bind,
     node_allocatable_statuses,
 )
-from app.scheduling.bindingconditions import conditioned_results, device_label, failed_condition, not_true
+from app.scheduling.bindingconditions import conditioned_results
 from app.state.cluster import ClusterState, object_key
 from app.state.podclaims import pod_key
-from app.state.podgroups import reserves
 
 __all__ = ["CONFLICT_ATTEMPTS", "KubeBinder"]
 
 log = logging.getLogger(__name__)
 
-CONFLICT_ATTEMPTS = 5
-"""Attempts per claim on 409 Conflict (client-go ``retry.DefaultRetry``: 5 steps)."""
-
 _ALREADY_ASSIGNED = re.compile(r'is already assigned to node "([^"]*)"')
-
-
-@dataclass(slots=True)
-class _Written:
-    """What this bind wrote to one claim (for rollback)."""
-
-    key: str
-    uid: str
-    allocated: bool = False
-    finalizer_added: bool = False
-    status_written: bool = False
-    created: bool = False
-    consumer_uid: str = ""
-    """The UID of the ``reservedFor`` entry written when not the pod's (its PodGroup's)."""
-
-
-@dataclass(slots=True)
-class _Wait:
-    """A claim of the pod whose allocation has result entries with binding conditions."""
-
-    key: str
-    uid: str
-    results: tuple[Mapping[str, Any], ...]
-    """The result entries with ``bindingConditions`` (the allocation cannot change while reserved)."""
-    consumer: Mapping[str, Any] | None = None
-    """The pod's PodGroup when the claim is reserved for it (``PodClaim.consumer``)."""
-
-
-@dataclass(slots=True)
-class _Journal:
-    claims: list[_Written]
-    pod_status_patched: bool = False
-    node_allocatable_patched: bool = False
-    outcome_unknown: bool = False
-    waits: list[_Wait] = field(default_factory=list)
-    reserved: list[tuple[str, str, Mapping[str, Any] | None]] = field(default_factory=list)
-    """(key, UID, consumer) of every claim of the pod found or written reserved for it (or for the
-    consumer, its PodGroup), checked before the binding."""
-    fresh: str = ""
-    """The claim whose status write was the bind's last request: its answer says as much as a re-read
-    before the binding would (a wrong UID or a deleted claim fails the write), so it is not read again."""
-
-    def entry(self, key: str, uid: str) -> _Written:
-        for written in self.claims:
-            if written.key == key:
-                return written
-        written = _Written(key, uid)
-        self.claims.append(written)
-        return written
-
-
-def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _uid(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("uid") or "")
-
-
-def _split(key: str) -> tuple[str, str]:
-    namespace, _, name = key.partition("/")
-    return namespace, name
-
-
-def _reserved_for(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
-
-
-def _reserves(status: Mapping[str, Any], pod_uid: str, consumer: Mapping[str, Any] | None = None) -> bool:
-    return reserves(_reserved_for(status), pod_uid, consumer)
-
-
-def _check_claim(key: str, claim: Mapping[str, Any], uid: str) -> None:
-    """Raises BindError when ``claim`` is no longer the claim ``uid`` (empty: unknown) or is being deleted."""
-    meta = _meta(claim)
-    if uid and meta.get("uid") != uid:
-        raise BindError(f"ResourceClaim {key} was replaced by a new claim of the same name")
-    if meta.get("deletionTimestamp"):
-        raise BindError(f"ResourceClaim {key} is being deleted")
-
-
-def _check_reserved(
-    key: str,
-    claim: Mapping[str, Any],
-    uid: str,
-    pod_uid: str,
-    when: str,
-    consumer: Mapping[str, Any] | None = None,
-) -> Mapping[str, Any]:
-    """``claim``'s status; raises BindError unless it is still claim ``uid``, allocated and reserved for
-    pod ``pod_uid`` or ``consumer`` (``when``: words for the error)."""
-    _check_claim(key, claim, uid)
-    status = claim.get("status") or {}
-    if not status.get("allocation") or not _reserves(status, pod_uid, consumer):
-        raise BindError(f"ResourceClaim {key}: the pod's reservation was removed {when}")
-    return status
-
-
-def release_pod(
-    claim: Mapping[str, Any], pod_uid: str, *, deallocate: bool
-) -> tuple[dict[str, Any], bool, bool]:
-    """The ``/status`` body releasing pod ``pod_uid``: a copy of ``claim`` without the pod in
-    ``status.reservedFor`` and, with ``deallocate`` when no consumer is left, without the allocation and
-    ``status.devices``. Also whether the pod was reserved and whether the allocation is cleared."""
-    status = claim.get("status") or {}
-    reserved = _reserved_for(status)
-    keep = [r for r in reserved if r.get("uid") != pod_uid]
-    body = copy.deepcopy(dict(claim))
-    new_status = body.setdefault("status", {})
-    new_status["reservedFor"] = keep or None
-    deallocated = deallocate and not keep and bool(status.get("allocation"))
-    if deallocated:
-        new_status["allocation"] = None
-        new_status["devices"] = None
-    return body, len(keep) != len(reserved), deallocated
-
-
-def without_finalizer(claim: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A copy of ``claim`` without ``FINALIZER`` in ``metadata.finalizers``; None when it is not there."""
-    finalizers = list(_meta(claim).get("finalizers") or ())
-    if FINALIZER not in finalizers:
-        return None
-    body = copy.deepcopy(dict(claim))
-    body["metadata"]["finalizers"] = [f for f in finalizers if f != FINALIZER] or None
-    return body
-
-
-_Pending = tuple[str, str, list[str]]
-"""(claim key, device label, binding condition types not True yet)"""
 
 
 class KubeBinder:
@@ -275,7 +150,7 @@ class KubeBinder:
     def bind(self, plan: BindPlan) -> None:
         """Write ``plan``. Raises BindError (everything written rolled back, or left for recovery)."""
         self._check_lease(plan)
-        uid = _uid(plan.pod)
+        uid = uid_of(plan.pod)
         with self._inflight_lock:
             if uid in self._inflight:
                 raise BindError(f"pod {pod_key(plan.pod)}: another bind of this pod is in progress")
@@ -309,7 +184,7 @@ class KubeBinder:
         assert self.claims is not None
         if self.lease.refusal() is not None:
             return False  # a standby writes nothing
-        namespace, name = _split(key)
+        namespace, name = split_key(key)
         try:
             answer = await self.client.delete(self.claims, namespace, name, uid=uid)
         except NotFoundError:
@@ -319,7 +194,7 @@ class KubeBinder:
         except KubeAPIError as e:
             raise BindError(f"deleting ResourceClaim {key}: {e}") from e
         # A claim with finalizers is only marked for deletion (its answer is the claim itself).
-        return not _meta(answer).get("finalizers")
+        return not meta_of(answer).get("finalizers")
 
     def release_claim(self, claim: Mapping[str, Any], pod_uid: str) -> bool:
         """``ClaimReleaser``: what upstream's PostFilter does for a claim that can never be bound."""
@@ -344,7 +219,7 @@ class KubeBinder:
 
     async def bind_async(self, plan: BindPlan) -> None:
         """The writes of ``plan`` (see the module docstring). Raises BindError."""
-        journal = _Journal([])
+        journal = Journal([])
         try:
             async with self.clock.timeout(self.settings.bind_timeout_seconds):
                 for pod_claim, allocation in plan.claims:
@@ -362,7 +237,10 @@ class KubeBinder:
                     await self._check_before_binding(plan, journal, {journal.fresh})
                     await self._post_binding(plan, journal)
             if journal.waits:
-                await self._await_binding_conditions(plan, journal)
+                assert self.claims is not None
+                await await_binding_conditions(
+                    self.client, self.claims, self.clock, self.settings, plan, journal.waits
+                )
                 # The binding gets a budget of its own after the wait.
                 async with self.clock.timeout(self.settings.bind_timeout_seconds):
                     # The wait's last poll has just read its claims.
@@ -383,12 +261,13 @@ class KubeBinder:
                     extra={"pod": pod_key(plan.pod), "node": plan.node, "reason": message},
                 )
                 raise BindError(f"pod {pod_key(plan.pod)}: {message} (outcome unknown)") from e
-            await self._rollback(plan, journal)
+            assert self.claims is not None
+            await roll_back(self.client, self.claims, self.reservations, plan, journal)
             raise BindError(f"pod {pod_key(plan.pod)}: {message}") from e
 
     async def _fresh(self, key: str) -> dict[str, Any]:
         assert self.claims is not None
-        namespace, name = _split(key)
+        namespace, name = split_key(key)
         try:
             claim: dict[str, Any] = await self.client.get(self.claims, namespace, name)
         except NotFoundError as e:
@@ -419,7 +298,7 @@ class KubeBinder:
         known: Mapping[str, Any],
         allocation: dict[str, Any] | None,
         plan: BindPlan,
-        journal: _Journal,
+        journal: Journal,
         *,
         created: bool = False,
         consumer: Mapping[str, Any] | None = None,
@@ -427,25 +306,25 @@ class KubeBinder:
         """The finalizer, then allocation and reservedFor (the pod, or ``consumer``: its PodGroup), retried
         on conflicts; the caller holds ``_writing(key)``."""
         assert self.claims is not None
-        pod_uid = _uid(plan.pod)
+        pod_uid = uid_of(plan.pod)
         devices = allocated_devices(allocation, f"ResourceClaim {key}") if allocation else ()
         # The index holds v1; writes must carry the claim as the server serves it.
         claim = dict(known) if self.claims.version == "v1" or created else await self._fresh(key)
-        uid = _uid(known)
-        stale = {str(_meta(known).get("resourceVersion") or "")}
+        uid = uid_of(known)
+        stale = {str(meta_of(known).get("resourceVersion") or "")}
         last: ConflictError | None = None
         for attempt in range(CONFLICT_ATTEMPTS):
             if attempt:
                 claim = await self._fresh(key)
-            meta = _meta(claim)
+            meta = meta_of(claim)
             stale.add(str(meta.get("resourceVersion") or ""))
-            _check_claim(key, claim, uid)
+            check_claim(key, claim, uid)
             status = claim.get("status") or {}
             if status.get("allocation"):
-                if _reserves(status, pod_uid, consumer):
+                if reserves_consumer(status, pod_uid, consumer):
                     self._check_node(key, status["allocation"], plan.node)
-                    self._note_wait(journal, key, _uid(claim) or uid, status["allocation"], consumer)
-                    journal.reserved.append((key, _uid(claim) or uid, consumer))
+                    self._note_wait(journal, key, uid_of(claim) or uid, status["allocation"], consumer)
+                    journal.reserved.append((key, uid_of(claim) or uid, consumer))
                     return  # written by an earlier attempt of this bind
                 if allocation is not None:
                     raise BindError(f"ResourceClaim {key} got allocated elsewhere in the meantime")
@@ -454,7 +333,7 @@ class KubeBinder:
                 self._check_node(key, status["allocation"], plan.node)
             elif allocation is None:
                 raise BindError(f"ResourceClaim {key} was deallocated in the meantime")
-            written = journal.entry(key, _uid(claim) or uid)
+            written = journal.entry(key, uid_of(claim) or uid)
             written.created = written.created or created
             written.consumer_uid = str((consumer or {}).get("uid") or "")
             try:
@@ -463,7 +342,7 @@ class KubeBinder:
                     body["metadata"]["finalizers"] = [*(meta.get("finalizers") or ()), FINALIZER]
                     claim = await self.client.replace(self.claims, body)
                     written.finalizer_added = True
-                    stale.add(str(_meta(claim).get("resourceVersion") or ""))
+                    stale.add(str(meta_of(claim).get("resourceVersion") or ""))
                 body = claim_after_bind(claim, allocation, plan.pod, self.state.gates, consumer)
                 unanswered: TransportError | None = None
                 try:
@@ -490,7 +369,7 @@ class KubeBinder:
 
     def _note_wait(
         self,
-        journal: _Journal,
+        journal: Journal,
         key: str,
         uid: str,
         allocation: Mapping[str, Any],
@@ -502,7 +381,7 @@ class KubeBinder:
             return  # upstream waits only with both gates on
         results = conditioned_results(allocation)
         if results:
-            journal.waits.append(_Wait(key, uid, results, consumer))
+            journal.waits.append(Wait(key, uid, results, consumer))
 
     def _check_node(self, key: str, allocation: Mapping[str, Any], node: str) -> None:
         selector = allocation.get("nodeSelector")
@@ -517,7 +396,7 @@ class KubeBinder:
         if not admits:
             raise BindError(f"ResourceClaim {key} is allocated for other nodes than {node}")
 
-    async def _patch_node_allocatable(self, plan: BindPlan, journal: _Journal) -> None:
+    async def _patch_node_allocatable(self, plan: BindPlan, journal: Journal) -> None:
         """DRANodeAllocatableResources: ``pod.status.nodeAllocatableResourceClaimStatuses`` before the
         binding, as upstream's PreBind (the kubelet sizes the pod's cgroups from it)."""
         try:
@@ -526,13 +405,13 @@ class KubeBinder:
             raise BindError(str(e)) from e
         if not statuses:
             return
-        namespace, name = _split(pod_key(plan.pod))
+        namespace, name = split_key(pod_key(plan.pod))
         body = {"status": {"nodeAllocatableResourceClaimStatuses": statuses}}
         journal.fresh = ""
         await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
         journal.node_allocatable_patched = True
 
-    async def _bind_extended(self, extended: ExtendedBind, plan: BindPlan, journal: _Journal) -> None:
+    async def _bind_extended(self, extended: ExtendedBind, plan: BindPlan, journal: Journal) -> None:
         """KEP-5004: create the extended-resource claim, allocate it like the others, point the pod at it."""
         assert self.claims is not None
         if self.claims.version not in ("v1", "v1beta2"):
@@ -543,14 +422,14 @@ class KubeBinder:
         body["apiVersion"] = self.claims.api_version
         body["kind"] = "ResourceClaim"
         body.pop("status", None)
-        namespace = str(_meta(body).get("namespace") or "default")
+        namespace = str(meta_of(body).get("namespace") or "default")
         journal.fresh = ""
         created = await self.client.create(self.claims, namespace, body)
-        key = f"{namespace}/{_meta(created).get('name')}"
-        journal.entry(key, _uid(created)).created = True
+        key = f"{namespace}/{meta_of(created).get('name')}"
+        journal.entry(key, uid_of(created)).created = True
         async with self._writing(key):
             await self._bind_claim(key, created, extended.allocation, plan, journal, created=True)
-        pod_namespace, pod_name = _split(pod_key(plan.pod))
+        pod_namespace, pod_name = split_key(pod_key(plan.pod))
         journal.fresh = ""
         await self.client.patch(
             CORE_PODS,
@@ -561,89 +440,19 @@ class KubeBinder:
         )
         journal.pod_status_patched = True
 
-    # --- binding conditions -------------------------------------------------------------------------------
-
-    async def _await_binding_conditions(self, plan: BindPlan, journal: _Journal) -> None:
-        """Poll the claims in ``journal.waits`` until every binding condition is True (module docstring).
-        Raises BindError naming the claim, device and condition (failure, or timeout with what is missing)."""
-        timeout = self.settings.binding_timeout_seconds
-        pod_uid = _uid(plan.pod)
-        log.info(
-            "bind pod=%s node=%s: waiting up to %gs for binding conditions of %s",
-            pod_key(plan.pod),
-            plan.node,
-            timeout,
-            ", ".join(wait.key for wait in journal.waits),
-        )
-        pending: list[_Pending] = [
-            (wait.key, device_label(r), list(r["bindingConditions"]))
-            for wait in journal.waits
-            for r in wait.results
-        ]
-        try:
-            async with self.clock.timeout(timeout):
-                while True:
-                    current: list[_Pending] = []
-                    for wait in journal.waits:
-                        current.extend(await self._binding_pending(wait, pod_uid, pending))
-                    pending = current
-                    if not pending:
-                        log.info("bind pod=%s: binding conditions met", pod_key(plan.pod))
-                        return
-                    await self.clock.sleep(self.settings.binding_poll_seconds)
-        except TimeoutError:
-            key, device, missing = pending[0]
-            others = len(pending) - 1
-            more = f" (and {others} more device{'s' if others > 1 else ''})" if others else ""
-            raise BindError(
-                f"ResourceClaim {key}: device {device}: binding condition {', '.join(missing)} "
-                f"not True after the binding timeout of {timeout:g}s{more}"
-            ) from None
-
-    async def _binding_pending(self, wait: _Wait, pod_uid: str, before: list[_Pending]) -> list[_Pending]:
-        """What of ``wait`` is not True yet, read from the API server. Raises BindError for a True failure
-        condition, or when the claim or the pod's reservation is gone."""
-        # A GET rather than the informer-fed index: right after our write the index may still show the
-        # claim before it, and telling that stale copy from one whose reservation was removed meanwhile
-        # would need ordering resourceVersions, which the API declares opaque. The server's copy is current
-        # (and exists for a claim this bind just created), does not depend on the watch being healthy during a
-        # wait of minutes, and costs one GET per waiting claim per poll.
-        assert self.claims is not None
-        namespace, name = _split(wait.key)
-        try:
-            claim = await self.client.get(self.claims, namespace, name)
-        except NotFoundError as e:
-            raise BindError(
-                f"ResourceClaim {wait.key} was deleted while waiting for binding conditions"
-            ) from e
-        except KubeAPIError as e:
-            # Transient (the API server restarting, a timeout): ask again at the next poll.
-            log.warning("ResourceClaim %s: reading binding conditions: %s", wait.key, e)
-            return [p for p in before if p[0] == wait.key]
-        status = _check_reserved(wait.key, claim, wait.uid, pod_uid, "during the wait", wait.consumer)
-        pending: list[_Pending] = []
-        for result in wait.results:
-            failed = failed_condition(status, result)
-            if failed:
-                raise BindError(f"ResourceClaim {wait.key}: device {device_label(result)}: {failed}")
-            missing = not_true(status, result)
-            if missing:
-                pending.append((wait.key, device_label(result), missing))
-        return pending
-
-    async def _check_before_binding(self, plan: BindPlan, journal: _Journal, read: Container[str]) -> None:
+    async def _check_before_binding(self, plan: BindPlan, journal: Journal, read: Container[str]) -> None:
         """Re-read every claim of the pod (but those just ``read`` or written) right before the binding. A
         claim deleted and recreated under its name (or released) meanwhile would let the pod start without
         its devices: raises BindError."""
-        pod_uid = _uid(plan.pod)
+        pod_uid = uid_of(plan.pod)
         for key, uid, consumer in journal.reserved:
             if key in read:
                 continue
-            _check_reserved(key, await self._fresh(key), uid, pod_uid, "before the pod was bound", consumer)
+            check_reserved(key, await self._fresh(key), uid, pod_uid, "before the pod was bound", consumer)
 
-    async def _post_binding(self, plan: BindPlan, journal: _Journal) -> None:
-        meta = _meta(plan.pod)
-        namespace, name = _split(pod_key(plan.pod))
+    async def _post_binding(self, plan: BindPlan, journal: Journal) -> None:
+        meta = meta_of(plan.pod)
+        namespace, name = split_key(pod_key(plan.pod))
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -667,77 +476,10 @@ class KubeBinder:
                 journal.outcome_unknown = True
                 raise e from None
             if (
-                _meta(pod).get("uid") == meta.get("uid")
+                meta_of(pod).get("uid") == meta.get("uid")
                 and (pod.get("spec") or {}).get("nodeName") == plan.node
             ):
                 return
             raise
 
     # --- rollback -----------------------------------------------------------------------------------------
-
-    async def _rollback(self, plan: BindPlan, journal: _Journal) -> None:
-        pod_uid = _uid(plan.pod)
-        if journal.node_allocatable_patched:
-            namespace, name = _split(pod_key(plan.pod))
-            try:
-                # An empty list, not null: it says "cleared" to a reader that knows the field.
-                body = {"status": {"nodeAllocatableResourceClaimStatuses": []}}
-                await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
-            except KubeAPIError as e:
-                log.error(
-                    "rollback pod=%s: clearing nodeAllocatableResourceClaimStatuses: %s", pod_key(plan.pod), e
-                )
-        if journal.pod_status_patched:
-            namespace, name = _split(pod_key(plan.pod))
-            try:
-                await self.client.patch(
-                    CORE_PODS,
-                    namespace,
-                    name,
-                    {"status": {"extendedResourceClaimStatus": None}},
-                    subresource="status",
-                )
-            except KubeAPIError as e:
-                log.error("rollback pod=%s: clearing extendedResourceClaimStatus: %s", pod_key(plan.pod), e)
-        for written in reversed(journal.claims):
-            try:
-                await self._rollback_claim(written, pod_uid)
-            except KubeAPIError as e:
-                # The write stays in the API; its devices stay reserved until the watch shows the claim.
-                log.error(
-                    "rollback pod=%s: ResourceClaim %s: %s",
-                    pod_key(plan.pod),
-                    written.key,
-                    e,
-                    extra={"pod": pod_key(plan.pod), "node": plan.node, "claim": written.key},
-                )
-                continue
-            self.reservations.release(written.key)
-
-    async def _rollback_claim(self, written: _Written, pod_uid: str) -> None:
-        assert self.claims is not None
-        namespace, name = _split(written.key)
-        last: ConflictError | None = None
-        for _attempt in range(CONFLICT_ATTEMPTS):
-            try:
-                claim = await self.client.get(self.claims, namespace, name)
-            except NotFoundError:
-                return
-            if written.uid and _uid(claim) != written.uid:
-                return
-            try:
-                if written.status_written:
-                    consumer = written.consumer_uid or pod_uid
-                    body, unreserved, deallocated = release_pod(claim, consumer, deallocate=written.allocated)
-                    if unreserved or deallocated:
-                        claim = await self.client.replace(self.claims, body, subresource="status")
-                if written.finalizer_added and not (claim.get("status") or {}).get("allocation"):
-                    body = without_finalizer(claim)
-                    if body is not None:
-                        claim = await self.client.replace(self.claims, body)
-                if written.created:
-                    await self.client.delete(self.claims, namespace, name, uid=written.uid or None)
-                return
-            except ConflictError as e:
-                last = e
-        raise last or ConflictError(409, "Conflict", "rollback kept conflicting")

@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from app.config.settings import ClusterSettings
-from app.kube.binder import release_pod, without_finalizer
+from app.kube.claimbodies import release_pod, without_finalizer
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease

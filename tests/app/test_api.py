@@ -455,3 +455,27 @@ async def test_filter_rejections_and_preempt_answers_are_recorded_for_the_preemp
         requests.scheduler_preempting(service.state.get("Pod", f"{NS}/p-one"))
         await client.post("/scheduler/filter", content=_args(service, "p-one", ["n1"]))
         assert requests.take() == []
+
+
+async def test_the_verbs_are_answered_before_fastapis_router_which_keeps_every_other_request(service):
+    # FastAPI's routing and dependency solving cost about as much CPU as a warm filter: kube-scheduler's
+    # three calls per pod go straight to the route functions (the same answers), the rest to the router.
+    app = create_app(service, Settings(Path("unused")))
+    routed: list[tuple[str, str]] = []
+    router = app.router
+
+    async def spy(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        routed.append((scope["method"], scope["path"]))
+        await router(scope, receive, send)
+
+    app.router = spy  # type: ignore[assignment]  # Starlette builds its middleware stack around app.router
+    async with _client(app) as client:
+        filtered = await client.post("/scheduler/filter", content=_args(service, "p-one", ["n1", "n2", "n3"]))
+        prioritized = await client.post("/scheduler/prioritize", content=_args(service, "p-one", ["n1"]))
+        wrong_method = await client.get("/scheduler/filter")
+        probe = await client.get("/healthz")
+    assert filtered.status_code == 200 and filtered.json()["NodeNames"] == ["n1", "n2"]
+    assert prioritized.status_code == 200 and [e["Host"] for e in prioritized.json()] == ["n1"]
+    assert wrong_method.status_code == 405
+    assert probe.status_code == 200
+    assert routed == [("GET", "/scheduler/filter"), ("GET", "/healthz")]

@@ -16,7 +16,7 @@ import yaml
 
 from app.cli.main import main
 from app.http import server as httpserver
-from app.http.server import IdleClosingH11Protocol
+from app.http.server import IdleClosingHttpToolsProtocol
 from tests.builders import (
     claim,
     claim_template,
@@ -264,7 +264,7 @@ def test_serve_prints_a_banner_and_runs_one_uvicorn_worker(capsys, served, state
         "log_level": "warning",
         "log_config": None,
         "workers": 1,
-        "http": IdleClosingH11Protocol,
+        "http": IdleClosingHttpToolsProtocol,
         "timeout_keep_alive": 5,
     }
     assert "3 nodes, 2 ResourceSlices (3 devices), 4 ResourceClaims, 5 pending pods" in err

@@ -1,0 +1,3 @@
+module dra-extender/bench/nullextender
+
+go 1.26

@@ -1,0 +1,205 @@
+// Command nullextender is the fastest scheduler extender there can be, for `make bench-k8s --modes null`:
+// it speaks kube-scheduler's extender wire format (nodeCacheCapable: node names only) and does no work.
+// filter passes the nodes it is given (as many as kube-scheduler would score, as the extender samples by
+// default: --percentage-of-nodes-to-score), prioritize scores every node 0, bind creates the pod's Binding
+// at once (no claim is allocated). Run behind the same kube-scheduler configuration as the extender, its
+// throughput is the ceiling of the extender path on that kube-scheduler: what kube-scheduler itself and
+// the HTTP round trips cost, with nothing of ours in them.
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+// The parts of kube-scheduler's extender messages (k8s.io/kube-scheduler/extender/v1) this server reads
+// or writes; encoding/json skips the rest (the pod) without building it.
+type filterArgs struct {
+	NodeNames *[]string `json:"nodenames"`
+}
+
+type filterResult struct {
+	NodeNames                  *[]string         `json:"nodenames"`
+	FailedNodes                map[string]string `json:"failedNodes"`
+	FailedAndUnresolvableNodes map[string]string `json:"failedAndUnresolvableNodes"`
+	Error                      string            `json:"error"`
+}
+
+type hostPriority struct {
+	Host  string `json:"host"`
+	Score int64  `json:"score"`
+}
+
+type bindArgs struct {
+	PodName      string `json:"podName"`
+	PodNamespace string `json:"podNamespace"`
+	PodUID       string `json:"podUID"`
+	Node         string `json:"node"`
+}
+
+type bindResult struct {
+	Error string `json:"error"`
+}
+
+// bucket is a token bucket: the API client's rate limit, as kube-scheduler's clientConnection qps/burst.
+type bucket struct {
+	mu     sync.Mutex
+	qps    float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func (b *bucket) wait() {
+	b.mu.Lock()
+	now := time.Now()
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.qps)
+	b.last = now
+	b.tokens--
+	delay := time.Duration(0)
+	if b.tokens < 0 {
+		delay = time.Duration(-b.tokens / b.qps * float64(time.Second))
+	}
+	b.mu.Unlock()
+	time.Sleep(delay)
+}
+
+type server struct {
+	percentage int
+	api        string
+	token      string
+	client     *http.Client
+	limit      *bucket
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		log.Printf("encode: %v", err)
+	}
+}
+
+func (s *server) filter(w http.ResponseWriter, r *http.Request) {
+	var args filterArgs
+	if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
+		writeJSON(w, filterResult{Error: err.Error()})
+		return
+	}
+	if args.NodeNames != nil {
+		names := *args.NodeNames
+		names = names[:nodesToScore(s.percentage, len(names))]
+		args.NodeNames = &names
+	}
+	writeJSON(w, filterResult{NodeNames: args.NodeNames})
+}
+
+// nodesToScore is how many of n nodes kube-scheduler scores with percentageOfNodesToScore p (0: its
+// adaptive default, 50 % minus a point per 125 nodes, at least 5 %; never fewer than 100 nodes), the
+// number the extender passes on (app/scheduling/sampling.py).
+func nodesToScore(p, n int) int {
+	if n < 100 || p >= 100 {
+		return n
+	}
+	if p == 0 {
+		p = max(50-n/125, 5)
+	}
+	return max(n*p/100, 100)
+}
+
+func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
+	var args filterArgs
+	if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	scores := []hostPriority{}
+	if args.NodeNames != nil {
+		scores = make([]hostPriority, len(*args.NodeNames))
+		for i, name := range *args.NodeNames {
+			scores[i].Host = name
+		}
+	}
+	writeJSON(w, scores)
+}
+
+func (s *server) bind(w http.ResponseWriter, r *http.Request) {
+	var args bindArgs
+	if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
+		writeJSON(w, bindResult{Error: err.Error()})
+		return
+	}
+	binding, _ := json.Marshal(map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Binding",
+		"metadata":   map[string]any{"name": args.PodName, "namespace": args.PodNamespace, "uid": args.PodUID},
+		"target":     map[string]any{"apiVersion": "v1", "kind": "Node", "name": args.Node},
+	})
+	url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s/binding", s.api, args.PodNamespace, args.PodName)
+	request, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(binding))
+	request.Header.Set("Authorization", "Bearer "+s.token)
+	request.Header.Set("Content-Type", "application/json")
+	s.limit.wait()
+	response, err := s.client.Do(request)
+	if err != nil {
+		writeJSON(w, bindResult{Error: err.Error()})
+		return
+	}
+	body, _ := io.ReadAll(response.Body)
+	response.Body.Close()
+	if response.StatusCode != http.StatusCreated {
+		writeJSON(w, bindResult{Error: fmt.Sprintf("binding: %s: %s", response.Status, body)})
+		return
+	}
+	writeJSON(w, bindResult{})
+}
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:8888", "address to serve the extender verbs on")
+	api := flag.String("server", "", "kube-apiserver URL")
+	caFile := flag.String("ca", "", "kube-apiserver's CA certificate (PEM)")
+	tokenFile := flag.String("token-file", "", "file holding a bearer token allowed to create pods/binding")
+	qps := flag.Float64("qps", 50, "API client rate limit")
+	burst := flag.Int("burst", 100, "API client burst")
+	percentage := flag.Int("percentage-of-nodes-to-score", 0, "share of the nodes filter passes on (0: adaptive)")
+	flag.Parse()
+
+	ca, err := os.ReadFile(*caFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	token, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	transport := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool},
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 64,
+	}
+	s := &server{
+		percentage: *percentage,
+		api:        *api,
+		token:      string(bytes.TrimSpace(token)),
+		client:     &http.Client{Transport: transport, Timeout: 30 * time.Second},
+		limit:      &bucket{qps: *qps, burst: float64(*burst), tokens: float64(*burst), last: time.Now()},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /scheduler/filter", s.filter)
+	mux.HandleFunc("POST /scheduler/prioritize", s.prioritize)
+	mux.HandleFunc("POST /scheduler/bind", s.bind)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	log.Printf("null extender on %s", *listen)
+	log.Fatal(http.ListenAndServe(*listen, mux))
+}
