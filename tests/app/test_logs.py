@@ -298,7 +298,19 @@ def test_the_config_files_own_log_format_reports_a_file_it_names_that_cannot_be_
 def test_the_error_that_stops_serve_is_shown_at_any_log_level(stream, capsys):
     from app.cli.main import main
 
-    argv = ["serve", "--state", "/nonexistent", "--log-format", "json", "--log-level", "critical"]
+    # A free port: serve checks it can listen before it reads the state (another serve may hold 8888).
+    port = str(free_ports(1)[0])
+    argv = [
+        "serve",
+        "--state",
+        "/nonexistent",
+        "--port",
+        port,
+        "--log-format",
+        "json",
+        "--log-level",
+        "critical",
+    ]
     assert main(argv) == 2
     [record] = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert (record["level"], record["msg"]) == ("error", "/nonexistent: no such file or directory")
