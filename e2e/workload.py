@@ -253,6 +253,16 @@ class Scenario:
     def pod(self, name: str) -> dict[str, Any]:
         return self.kube.get("Pod", name, self.namespace)
 
+    def pod_gone(self, name: str) -> bool:
+        """Whether the pod no longer exists (evicted and deleted, say)."""
+        try:
+            self.pod(name)
+        except ApiError as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
+
     def claims(self) -> list[dict[str, Any]]:
         return self.kube.list("ResourceClaim", self.namespace)
 

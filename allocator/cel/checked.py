@@ -333,7 +333,9 @@ def decode_checked(serialized: bytes) -> CheckedAst:
 
 
 def is_bind(node: Expr) -> bool:
-    """``cel.bind(v, init, result)`` expands to a comprehension over ``[]`` with a false condition."""
+    """``cel.bind(v, init, result)`` expands to a comprehension over ``[]`` with a false condition whose
+    accumulator is the bound variable, never a macro's (``@result``; ``__result__`` in older parsers): the
+    test cel-go's cost estimator (``isBind``) and both engines' bounds use."""
     parts = node.parts or {}
     rng, cond = parts.get("iter_range"), parts.get("loop_condition")
     return (
@@ -343,5 +345,5 @@ def is_bind(node: Expr) -> bool:
         and cond is not None
         and cond.kind == "const"
         and cond.value is False
-        and node.vars[2] != "@result"
+        and node.vars[2] not in ("@result", "__result__")
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from allocator.cel.checked import CheckedAst, Expr
+from allocator.cel.checked import CheckedAst, Expr, is_bind
 from allocator.cel.cost_calls import Call, estimate
 from allocator.cel.cost_units import (
     LIST_CREATE,
@@ -262,7 +262,7 @@ class _Coster:
         rng, init = parts["iter_range"], parts["accu_init"]
         total = self.cost(rng) + self.cost(init)
         accu = _Local(self._path(init), self.size(init), self.entries(init))
-        if _is_bind(node):
+        if is_bind(node):
             self._push(accu_var, accu)
             total += self.cost(parts["result"])
             self._pop(accu_var)
@@ -361,22 +361,6 @@ def _literal_size(node: Expr) -> Range | None:
     if node.kind == "map":
         return fixed(len(node.args or []))
     return None
-
-
-def _is_bind(node: Expr) -> bool:
-    """cel-go's ``isBind``: an empty list range, a false condition, an accumulator not named
-    ``__result__``."""
-    parts = node.parts or {}
-    rng, cond = parts.get("iter_range"), parts.get("loop_condition")
-    return (
-        rng is not None
-        and rng.kind == "list"
-        and not rng.args
-        and cond is not None
-        and cond.kind == "const"
-        and cond.value is False
-        and node.vars[2] != "__result__"
-    )
 
 
 def estimate_cost(ast: CheckedAst) -> int:

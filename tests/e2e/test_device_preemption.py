@@ -6,20 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.kube import ApiError, poll
+from e2e.kube import poll
 from e2e.workload import Scenario, allocated_devices, assert_bound_pods_hold_their_claims
 
 pytestmark = pytest.mark.e2e
-
-
-def _gone(sc: Scenario, name: str) -> bool:
-    try:
-        sc.pod(name)
-    except ApiError as err:
-        if err.status == 404:
-            return True
-        raise
-    return False
 
 
 def _bound(sc: Scenario, name: str, timeout: float = 180) -> dict:
@@ -48,7 +38,7 @@ def test_device_preemption_evicts_the_lowest_priority_gpu_holder(scenario: Scena
     preemptor = _bound(scenario, "preemptor")
 
     assert preemptor["spec"]["nodeName"] == node0
-    assert _gone(scenario, "low") and not _gone(scenario, "mid")
+    assert scenario.pod_gone("low") and not scenario.pod_gone("mid")
     claim = scenario.kube.get("ResourceClaim", "preemptor-gpu", scenario.namespace)
     assert allocated_devices(claim) == [(scenario.driver, node0, "gpu-0")]
     # Read through core/v1, where events.k8s.io's ``regarding`` is ``involvedObject``.
@@ -82,8 +72,8 @@ def test_device_preemption_empties_one_node_for_a_four_gpu_pod(scenario: Scenari
     preemptor = _bound(scenario, "preemptor")
 
     assert preemptor["spec"]["nodeName"] == nodes[0]
-    assert all(_gone(scenario, f"w{i}") for i in range(4))
-    assert not any(_gone(scenario, f"{p}{n}") for p in ("big", "tiny") for n in (1, 2, 3))
+    assert all(scenario.pod_gone(f"w{i}") for i in range(4))
+    assert not any(scenario.pod_gone(f"{p}{n}") for p in ("big", "tiny") for n in (1, 2, 3))
     claim = scenario.kube.get("ResourceClaim", "four-gpus", scenario.namespace)
     assert sorted(d for _, _, d in allocated_devices(claim)) == [f"gpu-{i}" for i in range(4)]
     for i in range(4):
@@ -148,7 +138,7 @@ def test_device_preemption_evicts_nobody_when_it_cannot_help(scenario: Scenario)
         interval=0.5,
         what="no node left where eviction helps",
     )
-    assert not _gone(scenario, "boss") and not _gone(scenario, "guarded")
+    assert not scenario.pod_gone("boss") and not scenario.pod_gone("guarded")
     assert scenario.outcomes()["preemptor"] != "bound"
     assert not scenario.pod("preemptor")["status"].get("nominatedNodeName")
 
@@ -178,7 +168,7 @@ def test_device_preemption_keeps_the_freed_gpu_from_a_lower_priority_pod(scenari
     scenario.add_pod("preemptor", claim="preemptor-gpu", priority_class=high)
     preemptor = _bound(scenario, "preemptor")
 
-    assert preemptor["spec"]["nodeName"] == node0 and _gone(scenario, "low")
+    assert preemptor["spec"]["nodeName"] == node0 and scenario.pod_gone("low")
     claim = scenario.kube.get("ResourceClaim", "preemptor-gpu", scenario.namespace)
     assert allocated_devices(claim) == [(scenario.driver, node0, "gpu-0")]
     # waiting never passed a filter, so kube-scheduler never tried to bind it. (With the hold turned off,

@@ -5,20 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.kube import ApiError, poll
+from e2e.kube import poll
 from e2e.workload import Scenario, allocated_devices, assert_bound_pods_hold_their_claims
 
 pytestmark = pytest.mark.e2e
-
-
-def _gone(sc: Scenario, name: str) -> bool:
-    try:
-        sc.pod(name)
-    except ApiError as err:
-        if err.status == 404:
-            return True
-        raise
-    return False
 
 
 def test_preemption_frees_a_gpu(scenario: Scenario) -> None:
@@ -54,8 +44,8 @@ def test_preemption_frees_a_gpu(scenario: Scenario) -> None:
     )
     preemptor = scenario.pod("preemptor")
     assert preemptor["spec"]["nodeName"] == node0
-    assert _gone(scenario, "holder")
-    assert not _gone(scenario, "cpu-hog") and not _gone(scenario, "keeper")
+    assert scenario.pod_gone("holder")
+    assert not scenario.pod_gone("cpu-hog") and not scenario.pod_gone("keeper")
     claim = scenario.kube.get("ResourceClaim", "preemptor-gpu", scenario.namespace)
     assert allocated_devices(claim) == [(scenario.driver, node0, "gpu-0")]
     scenario.pods.remove("holder")
