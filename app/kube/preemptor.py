@@ -21,7 +21,8 @@ controller
    with reason ``PreemptionByScheduler`` (as kube-scheduler marks its victims) on ``pods/status``. A 429
    (a budget refuses) drops the node: the hold is released and the next plan leaves the node out. A
    victim already gone (404, 409) counts as evicted. Another error stops this attempt (the hold released;
-   the pod's next rejection tries again);
+   the pod's next rejection tries again), and so does the hold's end (the pod bound, deleted or recreated
+   meanwhile: nobody more is evicted for it);
 6. sets ``status.nominatedNodeName`` on the pod (its UID as precondition) and records an Event
    ``PreemptingForDevices`` on it.
 
@@ -284,8 +285,8 @@ class Preemptor:
         candidate: Candidate,
         devices: tuple[Any, ...],
     ) -> str:
-        """Hold, evict, nominate. Returns ``done``, ``refused`` (a budget refused an eviction) or
-        ``failed``."""
+        """Hold, evict, nominate. Returns ``done``, ``refused`` (a budget refused an eviction), ``ended``
+        (the hold ended before every victim was evicted) or ``failed``."""
         grace = max((_grace_seconds(v) for v in candidate.victims), default=0.0)
         hold_seconds = self.settings.preemption_hold_seconds + grace
         self.holds.hold(request.key, request.uid, candidate.node, devices, hold_seconds)
@@ -294,6 +295,15 @@ class Preemptor:
         ordered = sorted(candidate.victims, key=lambda v: _uid(v) not in candidate.covered)
         evicted: list[str] = []
         for victim in ordered:
+            if self.holds.get(request.key) is None:
+                # The informer ended the hold: the pod was bound, deleted or recreated while earlier
+                # victims were evicted. Nobody more goes for it.
+                log.info(
+                    "preemption for pod %s stopped: the pod was bound, deleted or recreated%s",
+                    request.key,
+                    f" after evicting {', '.join(evicted)}" if evicted else "",
+                )
+                return "ended"
             outcome = await self._evict(victim, request, candidate.node)
             if outcome != "evicted":
                 self.holds.release(request.key)

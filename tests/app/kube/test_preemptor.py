@@ -5,6 +5,7 @@ nothing as a standby, beyond its rate limit, or while earlier victims are still 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from app.kube.preemptor import EvictionWindow
@@ -185,3 +186,29 @@ async def test_a_pod_with_no_lower_priority_pod_on_its_nodes_costs_no_api_call(a
     assert await runtime.preemptor.preempt(want) is None
     sent = [r.path for r in api.requests[before:] if "poddisruptionbudgets" in r.path or "/pods/" in r.path]
     assert sent == [] and runtime.preemptor.stats.not_helped == 1
+
+
+async def test_a_preemptor_deleted_while_its_victims_are_evicted_gets_no_more_evicted(api, start_runtime):
+    # Two victims on n1 (the preemptor asks for both GPUs). The pod is deleted while the first eviction is
+    # in flight: its hold ends with it, and the second victim keeps running.
+    _cluster(api, {"n1": 2})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    _holder(api, "b", 1, "n1", "gpu-1")
+    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", 2)]))
+    p = pod(NS, "new", ["new"])
+    p["spec"]["priority"] = 100
+    api.add("Pod", p)
+    runtime = await start_runtime()
+    first_eviction = api.gate("POST", r"/pods/(a|b)/eviction$")
+    want = PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", ("n1",), 0.0)
+    preempting = asyncio.create_task(runtime.preemptor.preempt(want))
+    await eventually(lambda: runtime.service.preemption_holds.get(f"{NS}/new"))
+    api.remove("Pod", NS, "new")
+    await eventually(lambda: runtime.service.state.get("Pod", f"{NS}/new") is None)
+    first_eviction.set()
+
+    assert await preempting is None
+    assert len(_evicted(api)) == 1
+    assert api.get("Pod", NS, "new") is None
+    assert len(runtime.service.preemption_holds) == 0
+    assert not runtime.service.state.inventory.reservations()
