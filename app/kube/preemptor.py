@@ -15,7 +15,8 @@ controller
 3. waits for room in the eviction rate limit (``preemption_evictions_per_minute`` in any 60 s; a plan
    needing more is never carried out) and plans again after waiting;
 4. keeps the devices the pod would get there for it (``app.scheduling.preemptionholds``) for
-   ``preemption_hold_seconds`` plus the victims' longest grace period, before the first eviction;
+   ``preemption_hold_seconds`` plus the victims' longest grace period (at most a day), before the first
+   eviction;
 5. per victim, the ones a PodDisruptionBudget selects first: an Eviction (``pods/eviction``, the
    victim's UID as precondition), an Event ``Preempted`` on it, then a ``DisruptionTarget`` condition
    with reason ``PreemptionByScheduler`` (as kube-scheduler marks its victims) on ``pods/status``. A 429
@@ -44,7 +45,7 @@ from typing import Any
 
 from allocator.decide import Policy
 from allocator.errors import AllocatorError
-from app.config.settings import ClusterSettings
+from app.config.settings import MAX_SECONDS, ClusterSettings
 from app.kube.client import CORE_PODS, POLICY_PDBS, KubeAPIError
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
@@ -407,9 +408,13 @@ class Preemptor:
 
 
 def _grace_seconds(pod: Mapping[str, Any]) -> float:
-    """The pod's ``terminationGracePeriodSeconds`` (the API's default 30 when unset)."""
+    """The pod's ``terminationGracePeriodSeconds`` (the API's default 30 when unset), within 0 and
+    ``MAX_SECONDS``: the API server takes any int64, and a hold that long would keep the devices from every
+    other pod for as long as the preemptor stays pending."""
     value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 30.0
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return 30.0
+    return float(min(max(value, 0), MAX_SECONDS))
 
 
 def _uid(pod: Mapping[str, Any]) -> str:

@@ -212,3 +212,19 @@ async def test_a_preemptor_deleted_while_its_victims_are_evicted_gets_no_more_ev
     assert api.get("Pod", NS, "new") is None
     assert len(runtime.service.preemption_holds) == 0
     assert not runtime.service.state.inventory.reservations()
+
+
+async def test_a_victims_grace_period_holds_the_devices_at_most_a_day_more(api, start_runtime):
+    # The API server takes any int64 grace period; a hold that long would keep the devices from every other
+    # pod for as long as the preemptor stays pending. At most the settings' longest time (one day).
+    _cluster(api, {"n1": 1})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    victim = api.get("Pod", NS, "a")
+    victim["spec"]["terminationGracePeriodSeconds"] = 2**62
+    api.put("Pod", victim)
+    want = _preemptor(api)
+    runtime = await start_runtime()
+
+    assert await runtime.preemptor.preempt(want) == "n1"
+    holds = runtime.service.preemption_holds
+    assert holds.get(f"{NS}/new").until - holds.clock() <= 60 + 86_400
