@@ -3,7 +3,10 @@
 uvicorn closes a keep-alive connection only after a response: a connection that never sends a request,
 or sends its headers a byte at a time, stays open for good, and a thousand of them starve the server
 (file descriptors, the event loop's bookkeeping). ``IdleClosingHttpToolsProtocol`` also closes a connection
-that has not sent complete request headers ``idle_seconds`` after it opened or after the last response.
+that has not sent complete request headers ``idle_seconds`` after it opened or after the last response,
+and refuses a request whose head (request line and headers), a chunk's framing or its trailers pass
+``HEAD_BYTES`` (h11's limit, which uvicorn's h11 protocol enforced; the C parser has none and gathers a header
+that never ends in memory, copying it again on each read).
 Bodies have their own read time (``app.http.bodies``). With client certificates (``--ssl-ca-certs``) the
 verified certificate goes into the request's scope (``extensions.tls.client_cert``) for ``app.http.auth``.
 
@@ -36,6 +39,7 @@ from app.config.files import file_problem
 
 __all__ = [
     "CERTIFICATE_POLL_SECONDS",
+    "HEAD_BYTES",
     "IDLE_SECONDS",
     "CertificateFiles",
     "IdleClosingHttpToolsProtocol",
@@ -50,6 +54,10 @@ log = logging.getLogger(__name__)
 IDLE_SECONDS = 5
 """uvicorn's keep-alive default, also the time a connection gets to send complete request headers."""
 
+HEAD_BYTES = 16 * 1024
+"""Bytes of a request that are not its body, between two of its landmarks (its start, the end of its headers,
+of a chunk, of the request): h11's default ``max_incomplete_event_size``."""
+
 
 class IdleClosingHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol (the C parser: about 0.2 ms of CPU less per request than the pure-Python
@@ -59,17 +67,46 @@ class IdleClosingHttpToolsProtocol(HttpToolsProtocol):
     _headers_deadline: float | None = None
     _awaiting_headers = True
     """No request's headers are complete since the connection opened or the last response."""
+    _head_bytes = 0
+    """Bytes received since the request's last landmark that were not body (``HEAD_BYTES``). Counted a read
+    at a time, before the parser sees it: a landmark inside the read resets it, so the count lags by at most
+    one read (asyncio reads at most 256 KiB)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_headers()
 
     def data_received(self, data: bytes) -> None:
+        self._head_bytes += len(data)
         super().data_received(data)  # cancels the keep-alive timer; may complete a request's headers
-        if self._awaiting_headers and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._head_bytes > HEAD_BYTES:
+            self._refuse_head()
+        elif self._awaiting_headers:
             self._await_headers()  # headers still incomplete: the deadline stands, more bytes or not
 
+    def _refuse_head(self) -> None:
+        message = f"Request head, chunk framing or trailers longer than {HEAD_BYTES} bytes."
+        self.logger.warning(message)
+        if self.cycle is None or self.cycle.response_complete:
+            self.send_400_response(message)  # closes
+        else:
+            self.transport.close()  # a request is being answered: no second answer on its connection
+
+    def on_body(self, body: bytes) -> None:
+        self._head_bytes -= len(body)
+        super().on_body(body)
+
+    def on_chunk_complete(self) -> None:
+        self._head_bytes = 0
+
+    def on_message_complete(self) -> None:
+        self._head_bytes = 0
+        super().on_message_complete()
+
     def on_headers_complete(self) -> None:
+        self._head_bytes = 0
         self._awaiting_headers = False
         self._headers_deadline = None
         cert = self.transport.get_extra_info("peercert")

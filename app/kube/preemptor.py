@@ -15,15 +15,19 @@ controller
 3. waits for room in the eviction rate limit (``preemption_evictions_per_minute`` in any 60 s; a plan
    needing more is never carried out) and plans again after waiting;
 4. keeps the devices the pod would get there for it (``app.scheduling.preemptionholds``) for
-   ``preemption_hold_seconds`` plus the victims' longest grace period, before the first eviction;
+   ``preemption_hold_seconds`` plus the victims' longest grace period (at most a day), and sets
+   ``status.nominatedNodeName`` on the pod (its UID as precondition; a pod gone gets nobody evicted),
+   before the first eviction: an attempt stopped after some evictions leaves the pod nominated, so the
+   next one waits for those victims (step 1) rather than evicting others (one stopped before any clears
+   the nomination);
 5. per victim, the ones a PodDisruptionBudget selects first: an Eviction (``pods/eviction``, the
    victim's UID as precondition), an Event ``Preempted`` on it, then a ``DisruptionTarget`` condition
    with reason ``PreemptionByScheduler`` (as kube-scheduler marks its victims) on ``pods/status``. A 429
    (a budget refuses) drops the node: the hold is released and the next plan leaves the node out. A
    victim already gone (404, 409) counts as evicted. Another error stops this attempt (the hold released;
-   the pod's next rejection tries again);
-6. sets ``status.nominatedNodeName`` on the pod (its UID as precondition) and records an Event
-   ``PreemptingForDevices`` on it.
+   the pod's next rejection tries again), and so does the hold's end (the pod bound, deleted or recreated
+   meanwhile: nobody more is evicted for it);
+6. records an Event ``PreemptingForDevices`` on the pod.
 
 Only the replica next to the leading kube-scheduler acts (``app.kube.leader``); a standby drops the
 requests. Nobody is evicted twice: the planner never picks a pod being deleted, and the UIDs this replica
@@ -43,7 +47,7 @@ from typing import Any
 
 from allocator.decide import Policy
 from allocator.errors import AllocatorError
-from app.config.settings import ClusterSettings
+from app.config.settings import MAX_SECONDS, ClusterSettings
 from app.kube.client import CORE_PODS, POLICY_PDBS, KubeAPIError
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
@@ -284,19 +288,35 @@ class Preemptor:
         candidate: Candidate,
         devices: tuple[Any, ...],
     ) -> str:
-        """Hold, evict, nominate. Returns ``done``, ``refused`` (a budget refused an eviction) or
-        ``failed``."""
+        """Hold, nominate, evict. Returns ``done``, ``refused`` (a budget refused an eviction), ``ended``
+        (the hold ended before every victim was evicted) or ``failed``."""
         grace = max((_grace_seconds(v) for v in candidate.victims), default=0.0)
         hold_seconds = self.settings.preemption_hold_seconds + grace
         self.holds.hold(request.key, request.uid, candidate.node, devices, hold_seconds)
-        namespace, _, name = request.key.partition("/")
+        # Nominated before the first eviction, as kube-scheduler nominates before its victims go: should
+        # this attempt stop after evicting some (a restart, an eviction answered 500), the nomination makes
+        # the pod's next attempt wait for them (``_eligible``) instead of evicting others elsewhere.
+        if not await self._nominate(request, candidate.node):
+            self.holds.release(request.key)
+            return "ended"
         # The pods a budget may protect go first: a refusal then comes before anyone else is evicted.
         ordered = sorted(candidate.victims, key=lambda v: _uid(v) not in candidate.covered)
         evicted: list[str] = []
         for victim in ordered:
+            if self.holds.get(request.key) is None:
+                # The informer ended the hold: the pod was bound, deleted or recreated while earlier
+                # victims were evicted. Nobody more goes for it.
+                log.info(
+                    "preemption for pod %s stopped: the pod was bound, deleted or recreated%s",
+                    request.key,
+                    f" after evicting {', '.join(evicted)}" if evicted else "",
+                )
+                return "ended"
             outcome = await self._evict(victim, request, candidate.node)
             if outcome != "evicted":
                 self.holds.release(request.key)
+                if not evicted:  # nobody is going there: the pod is not kept waiting for that node
+                    await self._nominate(request, None)
                 if outcome == "refused":
                     self.stats.refused += 1
                     log.info(
@@ -311,13 +331,6 @@ class Preemptor:
                     self.stats.failed += 1
                 return outcome
             evicted.append(_ref(victim))
-        try:
-            body = {"metadata": {"uid": request.uid}, "status": {"nominatedNodeName": candidate.node}}
-            await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
-        except KubeAPIError as e:
-            # The hold stays: the devices are free for the pod whether kube-scheduler tries the nominated
-            # node first or not.
-            log.warning("preemption for pod %s: setting nominatedNodeName failed: %s", request.key, e)
         held = [device_label({"driver": d.id[0], "pool": d.id[1], "device": d.id[2]}) for d in devices]
         self.events.record(
             preempting_for_devices(request.key, request.uid, candidate.node, evicted, held, hold_seconds)
@@ -331,6 +344,21 @@ class Preemptor:
             extra={"pod": request.key, "node": candidate.node},
         )
         return "done"
+
+    async def _nominate(self, request: PreemptionRequest, node: str | None) -> bool:
+        """Set (None: clear) the pod's ``status.nominatedNodeName``, its UID as precondition; False when the
+        pod is gone. Another failure is logged: the hold keeps the devices free for the pod whether
+        kube-scheduler tries the nominated node first or not."""
+        namespace, _, name = request.key.partition("/")
+        body = {"metadata": {"uid": request.uid}, "status": {"nominatedNodeName": node}}
+        try:
+            await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
+        except KubeAPIError as e:
+            if e.status in _GONE:
+                log.info("preemption for pod %s stopped: the pod is gone: %s", request.key, e)
+                return False
+            log.warning("preemption for pod %s: setting nominatedNodeName failed: %s", request.key, e)
+        return True
 
     async def _evict(self, victim: Mapping[str, Any], request: PreemptionRequest, node: str) -> str:
         """``evicted`` (or already gone), ``refused`` (429) or ``failed``."""
@@ -397,9 +425,13 @@ class Preemptor:
 
 
 def _grace_seconds(pod: Mapping[str, Any]) -> float:
-    """The pod's ``terminationGracePeriodSeconds`` (the API's default 30 when unset)."""
+    """The pod's ``terminationGracePeriodSeconds`` (the API's default 30 when unset), within 0 and
+    ``MAX_SECONDS``: the API server takes any int64, and a hold that long would keep the devices from every
+    other pod for as long as the preemptor stays pending."""
     value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 30.0
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return 30.0
+    return float(min(max(value, 0), MAX_SECONDS))
 
 
 def _uid(pod: Mapping[str, Any]) -> str:

@@ -13,12 +13,14 @@ When kube-scheduler's own preemption does call ``preemptVerb`` and the extender 
 (``scheduler_preempting``), kube-scheduler evicts; the pod's rejections are then ignored for
 ``quiet_seconds`` so the two never evict for the same pod at once.
 
-Bounded: at most ``max_pods`` requests and as many quiet pods (the oldest forgotten first).
+Bounded: at most ``max_pods`` requests and as many quiet pods (the oldest forgotten first); the requests
+share their node names.
 Thread-safe: filters record from the HTTP threads, the preemptor takes on the cluster runtime's loop.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -91,11 +93,14 @@ class PreemptionRequests:
             return
         now = self.clock()
         uid = str((pod.get("metadata") or {}).get("uid") or "")
+        # Interned: each filter decodes its own copy of the names, and a queue of pods rejected on the
+        # same nodes would hold one per pod (1,000 pods on 5,000 nodes: 467 MB, against 40 MB interned).
+        nodes = tuple(map(sys.intern, outcome.failed))
         with self._lock:
             if self._quiet.get(key, 0.0) > now:
                 return
             self._requests.pop(key, None)
-            self._requests[key] = PreemptionRequest(key, uid, tuple(outcome.failed), now)
+            self._requests[key] = PreemptionRequest(key, uid, nodes, now)
             while len(self._requests) > self.max_pods:
                 self._requests.popitem(last=False)
         self.on_request()

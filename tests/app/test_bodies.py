@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 import uvicorn
 from starlette.requests import Request
+from uvicorn.server import ServerState
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
 from app.config.settings import ServerSettings, Settings
 from app.http.api import create_app
 from app.http.bodies import BodyBudget, BodyRejected, read_body
-from app.http.server import server_config
+from app.http.server import IdleClosingHttpToolsProtocol, server_config
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 
@@ -164,3 +165,90 @@ async def _closed_while_sending(
         except ConnectionError:
             return True
     return False
+
+
+class _Transport(asyncio.Transport):
+    """A connection's transport that keeps what the server writes and whether it closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 40000)}.get(name, default)
+
+    def write(self, data: Any) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _connection() -> tuple[IdleClosingHttpToolsProtocol, _Transport]:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", **server_config())
+    protocol = IdleClosingHttpToolsProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+    transport = _Transport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+def _fed_until_closed(protocol: IdleClosingHttpToolsProtocol, transport: _Transport, start: bytes) -> int:
+    """Feed ``start``, then header bytes 64 KiB at a time (up to 16 MiB) until the server closes; how many
+    bytes it took."""
+    protocol.data_received(start)
+    fed = len(start)
+    while not transport.closed and fed < 16 << 20:
+        protocol.data_received(b"a" * (64 << 10))
+        fed += 64 << 10
+    return fed
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: ",  # a header that never ends
+        b"GET /" + b"a" * 100,  # a request line that never ends
+        # A chunked body's trailer that never ends (its body, one byte, long read).
+        b"POST /scheduler/filter HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-T: ",
+    ],
+)
+async def test_a_request_head_that_keeps_growing_is_refused_at_h11s_limit(start):
+    # h11 answered 400 once 16 KiB of a request's head were incomplete; httptools has no limit, and one
+    # connection sending header bytes for its 5 s made the server hold (and copy again, each read) 100 MB.
+    protocol, transport = _connection()
+    fed = _fed_until_closed(protocol, transport, start)
+    assert transport.closed
+    assert fed <= len(start) + (16 << 10) + (64 << 10)  # the limit, give or take the read that passed it
+
+
+async def test_a_refused_request_head_is_answered_400_when_no_request_is_being_answered():
+    protocol, transport = _connection()
+    _fed_until_closed(protocol, transport, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: ")
+    assert transport.written.startswith(b"HTTP/1.1 400 ")
+
+
+async def test_heads_and_chunk_framing_within_the_limit_are_served():
+    protocol, transport = _connection()
+    headers = b"".join(b"X-%d: %s\r\n" % (i, b"v" * 100) for i in range(120))  # 12 KiB of headers
+    chunks = b"1\r\na\r\n" * 20000  # 120 KB of framing around a 20 kB body, a few bytes per chunk
+    request = b"POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + headers + b"\r\n" + chunks
+    for i in range(0, len(request), 4096):
+        protocol.data_received(request[i : i + 4096])
+    protocol.data_received(b"0\r\nX-Trailer: t\r\n\r\n")
+    assert not transport.closed
+    await asyncio.sleep(0.05)  # the app's task runs and answers
+    assert transport.written.startswith(b"HTTP/1.1 200 ")

@@ -5,6 +5,10 @@ free for it, until it is bound, deleted, or the deadline passes."""
 from __future__ import annotations
 
 import copy
+import sys
+import tracemalloc
+
+import orjson
 
 from allocator.decide import Policy
 from app.scheduling.decisions import FilterOutcome
@@ -146,3 +150,25 @@ def test_a_pod_kube_scheduler_preempts_for_is_left_to_it():
     clock.now += 60
     requests.filtered(p, outcome)
     assert [r.key for r in requests.take()] == [f"{NS}/new"]
+
+
+def test_requests_of_many_pods_rejected_on_the_same_nodes_hold_each_node_name_once():
+    # Each filter decodes its own copy of the node names: 1,000 pending pods rejected on 5,000 nodes held
+    # 467 MB of names. What stays per request is its tuple of references (8 bytes a node).
+    pods, nodes = 100, 2000
+    names = [f"ip-10-{i // 250}-{i % 250}-17.eu-west-1.compute.internal" for i in range(nodes)]
+    body = orjson.dumps(names)
+    requests = PreemptionRequests(["dra-scheduler"])
+    tracemalloc.start()
+    try:
+        for i in range(pods):
+            p, _ = _rejected()
+            p["metadata"]["name"] = f"new-{i}"
+            requests.filtered(p, FilterOutcome(failed=dict.fromkeys(orjson.loads(body), "no GPU free")))
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert len(requests) == pods
+    names_once = sum(sys.getsizeof(n) for n in names)
+    references = pods * (nodes * 8 + 100)  # a tuple: 8 bytes a reference and its header
+    assert held < 2 * (names_once + references)

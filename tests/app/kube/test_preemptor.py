@@ -5,6 +5,7 @@ nothing as a standby, beyond its rate limit, or while earlier victims are still 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from app.kube.preemptor import EvictionWindow
@@ -185,3 +186,81 @@ async def test_a_pod_with_no_lower_priority_pod_on_its_nodes_costs_no_api_call(a
     assert await runtime.preemptor.preempt(want) is None
     sent = [r.path for r in api.requests[before:] if "poddisruptionbudgets" in r.path or "/pods/" in r.path]
     assert sent == [] and runtime.preemptor.stats.not_helped == 1
+
+
+async def test_a_preemptor_deleted_while_its_victims_are_evicted_gets_no_more_evicted(api, start_runtime):
+    # Two victims on n1 (the preemptor asks for both GPUs). The pod is deleted while the first eviction is
+    # in flight: its hold ends with it, and the second victim keeps running.
+    _cluster(api, {"n1": 2})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    _holder(api, "b", 1, "n1", "gpu-1")
+    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", 2)]))
+    p = pod(NS, "new", ["new"])
+    p["spec"]["priority"] = 100
+    api.add("Pod", p)
+    runtime = await start_runtime()
+    first_eviction = api.gate("POST", r"/pods/(a|b)/eviction$")
+    want = PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", ("n1",), 0.0)
+    preempting = asyncio.create_task(runtime.preemptor.preempt(want))
+    await eventually(lambda: _evicted(api))
+    api.remove("Pod", NS, "new")
+    await eventually(lambda: runtime.service.state.get("Pod", f"{NS}/new") is None)
+    first_eviction.set()
+
+    assert await preempting is None
+    assert len(_evicted(api)) == 1
+    assert api.get("Pod", NS, "new") is None
+    assert len(runtime.service.preemption_holds) == 0
+    assert not runtime.service.state.inventory.reservations()
+
+
+async def test_a_victims_grace_period_holds_the_devices_at_most_a_day_more(api, start_runtime):
+    # The API server takes any int64 grace period; a hold that long would keep the devices from every other
+    # pod for as long as the preemptor stays pending. At most the settings' longest time (one day).
+    _cluster(api, {"n1": 1})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    victim = api.get("Pod", NS, "a")
+    victim["spec"]["terminationGracePeriodSeconds"] = 2**62
+    api.put("Pod", victim)
+    want = _preemptor(api)
+    runtime = await start_runtime()
+
+    assert await runtime.preemptor.preempt(want) == "n1"
+    holds = runtime.service.preemption_holds
+    assert holds.get(f"{NS}/new").until - holds.clock() <= 60 + 86_400
+
+
+async def test_the_preemptor_is_nominated_before_its_first_victim_is_evicted(api, start_runtime):
+    # Should the replica stop between two evictions (a restart, an eviction answered 500), the pod's
+    # nomination is what makes its next attempt wait for the victims already going (upstream
+    # PodEligibleToPreemptOthers) instead of evicting two more pods on n2 for the same two GPUs.
+    _cluster(api, {"n1": 2, "n2": 2})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    _holder(api, "b", 1, "n1", "gpu-1")
+    _holder(api, "c", 2, "n2", "gpu-0")
+    _holder(api, "d", 2, "n2", "gpu-1")
+    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", 2)]))
+    p = pod(NS, "new", ["new"])
+    p["spec"]["priority"] = 100
+    api.add("Pod", p)
+    runtime = await start_runtime()
+    first_eviction = api.gate("POST", r"/pods/[^/]+/eviction$")
+    want = PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", ("n1", "n2"), 0.0)
+    preempting = asyncio.create_task(runtime.preemptor.preempt(want))
+    await eventually(lambda: _evicted(api))
+    nominated = api.get("Pod", NS, "new")["status"].get("nominatedNodeName")
+    first_eviction.set()
+    assert await preempting == "n1"
+    assert nominated == "n1"
+
+
+async def test_a_preemptor_gone_before_its_nomination_gets_nobody_evicted(api, start_runtime):
+    _cluster(api, {"n1": 1})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    want = _preemptor(api)
+    runtime = await start_runtime()
+    api.fail("PATCH", r"/pods/new/status$", 404, reason="NotFound")
+
+    assert await runtime.preemptor.preempt(want) is None
+    assert _evicted(api) == []
+    assert len(runtime.service.preemption_holds) == 0
