@@ -42,7 +42,7 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 run: $(STAMP)
-	@echo "dra-extender: starting on $(STATE); in another shell try the requests in examples/requests/ (README)"
+	@echo "dra-extender: starting on $(STATE); in another shell try the requests in examples/requests/ (docs/getting-started.md)"
 	$(BIN)/dra-extender serve --state $(STATE) --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)

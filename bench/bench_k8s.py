@@ -310,8 +310,10 @@ def report(runs: list[Run], nodes: int, devices: int, target: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench_k8s", description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--nodes", type=int, default=500)
+    parser = argparse.ArgumentParser(prog="bench_k8s", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--nodes", type=int, default=500, help="nodes in each run, each with one ResourceSlice of --devices"
+    )
     parser.add_argument("--devices", type=int, default=8, help="devices per node")
     parser.add_argument(
         "--pods", type=int, default=0, help="pods per run (default: a quarter of the devices)"

@@ -434,9 +434,19 @@ def report(runs: list[Run]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench_placement", description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--nodes", type=int, default=24)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = argparse.ArgumentParser(prog="bench_placement", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=24,
+        help=f"nodes of {GPUS} GPUs over 2 NUMA nodes and 4 PCIe roots, a NIC per root",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="seeds the workload: pod sizes, which pods end, the wave (both modes alike)",
+    )
     parser.add_argument("--utilisation", type=float, default=0.7, help="GPUs the churn pods ask for")
     parser.add_argument("--rounds", type=int, default=3, help="churn rounds after the fill")
     parser.add_argument("--churn", type=float, default=1 / 3, help="share of the pods ending per round")
@@ -444,7 +454,13 @@ def main(argv: list[str] | None = None) -> int:
         "--wave", type=int, default=0, help="large pods in the final wave (default: one a node)"
     )
     parser.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating")
-    parser.add_argument("--slice-order", choices=SLICE_ORDERS, default="numa")
+    parser.add_argument(
+        "--slice-order",
+        choices=SLICE_ORDERS,
+        default="numa",
+        help="order of a node's GPUs in its ResourceSlice: numa (NUMA node 0's first, as drivers enumerate "
+        "them) or interleaved (alternating NUMA nodes)",
+    )
     parser.add_argument(
         "--cpu-per-gpu",
         type=float,

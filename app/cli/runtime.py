@@ -340,6 +340,7 @@ def load_runtime(
     scheduling = settings.scheduling
     if objects is None:
         runtime = build_runtime(
+            # No snapshot: the callers (simulate, explain, serve off a cluster) checked --state was given.
             settings.state_dir,  # type: ignore[arg-type]
             scheduling.feature_gates,
             strict_fields=strict_fields,

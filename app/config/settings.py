@@ -145,6 +145,7 @@ seconds at most one day (``MAX_SECONDS``: 1e300 s never ends either, and overflo
 def _check_ranges(settings: object) -> None:
     """Every numeric field of ``settings`` (a dataclass above) that is set, against ``RANGES``. Raises
     ValueError naming the field."""
+    # settings is typed object (any settings dataclass above); mypy's fields() wants a dataclass type.
     for f in fields(settings):  # type: ignore[arg-type]
         value = getattr(settings, f.name)
         problem = RANGES[f.name].problem(value) if f.name in RANGES and value is not None else ""

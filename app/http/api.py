@@ -269,6 +269,7 @@ def create_app(
         description="kube-scheduler HTTP extender allocating DRA devices (resource.k8s.io/v1). Wire format: "
         "k8s.io/kube-scheduler/extender/v1 (Go field names as keys).",
     )
+    # FastAPI's documented way to extend the schema: replace the app's openapi method.
     app.openapi = _openapi(app)  # type: ignore[method-assign]
 
     def _asked(decide: Callable[..., _Outcome], args: wire.ExtenderArgs) -> _Outcome:

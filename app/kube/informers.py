@@ -395,7 +395,7 @@ def _version(obj: Mapping[str, Any] | None) -> int:
     reads it); -1 when absent or not an integer, which compares older than every version."""
     version = ((obj or {}).get("metadata") or {}).get("resourceVersion")
     try:
-        return int(version)  # type: ignore[arg-type]
+        return int(version)  # type: ignore[arg-type]  # any JSON value: what int() refuses is caught below
     except (TypeError, ValueError):
         return -1
 

@@ -1,13 +1,14 @@
 """Devices kept for a preemptor while its victims go: the holds of nominated pods.
 
-Once the extender's own preemption (``app.kube.preemptor``) has evicted victims for pod P on node N, the
-devices P's claims would get there (the victims' devices and any free ones the allocation takes) are
-reserved in the inventory under ``preemption:<pod key>``. Every other pod's filter and bind then sees them
-in use, so a pod created meanwhile (one of lower priority too, which kube-scheduler may try first while P
-waits out its backoff) cannot take them, as kube-scheduler keeps a nominated pod's CPU and memory on its
-nominated node for pods of lower or equal priority. P's own decisions (filter, prioritize, bind) run with
-its hold lifted (``lifted``, under the service lock, so no other decision sees the gap) and see the
-devices free.
+Once the extender's own preemption (``app.kube.preemptor``) has chosen victims for pod P on node N, and
+before it evicts the first of them, the devices P's claims would get there (the victims' devices and any
+free ones the allocation takes) are reserved in the inventory under ``preemption:<pod key>``. Every other
+pod's filter and bind then sees them in use, so a pod created meanwhile (one of lower priority too, which
+kube-scheduler may try first while P waits out its backoff) cannot take them. kube-scheduler keeps a
+nominated pod's CPU and memory on its nominated node from pods of lower or equal priority only; a hold
+keeps the devices from every other pod, higher-priority ones too, until it ends (below). P's own
+decisions (filter, prioritize, bind) run with its hold lifted (``lifted``, under the service lock, so no
+other decision sees the gap) and see the devices free.
 
 A hold ends when P is bound (the informer shows ``spec.nodeName``: from then on its claims hold the
 devices), deleted or recreated under its name (another UID), or when its deadline passes (``expire``,
