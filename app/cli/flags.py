@@ -242,6 +242,7 @@ def _complete_paths(parser: argparse.ArgumentParser) -> None:
     """Flags taking a ``Path`` complete file names (shtab reads ``action.complete``)."""
     for action in parser._actions:
         if action.type is Path:
+            # shtab's documented hook: an attribute argparse's Action does not declare.
             action.complete = shtab.FILE  # type: ignore[attr-defined]
         for sub in (action.choices or {}).values() if isinstance(action.choices, dict) else ():
             _complete_paths(sub)

@@ -72,6 +72,7 @@ class IdleClosingHttpToolsProtocol(HttpToolsProtocol):
     at a time, before the parser sees it: a landmark inside the read resets it, so the count lags by at most
     one read (asyncio reads at most 256 KiB)."""
 
+    # uvicorn declares the base method with asyncio.BaseTransport; a TCP connection always gets a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_headers()

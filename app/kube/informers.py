@@ -316,6 +316,7 @@ class Informer:
                 self.backoff.reset()
                 self._handle(event)
         finally:
+            # The watch stream is an async generator; its declared type (AsyncIterator) has no aclose.
             await events.aclose()  # type: ignore[attr-defined]
 
     # --- events ---------------------------------------------------------------------------------------
