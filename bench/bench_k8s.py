@@ -466,12 +466,11 @@ def start_mode(
     profiling: bool = False,
     nodes_to_score: int | None = None,
     extender_nodes_to_score: int | None = None,
-    claim_gate: bool = False,
     null_binary: Path | None = None,
 ) -> None:
     """Start ``mode``'s kube-scheduler and extender (``MODE_COMPONENTS``) with API rate limit ``qps`` (burst
     twice that; None: each one's default); the other arguments as ``bench_k8s``'s flags of the same names
-    say, ``claim_gate`` as ``ControlPlane.start_scheduler``'s, ``null_binary`` from
+    say, ``null_binary`` from
     ``_build_null_extender``."""
     common = {"qps": qps, "verbosity": scheduler_v, "profiling": profiling}
     if mode == "in-tree":
@@ -490,7 +489,7 @@ def start_mode(
     if qps is not None:
         extra += [f"--kube-api-qps={qps:g}", f"--kube-api-burst={int(2 * qps)}"]
     plane.start_extender(*extra)
-    plane.start_scheduler(nodes_to_score=nodes_to_score, claim_gate=claim_gate, **common)
+    plane.start_scheduler(nodes_to_score=nodes_to_score, **common)
 
 
 if __name__ == "__main__":

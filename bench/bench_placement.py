@@ -474,12 +474,6 @@ def main(argv: list[str] | None = None) -> int:
         default=EQUAL_QPS,
         help="the API rate limit of both kube-schedulers and the extender",
     )
-    parser.add_argument(
-        "--claim-gate",
-        action="store_true",
-        help="the extender's kube-scheduler profile keeps the DynamicResources plugin at PreEnqueue only, "
-        "holding a pod out of the queue until its claims exist, as the in-tree profile does",
-    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one batch may take to settle")
     args = parser.parse_args(argv)
     work = plan(
@@ -492,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plane.start()
         for mode in MODES:  # both at once: the pods name their mode's scheduler
-            start_mode(plane, mode, args.qps, claim_gate=args.claim_gate)
+            start_mode(plane, mode, args.qps)
         for number in range(args.runs):
             for mode in MODES if number % 2 else reversed(MODES):
                 runs.append(one_run(plane, mode, f"r{number}-{mode}", args, work))
@@ -505,7 +499,6 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(work.batches)} batches (fill to {args.utilisation:.0%} of the GPUs, then {args.rounds} rounds "
         f"ending {args.churn:.0%}), then {len(work.wave)} large pods; API rate limit {args.qps:g} QPS "
         f"(burst {int(2 * args.qps)}) for both kube-schedulers and the extender; runs alternating"
-        + ("; the extender's profile with DynamicResources at PreEnqueue" if args.claim_gate else "")
     )
     print(report(runs))
     print(f"component logs: {RUN_DIR / 'logs'}")

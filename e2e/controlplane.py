@@ -452,7 +452,6 @@ class ControlPlane:
         nodes_to_score: int | None = None,
         extender: str = "dra-extender",
         hostname: str | None = None,
-        claim_gate: bool = False,
     ) -> Component:
         """kube-scheduler with the shipped configuration and the flags of the Deployment's kube-scheduler
         container (``with_extender``), or kube-scheduler's defaults
@@ -462,9 +461,7 @@ class ControlPlane:
         ``/debug/pprof/`` to requests without credentials (at ``scheduler_urls[name]``); ``nodes_to_score``
         replaces the configuration's ``percentageOfNodesToScore`` (0: kube-scheduler's adaptive
         default). ``extender``: the extender component it calls (``kube-scheduler-<x>`` for
-        ``dra-extender-<x>``); ``hostname``: its pod's (``start_pair``). ``claim_gate``: the extender's
-        profile keeps the DynamicResources plugin at PreEnqueue only, which holds a pod out of the queue
-        until its claims exist (the in-tree profile has it anyway)."""
+        ``dra-extender-<x>``); ``hostname``: its pod's (``start_pair``)."""
         port = free_port()
         if with_extender:
             config = shipped_scheduler_config()
@@ -478,9 +475,6 @@ class ControlPlane:
             flags = [
                 f for f in _sidecar_container("kube-scheduler")["command"][1:] if not f.startswith("--config")
             ]
-            if claim_gate:
-                for profile in config["profiles"]:
-                    profile["plugins"]["preEnqueue"] = {"enabled": [{"name": "DynamicResources"}]}
         else:
             config = {
                 "apiVersion": "kubescheduler.config.k8s.io/v1",

@@ -20,6 +20,13 @@ profiles:
     multiPoint:
       disabled:
       - name: DynamicResources       # the extender allocates; two allocators would race for devices
+    # ...but its PreEnqueue gate allocates nothing: it keeps a pod out of the queue until the ResourceClaims
+    # it names exist (not being deleted, owned by the pod), as the in-tree profile does, so kube-scheduler
+    # does not spend cycles and extender calls on pods whose claims the resourceclaim controller has not
+    # created yet; its queueing hints requeue them when the claims appear (docs/performance.md).
+    preEnqueue:
+      enabled:
+      - name: DynamicResources
   pluginConfig:
   - name: NodeResourcesFit
     args:
