@@ -484,6 +484,10 @@ class ControlPlane:
             }
             name, kubeconfig = "kube-scheduler-in-tree", self.admin_kubeconfig
             flags = ["--v=2"]
+        # The control plane's gates on kube-scheduler too, as a cluster enables them on every component:
+        # DynamicResources' PreEnqueue accepts a PodGroup's claim for the group's pods only with
+        # DRAWorkloadResourceClaims on (resourceclaim.IsForPod).
+        flags = [f for f in flags if not f.startswith("--feature-gates=")] + [FEATURE_GATES]
         if qps is not None:
             config["clientConnection"].update(qps=qps, burst=int(2 * qps))
         if verbosity is not None:
