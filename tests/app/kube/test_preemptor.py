@@ -43,13 +43,20 @@ def _holder(api: FakeKubeAPI, name: str, priority: int, node_name: str, gpu: str
     api.add("Pod", p)
 
 
-def _preemptor(api: FakeKubeAPI, priority: int = 100, **status: Any) -> PreemptionRequest:
-    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", 1)]))
+def _preemptor(
+    api: FakeKubeAPI,
+    priority: int = 100,
+    *,
+    gpus: int = 1,
+    nodes: tuple[str, ...] = ("n1", "n2"),
+    **status: Any,
+) -> PreemptionRequest:
+    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", gpus)]))
     p = pod(NS, "new", ["new"])
     p["spec"]["priority"] = priority
     p["status"].update(status)
     api.add("Pod", p)
-    return PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", ("n1", "n2"), 0.0)
+    return PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", nodes, 0.0)
 
 
 def _evicted(api: FakeKubeAPI) -> list[str]:
@@ -140,12 +147,8 @@ async def test_no_more_evictions_than_the_rate_limit_allows(api, start_runtime):
     _cluster(api, {"n1": 2})
     _holder(api, "a", 1, "n1", "gpu-0")
     _holder(api, "b", 1, "n1", "gpu-1")
-    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", 2)]))
-    p = pod(NS, "new", ["new"])
-    p["spec"]["priority"] = 100
-    api.add("Pod", p)
+    want = _preemptor(api, gpus=2, nodes=("n1",))
     runtime = await start_runtime(preemption_evictions_per_minute=1)
-    want = PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", ("n1",), 0.0)
     assert await runtime.preemptor.preempt(want) is None
     assert _evicted(api) == []
 
@@ -194,13 +197,9 @@ async def test_a_preemptor_deleted_while_its_victims_are_evicted_gets_no_more_ev
     _cluster(api, {"n1": 2})
     _holder(api, "a", 1, "n1", "gpu-0")
     _holder(api, "b", 1, "n1", "gpu-1")
-    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", 2)]))
-    p = pod(NS, "new", ["new"])
-    p["spec"]["priority"] = 100
-    api.add("Pod", p)
+    want = _preemptor(api, gpus=2, nodes=("n1",))
     runtime = await start_runtime()
     first_eviction = api.gate("POST", r"/pods/(a|b)/eviction$")
-    want = PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", ("n1",), 0.0)
     preempting = asyncio.create_task(runtime.preemptor.preempt(want))
     await eventually(lambda: _evicted(api))
     api.remove("Pod", NS, "new")
@@ -239,13 +238,9 @@ async def test_the_preemptor_is_nominated_before_its_first_victim_is_evicted(api
     _holder(api, "b", 1, "n1", "gpu-1")
     _holder(api, "c", 2, "n2", "gpu-0")
     _holder(api, "d", 2, "n2", "gpu-1")
-    api.add("ResourceClaim", claim(NS, "new", [request("gpu", "gpu", 2)]))
-    p = pod(NS, "new", ["new"])
-    p["spec"]["priority"] = 100
-    api.add("Pod", p)
+    want = _preemptor(api, gpus=2)
     runtime = await start_runtime()
     first_eviction = api.gate("POST", r"/pods/[^/]+/eviction$")
-    want = PreemptionRequest(f"{NS}/new", f"uid-pod-{NS}-new", ("n1", "n2"), 0.0)
     preempting = asyncio.create_task(runtime.preemptor.preempt(want))
     await eventually(lambda: _evicted(api))
     nominated = api.get("Pod", NS, "new")["status"].get("nominatedNodeName")
