@@ -30,7 +30,7 @@ from allocator.selectors import SelectorCache
 
 __all__ = ["Verdict", "countable", "verdict"]
 
-_SEARCH_DECIDES = frozenset({"cel-error", "derived-attribute-error", "capacity-error"})
+_SEARCH_DECIDES = frozenset({"cel-error", "capacity-error"})
 """Rejections whose outcome depends on whether the search gets to the device (it stops at a fit)."""
 
 
