@@ -77,6 +77,9 @@ class Run:
     cpu: dict[str, float] = field(default_factory=dict)
     answer_ms: dict[str, float] = field(default_factory=dict)
     """The extender's mean time to answer each verb in this run, from its metrics (extender runs only)."""
+    cycle_ms: dict[str, float] = field(default_factory=dict)
+    """kube-scheduler's mean time per scheduling cycle in each part of it (``CYCLE_PARTS``)."""
+    cycles: int = 0
 
     @property
     def rate(self) -> float:
@@ -105,26 +108,49 @@ Answered = dict[str, tuple[float, float]]
 """Per verb, the extender's total seconds answering and the number of answers so far."""
 
 
+def _histogram_totals(text: str, family_name: str, label: str | None, keys: tuple[str, ...]) -> Answered:
+    """Seconds and count of histogram ``family_name`` per value of ``label`` among ``keys`` (``label``
+    None: one total under ``keys[0]``), summed over its other labels."""
+    totals = {key: [0.0, 0.0] for key in keys}
+    for family in text_string_to_metric_families(text):
+        if family.name != family_name:
+            continue
+        for sample in family.samples:
+            key = keys[0] if label is None else sample.labels.get(label)
+            if key in totals and sample.name.endswith(("_sum", "_count")):
+                totals[key][sample.name.endswith("_count")] += sample.value
+    return {key: (seconds, count) for key, (seconds, count) in totals.items()}
+
+
 def _answered(plane: ControlPlane) -> Answered:
     with urllib.request.urlopen(f"{plane.extender_url}/metrics", timeout=10) as response:
         text = response.read().decode()
-    totals = {verb: [0.0, 0.0] for verb in VERBS}
-    for family in text_string_to_metric_families(text):
-        if family.name != REQUEST_METRIC:
-            continue
-        for sample in family.samples:
-            verb = sample.labels.get("verb")
-            if verb in totals and sample.name.endswith(("_sum", "_count")):
-                totals[verb][sample.name.endswith("_count")] += sample.value
-    return {verb: (seconds, count) for verb, (seconds, count) in totals.items()}
+    return _histogram_totals(text, REQUEST_METRIC, "verb", VERBS)
+
+
+CYCLE_PARTS = ("algorithm", "PreFilter", "PreScore", "Score")
+"""kube-scheduler's view of a scheduling cycle, from its own histograms: the algorithm (its filters, the
+extender's filter, its scores, the extender's prioritize: what a serial cycle waits on), and the extension
+points recorded once per cycle inside it (its Filter plugins run per node and are not recorded)."""
+
+
+def _cycles(url: str) -> Answered:
+    text = httpx.get(f"{url}/metrics", verify=tls_context(None), timeout=10).text
+    cycles = {
+        **_histogram_totals(text, "scheduler_scheduling_algorithm_duration_seconds", None, ("algorithm",)),
+        **_histogram_totals(
+            text, "scheduler_framework_extension_point_duration_seconds", "extension_point", CYCLE_PARTS[2:]
+        ),
+    }
+    return cycles
 
 
 def _mean_ms(before: Answered, after: Answered) -> dict[str, float]:
     means = {}
-    for verb in VERBS:
-        seconds, count = (a - b for a, b in zip(after[verb], before[verb], strict=True))
+    for key in after:
+        seconds, count = (a - b for a, b in zip(after[key], before[key], strict=True))
         if count:
-            means[verb] = 1000 * seconds / count
+            means[key] = 1000 * seconds / count
     return means
 
 
@@ -214,6 +240,8 @@ def _one_run(
     created: dict[str, float] = {}
     cpu_before = _cpu(plane)
     answered_before = _answered(plane) if mode == "extender" else None
+    scheduler_url = plane.scheduler_urls[SCHEDULER_OF[mode]]
+    cycles_before = _cycles(scheduler_url)
 
     def create(i: int) -> None:
         name = f"pod-{i}"
@@ -225,7 +253,7 @@ def _one_run(
     if profile_seconds:
         name = SCHEDULER_OF[mode]
         path = RUN_DIR / "profiles" / f"{label}-{name}.pprof"
-        profile = SchedulerProfile(plane.scheduler_urls[name], profile_seconds, path)
+        profile = SchedulerProfile(scheduler_url, profile_seconds, path)
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(create, range(pods)))
     poll(lambda: len(watch.bound) >= pods, timeout=timeout, interval=0.2, what=f"{label}: {pods} pods bound")
@@ -236,6 +264,9 @@ def _one_run(
     run = Run(mode, pods, seconds, latencies, {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after})
     if answered_before is not None:
         run.answer_ms = _mean_ms(answered_before, _answered(plane))
+    cycles_after = _cycles(scheduler_url)
+    run.cycle_ms = _mean_ms(cycles_before, cycles_after)
+    run.cycles = round(cycles_after["algorithm"][1] - cycles_before["algorithm"][1])
     print(f"{label}: {run.pods} pods in {run.seconds:.1f} s ({run.rate:.1f}/s)", flush=True)
     if profile is not None:
         print(f"{label}: kube-scheduler CPU profile {profile.path}\n{profile.summary()}", flush=True)
@@ -289,13 +320,16 @@ def report(runs: list[Run], nodes: int, devices: int, target: str) -> str:
             ratio = ours / theirs if higher_better else theirs / ours
             row += [f"{ours:.2f}{unit}", f"{ratio:.2f}x"]
         rows.append([*row, target if higher_better else ""])
+
+    def per_mode(label: str, measure: Callable[[Run], float], form: str) -> None:
+        rows.append([label, *_cells(modes, lambda m: median_of(m, measure), form), ""])
+
     for name in COMPONENTS:
-        cells = [median_of(m, lambda r: r.cpu.get(name, 0.0)) for m in modes]  # noqa: B023 - at once
-        if any(cells):
-            row = [f"CPU s: {name}", f"{cells[0]:.1f}"]
-            for value in cells[1:]:
-                row += [f"{value:.1f}", ""]
-            rows.append([*row, ""])
+        if any(median_of(m, lambda r: r.cpu.get(name, 0.0)) for m in modes):  # noqa: B023 - at once
+            per_mode(f"CPU s: {name}", lambda r: r.cpu.get(name, 0.0), "{:.1f}")  # noqa: B023
+    per_mode("kube-scheduler: cycles per pod", lambda r: r.cycles / r.pods, "{:.2f}")
+    for part in CYCLE_PARTS:
+        per_mode(f"kube-scheduler: {part} (mean ms per cycle)", lambda r: r.cycle_ms.get(part, 0.0), "{:.2f}")  # noqa: B023
     if "extender" in others:
         for verb in VERBS:
             ms = median_of("extender", lambda r: r.answer_ms.get(verb, 0.0))  # noqa: B023
@@ -307,6 +341,14 @@ def report(runs: list[Run], nodes: int, devices: int, target: str) -> str:
     for mode in others:
         headers += [mode, f"{mode} / in-tree (>1: better)"]
     return table([*headers, "target"], rows)
+
+
+def _cells(modes: list[str], value: Callable[[str], float], form: str) -> list[str]:
+    """A row's cells for ``modes`` (the in-tree plugin first, then each other mode and an empty ratio)."""
+    cells = [form.format(value(modes[0]))]
+    for mode in modes[1:]:
+        cells += [form.format(value(mode)), ""]
+    return cells
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,8 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scheduler-v",
         type=int,
-        help="both kube-schedulers' --v (3 logs each scheduling attempt: the extender's access log and "
-        "kube-scheduler's then show where a cycle's time goes)",
+        help="both kube-schedulers' --v (3 logs each scheduling attempt)",
     )
     parser.add_argument(
         "--profile",
@@ -373,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     sampling = args.extender_nodes_to_score
     modes = ["in-tree", *(m for m in MODE_COMPONENTS if m != "in-tree" and m in args.modes.split(","))]
     remove(RUN_DIR)
-    plane = ControlPlane(RUN_DIR, build_binaries())
+    # kube-scheduler and the extender at 1.37's default gates: the workload needs no other, and the e2e
+    # plane's DRANodeAllocatableResources would slow the in-tree plugin's Filter (FEATURE_GATES).
+    plane = ControlPlane(RUN_DIR, build_binaries(), scheduling_gates=None)
     null_binary = _build_null_extender() if "null" in modes else None
     tables: list[tuple[str, list[Run]]] = []
     phases: list[float | None] = [args.qps, *([None] if args.default_qps else [])]

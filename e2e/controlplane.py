@@ -52,10 +52,13 @@ FEATURE_GATES = (
     "--feature-gates=GenericWorkload=true,DRAWorkloadResourceClaims=true,DRANodeAllocatableResources=true"
 )
 """Gates off by default in 1.37 that scenarios need: PodGroups and their ResourceClaims (beta) and
-node-allocatable resources through DRA (alpha), on in kube-apiserver (which also needs the
-scheduling.k8s.io/v1beta1 API and otherwise drops the gated fields), in the resourceclaim controller, which
-generates group claims, and in the extender. kube-scheduler keeps them off: it then schedules a group's
-pods one by one, as the extender's filter and bind expect, instead of in a pod-group cycle."""
+node-allocatable resources through DRA (alpha), on in every component as a cluster enables them:
+kube-apiserver (which also needs the scheduling.k8s.io/v1beta1 API and otherwise drops the gated fields),
+the resourceclaim controller, which generates group claims, the extender, and kube-scheduler, whose
+DynamicResources PreEnqueue accepts a PodGroup's claim for the group's pods only with
+DRAWorkloadResourceClaims on. The benchmarks run kube-scheduler and the extender at 1.37's defaults
+(``ControlPlane.scheduling_gates``): with DRANodeAllocatableResources on, the in-tree plugin's Filter lists
+every ResourceSlice for every node it checks, which would handicap it."""
 
 
 def build_binaries() -> Path:
@@ -212,6 +215,8 @@ class ControlPlane:
     """kube-scheduler component name -> its secure port's URL."""
     probe_urls: dict[str, str] = field(default_factory=dict)
     """Extender component name -> its probe listener's URL (``--health-probe-bind-address``)."""
+    scheduling_gates: str | None = FEATURE_GATES
+    """The ``--feature-gates`` flag of every kube-scheduler and extender started (None: 1.37's defaults)."""
     _watchdog_stop: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -380,6 +385,9 @@ class ControlPlane:
             self.directory / f"{account}.kubeconfig", self.server, self.ca, {"token": self.tokens[account]}
         )
 
+    def _gate_flags(self) -> list[str]:
+        return [self.scheduling_gates] if self.scheduling_gates else []
+
     def start_extender(
         self,
         *extra: str,
@@ -417,7 +425,7 @@ class ControlPlane:
         env.pop("KUBECONFIG", None)
         return self._add(
             name,
-            [str(Path(sys.executable).with_name("dra-extender")), *args, FEATURE_GATES, *extra],
+            [str(Path(sys.executable).with_name("dra-extender")), *args, *self._gate_flags(), *extra],
             lambda: _get_ok(f"http://{probes}/readyz"),  # where the kubelet's probes go
             env,
             hostname,
@@ -457,8 +465,9 @@ class ControlPlane:
         container (``with_extender``), or kube-scheduler's defaults
         with its in-tree DynamicResources plugin, under the name ``kube-scheduler-in-tree``. ``qps`` sets
         the client's rate limit (burst: twice that) instead of kube-scheduler's default 50; ``verbosity``
-        its ``--v`` instead of 2 (3 logs every scheduling attempt); ``profiling`` serves
-        ``/debug/pprof/`` to requests without credentials (at ``scheduler_urls[name]``); ``nodes_to_score``
+        its ``--v`` instead of 2 (3 logs every scheduling attempt); ``/metrics`` is served to requests
+        without credentials (at ``scheduler_urls[name]``), and with ``profiling`` ``/debug/pprof/`` too;
+        ``nodes_to_score``
         replaces the configuration's ``percentageOfNodesToScore`` (0: kube-scheduler's adaptive
         default). ``extender``: the extender component it calls (``kube-scheduler-<x>`` for
         ``dra-extender-<x>``); ``hostname``: its pod's (``start_pair``)."""
@@ -484,16 +493,14 @@ class ControlPlane:
             }
             name, kubeconfig = "kube-scheduler-in-tree", self.admin_kubeconfig
             flags = ["--v=2"]
-        # The control plane's gates on kube-scheduler too, as a cluster enables them on every component:
-        # DynamicResources' PreEnqueue accepts a PodGroup's claim for the group's pods only with
-        # DRAWorkloadResourceClaims on (resourceclaim.IsForPod).
-        flags = [f for f in flags if not f.startswith("--feature-gates=")] + [FEATURE_GATES]
+        flags = [f for f in flags if not f.startswith("--feature-gates=")] + self._gate_flags()
         if qps is not None:
             config["clientConnection"].update(qps=qps, burst=int(2 * qps))
         if verbosity is not None:
             flags = [f for f in flags if not f.startswith("--v=")] + [f"--v={verbosity}"]
-        if profiling:
-            flags.append("--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*")
+        # A loopback test plane: the benchmarks read each kube-scheduler's own cycle timings.
+        open_paths = "/healthz,/readyz,/livez,/metrics" + (",/debug/pprof/*" if profiling else "")
+        flags.append(f"--authorization-always-allow-paths={open_paths}")
         if nodes_to_score is not None:
             config["percentageOfNodesToScore"] = nodes_to_score
         self.scheduler_urls[name] = f"https://127.0.0.1:{port}"
