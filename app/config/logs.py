@@ -31,6 +31,7 @@ __all__ = ["LOG_FORMATS", "PROBE_PATHS", "adjust", "configure"]
 LOG_FORMATS = ("text", "json")
 
 PROBE_PATHS = frozenset({"/livez", "/readyz", "/healthz", "/metrics"})
+VERB_PREFIX = "/scheduler/"
 
 STRUCTURED_KEYS = ("pod", "node", "claim", "devices", "reason")
 """Keys a record may carry through ``extra``, in output order."""
@@ -66,13 +67,19 @@ class _KlogJsonFormatter(JsonFormatter):
         return log_data
 
 
-class _ProbesAtDebug(logging.Filter):
-    """On ``uvicorn.access``: a probe's access line becomes a debug record, kept only at debug level."""
+class _RoutineAtDebug(logging.Filter):
+    """On ``uvicorn.access``: the access line of a probe, or of a scheduler verb answered 2xx, becomes a debug
+    record, kept only at debug level. kube-scheduler calls filter and prioritize for every pod it places,
+    and the extender logs each bind with what it did; an access line per call would be noise (and a
+    write on the path kube-scheduler waits on)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        path = args[2] if isinstance(args, tuple) and len(args) > 2 else None
-        if not isinstance(path, str) or path.partition("?")[0] not in PROBE_PATHS:
+        if not isinstance(args, tuple) or len(args) < 5 or not isinstance(args[2], str):
+            return True
+        path = args[2].partition("?")[0]
+        answered_verb = path.startswith(VERB_PREFIX) and isinstance(args[4], int) and 200 <= args[4] < 300
+        if path not in PROBE_PATHS and not answered_verb:
             return True
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return logging.getLogger().isEnabledFor(logging.DEBUG)
@@ -101,8 +108,8 @@ def configure(level: str, log_format: str, stream: Any = None) -> None:
         uvicorn_logger.propagate = True
     _set_level(level)
     access = logging.getLogger("uvicorn.access")
-    if not any(isinstance(f, _ProbesAtDebug) for f in access.filters):
-        access.addFilter(_ProbesAtDebug())
+    if not any(isinstance(f, _RoutineAtDebug) for f in access.filters):
+        access.addFilter(_RoutineAtDebug())
 
 
 def adjust(level: str, log_format: str) -> None:

@@ -71,17 +71,22 @@ def test_text_puts_the_keys_after_the_message(stream: io.StringIO):
     assert line.endswith(' INFO app.http.api: bind failed: no pod=ml/p node="n 1"')
 
 
-def test_uvicorn_records_share_the_format_and_probes_are_debug(stream: io.StringIO):
+def test_uvicorn_records_share_the_format_and_probes_and_answered_verbs_are_debug(stream: io.StringIO):
     configure("info", "json", stream)
     access = logging.getLogger("uvicorn.access")
     access.info('%s - "%s %s HTTP/%s" %d', *ACCESS)
     for path in ("/livez", "/healthz", "/metrics", "/readyz?verbose"):
         access.info('%s - "%s %s HTTP/%s" %d', ACCESS[0], "GET", path, "1.1", 200)
+    # kube-scheduler calls the verbs several times per pod; a bind is logged by the extender with what it
+    # did, so only a verb refused (not 2xx) gets an access line at info.
+    for verb in ("filter", "prioritize", "bind", "preempt"):
+        access.info('%s - "%s %s HTTP/%s" %d', ACCESS[0], "POST", f"/scheduler/{verb}", "1.1", 200)
     assert stream.getvalue() == ""
-    access.info('%s - "%s %s HTTP/%s" %d', ACCESS[0], "POST", "/scheduler/bind", "1.1", 200)
+    access.info('%s - "%s %s HTTP/%s" %d', ACCESS[0], "POST", "/scheduler/bind", "1.1", 413)
     logging.getLogger("uvicorn.error").info("Uvicorn running")
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
     assert first["logger"] == "uvicorn.access" and "POST /scheduler/bind" in first["msg"]
+    assert first["level"] == "info" and first["msg"].endswith(" 413")
     assert second == {**second, "logger": "uvicorn.error", "level": "info", "msg": "Uvicorn running"}
     configure("debug", "json", stream)
     access.info('%s - "%s %s HTTP/%s" %d', *ACCESS)
@@ -115,6 +120,7 @@ def test_serve_logs_only_json_for_the_banner_the_app_and_uvicorn_and_serves_metr
         assert httpx.post(f"{url}/scheduler/bind", content=bind).json() == {"Error": ""}
         elsewhere = json.loads(bind) | {"Node": "no-such-node"}
         assert httpx.post(f"{url}/scheduler/bind", json=elsewhere).json()["Error"]
+        assert httpx.post(f"{url}/scheduler/bind", content=b"{").status_code == 400  # an access line
         httpx.get(f"{url}/metrics")
         # The metrics listener shows the same registry as the extender's port.
         apart = samples(httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text)
