@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import orjson
+from anyio import CapacityLimiter, to_thread
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
@@ -226,6 +227,24 @@ def _decide(verb: str, handler: Callable[[Any], Answer | None], body: Any) -> tu
         return _json(wire.encode_error(f"internal error: {type(e).__name__}: {e}"), 500), False
 
 
+ANSWER_THREADS = 4
+"""Worker threads for filter and prioritize answers that cannot be given on the event loop. One
+kube-scheduler asks one at a time; the rest are for a restarted one whose abandoned calls still run."""
+
+
+class _Limiter:
+    """An anyio CapacityLimiter made on first use: it must be made inside the running event loop."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+        self._limiter: CapacityLimiter | None = None
+
+    def get(self) -> CapacityLimiter:
+        if self._limiter is None:
+            self._limiter = CapacityLimiter(self.tokens)
+        return self._limiter
+
+
 def create_app(
     service: SchedulingService,
     settings: Settings,
@@ -341,6 +360,9 @@ def create_app(
             preemptions.scheduler_preempting(args.pod)
         return wire.encode_preemption_result(kept), True
 
+    first = service.answer_first
+    answer_threads = _Limiter(ANSWER_THREADS)
+
     async def run(verb: str, handler: Callable[[Any], Answer], request: Request) -> Response:
         start = time.perf_counter()
         response, ok = await answer(verb, handler, request)
@@ -364,18 +386,41 @@ def create_app(
             return _json(b"[]" if verb == "prioritize" else wire.encode_error(_SYNCING)), False
         quick = quick_handlers.get(verb)
         if quick is None:
-            return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, handler, body))
+            with reserved_early(verb, body):
+                return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, handler, body))
         try:
             args = wire.decode_extender_args(body)
         except wire.WireError as e:
             log.info("%s: bad request: %s", verb, e)
             return _json(wire.encode_error(str(e)), 400), False
-        # A warm answer (no claims, or a few nodes to re-decide) costs less than the thread handoff, so
-        # it is given right here; anything that could hold the event loop goes to a worker thread.
-        answered = _decide(verb, quick, args)
+        # kube-scheduler's cycle waits on these answers: background work steps aside while they are decided
+        # (AnswerFirst). A warm answer (no claims, or a few nodes to re-decide) costs less than the thread
+        # handoff, so it is given right here; anything that could hold the event loop goes to a worker
+        # thread of the answers' own, never queued behind binds waiting on the API server.
+        with first.answering():
+            answered = _decide(verb, quick, args)
         if answered is not None:
             return answered
-        return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, handler, args))
+        threads = answer_threads.get()
+        return cast(
+            tuple[Response, bool],
+            await to_thread.run_sync(answer_alone, verb, handler, args, limiter=threads),
+        )
+
+    def reserved_early(verb: str, body: bytes) -> contextlib.AbstractContextManager[None]:
+        """A bind reserves its devices here on the event loop, before the next request is read
+        (``SchedulingService.reserving_early``); its worker thread does the rest."""
+        if verb != "bind":
+            return contextlib.nullcontext()
+        try:
+            args = wire.decode_binding_args(body)
+        except wire.WireError:
+            return contextlib.nullcontext()  # the worker thread answers the 400
+        return service.reserving_early(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+
+    def answer_alone(verb: str, handler: Callable[[Any], Answer], args: Any) -> tuple[Response, bool] | None:
+        with first.answering():
+            return _decide(verb, handler, args)
 
     @app.post(
         "/scheduler/filter",

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -294,7 +294,7 @@ class KubeClient:
     ``request_timeout``: total seconds for one non-watch request; ``connect_timeout``: seconds to open a
     connection; ``watch_read_timeout``: seconds a watch may go without receiving a byte; ``metrics``: counts
     every request (``app.kube.apimetrics``); ``rate_limit``: the token bucket every request waits on (None:
-    none).
+    none); ``step_aside``: called before every request (``app.scheduling.answerfirst``).
     """
 
     def __init__(
@@ -306,10 +306,12 @@ class KubeClient:
         watch_read_timeout: float = 90.0,
         metrics: APIMetrics | None = None,
         rate_limit: TokenBucket | None = None,
+        step_aside: Callable[[], None] | None = None,
     ) -> None:
         self._api = api
         self._metrics = metrics
         self._rate_limit = rate_limit
+        self._step_aside = step_aside
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=connect_timeout)
         self._watch_timeout = aiohttp.ClientTimeout(
             sock_connect=connect_timeout, sock_read=watch_read_timeout
@@ -327,6 +329,7 @@ class KubeClient:
         watch_read_timeout: float = 90.0,
         metrics: APIMetrics | None = None,
         rate_limit: TokenBucket | None = None,
+        step_aside: Callable[[], None] | None = None,
     ) -> KubeClient:
         """Load the kubeconfig (``kubeconfig``: one file or several to merge, else ``$KUBECONFIG``'s
         files, merged as kubectl merges them) or the in-cluster configuration.
@@ -356,6 +359,7 @@ class KubeClient:
             watch_read_timeout=watch_read_timeout,
             metrics=metrics,
             rate_limit=rate_limit,
+            step_aside=step_aside,
         )
 
     @property
@@ -379,6 +383,8 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        if self._step_aside is not None:
+            self._step_aside()
         if self._rate_limit is not None:
             await self._rate_limit.take()
         started, code = time.perf_counter(), ERROR_CODE

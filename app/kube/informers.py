@@ -212,9 +212,12 @@ class Informer:
         clock: Clock | None = None,
         observers: Iterable[Observer] = (),
         rng: random.Random | None = None,
+        step_aside: Callable[[], None] = lambda: None,
     ) -> None:
         self.source = source
         self.resource = resource
+        self.step_aside = step_aside
+        """Called before each watch event (``app.scheduling.answerfirst``)."""
         self.kind = resource.kind
         self.state = state
         self.lock = lock
@@ -322,6 +325,7 @@ class Informer:
     # --- events ---------------------------------------------------------------------------------------
 
     def _handle(self, event: Mapping[str, Any]) -> None:
+        self.step_aside()
         kind = event.get("type")
         obj = event.get("object") or {}
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
@@ -358,7 +362,7 @@ class Informer:
         if self.resource.group != DRA_GROUP:
             return obj
         try:
-            return to_v1(obj)
+            return to_v1(obj, owned=True)
         except ConversionError as e:
             self.stats.skipped += 1
             key = object_key(self.kind, obj)
@@ -414,9 +418,11 @@ class Informers:
         clock: Clock | None = None,
         observers: Iterable[Observer] = (),
         rng: random.Random | None = None,
+        step_aside: Callable[[], None] = lambda: None,
     ) -> None:
         self.source = source
         self.state = state
+        self.step_aside = step_aside
         self.lock = lock
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
@@ -476,6 +482,7 @@ class Informers:
                 clock=self.clock,
                 observers=self.observers,
                 rng=self.rng,
+                step_aside=self.step_aside,
             )
             for kind, resource in self.resources.items()
         }

@@ -110,6 +110,7 @@ class ClusterRuntime:
                 self.rejected.observe,
                 self.service.preemption_holds.observe,
             ],
+            step_aside=self.service.answer_first.step_aside,
         )
         self.releaser = OrphanReleaser(
             client,
@@ -151,6 +152,7 @@ class ClusterRuntime:
                 watch_read_timeout=self.settings.watch_idle_seconds,
                 metrics=self.api_metrics,
                 rate_limit=TokenBucket(self.settings.api_qps, self.settings.api_burst),
+                step_aside=self.service.answer_first.step_aside,
             )
         for user in (self.binder, self.releaser, self.lease, self.events, self.requeuer, self.preemptor):
             user.client = self.client

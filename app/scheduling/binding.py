@@ -4,6 +4,8 @@
 decision on the chosen node (Filter's kept decision while it is current and has devices chosen on the
 node, else decided again with ``Want.DEVICES``), the chosen devices reserved in the inventory so
 concurrent filters treat them as used, and the bind marked in flight (``app.scheduling.inflight``).
+Where Reserve needs no decision and no wait, it is made as the bind arrives, on the event loop
+(``reserve_early``), before kube-scheduler's next filter is read; the bind's worker thread takes it up.
 PreBind and Bind: the ``Binder`` writes the claims and the pod outside the lock
 (``app.scheduling.binder``); the reservation is released once the write is done or failed, and the
 claims shape's answer is patched for the node (``NodeDecider.patch_after_bind``). While another pod's bind
@@ -20,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from allocator.decide import SearchNeeded
 from allocator.deviceuse import AllocatedDevice, allocated_devices
 from allocator.errors import AllocatorError
 from app.scheduling.binder import Binder, BindError, BindPlan, ExtendedBind
@@ -28,7 +31,7 @@ from app.scheduling.claimrules import is_allocated
 from app.scheduling.cycle import CycleState
 from app.scheduling.decisions import FilterOutcome, claims_shape, spec_key
 from app.scheduling.inflight import BindsInFlight
-from app.scheduling.nodedecider import NodeDecider
+from app.scheduling.nodedecider import QUICK_LOCK_WAIT_SECONDS, NodeDecider, NotQuick
 from app.scheduling.podevents import DiscardEvents, PodEvents, failed_binding
 from app.scheduling.preemptionholds import PreemptionHolds
 from app.state.cluster import ClusterState
@@ -93,8 +96,12 @@ class BindCoordinator:
         decider: NodeDecider,
         decide_devices: Callable[[Obj, str], FilterOutcome],
         binder: Binder,
+        step_aside: Callable[[], None] = lambda: None,
     ) -> None:
         self.state = state
+        self.step_aside = step_aside
+        """Called before each bind plans (``app.scheduling.answerfirst``): kube-scheduler binds in the
+        background, its next cycle waits on filter."""
         self.lock = lock
         self.binds = binds
         self.decider = decider
@@ -109,14 +116,85 @@ class BindCoordinator:
         self.preemption_holds = PreemptionHolds(state, lock)
         """Devices held for preemptors (``app.scheduling.preemptionholds``); a pod's own hold is lifted
         while it reserves."""
+        self._early: dict[tuple[str, str, str], Reservation] = {}
+        """Reservations made as binds arrived (``reserve_early``), by pod key, UID and node, until the
+        bind's thread takes them up or ``drop_early`` releases them; under ``_early_lock``, which the
+        event loop takes without waiting on the service lock."""
+        self._early_lock = threading.Lock()
+
+    def reserve_early(self, namespace: str, name: str, uid: str, node_name: str) -> Reservation | None:
+        """Reserve for the bind of pod ``namespace/name`` on ``node_name`` on the caller's thread (the event
+        loop, as the bind arrives) when that is quick: the lock free within ``QUICK_LOCK_WAIT_SECONDS``,
+        the pod's claims indexed, no other bind writing a claim it shares, and its devices on the node
+        chosen by prioritize and current. kube-scheduler sends the next pod's filter right after the bind,
+        while the bind's worker thread may not have started: reserved here, the devices are used for that
+        filter, which would otherwise pass the node for them and have the next bind refused. ``bind``
+        takes the reservation up if the pod and its claims are unchanged by then; whatever is not quick
+        (or fails) is left to it. Returns the reservation, for ``drop_early``."""
+        key = f"{namespace}/{name}"
+        if not self.lock.acquire(timeout=QUICK_LOCK_WAIT_SECONDS):
+            return None
+        try:
+            with self.preemption_holds.lifted_for(key, uid):
+                reservation = self._reserve(key, uid, node_name, quick=True)
+            if reservation is not None:
+                with self._early_lock:
+                    self._early[(key, uid, node_name)] = reservation
+            return reservation
+        except (NotQuick, SearchNeeded, ClaimNotReady, BindError, AllocatorError):
+            return None  # the bind's own thread meets it again and reports it
+        finally:
+            self.lock.release()
+
+    def drop_early(
+        self, namespace: str, name: str, uid: str, node_name: str, reservation: Reservation
+    ) -> None:
+        """Release ``reservation`` (``reserve_early``'s) if the bind's thread did not take it up (it never
+        ran), and only that one: a retry of the bind may have reserved anew under the same key. On the
+        event loop: the service lock is waited for briefly, else the release goes to a thread of its own."""
+        key = f"{namespace}/{name}"
+        with self._early_lock:
+            if self._early.get((key, uid, node_name)) is not reservation:
+                return
+            del self._early[(key, uid, node_name)]
+        if self.lock.acquire(timeout=QUICK_LOCK_WAIT_SECONDS):
+            try:
+                self._release(key, node_name, reservation, written=False)
+            finally:
+                self.lock.release()
+            return
+
+        def release() -> None:
+            with self.lock:
+                self._release(key, node_name, reservation, written=False)
+
+        threading.Thread(target=release, name="dra-extender-drop-early", daemon=True).start()
+
+    def _taken_up(self, key: str, uid: str, node_name: str) -> Reservation | None:
+        """The early reservation of this bind, if its pod and claims are still the objects it was planned
+        from (else it is released: the bind reserves again, meeting a deleted or recreated pod as before)."""
+        with self._early_lock:
+            reservation = self._early.pop((key, uid, node_name), None)
+        if reservation is None:
+            return None
+        plan = reservation.plan
+        with self.lock:
+            current = self.state.get("Pod", key) is plan.pod and all(
+                self.state.get("ResourceClaim", pc.key) is pc.claim for pc, _ in plan.claims
+            )
+            if not current:
+                self._release(key, node_name, reservation, written=False)
+        return reservation if current else None
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> Bound:
         """Allocate on ``node_name`` and write it through the binder; returns what it did. Raises
         BindError; then nothing is written and the devices are free again (module docstring)."""
         key = f"{namespace}/{name}"
-        reservation: Reservation | None = None
+        reservation = self._taken_up(key, uid, node_name)
         try:
-            reservation = self._reserve_once_indexed(key, uid, node_name)
+            if reservation is None:
+                self.step_aside()
+                reservation = self._reserve_once_indexed(key, uid, node_name)
             bound = (
                 Bound([], already_bound=True)
                 if reservation is None
@@ -158,12 +236,17 @@ class BindCoordinator:
             written = True
         finally:
             with self.lock:
-                self.state.inventory.release(reservation.token)
-                self.binds.finish(self.state, key, node_name, reservation.allocating, written=written)
-                if written and reservation.shape is not None:
-                    self.decider.patch_after_bind(reservation.shape)
+                self._release(key, node_name, reservation, written=written)
         devices = [f"{key}: {'/'.join(device.id)}" for key, device in _planned_devices(plan)]
         return Bound(devices, tuple(pc.key for pc, allocation in plan.claims if allocation is None))
+
+    def _release(self, key: str, node_name: str, reservation: Reservation, *, written: bool) -> None:
+        """Under the lock: the reservation's devices free again (written: held by the claims now), its
+        bind no longer in flight, and the shape's answer patched for the node once written."""
+        self.state.inventory.release(reservation.token)
+        self.binds.finish(self.state, key, node_name, reservation.allocating, written=written)
+        if written and reservation.shape is not None:
+            self.decider.patch_after_bind(reservation.shape)
 
     def _reserve_once_indexed(self, key: str, uid: str, node_name: str) -> Reservation | None:
         """``_reserve``, waiting up to ``index_lag_seconds`` (without the lock, so the watches can apply
@@ -182,15 +265,18 @@ class BindCoordinator:
                     ) from None
             time.sleep(INDEX_POLL_SECONDS)
 
-    def _reserve(self, key: str, uid: str, node_name: str) -> Reservation | None:
+    def _reserve(self, key: str, uid: str, node_name: str, *, quick: bool = False) -> Reservation | None:
         """Under the lock: the bind's plan (after other binds writing claims it shares are done), with its
         devices reserved under a token of this attempt and its claims marked in flight; None when the pod
-        is already on that node. Raises ClaimNotReady while the index lacks a claim the pod names."""
+        is already on that node. Raises ClaimNotReady while the index lacks a claim the pod names.
+        ``quick``: raise NotQuick, having changed nothing, rather than wait for other binds or decide."""
         binding = self.binds.node_of(key)
         if binding is not None:
             raise BindError(f"pod {key}: another bind of this pod is in progress (to {binding})")
+        if quick and self.binds.claims_of_pod(self.state, self.state.get("Pod", key)):
+            raise NotQuick
         self.binds.await_claim_writes(self.state, key)
-        planned = self._plan(key, uid, node_name)
+        planned = self._plan(key, uid, node_name, quick=quick)
         if planned is None:
             return None
         plan, shape = planned
@@ -199,10 +285,13 @@ class BindCoordinator:
         self.state.inventory.reserve(token, tuple(device for _, device in _planned_devices(plan)))
         return Reservation(plan, token, allocating, shape)
 
-    def _plan(self, key: str, uid: str, node_name: str) -> tuple[BindPlan, CycleState | None] | None:
+    def _plan(
+        self, key: str, uid: str, node_name: str, *, quick: bool = False
+    ) -> tuple[BindPlan, CycleState | None] | None:
         """The decision for a bind and, where the pod's decisions are its claims shape's, that shape's
         cycle (to patch the shape's answer once the bind is written); None when the pod is already on
-        that node (a retried bind)."""
+        that node (a retried bind). ``quick``: raise NotQuick, having changed nothing, where the node must
+        be decided again."""
         pod = self.state.get("Pod", key)
         if pod is None:
             raise BindError(f"pod {key} not found")
@@ -232,6 +321,8 @@ class BindCoordinator:
         ):
             # Something changed since filter (or filter never ran here), or filter decided by counts or
             # from an equivalent node: decide again, choosing the devices.
+            if quick:
+                raise NotQuick
             outcome = self.decide_devices(pod, node_name)
             if outcome.error:
                 raise BindError(outcome.error)

@@ -33,15 +33,17 @@ allow.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from allocator.decide import FILTER_TIMEOUT, Policy, SearchNeeded, Want
 from allocator.scoring import ScoringConfig
 from allocator.selectors import SelectorCache
+from app.scheduling.answerfirst import AnswerFirst
 from app.scheduling.binder import Binder, BindError, ClaimDeleter, ClaimReleaser, StateBinder
 from app.scheduling.binding import BindCoordinator, Bound
 from app.scheduling.bindlog import BindLog
@@ -50,7 +52,7 @@ from app.scheduling.claimsgate import ClaimsGate, pod_uid, with_refusals
 from app.scheduling.decisioncache import DecisionCache
 from app.scheduling.decisions import DecisionStats, FilterOutcome, KeptDecision, unscored
 from app.scheduling.inflight import BindsInFlight, elsewhere
-from app.scheduling.nodedecider import FILTER_TIME_BUDGET, NodeDecider, NotQuick
+from app.scheduling.nodedecider import FILTER_TIME_BUDGET, QUICK_LOCK_WAIT_SECONDS, NodeDecider, NotQuick
 from app.scheduling.nodefit import fit_node_allocatable
 from app.scheduling.podevents import PodEvents, deallocated_claim
 from app.scheduling.preemptionholds import PreemptionHolds
@@ -85,6 +87,9 @@ class SchedulingService:
             # DeviceClass selectors are evaluated as slices and classes arrive, not in filter.
             state.inventory.attach_selectors(selectors)
         self.lock = threading.RLock()
+        self.answer_first = AnswerFirst()
+        """Marked by the HTTP layer while it answers filter and prioritize; the informers, the binder's
+        API requests and binds step aside meanwhile (``app.scheduling.answerfirst``)."""
         self.binds = BindsInFlight(self.lock)
         self.gate = ClaimsGate(state, self.binds)
         self.decisions = DecisionCache()
@@ -97,6 +102,7 @@ class SchedulingService:
             self.decider,
             lambda pod, node: self._filter(pod, [node], None, Want.DEVICES),
             binder or StateBinder(state, self.lock),
+            self.answer_first.step_aside,
         )
 
     # Settings, set before serving (or through ``set_policy`` while serving).
@@ -284,6 +290,18 @@ class SchedulingService:
         """``bind_outcome``'s devices: those this bind allocated."""
         return self.bind_outcome(namespace, name, uid, node_name).devices
 
+    @contextlib.contextmanager
+    def reserving_early(self, namespace: str, name: str, uid: str, node_name: str) -> Iterator[None]:
+        """Around a bind's ``bind_outcome`` on a worker thread: Reserve on the caller's thread first if that
+        is quick (``BindCoordinator.reserve_early``), and release what the bind did not take up once the
+        block ends."""
+        reservation = self.binding.reserve_early(namespace, name, uid, node_name)
+        try:
+            yield
+        finally:
+            if reservation is not None:
+                self.binding.drop_early(namespace, name, uid, node_name, reservation)
+
     def bind_outcome(self, namespace: str, name: str, uid: str, node_name: str) -> Bound:
         """Reserve on ``node_name`` and write it through the binder (``BindCoordinator.bind``); returns
         what it did. Raises BindError; then nothing is written and the devices are free again."""
@@ -370,9 +388,9 @@ class SchedulingService:
         return cast(list[int], scores)  # every None replaced just above
 
     def _quickly(self, decide: Callable[[], _T]) -> _T | None:
-        """``decide()`` under the lock if it is free at once; None when it is not, or ``decide`` raised
-        NotQuick or SearchNeeded (nothing of the pod's was changed then)."""
-        if not self.lock.acquire(blocking=False):
+        """``decide()`` under the lock if it is free within ``QUICK_LOCK_WAIT_SECONDS``; None when it is
+        not, or ``decide`` raised NotQuick or SearchNeeded (nothing of the pod's was changed then)."""
+        if not self.lock.acquire(timeout=QUICK_LOCK_WAIT_SECONDS):
             return None
         try:
             return decide()
@@ -394,7 +412,8 @@ class SchedulingService:
         if not isinstance(binder, ClaimDeleter):
             return False
         try:
-            return all(binder.delete_claim(key, uid) for key, uid in claims)
+            with self.answer_first.waiting_on_background():  # the answer waits on these API requests
+                return all(binder.delete_claim(key, uid) for key, uid in claims)
         except Exception:
             log.exception("deleting leftover extended-resource claims %s failed", [k for k, _ in claims])
             return False
@@ -424,7 +443,8 @@ class SchedulingService:
         if not isinstance(binder, ClaimReleaser):
             return False  # offline: no driver sets binding conditions, nothing to release for
         try:
-            return binder.release_claim(claim, uid)
+            with self.answer_first.waiting_on_background():  # the answer waits on this API request
+                return binder.release_claim(claim, uid)
         except BindError:
             log.exception("deallocating unusable ResourceClaim %s failed", object_key("ResourceClaim", claim))
             return False

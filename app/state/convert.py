@@ -85,19 +85,22 @@ def check_api_version(api_version: object) -> str:
     return version
 
 
-def to_v1(obj: Mapping[str, Any]) -> Obj:
+def to_v1(obj: Mapping[str, Any], *, owned: bool = False) -> Obj:
     """Convert one DRA object to a new ``resource.k8s.io/v1`` dict and check its structure.
 
     ``obj``: a parsed object of a supported version and kind. Returns a deep copy in the v1 shape (``obj`` is
-    not modified and shares nothing with the result). Raises ConversionError naming the field path of the
-    first problem.
+    not modified and shares nothing with the result). ``owned``: the caller gives ``obj`` up (a watch
+    event parsed for this call), so an object already in v1's shape is returned itself, its apiVersion
+    set, instead of a copy: the copy was most of the cost of a claim's event. Raises ConversionError
+    naming the field path of the first problem.
     """
     version = check_api_version(obj.get("apiVersion"))
     kind = obj.get("kind")
     if kind not in _KINDS_BY_VERSION[version]:
         raise ConversionError("kind", f"{kind!r} is not a {DRA_GROUP}/{version} kind this loader converts")
-    out: Obj = copy.deepcopy(dict(obj))
-    if version in _OLD_SHAPE_VERSIONS:
+    reshaped = version in _OLD_SHAPE_VERSIONS
+    out: Obj = obj if owned and not reshaped and isinstance(obj, dict) else copy.deepcopy(dict(obj))
+    if reshaped:
         _OLD_SHAPE_CONVERTERS[kind](out, version)
     out["apiVersion"] = V1
     V1_CHECKS[kind](out)

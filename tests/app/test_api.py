@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from starlette.concurrency import run_in_threadpool
 
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
@@ -183,6 +184,30 @@ async def test_warm_filter_and_prioritize_answer_without_a_worker_thread(client,
     assert by_host["n2"] > by_host["n1"]  # packing, as in the worker-thread answer above
 
 
+async def test_filter_and_prioritize_are_answered_first_and_bind_is_not(service, monkeypatch):
+    """While kube-scheduler waits on filter or prioritize, background work steps aside
+    (``app.scheduling.answerfirst``); a bind is background work itself (kube-scheduler binds apart)."""
+    answering: dict[str, list[bool]] = {}
+    first = service.answer_first
+    for verb, method in (("filter", "filter"), ("prioritize", "prioritize"), ("bind", "bind_outcome")):
+        original = getattr(service, method)
+
+        def seen(*args: Any, _verb: str = verb, _original: Any = original, **kwargs: Any) -> Any:
+            answering.setdefault(_verb, []).append(first.answering_now)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(service, method, seen)
+    # Only the worker-thread paths are patched: the quick ones are refused.
+    monkeypatch.setattr(service, "filter_quick", lambda *args, **kwargs: None)
+    monkeypatch.setattr(service, "prioritize_quick", lambda *args, **kwargs: None)
+    async with _client(create_app(service, Settings(Path("unused")))) as client:
+        await _post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"]))
+        await _post(client, "prioritize", _args(service, "p-one", ["n1", "n2"]))
+        await _post(client, "bind", _bind("p-one", "n2"))
+    assert answering == {"filter": [True], "prioritize": [True], "bind": [False]}
+    assert not first.answering_now
+
+
 async def test_filter_waits_for_the_lock_on_a_worker_thread_while_probes_answer(client, service):
     held, release = threading.Event(), threading.Event()
 
@@ -228,6 +253,69 @@ async def test_bind_writes_allocation_reserved_for_and_node_name(client, service
     again = await _post(client, "bind", _bind("p-two", "n1"))
     assert again.status_code == 200 and again.json() == {"Error": ""}
     assert service.state.objects == after_first
+
+
+def _with_second_one_gpu_pod() -> SchedulingService:
+    """The module's state plus ``p-one-b``, a second pod needing one GPU (n2 has one)."""
+    objects = [*_objects(), ("ResourceClaim", claim(NS, "one-b", [request("gpu", "gpu")]))]
+    objects.append(("Pod", pod(NS, "p-one-b", ["one-b"])))
+    return SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
+
+
+def _worker_threads_held(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Worker threads start only once the returned event is set (a busy node: the bind's thread is late)."""
+    go = threading.Event()
+
+    async def late(func: Any, *args: Any, **kwargs: Any) -> Any:
+        while not go.is_set():
+            await asyncio.sleep(0.01)
+        return await run_in_threadpool(func, *args, **kwargs)
+
+    monkeypatch.setattr("app.http.api.run_in_threadpool", late)
+    return go
+
+
+async def test_a_bind_reserves_its_devices_as_it_arrives_before_the_next_filter(monkeypatch):
+    """kube-scheduler sends the next pod's filter right after a bind: the bind's devices are reserved
+    on the event loop as it arrives, so that filter cannot pass a node for the same devices (the next
+    pod's bind would be refused), even while the bind's worker thread has not started."""
+    service = _with_second_one_gpu_pod()
+    async with _client(create_app(service, Settings(Path("unused")))) as client:
+        # Filter and prioritize as kube-scheduler calls them before binding p-one to n2 (n2's one GPU).
+        await _post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"]))
+        await _post(client, "prioritize", _args(service, "p-one", ["n1", "n2"]))
+        go = _worker_threads_held(monkeypatch)
+        binding = asyncio.ensure_future(_post(client, "bind", _bind("p-one", "n2")))
+        for _ in range(500):  # until the bind was read
+            if service.state.inventory.reservations():
+                break
+            await asyncio.sleep(0.01)
+        assert service.state.inventory.reservations(), "the bind reserved nothing before its worker thread"
+        assert not binding.done()
+        answer = (await _post(client, "filter", _args(service, "p-one-b", ["n1", "n2"]))).json()
+        assert answer["NodeNames"] == ["n1"] and "n2" in answer["FailedNodes"]
+        go.set()
+        assert (await binding).json() == {"Error": ""}
+    assert not service.state.inventory.reservations()
+    results = service.state.get("ResourceClaim", f"{NS}/one")["status"]["allocation"]["devices"]["results"]
+    assert [(r["pool"], r["device"]) for r in results] == [("n2", "gpu-0")]
+
+
+async def test_a_bind_whose_worker_never_runs_leaves_nothing_reserved(monkeypatch):
+    service = _with_second_one_gpu_pod()
+    async with _client(create_app(service, Settings(Path("unused")))) as client:
+        await _post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"]))
+        await _post(client, "prioritize", _args(service, "p-one", ["n1", "n2"]))
+
+        async def no_threads(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("no worker thread")
+
+        monkeypatch.setattr("app.http.api.run_in_threadpool", no_threads)
+        with pytest.raises(RuntimeError, match="no worker thread"):
+            await _post(client, "bind", _bind("p-one", "n2"))
+    assert not service.state.inventory.reservations()
+    assert not (service.state.get("ResourceClaim", f"{NS}/one").get("status") or {}).get("allocation")
+    assert service.filter(service.state.get("Pod", f"{NS}/p-one-b"), ["n2"]).passed == ["n2"]
 
 
 async def test_bind_failures_are_200_with_error_and_change_nothing(client, service):

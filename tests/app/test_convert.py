@@ -579,3 +579,18 @@ VALID_V1 = [
 @pytest.mark.parametrize("obj", VALID_V1)
 def test_valid_v1_objects_pass_unchanged(obj: Obj) -> None:
     assert to_v1(obj) == obj
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta2", "v1beta1"])
+def test_an_owned_object_is_copied_only_when_its_shape_changes(version: str) -> None:
+    """The informers give up each parsed watch event (``owned``): an object in v1's shape (v1, v1beta2) is
+    used as it is, one in an older shape is converted into a copy, so a conversion error leaves the event
+    as it arrived."""
+    request = flat("gpu", count=2) if version == "v1beta1" else exact(count=2)
+    original = claim(request, version=version)
+    before = copy.deepcopy(original)
+    converted = to_v1(original, owned=True)
+    assert converted == to_v1(before)
+    assert (converted is original) == (version != "v1beta1")
+    if version == "v1beta1":
+        assert original == before

@@ -68,3 +68,16 @@ async def test_a_kubeconfig_proxy_url_comes_before_the_environment(
         assert client._api.rest_client.proxy == "http://kubeconfig.example:8080"
     finally:
         await client.close()
+
+
+async def test_every_request_steps_aside_first(api: FakeKubeAPI, tmp_path: Path) -> None:
+    """Each API request is a step of background work (``app.scheduling.answerfirst``)."""
+    steps: list[str] = []
+    client = await KubeClient.connect(api.kubeconfig(tmp_path), step_aside=lambda: steps.append("step"))
+    try:
+        await client.list(CORE_NAMESPACES)
+        with pytest.raises(KubeAPIError):
+            await client.get(CORE_NAMESPACES, None, "no-such-namespace")
+    finally:
+        await client.close()
+    assert steps == ["step", "step"]

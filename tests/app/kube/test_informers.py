@@ -260,3 +260,34 @@ async def test_paged_list(api, client):
     assert len(state.objects["Node"]) == 9
     assert api.count("GET", r"^/api/v1/nodes$") == 3
     assert isinstance(client, KubeClient)
+
+
+async def test_watch_events_wait_while_filter_or_prioritize_is_answered(api, start_runtime):
+    """The informers step aside while the HTTP layer answers (``app.scheduling.answerfirst``): an event
+    that arrives meanwhile is applied once the answer is given."""
+    seed_cluster(api)
+    runtime = await start_runtime()
+    first = runtime.service.answer_first
+    first.longest_wait = 30.0
+    holding, released = threading.Event(), threading.Event()
+    seen_released: list[bool] = []
+
+    def observe(kind: str, key: str, obj: object) -> None:
+        if kind == "ResourceSlice" and key == "n3-gpus":
+            seen_released.append(released.is_set())
+
+    runtime.informers.informers["ResourceSlice"].observers.append(observe)
+
+    def answer() -> None:
+        with first.answering():
+            holding.set()
+            threading.Event().wait(0.5)
+            released.set()
+
+    answerer = threading.Thread(target=answer)
+    answerer.start()
+    assert holding.wait(5)
+    api.add("ResourceSlice", resource_slice("n3-gpus", DRIVER, "n3", [device("gpu-0")]))
+    await eventually(lambda: runtime.state.get("ResourceSlice", "n3-gpus") is not None)
+    answerer.join(5)
+    assert seen_released == [True]
