@@ -306,7 +306,7 @@ class KubeClient:
         watch_read_timeout: float = 90.0,
         metrics: APIMetrics | None = None,
         rate_limit: TokenBucket | None = None,
-        step_aside: Callable[[], None] | None = None,
+        step_aside: Callable[[], None] = lambda: None,
     ) -> None:
         self._api = api
         self._metrics = metrics
@@ -329,7 +329,7 @@ class KubeClient:
         watch_read_timeout: float = 90.0,
         metrics: APIMetrics | None = None,
         rate_limit: TokenBucket | None = None,
-        step_aside: Callable[[], None] | None = None,
+        step_aside: Callable[[], None] = lambda: None,
     ) -> KubeClient:
         """Load the kubeconfig (``kubeconfig``: one file or several to merge, else ``$KUBECONFIG``'s
         files, merged as kubectl merges them) or the in-cluster configuration.
@@ -383,8 +383,7 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        if self._step_aside is not None:
-            self._step_aside()
+        self._step_aside()
         if self._rate_limit is not None:
             await self._rate_limit.take()
         started, code = time.perf_counter(), ERROR_CODE

@@ -53,36 +53,35 @@ class AnswerFirst:
     @contextmanager
     def answering(self) -> Iterator[None]:
         """Around one answer (any thread; answers may overlap)."""
-        with self._count_lock:
-            if not self._answers:
-                self._since = self._clock()
-            self._answers += 1
-            self._idle.clear()
+        self._begin()
         try:
             yield
         finally:
-            with self._count_lock:
-                self._answers -= 1
-                if not self._answers:
-                    self._idle.set()
+            self._end()
 
     @contextmanager
     def waiting_on_background(self) -> Iterator[None]:
         """Inside ``answering``, around work the answer waits on that is itself background work (its own
         API request: PostFilter's delete or release of a claim): the answer has no priority meanwhile,
         else that request would step aside for the answer that waits on it."""
+        self._end()
+        try:
+            yield
+        finally:
+            self._begin()
+
+    def _begin(self) -> None:
+        with self._count_lock:
+            if not self._answers:
+                self._since = self._clock()
+            self._answers += 1
+            self._idle.clear()
+
+    def _end(self) -> None:
         with self._count_lock:
             self._answers -= 1
             if not self._answers:
                 self._idle.set()
-        try:
-            yield
-        finally:
-            with self._count_lock:
-                if not self._answers:
-                    self._since = self._clock()
-                self._answers += 1
-                self._idle.clear()
 
     def step_aside(self) -> None:
         """Background work, between two steps: wait until no answer is being decided, or until the

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.decide import SearchNeeded
 from allocator.deviceuse import AllocatedDevice, allocated_devices
 from allocator.errors import AllocatorError
 from app.scheduling.binder import Binder, BindError, BindPlan, ExtendedBind
@@ -141,7 +140,7 @@ class BindCoordinator:
                 with self._early_lock:
                     self._early[(key, uid, node_name)] = reservation
             return reservation
-        except (NotQuick, SearchNeeded, ClaimNotReady, BindError, AllocatorError):
+        except (NotQuick, ClaimNotReady, BindError, AllocatorError):
             return None  # the bind's own thread meets it again and reports it
         finally:
             self.lock.release()
