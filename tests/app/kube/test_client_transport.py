@@ -7,9 +7,11 @@ sends."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from app.kube.client import CORE_NAMESPACES, KubeAPIError, KubeClient
 from tests.app.kube.fakeapi import FakeKubeAPI, write_kubeconfig
@@ -81,3 +83,39 @@ async def test_every_request_steps_aside_first(api: FakeKubeAPI, tmp_path: Path)
     finally:
         await client.close()
     assert steps == ["step", "step"]
+
+
+async def test_a_request_carries_the_token_the_query_and_the_body_as_sent(tmp_path: Path) -> None:
+    """What reaches the API server: the kubeconfig's bearer token, the library's User-Agent, the query
+    encoded, and the body as JSON that decodes to the object given (non-ASCII text included)."""
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append((request.method, request.path_qs, dict(request.headers), await request.read()))
+        return web.json_response({"metadata": {"name": "ns-é"}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-é", "labels": {"a": "b c"}}}
+    try:
+        answer = await client.replace(CORE_NAMESPACES, body)
+        await client.list(CORE_NAMESPACES, limit=7, continue_="next token")
+    finally:
+        await client.close()
+        await runner.cleanup()
+    assert answer == {"metadata": {"name": "ns-é"}}
+    (put, put_path, put_headers, put_body), (get, get_path, get_headers, get_body) = seen
+    assert (put, put_path) == ("PUT", "/api/v1/namespaces/ns-%C3%A9")
+    assert json.loads(put_body) == body
+    assert put_headers["Content-Type"] == "application/json"
+    assert (get, get_path, get_body) == ("GET", "/api/v1/namespaces?limit=7&continue=next+token", b"")
+    for headers in (put_headers, get_headers):
+        assert headers["Authorization"] == "Bearer fake-token"
+        assert headers["Accept"] == "application/json"
+        assert headers["User-Agent"].startswith("OpenAPI-Generator/")
