@@ -406,6 +406,12 @@ def main(argv: list[str] | None = None) -> int:
         "extender's the same) and print that table second",
     )
     parser.add_argument(
+        "--headline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the headline table (pods created while the schedulers run, at the equal rate limit)",
+    )
+    parser.add_argument(
         "--backlog",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -452,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     null_binary = _build_null_extender() if "null" in modes else None
     tables: list[tuple[str, bool, list[Run]]] = []
     phases: list[tuple[float | None, bool]] = [
-        (args.qps, False),
+        *([(args.qps, False)] if args.headline else []),
         *([(args.qps, True)] if args.backlog else []),
         *([(None, False)] if args.default_qps else []),
     ]
