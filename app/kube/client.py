@@ -399,7 +399,7 @@ class KubeClient:
                 method,
                 f"{url}?{urlencode(query)}" if query else url,
                 headers=headers,
-                data=orjson.dumps(body) if body is not None else None,
+                data=orjson.dumps(dict(body)) if body is not None else None,
                 timeout=timeout or self._timeout,
                 proxy=rest.proxy or None,
                 proxy_headers=rest.proxy_headers or None,
