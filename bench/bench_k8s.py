@@ -237,7 +237,7 @@ def _one_run(
 ) -> Run:
     """One run. ``backlog``: the mode's kube-scheduler is stopped while the pods are created and started
     once the resourceclaim controller has made every claim; the rate is then from the first pod bound to
-    the last, and latency from kube-scheduler ready to each pod bound."""
+    the last, and latency from kube-scheduler started to each pod bound."""
     sc = Scenario.create(plane, label)
     sc.add_nodes(nodes, devices)
     sc.add_template("one-gpu")
@@ -245,13 +245,14 @@ def _one_run(
     watch = BoundWatch(sc.kube, sc.namespace)
     time.sleep(1.0)  # the watch is open and the informers have seen the slices
     created: dict[str, float] = {}
-    cpu_before = _cpu(plane)
     answered_before = _answered(plane) if mode == "extender" else None
-    scheduler_url = plane.scheduler_urls[SCHEDULER_OF[mode]]
-    scheduler_component = plane.components[SCHEDULER_OF[mode]]
+    scheduler_name = SCHEDULER_OF[mode]
+    scheduler_url = plane.scheduler_urls[scheduler_name]
     if backlog:
-        scheduler_component.stop()
-    cycles_before = _cycles(scheduler_url) if not backlog else {}
+        plane.components[scheduler_name].stop()
+    # A kube-scheduler started after the pods were created counts its cycles from zero.
+    cycles_before = None if backlog else _cycles(scheduler_url)
+    cpu_before = {} if backlog else _cpu(plane)  # backlog: taken once the pods exist
 
     def create(i: int) -> None:
         name = f"pod-{i}"
@@ -261,8 +262,7 @@ def _one_run(
     start = time.monotonic()
     profile = None
     if profile_seconds and not backlog:
-        name = SCHEDULER_OF[mode]
-        path = RUN_DIR / "profiles" / f"{label}-{name}.pprof"
+        path = RUN_DIR / "profiles" / f"{label}-{scheduler_name}.pprof"
         profile = SchedulerProfile(scheduler_url, profile_seconds, path)
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(create, range(pods)))
@@ -271,7 +271,7 @@ def _one_run(
         poll(lambda: len(sc.claims()) >= pods, timeout=timeout, interval=0.5, what=f"{label}: claims made")
         cpu_before = _cpu(plane)
         created = dict.fromkeys(created, time.monotonic())  # latency: from kube-scheduler started
-        scheduler_component.start()
+        plane.components[scheduler_name].start()
     poll(lambda: len(watch.bound) >= pods, timeout=timeout, interval=0.2, what=f"{label}: {pods} pods bound")
     seconds = max(watch.bound.values()) - (min(watch.bound.values()) if backlog else start)
     cpu_after = _cpu(plane)
@@ -282,7 +282,8 @@ def _one_run(
     if answered_before is not None:
         run.answer_ms = _mean_ms(answered_before, _answered(plane))
     cycles_after = _cycles(scheduler_url)
-    cycles_before = cycles_before or dict.fromkeys(cycles_after, (0.0, 0.0))  # a fresh kube-scheduler
+    if cycles_before is None:
+        cycles_before = dict.fromkeys(cycles_after, (0.0, 0.0))
     run.cycle_ms = _mean_ms(cycles_before, cycles_after)
     run.cycles = round(cycles_after["algorithm"][1] - cycles_before["algorithm"][1])
     print(
