@@ -332,9 +332,15 @@ def create_app(
         return None if scores is None else (wire.encode_host_priorities(names, scores), True)
 
     quick_handlers = {"filter": filter_quick, "prioritize": prioritize_quick}
+    # Decoded on the event loop: the bind's for its early Reserve there. preempt's may carry whole pods per
+    # node and is decoded by its handler, on a worker thread.
+    decoders: dict[str, Callable[[bytes], Any]] = {
+        "filter": wire.decode_extender_args,
+        "prioritize": wire.decode_extender_args,
+        "bind": wire.decode_binding_args,
+    }
 
-    def bind(body: bytes) -> Answer:
-        args = wire.decode_binding_args(body)
+    def bind(args: wire.ExtenderBindingArgs) -> Answer:
         pod = {"pod": f"{args.pod_namespace}/{args.pod_name}", "node": args.node}
         try:
             bound = service.bind_outcome(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
@@ -384,15 +390,16 @@ def create_app(
         if ready is not None and not ready():
             log.info("%s: refused: still syncing with the API server", verb)
             return _json(b"[]" if verb == "prioritize" else wire.encode_error(_SYNCING)), False
-        quick = quick_handlers.get(verb)
-        if quick is None:
-            with reserved_early(verb, body):
-                return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, handler, body))
+        decode = decoders.get(verb)
         try:
-            args = wire.decode_extender_args(body)
+            args = decode(body) if decode is not None else body
         except wire.WireError as e:
             log.info("%s: bad request: %s", verb, e)
             return _json(wire.encode_error(str(e)), 400), False
+        quick = quick_handlers.get(verb)
+        if quick is None:
+            with reserved_early(verb, args):
+                return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, handler, args))
         # kube-scheduler's cycle waits on these answers: background work steps aside while they are decided
         # (AnswerFirst). A warm answer (no claims, or a few nodes to re-decide) costs less than the thread
         # handoff, so it is given right here; anything that could hold the event loop goes to a worker
@@ -407,15 +414,11 @@ def create_app(
             await to_thread.run_sync(answer_alone, verb, handler, args, limiter=threads),
         )
 
-    def reserved_early(verb: str, body: bytes) -> contextlib.AbstractContextManager[None]:
+    def reserved_early(verb: str, args: Any) -> contextlib.AbstractContextManager[None]:
         """A bind reserves its devices here on the event loop, before the next request is read
         (``SchedulingService.reserving_early``); its worker thread does the rest."""
         if verb != "bind":
             return contextlib.nullcontext()
-        try:
-            args = wire.decode_binding_args(body)
-        except wire.WireError:
-            return contextlib.nullcontext()  # the worker thread answers the 400
         return service.reserving_early(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
 
     def answer_alone(verb: str, handler: Callable[[Any], Answer], args: Any) -> tuple[Response, bool] | None:
