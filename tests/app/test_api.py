@@ -23,6 +23,7 @@ from app.scheduling.requeue import RejectedPods
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+from tests.signalling import held_by_another_thread
 
 DRIVER = "gpu.example.com"
 NS = "ml"
@@ -209,23 +210,10 @@ async def test_filter_and_prioritize_are_answered_first_and_bind_is_not(service,
 
 
 async def test_filter_waits_for_the_lock_on_a_worker_thread_while_probes_answer(client, service):
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with service.lock:
-            held.set()
-            release.wait(5)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(5)
-    try:
+    with held_by_another_thread(service.lock, timeout=5):
         pending = asyncio.ensure_future(_post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"])))
         assert (await client.get("/healthz")).status_code == 200
         assert not pending.done()
-    finally:
-        release.set()
-        holder.join(5)
     assert (await pending).json()["NodeNames"] == ["n1", "n2"]
 
 

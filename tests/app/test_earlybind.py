@@ -23,6 +23,7 @@ from tests.app.test_api import (
     _with_second_one_gpu_pod,
     _worker_threads_held,
 )
+from tests.signalling import held_by_another_thread
 
 UID = f"uid-pod-{NS}-p-one"
 
@@ -112,22 +113,11 @@ def test_dropping_an_early_reservation_does_not_wait_for_the_service_lock():
     _chosen_on_n2(service)
     reservation = coordinator.reserve_early(NS, "p-one", UID, "n2")
     assert reservation is not None
-    held, free = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with service.lock:
-            held.set()
-            free.wait(30)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert held.wait(30)
-    dropping = threading.Thread(target=coordinator.drop_early, args=(NS, "p-one", UID, "n2", reservation))
-    dropping.start()
-    dropping.join(10)
-    assert not dropping.is_alive(), "drop_early waited for the service lock"
-    free.set()
-    holder.join(30)
+    with held_by_another_thread(service.lock):
+        dropping = threading.Thread(target=coordinator.drop_early, args=(NS, "p-one", UID, "n2", reservation))
+        dropping.start()
+        dropping.join(10)
+        assert not dropping.is_alive(), "drop_early waited for the service lock"
     for _ in range(1000):
         if not service.state.inventory.reservations():
             break
