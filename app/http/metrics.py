@@ -17,8 +17,11 @@ per request:
 * decisions: ``dra_extender_decision_cache_hits_total`` / ``_misses_total`` (nodes answered from a kept
   decision / decided anew), ``dra_extender_filter_budget_exhausted_total`` (filter calls cut by the time
   budget) and ``dra_extender_filter_budget_undecided_nodes_total``;
-* ``dra_extender_reservations_in_flight``: device reservations held for binds in flight or written but not
-  seen back;
+* ``dra_extender_reservations_in_flight``: device reservations held for binds in flight (or planned at
+  prioritize) or written but not seen back;
+* ``dra_extender_prioritize_holds_total{result}``: binds planned at prioritize with their devices held
+  (``app.scheduling.prioritizeholds``), ``taken`` up by their bind or ended ``unused`` (the bind named
+  another node, came late or never);
 * inventory (``allocator.usage``): ``dra_extender_devices{device_class, driver, pool, state}`` with
   ``state`` one of ``allocated``, ``reserved``, ``tainted``, ``free`` (a pool's total is the sum), and
   ``dra_extender_namespace_allocated_devices{namespace, device_class, driver}``: devices the allocated
@@ -125,12 +128,22 @@ class _StateCollector(Collector):
             kept = service.kept_decisions()
             stats = service.stats
             counters = (stats.hits, stats.misses, stats.budget_cuts, stats.budget_undecided_nodes)
+            holds = service.binding.holds
+            hold_results = {"taken": holds.taken, "unused": holds.unused}
         usage = snapshot.count()
         by_namespace = _namespace_devices(claims)
         yield from _decision_metrics(*counters)
         yield _gauge(
             "reservations_in_flight", "Device reservations of binds in flight or not seen back.", reservations
         )
+        hold_outcomes = CounterMetricFamily(
+            _PREFIX + "prioritize_holds",
+            "Binds planned at prioritize with their devices held, by whether their bind took them up.",
+            labels=["result"],
+        )
+        for result, count in hold_results.items():
+            hold_outcomes.add_metric([result], count)
+        yield hold_outcomes
         devices = GaugeMetricFamily(
             _PREFIX + "devices",
             "Devices per DeviceClass, driver, pool and state (allocated, reserved, tainted, free).",

@@ -95,6 +95,7 @@ class ClusterRuntime:
             self.state, self.service.selectors, settings.scheduler_names, settings.requeue_max_pods
         )
         """The pods filter rejected, for the requeuer (the HTTP layer records filter answers in it)."""
+        self.service.binding.holds.on_freed = self.rejected.devices_freed
         self.preemption_requests = PreemptionRequests(settings.scheduler_names, clock=self.clock.now)
         """The pods filter rejected for want of devices, for the preemptor (recorded by the HTTP layer)."""
         self.service.preemption_holds = PreemptionHolds(self.state, lock, self.clock.now)

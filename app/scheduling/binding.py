@@ -6,6 +6,9 @@ node, else decided again with ``Want.DEVICES``), the chosen devices reserved in 
 concurrent filters treat them as used, and the bind marked in flight (``app.scheduling.inflight``).
 Where Reserve needs no decision and no wait, it is made as the bind arrives, on the event loop
 (``reserve_early``), before kube-scheduler's next filter is read; the bind's worker thread takes it up.
+Earlier still, prioritize plans the bind on the node it scores strictly best and holds its devices
+(``hold_best``, ``app.scheduling.prioritizeholds``); Reserve takes that plan up when it is for the bind's
+node and still current.
 PreBind and Bind: the ``Binder`` writes the claims and the pod outside the lock
 (``app.scheduling.binder``); the reservation is released once the write is done or failed, and the
 claims shape's answer is patched for the node (``NodeDecider.patch_after_bind``). While another pod's bind
@@ -18,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +36,9 @@ from app.scheduling.inflight import BindsInFlight
 from app.scheduling.nodedecider import QUICK_LOCK_WAIT_SECONDS, NodeDecider, NotQuick
 from app.scheduling.podevents import DiscardEvents, PodEvents, failed_binding
 from app.scheduling.preemptionholds import PreemptionHolds
+from app.scheduling.prioritizeholds import PrioritizeHolds
 from app.state.cluster import ClusterState
-from app.state.podclaims import ClaimNotReady, claim_names, state_pod_claims
+from app.state.podclaims import ClaimNotReady, claim_names, pod_key, state_pod_claims
 
 __all__ = ["INDEX_LAG_SECONDS", "BindCoordinator", "Bound"]
 
@@ -120,6 +124,30 @@ class BindCoordinator:
         bind's thread takes them up or ``drop_early`` releases them; under ``_early_lock``, which the
         event loop takes without waiting on the service lock."""
         self._early_lock = threading.Lock()
+        self.holds = PrioritizeHolds(state.inventory)
+        """Binds planned at prioritize, their devices held until the bind (``hold_best``)."""
+
+    def hold_best(self, key: str, uid: str, node_names: Sequence[str], scores: Sequence[int]) -> None:
+        """Under the lock, after prioritize scored pod ``key`` (``uid``): plan its bind on the node scored
+        strictly best and hold the plan's devices (``app.scheduling.prioritizeholds``). Only where that is
+        quick and certain: no tie, the node's decision kept with its devices, no bind of the pod or of a
+        claim it shares in flight. Ends the holds whose time is up first."""
+        self.holds.expire()
+        node = _strict_best(node_names, scores)
+        if node is None or self.holds.seconds <= 0 or self.binds.node_of(key) is not None:
+            return
+        if self.binds.claims_of_pod(self.state, self.state.get("Pod", key)):
+            return
+        try:
+            planned = self._plan(key, uid, node, quick=True, keep_view=True)
+        except (NotQuick, ClaimNotReady, BindError, AllocatorError):
+            return
+        if planned is None:
+            return
+        plan, shape = planned
+        devices = tuple(device for _, device in _planned_devices(plan))
+        if devices:
+            self.holds.hold(key, uid, node, plan, shape, devices)
 
     def reserve_early(self, namespace: str, name: str, uid: str, node_name: str) -> Reservation | None:
         """Reserve for the bind of pod ``namespace/name`` on ``node_name`` on the caller's thread (the event
@@ -176,14 +204,17 @@ class BindCoordinator:
             reservation = self._early.pop((key, uid, node_name), None)
         if reservation is None:
             return None
-        plan = reservation.plan
         with self.lock:
-            current = self.state.get("Pod", key) is plan.pod and all(
-                self.state.get("ResourceClaim", pc.key) is pc.claim for pc, _ in plan.claims
-            )
+            current = self._unchanged(reservation.plan)
             if not current:
                 self._release(key, node_name, reservation, written=False)
         return reservation if current else None
+
+    def _unchanged(self, plan: BindPlan) -> bool:
+        """Under the lock: the pod and its claims are still the objects ``plan`` was made from."""
+        return self.state.get("Pod", pod_key(plan.pod)) is plan.pod and all(
+            self.state.get("ResourceClaim", pc.key) is pc.claim for pc, _ in plan.claims
+        )
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> Bound:
         """Allocate on ``node_name`` and write it through the binder; returns what it did. Raises
@@ -275,22 +306,32 @@ class BindCoordinator:
         if quick and self.binds.claims_of_pod(self.state, self.state.get("Pod", key)):
             raise NotQuick
         self.binds.await_claim_writes(self.state, key)
+        held = self.holds.take(
+            key, uid, node_name, lambda plan: self._unchanged(plan) and self.state.node(node_name) is not None
+        )
+        if held is not None:
+            # The devices stay reserved under the hold's token: the bind releases that one.
+            self.decider.cache.forget(held.uid)
+            allocating = _allocating(held.plan)
+            self.binds.start(key, node_name, allocating)
+            return Reservation(held.plan, held.token, allocating, held.shape)
         planned = self._plan(key, uid, node_name, quick=quick)
         if planned is None:
             return None
         plan, shape = planned
-        allocating = [pc.key for pc, allocation in plan.claims if allocation is not None]
+        allocating = _allocating(plan)
         token = self.binds.start(key, node_name, allocating)
         self.state.inventory.reserve(token, tuple(device for _, device in _planned_devices(plan)))
         return Reservation(plan, token, allocating, shape)
 
     def _plan(
-        self, key: str, uid: str, node_name: str, *, quick: bool = False
+        self, key: str, uid: str, node_name: str, *, quick: bool = False, keep_view: bool = False
     ) -> tuple[BindPlan, CycleState | None] | None:
         """The decision for a bind and, where the pod's decisions are its claims shape's, that shape's
         cycle (to patch the shape's answer once the bind is written); None when the pod is already on
         that node (a retried bind). ``quick``: raise NotQuick, having changed nothing, where the node must
-        be decided again."""
+        be decided again. ``keep_view``: keep the pod's decisions (a hold's plan: the bind may name
+        another node)."""
         pod = self.state.get("Pod", key)
         if pod is None:
             raise BindError(f"pod {key} not found")
@@ -334,7 +375,8 @@ class BindCoordinator:
         if view is not None and view.shared and pending_claims:
             with contextlib.suppress(AllocatorError):  # parsed by filter: only a changed claim fails here
                 shape = CycleState(pod, view, [self.state.parsed_claim(pc.key) for pc in pending_claims])
-        cache.forget(pod_uid)
+        if not keep_view:
+            cache.forget(pod_uid)
         decision, ext = kept if kept is not None else (None, None)
         pending = iter(decision.results or () if decision is not None else ())
         planned = tuple((pc, None if is_allocated(pc) else next(pending)) for pc in claims)
@@ -343,6 +385,19 @@ class BindCoordinator:
             # The extended-resource claim is allocated last (upstream's claim store keeps it last).
             extended = ExtendedBind(ext.obj, next(pending), ext.pod_status())
         return BindPlan(pod, node_name, planned, extended), shape
+
+
+def _strict_best(node_names: Sequence[str], scores: Sequence[int]) -> str | None:
+    """The node with the highest score above 0 when no other node has it, else None."""
+    best = max(scores, default=0)
+    if best <= 0 or scores.count(best) != 1:
+        return None
+    return node_names[scores.index(best)]
+
+
+def _allocating(plan: BindPlan) -> list[str]:
+    """Keys of the claims the plan allocates (the others are allocated already)."""
+    return [pc.key for pc, allocation in plan.claims if allocation is not None]
 
 
 def _bind_claims(plan: BindPlan) -> list[tuple[str, Mapping[str, Any] | None]]:

@@ -23,6 +23,8 @@ DeviceTaintRule event                 every rejected pod (a rule narrowed or gon
 ResourceClaim deallocated or deleted  every rejected pod (its devices are free; a deleted holder
                                       pod's claims end this way)
 DeviceClass added or changed          pods asking for that class
+devices held at prioritize freed      every rejected pod (``devices_freed``: the pod they were
+unused                                held for was bound elsewhere or not at all)
 ====================================  ==========================================================
 
 A pod whose DeviceClasses cannot be told (its claims not resolved yet, DRA-backed extended resources)
@@ -147,6 +149,11 @@ class RejectedPods:
             self._helped(lambda classes: classes is ANY_CLASS or key in classes)
         elif kind == "ResourceSlice" and obj is not None:
             self._helped(self._matches_slice(key))
+
+    def devices_freed(self) -> None:
+        """Devices held for a pod are free again with no event of their own
+        (``app.scheduling.prioritizeholds``)."""
+        self._helped(lambda classes: True)
 
     def _helped(self, helps: Callable[[frozenset[str] | None], bool]) -> None:
         """Move the rejected pods whose DeviceClasses ``helps`` accepts to the due set."""

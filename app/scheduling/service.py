@@ -224,6 +224,7 @@ class SchedulingService:
         if fits_nodes:
             sampler = None  # the node fit below may drop passing nodes: sample after it (the caller does)
         with self.lock, self.preemption_holds.lifted(pod):
+            self._new_attempt(pod)
             pod = self.gate.with_state_status(pod)
             outcome = self._filter(
                 pod, node_names, nodes, Want.VERDICT, sampler=sampler, names_text=names_text
@@ -258,6 +259,7 @@ class SchedulingService:
             return None  # node fit reads every pod of the node: a worker thread's job
 
         def decide() -> FilterOutcome:
+            self._new_attempt(pod)
             asked = self.gate.with_state_status(pod)  # under the lock, like the state it reads
             with self.preemption_holds.lifted(pod):
                 return self._filter(
@@ -338,8 +340,10 @@ class SchedulingService:
         return elsewhere(in_flight, node_name), frozenset(in_flight)
 
     def observe(self, kind: str, key: str, obj: Obj | None) -> None:
-        """Informer observer (lock held): the watch shows a claim a finished bind wrote, or its deletion."""
+        """Informer observer (lock held): the watch shows a claim a finished bind wrote, or its deletion;
+        a pod held for at prioritize is deleted or recreated."""
         self.binds.observe(kind, key, obj)
+        self.binding.holds.observe(kind, key, obj)
 
     # The cycle.
 
@@ -375,9 +379,12 @@ class SchedulingService:
     def _score(
         self, pod: Obj, node_names: Sequence[str], nodes: Mapping[str, Obj] | None, *, quick: bool
     ) -> list[int]:
-        """Each node's score from the kept decisions, deciding (``Want.SCORE``) the nodes without one."""
+        """Each node's score from the kept decisions, deciding (``Want.SCORE``) the nodes without one;
+        then the bind planned on the strictly best node, its devices held (``BindCoordinator.hold_best``)."""
         pod = self.gate.with_state_status(pod)
         uid = pod_uid(pod)
+        key = pod_key(pod)
+        self.binding.holds.end(key)  # scored with its own devices free, as filter decided it
         scores = self.decider.scores(uid, node_names)
         places = unscored(scores)
         if places:
@@ -385,7 +392,16 @@ class SchedulingService:
             self._filter(pod, missing, nodes, Want.SCORE, quick=quick)
             for i, score in zip(places, self.decider.kept_scores(uid, missing), strict=True):
                 scores[i] = score or 0  # 0: the node does not fit, or could not be decided in time
-        return cast(list[int], scores)  # every None replaced just above
+        decided = cast(list[int], scores)  # every None replaced just above
+        self.binding.hold_best(key, uid, node_names, decided)
+        return decided
+
+    def _new_attempt(self, pod: Obj) -> None:
+        """Under the lock, as filter starts a pod's cycle: its last attempt ended without a bind, so a
+        hold from that attempt's prioritize ends (and every hold whose time is up)."""
+        holds = self.binding.holds
+        holds.end(pod_key(pod))
+        holds.expire()
 
     def _quickly(self, decide: Callable[[], _T]) -> _T | None:
         """``decide()`` under the lock if it is free within ``QUICK_LOCK_WAIT_SECONDS``; None when it is

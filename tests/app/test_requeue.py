@@ -124,6 +124,16 @@ def test_a_deallocated_or_deleted_claim_helps_every_rejected_pod_an_unallocated_
     assert cluster.due() == ["waiting"]
 
 
+def test_devices_freed_from_a_hold_help_every_rejected_pod() -> None:
+    """A hold made at prioritize ends without its bind: no watch event says its devices are free."""
+    cluster = Cluster()
+    cluster.reject("gpu-pod")
+    cluster.reject("nic-pod", "nic")
+    assert cluster.due() == []
+    cluster.pods.devices_freed()
+    assert cluster.due() == ["gpu-pod", "nic-pod"]
+
+
 def test_a_pod_leaves_when_bound_deleted_or_passed() -> None:
     cluster = Cluster()
     bound = cluster.reject("bound")

@@ -73,6 +73,23 @@ async def test_a_published_slice_signals_the_pod_it_can_help(api, start_runtime)
     assert runtime.service.filter(runtime.state.get("Pod", f"{NS}/needs-three"), ["n1", "n2"]).passed
 
 
+async def test_devices_held_at_prioritize_and_freed_unused_signal_the_pod_they_kept_out(api, start_runtime):
+    seed_cluster(api)  # two GPUs on n1, one on n2
+    add_pod(api, "first", gpus=2)
+    add_pod(api, "second", gpus=2)
+    runtime = await start_runtime()
+    first = runtime.state.get("Pod", f"{NS}/first")
+    with runtime.service.lock:
+        runtime.service.filter(first, ["n1", "n2"])
+        runtime.service.prioritize(first, ["n1"])  # both of n1's GPUs held for it
+    _rejected(runtime, "second")
+    assert api.count("PATCH", PATCHES) == 0
+    # kube-scheduler tries "first" again (its last attempt ended without a bind): the hold ends.
+    runtime.service.filter(first, ["n1", "n2"])
+    await eventually(lambda: _annotation(api, "second"))
+    assert _annotation(api, "first") is None
+
+
 async def test_a_standby_replica_signals_nothing(api, start_runtime):
     seed_cluster(api)
     add_pod(api, "needs-three", gpus=3)

@@ -1,0 +1,151 @@
+"""Devices held between prioritize and bind: the bind planned on the node prioritize scored best.
+
+kube-scheduler binds in a goroutine after its cycle, so the next pod's filter and prioritize can arrive
+before the previous pod's bind, and so before the bind's early Reserve (``app.scheduling.binding``). That
+filter would see the devices the previous pod is about to take as free, and prioritize would rank the same
+best-packed node first again, pod after pod; the binds past the node's capacity are refused and
+kube-scheduler retries those pods. The in-tree DynamicResources plugin has no such window: it assumes the
+allocation in Reserve, inside the cycle.
+
+So when one node scores strictly best, prioritize plans the bind there from the decision filter kept and
+reserves the plan's devices under a token of the hold's own (``BindCoordinator.hold_best``).
+kube-scheduler then picks that node unless its own plugins' scores outweigh the extender's; it breaks a
+tie at random, so a tied best is not held. The pod's bind takes the hold up when it names that node and
+the pod and its claims are still the objects planned from: the devices stay reserved under the same
+token while the binder writes, so the node's version does not change again.
+
+A hold ends unused, its devices free again, when:
+
+* the bind names another node, or the pod or a claim changed since (the bind plans anew);
+* the pod is filtered or prioritized again (its last attempt ended without a bind), or deleted;
+* ``seconds`` pass (a plugin after Score rejected the pod, or kube-scheduler went away);
+* more than ``max_holds`` are kept (the oldest ends first).
+
+Then ``on_freed`` is called: pods rejected while the devices were held may fit now (the requeuer,
+``app.scheduling.requeue``). Holds live in memory only. Callers hold the service lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.deviceuse import AllocatedDevice
+from allocator.inventory import Inventory
+from app.scheduling.binder import BindPlan
+from app.scheduling.cycle import CycleState
+
+__all__ = ["HOLD_SECONDS", "MAX_HOLDS", "PlannedHold", "PrioritizeHolds"]
+
+HOLD_SECONDS = 5.0
+"""How long a hold waits for its bind. kube-scheduler sends the bind milliseconds after prioritize unless
+a Permit plugin makes the pod wait or PreBind waits for volumes; a bind that comes later plans anew, as
+without a hold. 0 turns holds off."""
+
+MAX_HOLDS = 1000
+"""Holds kept at most. kube-scheduler has one pod in its cycle at a time and binds within milliseconds, so
+only pods whose binds are held up accumulate."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedHold:
+    """The bind of the pod with ``uid`` planned on ``node``, its devices reserved under ``token`` until
+    ``until`` (the clock's seconds). ``shape``: the claims shape's cycle to patch once written (None: not
+    shared)."""
+
+    uid: str
+    node: str
+    token: str
+    plan: BindPlan
+    shape: CycleState | None
+    until: float
+
+
+class PrioritizeHolds:
+    """Pod key -> its ``PlannedHold`` (module docstring). ``clock``: monotonic seconds (injectable)."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        clock: Callable[[], float] = time.monotonic,
+        seconds: float = HOLD_SECONDS,
+        max_holds: int = MAX_HOLDS,
+    ) -> None:
+        self.inventory = inventory
+        self.clock = clock
+        self.seconds = seconds
+        self.max_holds = max_holds
+        self.on_freed: Callable[[], None] = lambda: None
+        """Called (lock held) when a hold ends unused; set before serving."""
+        self.taken = 0
+        """Holds a bind took up."""
+        self.unused = 0
+        """Holds that ended without their bind."""
+        self._holds: OrderedDict[str, PlannedHold] = OrderedDict()
+        """Oldest first; with one ``seconds`` for all, that is also earliest deadline first."""
+        self._tokens = itertools.count(1)
+
+    def hold(
+        self,
+        key: str,
+        uid: str,
+        node: str,
+        plan: BindPlan,
+        shape: CycleState | None,
+        devices: tuple[AllocatedDevice, ...],
+    ) -> None:
+        """Reserve ``devices`` for pod ``key``'s bind on ``node`` as ``plan`` has it, replacing its hold."""
+        self.end(key)
+        token = f"prioritized:{next(self._tokens)}:{key}"
+        self.inventory.reserve(token, devices)
+        self._holds[key] = PlannedHold(uid, node, token, plan, shape, self.clock() + self.seconds)
+        while len(self._holds) > self.max_holds:
+            self.end(next(iter(self._holds)))
+
+    def take(self, key: str, uid: str, node: str, usable: Callable[[BindPlan], bool]) -> PlannedHold | None:
+        """Pod ``key``'s hold for its bind to ``node``: handed over when it is the pod's (``uid``; ""
+        matches any), for that node and ``usable(plan)`` (the devices stay reserved under the hold's
+        token, which the bind releases once written or failed); else ended unused, and None."""
+        hold = self._holds.pop(key, None)
+        if hold is None:
+            return None
+        if hold.node == node and (not uid or hold.uid == uid) and usable(hold.plan):
+            self.taken += 1
+            return hold
+        self._free(hold)
+        return None
+
+    def end(self, key: str) -> None:
+        """End pod ``key``'s hold unused, if it has one."""
+        hold = self._holds.pop(key, None)
+        if hold is not None:
+            self._free(hold)
+
+    def expire(self) -> None:
+        """End the holds whose time is up."""
+        now = self.clock()
+        while self._holds:
+            key, hold = next(iter(self._holds.items()))
+            if hold.until > now:
+                return
+            self.end(key)
+
+    def observe(self, kind: str, key: str, obj: Mapping[str, Any] | None) -> None:
+        """Informer observer (lock held): a held pod deleted or recreated under its name ends its hold."""
+        hold = self._holds.get(key) if kind == "Pod" else None
+        if hold is not None and (
+            obj is None or str((obj.get("metadata") or {}).get("uid") or "") != hold.uid
+        ):
+            self.end(key)
+
+    def _free(self, hold: PlannedHold) -> None:
+        self.inventory.release(hold.token)
+        self.unused += 1
+        self.on_freed()
+
+    def __len__(self) -> int:
+        return len(self._holds)

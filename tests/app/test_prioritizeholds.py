@@ -1,0 +1,208 @@
+"""Devices held between prioritize and bind (``app.scheduling.prioritizeholds``).
+
+kube-scheduler binds in the background: the next pod's filter can arrive before the previous pod's bind.
+The cluster is test_api's: n1 has two GPUs, n2 one, n3 none; p-one and p-one-b each need one GPU. With
+binpack scoring n2 scores best for p-one (its only GPU used: 8 against n1's 5), so kube-scheduler binds
+p-one to n2 unless its own plugins outweigh that.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from allocator.cel.expr_engine import ExprEngine
+from allocator.selectors import SelectorCache
+from app.config.settings import Settings
+from app.http.api import create_app
+from app.scheduling.binder import BindError
+from app.scheduling.service import SchedulingService
+from app.state.cluster import ClusterState
+from tests.app.metrics_support import samples
+from tests.app.test_api import NS, _args, _bind, _client, _objects, _post, _with_second_one_gpu_pod
+from tests.builders import claim, device, pod, request, resource_slice
+
+UID = f"uid-pod-{NS}-p-one"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _pod(service: SchedulingService, name: str) -> dict:
+    found = service.state.get("Pod", f"{NS}/{name}")
+    assert found is not None
+    return copy.deepcopy(found)
+
+
+def _prioritized(service: SchedulingService, name: str = "p-one") -> list[int]:
+    """Filter then prioritize ``name`` as kube-scheduler calls them (n3 has no GPU: filter fails it)."""
+    asked = _pod(service, name)
+    passed = service.filter(asked, ["n1", "n2", "n3"]).passed
+    assert passed == ["n1", "n2"]
+    return service.prioritize(asked, passed)
+
+
+def _passes(service: SchedulingService, name: str) -> list[str]:
+    return list(service.filter(_pod(service, name), ["n1", "n2"]).passed)
+
+
+def _allocated(service: SchedulingService, claim_name: str) -> list[tuple[str, str]]:
+    found = service.state.get("ResourceClaim", f"{NS}/{claim_name}") or {}
+    allocation = (found.get("status") or {}).get("allocation") or {}
+    return [(r["pool"], r["device"]) for r in (allocation.get("devices") or {}).get("results", [])]
+
+
+def _freed_counter(service: SchedulingService) -> list[int]:
+    calls = [0]
+
+    def freed() -> None:
+        calls[0] += 1
+
+    service.binding.holds.on_freed = freed
+    return calls
+
+
+def test_the_next_pod_s_filter_sees_the_best_node_s_devices_held_until_the_bind():
+    service = _with_second_one_gpu_pod()
+    freed = _freed_counter(service)
+    assert _prioritized(service) == [5, 8]
+    # n2's one GPU is held for p-one: the next pod fits on n1 only, with no bind sent yet.
+    assert _passes(service, "p-one-b") == ["n1"]
+    assert service.bind(NS, "p-one", UID, "n2") == [f"{NS}/one: gpu.example.com/n2/gpu-0"]
+    assert _allocated(service, "one") == [("n2", "gpu-0")]
+    assert not service.state.inventory.reservations()
+    assert freed == [0]
+    assert (service.binding.holds.taken, service.binding.holds.unused) == (1, 0)
+    assert service.decisions.view(UID) is None  # the pod's decisions are done with, as after any bind
+    assert _passes(service, "p-one-b") == ["n1"]  # n2's GPU is p-one's now
+
+
+def test_a_bind_to_another_node_ends_the_hold_and_frees_its_devices():
+    """kube-scheduler's own plugins may outweigh the extender's score: the bind names another node."""
+    service = _with_second_one_gpu_pod()
+    freed = _freed_counter(service)
+    _prioritized(service)
+    service.bind(NS, "p-one", UID, "n1")
+    assert _allocated(service, "one") == [("n1", "gpu-0")]
+    assert not service.state.inventory.reservations()
+    assert freed == [1]
+    assert (service.binding.holds.taken, service.binding.holds.unused) == (0, 1)
+    assert _passes(service, "p-one-b") == ["n1", "n2"]
+
+
+def test_a_hold_ends_when_its_time_is_up():
+    """A plugin after Score (Reserve, Permit) may reject the pod: kube-scheduler then sends no bind."""
+    service = _with_second_one_gpu_pod()
+    clock = _Clock()
+    holds = service.binding.holds
+    holds.clock = clock
+    freed = _freed_counter(service)
+    _prioritized(service)
+    clock.now += holds.seconds - 0.01
+    assert _passes(service, "p-one-b") == ["n1"]
+    clock.now += 0.02
+    assert _passes(service, "p-one-b") == ["n1", "n2"]
+    assert freed == [1]
+    assert not service.state.inventory.reservations()
+
+
+def test_a_new_attempt_of_the_pod_ends_its_hold():
+    """A filter of the held pod means its last attempt ended without a bind: it decides with its
+    devices free, as before the hold."""
+    service = _with_second_one_gpu_pod()
+    _prioritized(service)
+    assert service.state.inventory.reservations()
+    assert _passes(service, "p-one") == ["n1", "n2"]
+    assert not service.state.inventory.reservations()
+
+
+def test_a_claim_changed_before_the_bind_is_planned_again():
+    """The hold was planned from the claim as it was: asking for two GPUs now, p-one no longer fits on
+    n2, whatever was held there."""
+    service = _with_second_one_gpu_pod()
+    _prioritized(service)
+    assert service.state.inventory.reservations()
+    with service.lock:
+        service.state.apply("ResourceClaim", claim(NS, "one", [request("gpus", "gpu", 2)]))
+    with pytest.raises(BindError, match="does not fit on node n2"):
+        service.bind(NS, "p-one", UID, "n2")
+    assert _allocated(service, "one") == []
+    assert not service.state.inventory.reservations()
+
+
+def test_a_deleted_pod_s_hold_ends():
+    service = _with_second_one_gpu_pod()
+    _prioritized(service)
+    assert service.state.inventory.reservations()
+    with service.lock:
+        service.state.remove("Pod", f"{NS}/p-one")
+        service.observe("Pod", f"{NS}/p-one", None)
+    assert not service.state.inventory.reservations()
+
+
+def test_a_tie_for_best_holds_nothing():
+    """kube-scheduler breaks a tie at random: no node is likely enough to hold devices on."""
+    objects = [
+        obj
+        for obj in _objects()
+        if not (obj[0] == "ResourceSlice" and obj[1]["metadata"]["name"] == "n2-gpus")
+    ]
+    objects.append(
+        ("ResourceSlice", resource_slice("n2-gpus", "gpu.example.com", "n2", [device("a"), device("b")]))
+    )
+    service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
+    scores = _prioritized(service)
+    assert scores[0] == scores[1]
+    assert not service.state.inventory.reservations()
+
+
+def test_holds_are_bounded_oldest_ended_first():
+    objects = _objects()
+    for i in range(3):
+        objects.append(("ResourceClaim", claim(NS, f"c{i}", [request("gpu", "gpu")])))
+        objects.append(("Pod", pod(NS, f"p{i}", [f"c{i}"])))
+    service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
+    holds = service.binding.holds
+    holds.max_holds = 1
+    asked = _pod(service, "p0")
+    service.prioritize(asked, ["n1", "n2"])
+    assert service.state.inventory.reservations()
+    asked = _pod(service, "p1")
+    service.prioritize(asked, ["n1"])  # n2's GPU is held for p0: p1 is scored on n1 only
+    assert [key.rpartition(":")[2] for key in service.state.inventory.reservations()] == [f"{NS}/p1"]
+    assert holds.unused == 1
+
+
+def test_no_hold_when_turned_off():
+    service = _with_second_one_gpu_pod()
+    service.binding.holds.seconds = 0
+    _prioritized(service)
+    assert not service.state.inventory.reservations()
+    assert _passes(service, "p-one-b") == ["n1", "n2"]
+
+
+async def test_prioritize_answered_on_the_event_loop_holds_too():
+    """The quick path (no worker thread) is what kube-scheduler's next cycle races against."""
+    service = _with_second_one_gpu_pod()
+    async with _client(create_app(service, Settings(Path("unused")))) as client:
+        await _post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"]))
+        answer = await _post(client, "prioritize", _args(service, "p-one", ["n1", "n2"]))
+        assert answer.json() == [{"Host": "n1", "Score": 5}, {"Host": "n2", "Score": 8}]
+        passed = (await _post(client, "filter", _args(service, "p-one-b", ["n1", "n2"]))).json()
+        assert passed["NodeNames"] == ["n1"]
+        assert "n2" in passed["FailedNodes"]
+        assert (await _post(client, "bind", _bind("p-one", "n2"))).json() == {"Error": ""}
+        # p-one-b, scored on n1 only, is held there: its bind has not come, the hold is neither taken
+        # up nor ended.
+        await _post(client, "prioritize", _args(service, "p-one-b", ["n1"]))
+        assert service.state.inventory.reservations()
+        metrics = samples((await client.get("/metrics")).text)
+    assert metrics[("dra_extender_prioritize_holds_total", frozenset({("result", "taken")}))] == 1
+    assert metrics[("dra_extender_prioritize_holds_total", frozenset({("result", "unused")}))] == 0
