@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from allocator.decide import SearchNeeded
 from allocator.deviceuse import AllocatedDevice, allocated_devices
 from allocator.errors import AllocatorError
 from app.scheduling.binder import Binder, BindError, BindPlan, ExtendedBind
@@ -88,8 +89,8 @@ class Reservation:
 
 
 class BindCoordinator:
-    """Reserve, then PreBind through the binder (module docstring). ``decide_devices(pod, node)`` is the
-    service's Filter of one node with ``Want.DEVICES`` (PreFilter included)."""
+    """Reserve, then PreBind through the binder (module docstring). ``decide_devices(pod, node, quick)``
+    is the service's Filter of one node with ``Want.DEVICES`` (PreFilter included)."""
 
     def __init__(
         self,
@@ -97,7 +98,7 @@ class BindCoordinator:
         lock: threading.RLock,
         binds: BindsInFlight,
         decider: NodeDecider,
-        decide_devices: Callable[[Obj, str], FilterOutcome],
+        decide_devices: Callable[[Obj, str, bool], FilterOutcome],
         binder: Binder,
         step_aside: Callable[[], None] = lambda: None,
     ) -> None:
@@ -127,11 +128,14 @@ class BindCoordinator:
         self.holds = PrioritizeHolds(state.inventory)
         """Binds planned at prioritize, their devices held until the bind (``hold_best``)."""
 
-    def hold_best(self, key: str, uid: str, node_names: Sequence[str], scores: Sequence[int]) -> None:
+    def hold_best(
+        self, key: str, uid: str, node_names: Sequence[str], scores: Sequence[int], *, quick: bool
+    ) -> None:
         """Under the lock, after prioritize scored pod ``key`` (``uid``): plan its bind on the node scored
-        strictly best and hold the plan's devices (``app.scheduling.prioritizeholds``). Only where that is
-        quick and certain: no tie, the node's decision kept with its devices, no bind of the pod or of a
-        claim it shares in flight. Ends the holds whose time is up first."""
+        strictly best, choosing its devices there where prioritize has not (a node scored by counts or
+        from an equivalent node), and hold them (``app.scheduling.prioritizeholds``). Only where that is
+        certain: no tie, no bind of the pod or of a claim it shares in flight; ``quick`` (on the event
+        loop): only where choosing the devices is too. Ends the holds whose time is up first."""
         self.holds.expire()
         node = _strict_best(node_names, scores)
         if node is None or self.holds.seconds <= 0 or self.binds.node_of(key) is not None:
@@ -139,8 +143,9 @@ class BindCoordinator:
         if self.binds.claims_of_pod(self.state, self.state.get("Pod", key)):
             return
         try:
-            planned = self._plan(key, uid, node, quick=True, keep_view=True)
-        except (NotQuick, ClaimNotReady, BindError, AllocatorError):
+            with self.preemption_holds.lifted_for(key, uid):
+                planned = self._plan(key, uid, node, quick=quick, keep_view=True)
+        except (NotQuick, SearchNeeded, ClaimNotReady, BindError, AllocatorError):
             return
         if planned is None:
             return
@@ -153,11 +158,11 @@ class BindCoordinator:
         """Reserve for the bind of pod ``namespace/name`` on ``node_name`` on the caller's thread (the event
         loop, as the bind arrives) when that is quick: the lock free within ``QUICK_LOCK_WAIT_SECONDS``,
         the pod's claims indexed, no other bind writing a claim it shares, and its devices on the node
-        chosen by prioritize and current. kube-scheduler sends the next pod's filter right after the bind,
-        while the bind's worker thread may not have started: reserved here, the devices are used for that
-        filter, which would otherwise pass the node for them and have the next bind refused. ``bind``
-        takes the reservation up if the pod and its claims are unchanged by then; whatever is not quick
-        (or fails) is left to it. Returns the reservation, for ``drop_early``."""
+        held by prioritize, or chosen with a few device checks. kube-scheduler sends the next pod's filter
+        right after the bind, while the bind's worker thread may not have started: reserved here, the
+        devices are used for that filter, which would otherwise pass the node for them and have the next
+        bind refused. ``bind`` takes the reservation up if the pod and its claims are unchanged by then;
+        whatever is not quick (or fails) is left to it. Returns the reservation, for ``drop_early``."""
         key = f"{namespace}/{name}"
         if not self.lock.acquire(timeout=QUICK_LOCK_WAIT_SECONDS):
             return None
@@ -168,7 +173,7 @@ class BindCoordinator:
                 with self._early_lock:
                     self._early[(key, uid, node_name)] = reservation
             return reservation
-        except (NotQuick, ClaimNotReady, BindError, AllocatorError):
+        except (NotQuick, SearchNeeded, ClaimNotReady, BindError, AllocatorError):
             return None  # the bind's own thread meets it again and reports it
         finally:
             self.lock.release()
@@ -299,7 +304,8 @@ class BindCoordinator:
         """Under the lock: the bind's plan (after other binds writing claims it shares are done), with its
         devices reserved under a token of this attempt and its claims marked in flight; None when the pod
         is already on that node. Raises ClaimNotReady while the index lacks a claim the pod names.
-        ``quick``: raise NotQuick, having changed nothing, rather than wait for other binds or decide."""
+        ``quick``: raise NotQuick or SearchNeeded, having changed nothing, rather than wait for other binds,
+        search or decide more than a few device checks."""
         binding = self.binds.node_of(key)
         if binding is not None:
             raise BindError(f"pod {key}: another bind of this pod is in progress (to {binding})")
@@ -330,7 +336,8 @@ class BindCoordinator:
         """The decision for a bind and, where the pod's decisions are its claims shape's, that shape's
         cycle (to patch the shape's answer once the bind is written); None when the pod is already on
         that node (a retried bind). ``quick``: raise NotQuick, having changed nothing, where the node must
-        be decided again. ``keep_view``: keep the pod's decisions (a hold's plan: the bind may name
+        be decided with a search or more than a few device checks (``NodeDecider.filter``'s quick);
+        SearchNeeded may come too. ``keep_view``: keep the pod's decisions (a hold's plan: the bind may name
         another node)."""
         pod = self.state.get("Pod", key)
         if pod is None:
@@ -361,9 +368,7 @@ class BindCoordinator:
         ):
             # Something changed since filter (or filter never ran here), or filter decided by counts or
             # from an equivalent node: decide again, choosing the devices.
-            if quick:
-                raise NotQuick
-            outcome = self.decide_devices(pod, node_name)
+            outcome = self.decide_devices(pod, node_name, quick)
             if outcome.error:
                 raise BindError(outcome.error)
             if node_name not in outcome.passed:

@@ -100,7 +100,7 @@ class SchedulingService:
             self.lock,
             self.binds,
             self.decider,
-            lambda pod, node: self._filter(pod, [node], None, Want.DEVICES),
+            lambda pod, node, quick: self._filter(pod, [node], None, Want.DEVICES, quick=quick),
             binder or StateBinder(state, self.lock),
             self.answer_first.step_aside,
         )
@@ -393,7 +393,7 @@ class SchedulingService:
             for i, score in zip(places, self.decider.kept_scores(uid, missing), strict=True):
                 scores[i] = score or 0  # 0: the node does not fit, or could not be decided in time
         decided = cast(list[int], scores)  # every None replaced just above
-        self.binding.hold_best(key, uid, node_names, decided)
+        self.binding.hold_best(key, uid, node_names, decided, quick=quick)
         return decided
 
     def _new_attempt(self, pod: Obj) -> None:

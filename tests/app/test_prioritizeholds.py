@@ -18,11 +18,12 @@ from allocator.selectors import SelectorCache
 from app.config.settings import Settings
 from app.http.api import create_app
 from app.scheduling.binder import BindError
+from app.scheduling.prioritizeholds import HOLD_SECONDS
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.app.metrics_support import samples
 from tests.app.test_api import NS, _args, _bind, _client, _objects, _post, _with_second_one_gpu_pod
-from tests.builders import claim, device, pod, request, resource_slice
+from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 UID = f"uid-pod-{NS}-p-one"
 
@@ -206,3 +207,47 @@ async def test_prioritize_answered_on_the_event_loop_holds_too():
         metrics = samples((await client.get("/metrics")).text)
     assert metrics[("dra_extender_prioritize_holds_total", frozenset({("result", "taken")}))] == 1
     assert metrics[("dra_extender_prioritize_holds_total", frozenset({("result", "unused")}))] == 0
+
+
+def _twin_nodes_with_four_pods(hold_seconds: float) -> SchedulingService:
+    """n0 and n1 alike (two GPUs each); pods a..e, each with its own one-GPU claim of one spec (a claims
+    shape whose decisions alike nodes share). a and b are bound to n0 (full), c to n1; then d is filtered:
+    n1 passes."""
+    objects: list[tuple[str, dict]] = [
+        ("Node", node("n0")),
+        ("Node", node("n1")),
+        ("DeviceClass", device_class("gpu", 'device.driver == "gpu.example.com"')),
+    ]
+    for name in ("n0", "n1"):
+        objects.append(
+            (
+                "ResourceSlice",
+                resource_slice(f"{name}-gpus", "gpu.example.com", name, [device("a"), device("b")]),
+            )
+        )
+    for name in "abcde":
+        objects.append(("ResourceClaim", claim(NS, name, [request("gpu", "gpu")])))
+        objects.append(("Pod", pod(NS, name, [name])))
+    service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
+    service.binding.holds.seconds = hold_seconds
+    for name, node_name in (("a", "n0"), ("b", "n0"), ("c", "n1")):
+        asked = _pod(service, name)
+        service.filter(asked, ["n0", "n1"])
+        service.prioritize(asked, [node_name])
+        service.bind(NS, name, f"uid-pod-{NS}-{name}", node_name)
+    assert service.filter(_pod(service, "d"), ["n0", "n1"]).passed == ["n1"]
+    return service
+
+
+def test_a_best_node_scored_from_an_alike_node_has_its_devices_chosen_for_the_hold():
+    """n1 with one GPU used is alike n0 as it was when b was scored there: prioritize takes that score,
+    with no devices chosen on n1 (checked with holds off). The hold chooses them, on the event loop."""
+    unheld = _twin_nodes_with_four_pods(0)
+    assert unheld.prioritize_quick(_pod(unheld, "d"), ["n1"]) == [8]  # full after it, as n2 above
+    kept = unheld.decider.kept(f"uid-pod-{NS}-d", "n1")
+    assert kept is not None and kept[0].results == ()  # the alike node's verdict: fits, nothing chosen
+    service = _twin_nodes_with_four_pods(HOLD_SECONDS)
+    assert service.prioritize_quick(_pod(service, "d"), ["n1"]) == [8]
+    assert service.filter(_pod(service, "e"), ["n0", "n1"]).passed == []  # n1's free GPU is held for d
+    assert service.bind(NS, "d", f"uid-pod-{NS}-d", "n1") == [f"{NS}/d: gpu.example.com/n1/b"]
+    assert service.binding.holds.taken == 4  # a, b and c too: each prioritized on its one node
