@@ -20,8 +20,8 @@ per request:
 * ``dra_extender_reservations_in_flight``: device reservations held for binds in flight (or planned at
   prioritize) or written but not seen back;
 * ``dra_extender_prioritize_holds_total{result}``: binds planned at prioritize with their devices held
-  (``app.scheduling.prioritizeholds``), ``taken`` up by their bind or ended ``unused`` (the bind named
-  another node, came late or never);
+  (``app.scheduling.prioritizeholds``), ``taken`` up by their bind, ``stale`` (the bind found the node
+  changed and planned anew) or ended ``unused`` (the bind named another node, came late or never);
 * inventory (``allocator.usage``): ``dra_extender_devices{device_class, driver, pool, state}`` with
   ``state`` one of ``allocated``, ``reserved``, ``tainted``, ``free`` (a pool's total is the sum), and
   ``dra_extender_namespace_allocated_devices{namespace, device_class, driver}``: devices the allocated
@@ -129,7 +129,7 @@ class _StateCollector(Collector):
             stats = service.stats
             counters = (stats.hits, stats.misses, stats.budget_cuts, stats.budget_undecided_nodes)
             holds = service.binding.holds
-            hold_results = {"taken": holds.taken, "unused": holds.unused}
+            hold_results = {"taken": holds.taken, "stale": holds.stale, "unused": holds.unused}
         usage = snapshot.count()
         by_namespace = _namespace_devices(claims)
         yield from _decision_metrics(*counters)

@@ -96,6 +96,7 @@ class ClusterRuntime:
         )
         """The pods filter rejected, for the requeuer (the HTTP layer records filter answers in it)."""
         self.service.binding.holds.on_freed = self.rejected.devices_freed
+        self.service.binding.holds.clock = self.clock.now
         self.preemption_requests = PreemptionRequests(settings.scheduler_names, clock=self.clock.now)
         """The pods filter rejected for want of devices, for the preemptor (recorded by the HTTP layer)."""
         self.service.preemption_holds = PreemptionHolds(self.state, lock, self.clock.now)
@@ -178,7 +179,18 @@ class ClusterRuntime:
             self.preemptor.run(),
             self.conflicts.run(),
             self._report_derivation_errors(),
+            self._end_late_holds(),
         )
+
+    async def _end_late_holds(self) -> None:
+        """End the holds made at prioritize whose bind did not come in time also while no filter or
+        prioritize comes to do it (``app.scheduling.prioritizeholds``): their devices are free again and
+        the pods they kept out are requeued."""
+        holds = self.service.binding.holds
+        while True:
+            await self.clock.sleep(max(holds.seconds, 1.0) / 2)
+            with self.service.lock:
+                holds.expire()
 
     async def _report_derivation_errors(self) -> None:
         """Log cluster-wide derived attribute errors as slices bring them (``app.config.derivationlog``), at

@@ -39,7 +39,7 @@ from app.scheduling.podevents import DiscardEvents, PodEvents, failed_binding
 from app.scheduling.preemptionholds import PreemptionHolds
 from app.scheduling.prioritizeholds import PrioritizeHolds
 from app.state.cluster import ClusterState
-from app.state.podclaims import ClaimNotReady, claim_names, pod_key, state_pod_claims
+from app.state.podclaims import ClaimNotReady, claim_names, controlled_by, pod_key, state_pod_claims
 
 __all__ = ["INDEX_LAG_SECONDS", "BindCoordinator", "Bound"]
 
@@ -134,8 +134,9 @@ class BindCoordinator:
         """Under the lock, after prioritize scored pod ``key`` (``uid``): plan its bind on the node scored
         strictly best, choosing its devices there where prioritize has not (a node scored by counts or
         from an equivalent node), and hold them (``app.scheduling.prioritizeholds``). Only where that is
-        certain: no tie, no bind of the pod or of a claim it shares in flight; ``quick`` (on the event
-        loop): only where choosing the devices is too. Ends the holds whose time is up first."""
+        certain: no tie, every claim it allocates made for the pod, no bind of the pod in flight;
+        ``quick`` (on the event loop): only where choosing the devices is quick too. Ends the holds whose
+        time is up first."""
         self.holds.expire()
         node = _strict_best(node_names, scores)
         if node is None or self.holds.seconds <= 0 or self.binds.node_of(key) is not None:
@@ -150,6 +151,11 @@ class BindCoordinator:
         if planned is None:
             return
         plan, shape = planned
+        pod_uid = str((plan.pod.get("metadata") or {}).get("uid") or "")
+        if not all(
+            controlled_by(pc.claim, pod_uid) for pc, allocation in plan.claims if allocation is not None
+        ):
+            return  # a claim other pods may name (module docstring of app.scheduling.prioritizeholds)
         devices = tuple(device for _, device in _planned_devices(plan))
         if devices:
             self.holds.hold(key, uid, node, plan, shape, devices)

@@ -7,22 +7,31 @@ best-packed node first again, pod after pod; the binds past the node's capacity 
 kube-scheduler retries those pods. The in-tree DynamicResources plugin has no such window: it assumes the
 allocation in Reserve, inside the cycle.
 
-So when one node scores strictly best, prioritize plans the bind there from the decision filter kept and
-reserves the plan's devices under a token of the hold's own (``BindCoordinator.hold_best``).
+So when one node scores strictly best, prioritize plans the bind there (from the decision filter kept, or
+choosing the devices) and reserves the plan's devices under a token of the hold's own
+(``BindCoordinator.hold_best``). Only claims made for the pod are held (from its templates, or its
+extended-resource claim): a claim other pods can name would be held as a user of its own, and fail them on
+the very node it is about to be allocated on.
 kube-scheduler then picks that node unless its own plugins' scores outweigh the extender's; it breaks a
-tie at random, so a tied best is not held. The pod's bind takes the hold up when it names that node and
-the pod and its claims are still the objects planned from: the devices stay reserved under the same
-token while the binder writes, so the node's version does not change again.
+tie at random, so a tied best is not held. The pod's bind takes the hold up when it names that node, the
+pod and its claims are still the objects planned from and nothing the plan depends on changed (the node's
+version, ``Inventory.node_version``, is the one the hold left): the devices stay reserved under the same
+token while the binder writes.
 
 A hold ends unused, its devices free again, when:
 
-* the bind names another node, or the pod or a claim changed since (the bind plans anew);
-* the pod is filtered or prioritized again (its last attempt ended without a bind), or deleted;
-* ``seconds`` pass (a plugin after Score rejected the pod, or kube-scheduler went away);
+* the bind names another node;
+* the bind names that node but the pod, a claim or the node changed since (``stale``: the bind plans
+  anew there, as without a hold);
+* the pod is filtered or prioritized again (its last attempt ended without a bind), deleted, or bound by
+  another path;
+* ``seconds`` pass (a plugin after Score rejected the pod, or kube-scheduler went away): ``expire`` runs on
+  every filter and prioritize, and on the cluster runtime's clock while none comes;
 * more than ``max_holds`` are kept (the oldest ends first).
 
-Then ``on_freed`` is called: pods rejected while the devices were held may fit now (the requeuer,
-``app.scheduling.requeue``). Holds live in memory only. Callers hold the service lock.
+Then, but for a stale hold (its devices go to the same pod's bind), ``on_freed`` is called: pods rejected
+while the devices were held may fit now (the requeuer, ``app.scheduling.requeue``). Holds live in memory
+only. Callers hold the service lock.
 """
 
 from __future__ import annotations
@@ -54,8 +63,8 @@ only pods whose binds are held up accumulate."""
 @dataclass(frozen=True, slots=True)
 class PlannedHold:
     """The bind of the pod with ``uid`` planned on ``node``, its devices reserved under ``token`` until
-    ``until`` (the clock's seconds). ``shape``: the claims shape's cycle to patch once written (None: not
-    shared)."""
+    ``until`` (the clock's seconds), valid while the node's version is ``version``. ``shape``: the claims
+    shape's cycle to patch once written (None: not shared)."""
 
     uid: str
     node: str
@@ -63,6 +72,7 @@ class PlannedHold:
     plan: BindPlan
     shape: CycleState | None
     until: float
+    version: tuple[int, int]
 
 
 class PrioritizeHolds:
@@ -83,6 +93,8 @@ class PrioritizeHolds:
         """Called (lock held) when a hold ends unused; set before serving."""
         self.taken = 0
         """Holds a bind took up."""
+        self.stale = 0
+        """Holds their bind found out of date (it planned anew on the node)."""
         self.unused = 0
         """Holds that ended without their bind."""
         self._holds: OrderedDict[str, PlannedHold] = OrderedDict()
@@ -102,21 +114,29 @@ class PrioritizeHolds:
         self.end(key)
         token = f"prioritized:{next(self._tokens)}:{key}"
         self.inventory.reserve(token, devices)
-        self._holds[key] = PlannedHold(uid, node, token, plan, shape, self.clock() + self.seconds)
+        until = self.clock() + self.seconds
+        self._holds[key] = PlannedHold(
+            uid, node, token, plan, shape, until, self.inventory.node_version(node)
+        )
         while len(self._holds) > self.max_holds:
             self.end(next(iter(self._holds)))
 
     def take(self, key: str, uid: str, node: str, usable: Callable[[BindPlan], bool]) -> PlannedHold | None:
         """Pod ``key``'s hold for its bind to ``node``: handed over when it is the pod's (``uid``; ""
-        matches any), for that node and ``usable(plan)`` (the devices stay reserved under the hold's
-        token, which the bind releases once written or failed); else ended unused, and None."""
+        matches any), for that node, the node unchanged since and ``usable(plan)`` (the devices stay
+        reserved under the hold's token, which the bind releases once written or failed); else ended,
+        and None."""
         hold = self._holds.pop(key, None)
         if hold is None:
             return None
-        if hold.node == node and (not uid or hold.uid == uid) and usable(hold.plan):
+        if hold.node != node or (uid and hold.uid != uid):
+            self._free(hold)
+            return None
+        if self.inventory.node_version(node) == hold.version and usable(hold.plan):
             self.taken += 1
             return hold
-        self._free(hold)
+        self.inventory.release(hold.token)
+        self.stale += 1
         return None
 
     def end(self, key: str) -> None:
@@ -135,10 +155,15 @@ class PrioritizeHolds:
             self.end(key)
 
     def observe(self, kind: str, key: str, obj: Mapping[str, Any] | None) -> None:
-        """Informer observer (lock held): a held pod deleted or recreated under its name ends its hold."""
+        """Informer observer (lock held): a held pod deleted, recreated under its name or bound (by another
+        path: its own bind took the hold up first) ends its hold."""
         hold = self._holds.get(key) if kind == "Pod" else None
-        if hold is not None and (
-            obj is None or str((obj.get("metadata") or {}).get("uid") or "") != hold.uid
+        if hold is None:
+            return
+        if (
+            obj is None
+            or str((obj.get("metadata") or {}).get("uid") or "") != hold.uid
+            or (obj.get("spec") or {}).get("nodeName")
         ):
             self.end(key)
 

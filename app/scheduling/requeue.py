@@ -142,9 +142,9 @@ class RejectedPods:
                 self._allocated.add(key)
             elif key in self._allocated:
                 self._allocated.discard(key)
-                self._helped(lambda classes: True)
+                self._helped(None)
         elif kind == "DeviceTaintRule":
-            self._helped(lambda classes: True)
+            self._helped(None)
         elif kind == "DeviceClass" and obj is not None:
             self._helped(lambda classes: classes is ANY_CLASS or key in classes)
         elif kind == "ResourceSlice" and obj is not None:
@@ -153,16 +153,17 @@ class RejectedPods:
     def devices_freed(self) -> None:
         """Devices held for a pod are free again with no event of their own
         (``app.scheduling.prioritizeholds``)."""
-        self._helped(lambda classes: True)
+        self._helped(None)
 
-    def _helped(self, helps: Callable[[frozenset[str] | None], bool]) -> None:
-        """Move the rejected pods whose DeviceClasses ``helps`` accepts to the due set."""
+    def _helped(self, helps: Callable[[frozenset[str] | None], bool] | None) -> None:
+        """Move the rejected pods whose DeviceClasses ``helps`` accepts (None: all of them, their classes
+        not looked up) to the due set."""
         with self._lock:
             self._events += 1
             candidates = list(self._rejected.items())
         if not candidates:
             return
-        due = {key: ref for key, ref in candidates if helps(self._classes(key))}
+        due = {key: ref for key, ref in candidates if helps is None or helps(self._classes(key))}
         if not due:
             return
         with self._lock:

@@ -277,7 +277,7 @@ class SchedulingService:
     ) -> list[int]:
         """A 0..10 score for each of ``node_names``, in order, from the decisions kept by filter (choosing
         devices on nodes it passed by counts, and deciding nodes it has not seen)."""
-        with self.lock:
+        with self.lock, self.preemption_holds.lifted(pod):
             return self._score(pod, node_names, nodes, quick=False)
 
     def prioritize_quick(
@@ -286,7 +286,12 @@ class SchedulingService:
         """``prioritize`` when the lock is free and ``QUICK_DEVICE_CHECKS`` allow what remains
         (scores kept from filter; devices chosen on the few nodes it passed by counts); else None, and the
         caller runs ``prioritize`` on a worker thread."""
-        return self._quickly(lambda: self._score(pod, node_names, nodes, quick=True))
+
+        def decide() -> list[int]:
+            with self.preemption_holds.lifted(pod):
+                return self._score(pod, node_names, nodes, quick=True)
+
+        return self._quickly(decide)
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> list[str]:
         """``bind_outcome``'s devices: those this bind allocated."""

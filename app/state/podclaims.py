@@ -62,7 +62,9 @@ def claim_names(pod: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def _controlled_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
+def controlled_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
+    """Whether pod ``pod_uid`` controls the claim: the resourceclaim controller made it from one of the
+    pod's templates, and no other pod can use it."""
     owners = (claim.get("metadata") or {}).get("ownerReferences") or []
     return any(o.get("controller") and o.get("kind") == "Pod" and o.get("uid") == pod_uid for o in owners)
 
@@ -122,7 +124,7 @@ def pod_claims(
             raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" is being deleted')
         if (
             from_template
-            and not _controlled_by(claim, str(meta.get("uid") or ""))
+            and not controlled_by(claim, str(meta.get("uid") or ""))
             and not (group_key and owned_by_pod_group(claim, pod))
         ):
             raise ClaimNotReady(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from allocator.cel.expr_engine import ExprEngine
+from allocator.deviceuse import AllocatedDevice
 from allocator.selectors import SelectorCache
 from app.config.settings import Settings
 from app.http.api import create_app
@@ -22,7 +23,7 @@ from app.scheduling.prioritizeholds import HOLD_SECONDS
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.app.metrics_support import samples
-from tests.app.test_api import NS, _args, _bind, _client, _objects, _post, _with_second_one_gpu_pod
+from tests.app.test_api import NS, _args, _bind, _client, _objects, _post
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 UID = f"uid-pod-{NS}-p-one"
@@ -34,6 +35,34 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def _owned(obj: dict, pod_name: str) -> dict:
+    """``obj``, a claim, made for pod ``pod_name`` (as the resourceclaim controller makes one from the
+    pod's template): only that pod can use it."""
+    obj["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod_name,
+            "uid": f"uid-pod-{NS}-{pod_name}",
+            "controller": True,
+        }
+    ]
+    return obj
+
+
+def _cluster_objects() -> list[tuple[str, dict]]:
+    """test_api's cluster with p-one-b, each pod's claim made for it."""
+    objects = [o for o in _objects() if not (o[0] == "ResourceClaim" and o[1]["metadata"]["name"] == "one")]
+    objects.append(("ResourceClaim", _owned(claim(NS, "one", [request("gpu", "gpu")]), "p-one")))
+    objects.append(("ResourceClaim", _owned(claim(NS, "one-b", [request("gpu", "gpu")]), "p-one-b")))
+    objects.append(("Pod", pod(NS, "p-one-b", ["one-b"])))
+    return objects
+
+
+def _cluster() -> SchedulingService:
+    return SchedulingService(ClusterState.from_objects(_cluster_objects()), SelectorCache(ExprEngine()))
 
 
 def _pod(service: SchedulingService, name: str) -> dict:
@@ -71,7 +100,7 @@ def _freed_counter(service: SchedulingService) -> list[int]:
 
 
 def test_the_next_pod_s_filter_sees_the_best_node_s_devices_held_until_the_bind():
-    service = _with_second_one_gpu_pod()
+    service = _cluster()
     freed = _freed_counter(service)
     assert _prioritized(service) == [5, 8]
     # n2's one GPU is held for p-one: the next pod fits on n1 only, with no bind sent yet.
@@ -87,7 +116,7 @@ def test_the_next_pod_s_filter_sees_the_best_node_s_devices_held_until_the_bind(
 
 def test_a_bind_to_another_node_ends_the_hold_and_frees_its_devices():
     """kube-scheduler's own plugins may outweigh the extender's score: the bind names another node."""
-    service = _with_second_one_gpu_pod()
+    service = _cluster()
     freed = _freed_counter(service)
     _prioritized(service)
     service.bind(NS, "p-one", UID, "n1")
@@ -100,7 +129,7 @@ def test_a_bind_to_another_node_ends_the_hold_and_frees_its_devices():
 
 def test_a_hold_ends_when_its_time_is_up():
     """A plugin after Score (Reserve, Permit) may reject the pod: kube-scheduler then sends no bind."""
-    service = _with_second_one_gpu_pod()
+    service = _cluster()
     clock = _Clock()
     holds = service.binding.holds
     holds.clock = clock
@@ -117,7 +146,7 @@ def test_a_hold_ends_when_its_time_is_up():
 def test_a_new_attempt_of_the_pod_ends_its_hold():
     """A filter of the held pod means its last attempt ended without a bind: it decides with its
     devices free, as before the hold."""
-    service = _with_second_one_gpu_pod()
+    service = _cluster()
     _prioritized(service)
     assert service.state.inventory.reservations()
     assert _passes(service, "p-one") == ["n1", "n2"]
@@ -127,7 +156,7 @@ def test_a_new_attempt_of_the_pod_ends_its_hold():
 def test_a_claim_changed_before_the_bind_is_planned_again():
     """The hold was planned from the claim as it was: asking for two GPUs now, p-one no longer fits on
     n2, whatever was held there."""
-    service = _with_second_one_gpu_pod()
+    service = _cluster()
     _prioritized(service)
     assert service.state.inventory.reservations()
     with service.lock:
@@ -139,7 +168,7 @@ def test_a_claim_changed_before_the_bind_is_planned_again():
 
 
 def test_a_deleted_pod_s_hold_ends():
-    service = _with_second_one_gpu_pod()
+    service = _cluster()
     _prioritized(service)
     assert service.state.inventory.reservations()
     with service.lock:
@@ -152,7 +181,7 @@ def test_a_tie_for_best_holds_nothing():
     """kube-scheduler breaks a tie at random: no node is likely enough to hold devices on."""
     objects = [
         obj
-        for obj in _objects()
+        for obj in _cluster_objects()
         if not (obj[0] == "ResourceSlice" and obj[1]["metadata"]["name"] == "n2-gpus")
     ]
     objects.append(
@@ -165,9 +194,9 @@ def test_a_tie_for_best_holds_nothing():
 
 
 def test_holds_are_bounded_oldest_ended_first():
-    objects = _objects()
+    objects = _cluster_objects()
     for i in range(3):
-        objects.append(("ResourceClaim", claim(NS, f"c{i}", [request("gpu", "gpu")])))
+        objects.append(("ResourceClaim", _owned(claim(NS, f"c{i}", [request("gpu", "gpu")]), f"p{i}")))
         objects.append(("Pod", pod(NS, f"p{i}", [f"c{i}"])))
     service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
     holds = service.binding.holds
@@ -182,7 +211,7 @@ def test_holds_are_bounded_oldest_ended_first():
 
 
 def test_no_hold_when_turned_off():
-    service = _with_second_one_gpu_pod()
+    service = _cluster()
     service.binding.holds.seconds = 0
     _prioritized(service)
     assert not service.state.inventory.reservations()
@@ -191,7 +220,7 @@ def test_no_hold_when_turned_off():
 
 async def test_prioritize_answered_on_the_event_loop_holds_too():
     """The quick path (no worker thread) is what kube-scheduler's next cycle races against."""
-    service = _with_second_one_gpu_pod()
+    service = _cluster()
     async with _client(create_app(service, Settings(Path("unused")))) as client:
         await _post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"]))
         answer = await _post(client, "prioritize", _args(service, "p-one", ["n1", "n2"]))
@@ -209,45 +238,101 @@ async def test_prioritize_answered_on_the_event_loop_holds_too():
     assert metrics[("dra_extender_prioritize_holds_total", frozenset({("result", "unused")}))] == 0
 
 
-def _twin_nodes_with_four_pods(hold_seconds: float) -> SchedulingService:
-    """n0 and n1 alike (two GPUs each); pods a..e, each with its own one-GPU claim of one spec (a claims
-    shape whose decisions alike nodes share). a and b are bound to n0 (full), c to n1; then d is filtered:
-    n1 passes."""
-    objects: list[tuple[str, dict]] = [
-        ("Node", node("n0")),
-        ("Node", node("n1")),
-        ("DeviceClass", device_class("gpu", 'device.driver == "gpu.example.com"')),
-    ]
-    for name in ("n0", "n1"):
-        objects.append(
-            (
-                "ResourceSlice",
-                resource_slice(f"{name}-gpus", "gpu.example.com", name, [device("a"), device("b")]),
-            )
-        )
+def _alike_nodes(hold_seconds: float) -> SchedulingService:
+    """n0, n1 and n2 alike (two GPUs each); pods a..e, each with its own one-GPU claim of one spec (a
+    claims shape whose decisions alike nodes share). a and b are bound to n0 (full), c to n1; then d is
+    filtered: n1 and n2 pass."""
+    names = ("n0", "n1", "n2")
+    objects: list[tuple[str, dict]] = [("Node", node(name)) for name in names]
+    objects.append(("DeviceClass", device_class("gpu", 'device.driver == "gpu.example.com"')))
+    for name in names:
+        slice_ = resource_slice(f"{name}-gpus", "gpu.example.com", name, [device("a"), device("b")])
+        objects.append(("ResourceSlice", slice_))
     for name in "abcde":
-        objects.append(("ResourceClaim", claim(NS, name, [request("gpu", "gpu")])))
+        objects.append(("ResourceClaim", _owned(claim(NS, name, [request("gpu", "gpu")]), name)))
         objects.append(("Pod", pod(NS, name, [name])))
     service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
     service.binding.holds.seconds = hold_seconds
     for name, node_name in (("a", "n0"), ("b", "n0"), ("c", "n1")):
         asked = _pod(service, name)
-        service.filter(asked, ["n0", "n1"])
-        service.prioritize(asked, [node_name])
+        service.prioritize(asked, service.filter(asked, list(names)).passed)
         service.bind(NS, name, f"uid-pod-{NS}-{name}", node_name)
-    assert service.filter(_pod(service, "d"), ["n0", "n1"]).passed == ["n1"]
+    assert service.filter(_pod(service, "d"), list(names)).passed == ["n1", "n2"]
     return service
 
 
 def test_a_best_node_scored_from_an_alike_node_has_its_devices_chosen_for_the_hold():
     """n1 with one GPU used is alike n0 as it was when b was scored there: prioritize takes that score,
     with no devices chosen on n1 (checked with holds off). The hold chooses them, on the event loop."""
-    unheld = _twin_nodes_with_four_pods(0)
-    assert unheld.prioritize_quick(_pod(unheld, "d"), ["n1"]) == [8]  # full after it, as n2 above
+    unheld = _alike_nodes(0)
+    assert unheld.prioritize_quick(_pod(unheld, "d"), ["n1", "n2"]) == [8, 5]  # as n2 and n1 above
     kept = unheld.decider.kept(f"uid-pod-{NS}-d", "n1")
     assert kept is not None and kept[0].results == ()  # the alike node's verdict: fits, nothing chosen
-    service = _twin_nodes_with_four_pods(HOLD_SECONDS)
-    assert service.prioritize_quick(_pod(service, "d"), ["n1"]) == [8]
-    assert service.filter(_pod(service, "e"), ["n0", "n1"]).passed == []  # n1's free GPU is held for d
+    service = _alike_nodes(HOLD_SECONDS)
+    assert service.prioritize_quick(_pod(service, "d"), ["n1", "n2"]) == [8, 5]
+    assert service.filter(_pod(service, "e"), ["n0", "n1", "n2"]).passed == ["n2"]  # n1's GPU: d's
     assert service.bind(NS, "d", f"uid-pod-{NS}-d", "n1") == [f"{NS}/d: gpu.example.com/n1/b"]
-    assert service.binding.holds.taken == 4  # a, b and c too: each prioritized on its one node
+    assert service.binding.holds.taken == 2  # b's on n0 (a's first prioritize tied) and d's
+
+
+def test_a_held_device_taken_by_another_writer_is_not_bound_twice():
+    """Another scheduler's allocation of the held device reaches the index between prioritize and bind:
+    the held plan is stale, the bind decides again and finds n2 full."""
+    service = _cluster()
+    freed = _freed_counter(service)
+    _prioritized(service)
+    other = claim(NS, "other", [request("gpu", "gpu")])
+    result = {"request": "gpu", "driver": "gpu.example.com", "pool": "n2", "device": "gpu-0"}
+    other["status"] = {"allocation": {"devices": {"results": [result]}}}
+    with service.lock:
+        service.state.apply("ResourceClaim", other)
+    with pytest.raises(BindError, match="does not fit on node n2"):
+        service.bind(NS, "p-one", UID, "n2")
+    assert _allocated(service, "one") == []
+    assert not service.state.inventory.reservations()
+    holds = service.binding.holds
+    assert (holds.taken, holds.stale, holds.unused) == (0, 1, 0)
+    assert freed == [0]  # the hold's devices went to the same pod's bind: nobody else was kept out
+
+
+def test_a_held_device_tainted_before_the_bind_is_not_bound():
+    service = _cluster()
+    _prioritized(service)
+    tainted = resource_slice("n2-gpus", "gpu.example.com", "n2", [device("gpu-0")])
+    tainted["spec"]["devices"][0]["taints"] = [{"key": "xid", "value": "79", "effect": "NoSchedule"}]
+    with service.lock:
+        service.state.apply("ResourceSlice", tainted)
+    with pytest.raises(BindError, match="does not fit on node n2"):
+        service.bind(NS, "p-one", UID, "n2")
+    assert not service.state.inventory.reservations()
+
+
+def test_a_claim_other_pods_may_share_is_not_held():
+    """A claim made by hand (not from the pod's template) can be named by other pods: held as a user of
+    its own, its devices would fail those pods on the node the claim is about to be allocated on."""
+    objects = _objects()  # claim "one": no owner
+    objects.append(("Pod", pod(NS, "p-one-too", ["one"])))
+    service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
+    _prioritized(service)
+    assert not service.state.inventory.reservations()
+    assert _passes(service, "p-one-too") == ["n1", "n2"]
+
+
+def test_a_pod_bound_by_another_path_ends_its_hold():
+    service = _cluster()
+    _prioritized(service)
+    bound = _pod(service, "p-one")
+    bound["spec"]["nodeName"] = "n1"
+    with service.lock:
+        service.state.apply("Pod", bound)
+        service.observe("Pod", f"{NS}/p-one", bound)
+    assert not service.state.inventory.reservations()
+
+
+def test_prioritize_scores_with_the_pod_s_own_preemption_hold_lifted():
+    """A preemptor's devices are held for it (``preemptionholds``): its own decisions see them free."""
+    service = _cluster()
+    service.binding.holds.seconds = 0
+    held = AllocatedDevice(("gpu.example.com", "n2", "gpu-0"), False, "", {})
+    service.preemption_holds.hold(f"{NS}/p-one", UID, "n2", (held,), 60)
+    assert _prioritized(service) == [5, 8]

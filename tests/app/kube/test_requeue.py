@@ -23,7 +23,7 @@ from app.scheduling.requeue import RejectedPods
 from app.state.cluster import ClusterState
 from tests.app.kube.conftest import DRIVER, NS, TEST_SETTINGS, FakeClock, add_pod, eventually, seed_cluster
 from tests.app.kube.fakeapi import FakeKubeAPI
-from tests.builders import device, pod, resource_slice
+from tests.builders import claim, device, pod, request, resource_slice
 
 PATCHES = r"^/api/v1/namespaces/ml/pods/[^/]+$"
 LEASE = {
@@ -73,10 +73,20 @@ async def test_a_published_slice_signals_the_pod_it_can_help(api, start_runtime)
     assert runtime.service.filter(runtime.state.get("Pod", f"{NS}/needs-three"), ["n1", "n2"]).passed
 
 
+def _add_pod_with_its_own_claim(api: FakeKubeAPI, name: str, gpus: int) -> None:
+    """``add_pod``, the claim made for the pod (as from its template): prioritize holds only such claims."""
+    made = claim(NS, f"{name}-gpu", [request("gpu", "gpu", gpus)])
+    made["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": f"uid-pod-{NS}-{name}", "controller": True}
+    ]
+    api.add("ResourceClaim", made)
+    api.add("Pod", pod(NS, name, [f"{name}-gpu"]))
+
+
 async def test_devices_held_at_prioritize_and_freed_unused_signal_the_pod_they_kept_out(api, start_runtime):
     seed_cluster(api)  # two GPUs on n1, one on n2
-    add_pod(api, "first", gpus=2)
-    add_pod(api, "second", gpus=2)
+    _add_pod_with_its_own_claim(api, "first", 2)
+    _add_pod_with_its_own_claim(api, "second", 2)
     runtime = await start_runtime()
     first = runtime.state.get("Pod", f"{NS}/first")
     with runtime.service.lock:
@@ -88,6 +98,26 @@ async def test_devices_held_at_prioritize_and_freed_unused_signal_the_pod_they_k
     runtime.service.filter(first, ["n1", "n2"])
     await eventually(lambda: _annotation(api, "second"))
     assert _annotation(api, "first") is None
+
+
+async def test_a_hold_whose_bind_never_comes_ends_on_time_with_nothing_else_happening(
+    api, start_runtime, clock
+):
+    """A plugin after Score rejected the pod, and no other pod comes: the runtime's own clock ends it."""
+    seed_cluster(api)
+    _add_pod_with_its_own_claim(api, "first", 2)
+    _add_pod_with_its_own_claim(api, "second", 2)
+    runtime = await start_runtime()
+    first = runtime.state.get("Pod", f"{NS}/first")
+    runtime.service.filter(first, ["n1", "n2"])
+    runtime.service.prioritize(first, ["n1"])
+    _rejected(runtime, "second")
+    clock.advance(runtime.service.binding.holds.seconds - 0.1)
+    await asyncio.sleep(0.2)  # the runtime's loop has looked a few times: not yet
+    assert runtime.state.inventory.reservations()
+    clock.advance(0.2)
+    await eventually(lambda: _annotation(api, "second"))
+    assert not runtime.state.inventory.reservations()
 
 
 async def test_a_standby_replica_signals_nothing(api, start_runtime):
