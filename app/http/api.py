@@ -400,19 +400,20 @@ def create_app(
         if quick is None:
             with reserved_early(verb, args):
                 return cast(tuple[Response, bool], await run_in_threadpool(_decide, verb, handler, args))
-        # kube-scheduler's cycle waits on these answers: background work steps aside while they are decided
-        # (AnswerFirst). A warm answer (no claims, or a few nodes to re-decide) costs less than the thread
-        # handoff, so it is given right here; anything that could hold the event loop goes to a worker
-        # thread of the answers' own, never queued behind binds waiting on the API server.
-        with first.answering():
-            answered = _decide(verb, quick, args)
+        # kube-scheduler's cycle waits on these answers: background work steps aside meanwhile (AnswerFirst,
+        # marked by VerbRoutes around the whole request). A warm answer (no claims, or a few nodes to
+        # re-decide) costs less than the thread handoff, so it is given right here; anything that could
+        # hold the event loop goes to a worker thread of the answers' own, never queued behind binds
+        # waiting on the API server.
+        answered = _decide(verb, quick, args)
         if answered is not None:
             return answered
         threads = answer_threads.get()
-        return cast(
-            tuple[Response, bool],
-            await to_thread.run_sync(answer_alone, verb, handler, args, limiter=threads),
-        )
+        with first.waiting_on_background():  # the worker thread marks its own answer
+            return cast(
+                tuple[Response, bool],
+                await to_thread.run_sync(answer_alone, verb, handler, args, limiter=threads),
+            )
 
     def reserved_early(verb: str, args: Any) -> contextlib.AbstractContextManager[None]:
         """A bind reserves its devices here on the event loop, before the next request is read
@@ -498,7 +499,12 @@ def create_app(
         "bind": bind_route,
         "preempt": preempt_route,
     }
-    app.add_middleware(VerbRoutes, routes={f"/scheduler/{verb}": route for verb, route in verbs.items()})
+    app.add_middleware(
+        VerbRoutes,
+        routes={f"/scheduler/{verb}": route for verb, route in verbs.items()},
+        answering=first.answering,
+        answered_first=frozenset(f"/scheduler/{verb}" for verb in quick_handlers),
+    )
     if auth is not None:  # added last: outermost, so it checks the verbs VerbRoutes answers too
         app.add_middleware(DelegatedAuthMiddleware, auth=auth)
     return app
@@ -511,19 +517,31 @@ class VerbRoutes:
     scheduling cycle; FastAPI's routing, dependency solving and exception handling around a route cost
     about 0.2 ms of CPU a call (half of a warm filter's at 500 nodes). The route functions are the same, so
     the answers are; the routes stay declared for the OpenAPI document and answer every other method
-    (405)."""
+    (405). ``answered_first``: the paths whose whole request is marked with ``answering``."""
 
-    def __init__(self, app: Any, routes: dict[str, Callable[[Request], Awaitable[Response]]]) -> None:
+    def __init__(
+        self,
+        app: Any,
+        routes: dict[str, Callable[[Request], Awaitable[Response]]],
+        answering: Callable[[], contextlib.AbstractContextManager[None]],
+        answered_first: frozenset[str],
+    ) -> None:
         self.app = app
         self.routes = routes
+        self.answering = answering
+        self.answered_first = answered_first
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        route = self.routes.get(scope.get("path", "")) if scope["type"] == "http" else None
+        path = scope.get("path", "")
+        route = self.routes.get(path) if scope["type"] == "http" else None
         if route is None or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
-        response = await route(Request(scope, receive))
-        await response(scope, receive, send)
+        # kube-scheduler waits on filter and prioritize from its request's first byte to the answer's
+        # last: background work steps aside for reading and writing them too (AnswerFirst).
+        with self.answering() if path in self.answered_first else contextlib.nullcontext():
+            response = await route(Request(scope, receive))
+            await response(scope, receive, send)
 
 
 def _pod_ref(pod: dict[str, Any]) -> str:

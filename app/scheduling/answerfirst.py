@@ -8,8 +8,10 @@ threads. One interpreter runs all of them, and its GIL hands the CPU round-robin
 want it (every ``sys.getswitchinterval()``), so on a busy node an answer that needs 1 ms of CPU took
 3 ms while the watch thread and a bind worker took their turns.
 
-``AnswerFirst`` lets that background work step aside: the HTTP layer marks the time it spends deciding
-filter and prioritize answers (``answering``), and the background work calls ``step_aside`` at its step
+``AnswerFirst`` lets that background work step aside: the HTTP layer marks the time it spends on
+filter and prioritize requests, from reading them to writing the answer (``answering``), but not the
+time such an answer waits for a worker thread (``waiting_on_background``; the thread marks its own
+deciding), and the background work calls ``step_aside`` at its step
 boundaries (before each watch event, each API request, each bind), which waits while an answer is being
 decided, but only during the first ``longest_wait`` of it: a warm answer takes a few milliseconds and is
 waited out, a cold one (a new claims shape over thousands of nodes, up to seconds) only delays the
@@ -62,8 +64,9 @@ class AnswerFirst:
     @contextmanager
     def waiting_on_background(self) -> Iterator[None]:
         """Inside ``answering``, around work the answer waits on that is itself background work (its own
-        API request: PostFilter's delete or release of a claim): the answer has no priority meanwhile,
-        else that request would step aside for the answer that waits on it."""
+        API request: PostFilter's delete or release of a claim), or that takes a turn of its own (the
+        answer handed to a worker thread, which marks its deciding): the answer has no priority
+        meanwhile, else that work would step aside for the answer that waits on it."""
         self._end()
         try:
             yield

@@ -209,6 +209,48 @@ async def test_filter_and_prioritize_are_answered_first_and_bind_is_not(service,
     assert not first.answering_now
 
 
+async def test_a_quick_answer_is_marked_from_reading_its_request_to_writing_it(service):
+    """Reading the request and writing the answer are part of kube-scheduler's wait too: background work
+    steps aside for all of a filter or prioritize answered on the event loop, not for a bind."""
+    app = create_app(service, Settings(Path("unused")))
+    first = service.answer_first
+
+    async def marks(verb: str, body: bytes) -> list[tuple[str, bool]]:
+        seen: list[tuple[str, bool]] = []
+
+        async def receive() -> dict[str, Any]:
+            seen.append(("read", first.answering_now))
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            seen.append((message["type"], first.answering_now))
+
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": f"/scheduler/{verb}",
+            "raw_path": f"/scheduler/{verb}".encode(),
+            "root_path": "",
+            "query_string": b"",
+            "headers": headers,
+            "client": ("127.0.0.1", 50000),
+            "server": ("127.0.0.1", 80),
+        }
+        await app(scope, receive, send)
+        return seen
+
+    marked = [("read", True), ("http.response.start", True), ("http.response.body", True)]
+    assert await marks("filter", _args(service, "p-one", ["n1", "n2", "n3"])) == marked
+    assert await marks("prioritize", _args(service, "p-one", ["n1", "n2"])) == marked
+    unmarked = [(step, False) for step, _ in marked]
+    assert await marks("bind", _bind("p-one", "n2")) == unmarked
+    assert not first.answering_now
+
+
 async def test_filter_waits_for_the_lock_on_a_worker_thread_while_probes_answer(client, service):
     with held_by_another_thread(service.lock, timeout=5):
         pending = asyncio.ensure_future(_post(client, "filter", _args(service, "p-one", ["n1", "n2", "n3"])))
