@@ -532,7 +532,7 @@ class VerbRoutes:
         self.answered_first = answered_first
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        path = scope.get("path", "")
+        path = _route_path(scope)
         route = self.routes.get(path) if scope["type"] == "http" else None
         if route is None or scope.get("method") != "POST":
             await self.app(scope, receive, send)
@@ -542,6 +542,16 @@ class VerbRoutes:
         with self.answering() if path in self.answered_first else contextlib.nullcontext():
             response = await route(Request(scope, receive))
             await response(scope, receive, send)
+
+
+def _route_path(scope: dict[str, Any]) -> str:
+    """The path the router matches: behind a proxy that serves the extender under a prefix (ASGI
+    ``root_path``), without that prefix, so every verb request is answered here and none by the router."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
+        return path[len(root) :]
+    return path
 
 
 def _pod_ref(pod: dict[str, Any]) -> str:

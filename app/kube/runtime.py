@@ -189,8 +189,9 @@ class ClusterRuntime:
         holds = self.service.binding.holds
         while True:
             await self.clock.sleep(max(holds.seconds, 1.0) / 2)
-            with self.service.lock:
-                holds.expire()
+            if len(holds):
+                with self.service.lock:
+                    holds.expire()
 
     async def _report_derivation_errors(self) -> None:
         """Log cluster-wide derived attribute errors as slices bring them (``app.config.derivationlog``), at

@@ -134,13 +134,16 @@ class BindCoordinator:
         """Under the lock, after prioritize scored pod ``key`` (``uid``): plan its bind on the node scored
         strictly best, choosing its devices there where prioritize has not (a node scored by counts or
         from an equivalent node), and hold them (``app.scheduling.prioritizeholds``). Only where that is
-        certain: no tie, every claim it allocates made for the pod, no bind of the pod in flight;
+        certain: no tie, every claim it allocates made for the pod, no bind of the pod in flight, no
+        preemption hold of the pod;
         ``quick`` (on the event loop): only where choosing the devices is quick too. Ends the holds whose
         time is up first."""
         self.holds.expire()
         node = _strict_best(node_names, scores)
         if node is None or self.holds.seconds <= 0 or self.binds.node_of(key) is not None:
             return
+        if key in self.preemption_holds:
+            return  # its devices are held for it already, on the node it was nominated for
         if self.binds.claims_of_pod(self.state, self.state.get("Pod", key)):
             return
         try:
@@ -327,7 +330,13 @@ class BindCoordinator:
             allocating = _allocating(held.plan)
             self.binds.start(key, node_name, allocating)
             return Reservation(held.plan, held.token, allocating, held.shape)
-        planned = self._plan(key, uid, node_name, quick=quick)
+        stale = self.holds.lift(key)
+        try:
+            planned = self._plan(key, uid, node_name, quick=quick)
+        except (NotQuick, SearchNeeded):
+            if stale is not None:
+                self.holds.put_back(key, stale)
+            raise
         if planned is None:
             return None
         plan, shape = planned

@@ -62,7 +62,7 @@ only pods whose binds are held up accumulate."""
 
 @dataclass(frozen=True, slots=True)
 class PlannedHold:
-    """The bind of the pod with ``uid`` planned on ``node``, its devices reserved under ``token`` until
+    """The bind of the pod with ``uid`` planned on ``node``, its ``devices`` reserved under ``token`` until
     ``until`` (the clock's seconds), valid while the node's version is ``version``. ``shape``: the claims
     shape's cycle to patch once written (None: not shared)."""
 
@@ -71,6 +71,7 @@ class PlannedHold:
     token: str
     plan: BindPlan
     shape: CycleState | None
+    devices: tuple[AllocatedDevice, ...]
     until: float
     version: tuple[int, int]
 
@@ -112,32 +113,47 @@ class PrioritizeHolds:
     ) -> None:
         """Reserve ``devices`` for pod ``key``'s bind on ``node`` as ``plan`` has it, replacing its hold."""
         self.end(key)
+        while len(self._holds) >= self.max_holds:
+            self.end(next(iter(self._holds)))  # before the version is taken: it may be the same node
         token = f"prioritized:{next(self._tokens)}:{key}"
         self.inventory.reserve(token, devices)
         until = self.clock() + self.seconds
-        self._holds[key] = PlannedHold(
-            uid, node, token, plan, shape, until, self.inventory.node_version(node)
-        )
-        while len(self._holds) > self.max_holds:
-            self.end(next(iter(self._holds)))
+        version = self.inventory.node_version(node)
+        self._holds[key] = PlannedHold(uid, node, token, plan, shape, devices, until, version)
 
     def take(self, key: str, uid: str, node: str, usable: Callable[[BindPlan], bool]) -> PlannedHold | None:
         """Pod ``key``'s hold for its bind to ``node``: handed over when it is the pod's (``uid``; ""
         matches any), for that node, the node unchanged since and ``usable(plan)`` (the devices stay
-        reserved under the hold's token, which the bind releases once written or failed); else ended,
-        and None."""
-        hold = self._holds.pop(key, None)
+        reserved under the hold's token, which the bind releases once written or failed). None
+        otherwise: a hold for another node or pod is ended; a stale one is left for ``lift``."""
+        hold = self._holds.get(key)
         if hold is None:
             return None
         if hold.node != node or (uid and hold.uid != uid):
-            self._free(hold)
+            self.end(key)
             return None
-        if self.inventory.node_version(node) == hold.version and usable(hold.plan):
-            self.taken += 1
-            return hold
-        self.inventory.release(hold.token)
-        self.stale += 1
-        return None
+        if self.inventory.node_version(node) != hold.version or not usable(hold.plan):
+            return None
+        del self._holds[key]
+        self.taken += 1
+        return hold
+
+    def lift(self, key: str) -> PlannedHold | None:
+        """Pod ``key``'s stale hold out of the inventory and the table, so that its bind plans anew on the
+        node with the devices free (``stale``); ``put_back`` if that planning gives up on the caller's
+        thread. None: the pod has no hold."""
+        hold = self._holds.pop(key, None)
+        if hold is not None:
+            self.inventory.release(hold.token)
+            self.stale += 1
+        return hold
+
+    def put_back(self, key: str, hold: PlannedHold) -> None:
+        """Undo ``lift``: the quick attempt to plan anew gave up, and the bind's worker thread will look
+        again. Until then the devices stay held, as before the attempt."""
+        self.inventory.reserve(hold.token, hold.devices)
+        self._holds[key] = hold
+        self.stale -= 1
 
     def end(self, key: str) -> None:
         """End pod ``key``'s hold unused, if it has one."""

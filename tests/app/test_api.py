@@ -215,7 +215,7 @@ async def test_a_quick_answer_is_marked_from_reading_its_request_to_writing_it(s
     app = create_app(service, Settings(Path("unused")))
     first = service.answer_first
 
-    async def marks(verb: str, body: bytes) -> list[tuple[str, bool]]:
+    async def marks(verb: str, body: bytes, root_path: str = "") -> list[tuple[str, bool]]:
         seen: list[tuple[str, bool]] = []
 
         async def receive() -> dict[str, Any]:
@@ -232,9 +232,9 @@ async def test_a_quick_answer_is_marked_from_reading_its_request_to_writing_it(s
             "http_version": "1.1",
             "method": "POST",
             "scheme": "http",
-            "path": f"/scheduler/{verb}",
-            "raw_path": f"/scheduler/{verb}".encode(),
-            "root_path": "",
+            "path": f"{root_path}/scheduler/{verb}",
+            "raw_path": f"{root_path}/scheduler/{verb}".encode(),
+            "root_path": root_path,
             "query_string": b"",
             "headers": headers,
             "client": ("127.0.0.1", 50000),
@@ -246,6 +246,8 @@ async def test_a_quick_answer_is_marked_from_reading_its_request_to_writing_it(s
     marked = [("read", True), ("http.response.start", True), ("http.response.body", True)]
     assert await marks("filter", _args(service, "p-one", ["n1", "n2", "n3"])) == marked
     assert await marks("prioritize", _args(service, "p-one", ["n1", "n2"])) == marked
+    # Served under a prefix (a proxy's ASGI root_path): the same.
+    assert await marks("filter", _args(service, "p-one", ["n1", "n2", "n3"]), "/dra") == marked
     unmarked = [(step, False) for step, _ in marked]
     assert await marks("bind", _bind("p-one", "n2")) == unmarked
     assert not first.answering_now

@@ -19,6 +19,7 @@ from allocator.selectors import SelectorCache
 from app.config.settings import Settings
 from app.http.api import create_app
 from app.scheduling.binder import BindError
+from app.scheduling.nodedecider import NotQuick
 from app.scheduling.prioritizeholds import HOLD_SECONDS
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
@@ -329,10 +330,34 @@ def test_a_pod_bound_by_another_path_ends_its_hold():
     assert not service.state.inventory.reservations()
 
 
-def test_prioritize_scores_with_the_pod_s_own_preemption_hold_lifted():
-    """A preemptor's devices are held for it (``preemptionholds``): its own decisions see them free."""
+def test_prioritize_scores_with_the_pod_s_own_preemption_hold_lifted_and_holds_nothing_more():
+    """A preemptor's devices are held for it (``preemptionholds``): its own decisions see them free, and
+    prioritize does not hold them a second time."""
     service = _cluster()
-    service.binding.holds.seconds = 0
     held = AllocatedDevice(("gpu.example.com", "n2", "gpu-0"), False, "", {})
     service.preemption_holds.hold(f"{NS}/p-one", UID, "n2", (held,), 60)
     assert _prioritized(service) == [5, 8]
+    assert list(service.state.inventory.reservations()) == [f"preemption:{NS}/p-one"]
+
+
+def test_a_stale_hold_stays_while_the_quick_reserve_gives_up():
+    """The bind's early Reserve on the event loop finds the hold stale (n2 changed) and cannot plan anew
+    quickly: the devices stay held until the bind's worker thread plans."""
+    service = _cluster()
+    _prioritized(service)
+    with service.lock:
+        service.state.apply("Node", node("n2", {"zone": "b"}))  # n2's version moves on
+    decide = service.binding.decide_devices
+
+    def slow_on_the_loop(asked: dict, name: str, quick: bool) -> object:
+        if quick:
+            raise NotQuick
+        return decide(asked, name, quick)
+
+    service.binding.decide_devices = slow_on_the_loop  # type: ignore[assignment]
+    assert service.binding.reserve_early(NS, "p-one", UID, "n2") is None
+    assert _passes(service, "p-one-b") == ["n1"]  # n2's GPU still held for p-one
+    assert service.bind(NS, "p-one", UID, "n2") == [f"{NS}/one: gpu.example.com/n2/gpu-0"]
+    holds = service.binding.holds
+    assert (holds.taken, holds.stale, holds.unused) == (0, 1, 0)
+    assert not service.state.inventory.reservations()
