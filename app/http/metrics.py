@@ -136,44 +136,54 @@ class _StateCollector(Collector):
         yield _gauge(
             "reservations_in_flight", "Device reservations of binds in flight or not seen back.", reservations
         )
-        hold_outcomes = CounterMetricFamily(
-            _PREFIX + "prioritize_holds",
+        yield _labelled(
+            CounterMetricFamily,
+            "prioritize_holds",
             "Binds planned at prioritize with their devices held, by whether their bind took them up.",
-            labels=["result"],
+            ["result"],
+            (((result,), count) for result, count in hold_results.items()),
         )
-        for result, count in hold_results.items():
-            hold_outcomes.add_metric([result], count)
-        yield hold_outcomes
-        devices = GaugeMetricFamily(
-            _PREFIX + "devices",
+        yield _labelled(
+            GaugeMetricFamily,
+            "devices",
             "Devices per DeviceClass, driver, pool and state (allocated, reserved, tainted, free).",
-            labels=["device_class", "driver", "pool", "state"],
+            ["device_class", "driver", "pool", "state"],
+            sorted(usage.items()),
         )
-        for key, count in sorted(usage.items()):
-            devices.add_metric(list(key), count)
-        yield devices
-        held = GaugeMetricFamily(
-            _PREFIX + "namespace_allocated_devices",
+        yield _labelled(
+            GaugeMetricFamily,
+            "namespace_allocated_devices",
             "Devices held by the allocated ResourceClaims of a namespace, per requested DeviceClass.",
-            labels=["namespace", "device_class", "driver"],
+            ["namespace", "device_class", "driver"],
+            sorted(by_namespace.items()),
         )
-        for labels, count in sorted(by_namespace.items()):
-            held.add_metric(list(labels), count)
-        yield held
         if self.informers is not None:
             yield from _informer_metrics(self.informers)
-        derived = GaugeMetricFamily(
-            _PREFIX + "derived_attribute_errors",
+        yield _labelled(
+            GaugeMetricFamily,
+            "derived_attribute_errors",
             "Devices a cluster-wide derived attribute failed on.",
-            labels=["attribute"],
+            ["attribute"],
+            (((attribute,), count) for attribute, count in errors.items()),
         )
-        for attribute, count in errors.items():
-            derived.add_metric([attribute], count)
-        yield derived
         program_bytes = cache["program_bytes"]
         yield _gauge("cel_program_bytes", "Estimated bytes of the compiled CEL programs kept.", program_bytes)
         yield _gauge("cel_results", "CEL results kept per expression and device.", cache["results"])
         yield _gauge("kept_pod_decisions", "Per-pod views and private decisions kept for bind.", kept)
+
+
+def _labelled(
+    family: type[GaugeMetricFamily] | type[CounterMetricFamily],
+    name: str,
+    documentation: str,
+    labels: list[str],
+    rows: Iterable[tuple[Sequence[str], float]],
+) -> Metric:
+    """A metric family with one sample per row: its label values, its value."""
+    metric = family(_PREFIX + name, documentation, labels=labels)
+    for values, value in rows:
+        metric.add_metric(list(values), value)
+    return metric
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
