@@ -351,6 +351,13 @@ FIELDS: tuple[FieldSpec, ...] = (
         "preemption_hold_seconds",
         "freed devices kept for the preemptor this long after its victims' grace period (default 60)",
     ),
+    FieldSpec(
+        "cluster.prioritizeHoldSeconds",
+        "number",
+        "prioritize_hold_seconds",
+        "the best-scored node's devices held for the pod's bind at most this long; 0 turns holds off "
+        "(default 5)",
+    ),
 )
 
 

@@ -135,6 +135,7 @@ RANGES: dict[str, Range] = {
     "requeue_max_pods": Range(high=1_000_000, integer=True),
     "preemption_evictions_per_minute": Range(0, 100_000, closed=True, integer=True),
     "preemption_hold_seconds": _SECONDS,
+    "prioritize_hold_seconds": Range(high=MAX_SECONDS, closed=True),
 }
 """Per numeric field of the settings below (by name), the values it accepts. Every one is finite: an
 infinite timeout or grace period never ends, and NaN compares false with everything. Every one has a
@@ -451,6 +452,12 @@ class ClusterSettings:
     (``app.scheduling.preemptionholds``), counted after its victims' longest
     ``terminationGracePeriodSeconds``: enough for the resourceclaim controller to deallocate their claims
     and for kube-scheduler to try the pod again after its backoff (at most 10 s)."""
+
+    prioritize_hold_seconds: float | None = None
+    """How long prioritize holds the devices of the node it scores strictly best for the pod's bind
+    (``app.scheduling.prioritizeholds``); 0 turns holds off. None: the service's 5 s
+    (``app.scheduling.prioritizeholds.HOLD_SECONDS``), far above the milliseconds kube-scheduler takes
+    from prioritize to bind unless a Permit plugin or a volume makes the pod wait."""
 
     def __post_init__(self) -> None:
         _check_ranges(self)

@@ -95,8 +95,11 @@ class ClusterRuntime:
             self.state, self.service.selectors, settings.scheduler_names, settings.requeue_max_pods
         )
         """The pods filter rejected, for the requeuer (the HTTP layer records filter answers in it)."""
-        self.service.binding.holds.on_freed = self.rejected.devices_freed
-        self.service.binding.holds.clock = self.clock.now
+        holds = self.service.binding.holds
+        holds.on_freed = self.rejected.devices_freed
+        holds.clock = self.clock.now
+        if settings.prioritize_hold_seconds is not None:
+            holds.seconds = settings.prioritize_hold_seconds
         self.preemption_requests = PreemptionRequests(settings.scheduler_names, clock=self.clock.now)
         """The pods filter rejected for want of devices, for the preemptor (recorded by the HTTP layer)."""
         self.service.preemption_holds = PreemptionHolds(self.state, lock, self.clock.now)

@@ -11,12 +11,15 @@ So when one node scores strictly best, prioritize plans the bind there (from the
 choosing the devices) and reserves the plan's devices under a token of the hold's own
 (``BindCoordinator.hold_best``). Only claims made for the pod are held (from its templates, or its
 extended-resource claim): a claim other pods can name would be held as a user of its own, and fail them on
-the very node it is about to be allocated on.
+the very node it is about to be allocated on. A pod with a preemption hold
+(``app.scheduling.preemptionholds``) has its devices held already.
+
 kube-scheduler then picks that node unless its own plugins' scores outweigh the extender's; it breaks a
 tie at random, so a tied best is not held. The pod's bind takes the hold up when it names that node, the
 pod and its claims are still the objects planned from and nothing the plan depends on changed (the node's
 version, ``Inventory.node_version``, is the one the hold left): the devices stay reserved under the same
-token while the binder writes.
+token while the binder writes. How long a hold lasts: ``seconds``, the cluster setting
+``prioritize_hold_seconds``.
 
 A hold ends unused, its devices free again, when:
 
@@ -153,6 +156,7 @@ class PrioritizeHolds:
         again. Until then the devices stay held, as before the attempt."""
         self.inventory.reserve(hold.token, hold.devices)
         self._holds[key] = hold
+        self._holds.move_to_end(key, last=False)  # among the oldest, by its deadline
         self.stale -= 1
 
     def end(self, key: str) -> None:

@@ -178,12 +178,14 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
     zero_fine = (
         "cluster.backoffJitter",
         "cluster.preemptionEvictionsPerMinute",
+        "cluster.prioritizeHoldSeconds",
         "scheduling.percentageOfNodesToScore",
         "server.verbosity",
     )
     if value == 0 and spec.path in zero_fine:
-        # No jitter at all is fine; 0 evictions a minute turns the extender's own preemption off; 0 % to
-        # score is kube-scheduler's adaptive default; -v 0 is klog's.
+        # No jitter at all is fine; 0 evictions a minute turns the extender's own preemption off, 0 s of
+        # prioritize holds turns those off; 0 % to score is kube-scheduler's adaptive default; -v 0 is
+        # klog's.
         load_config(config)
         return
     if value == 70_000.5 and spec in DURATIONS:

@@ -189,3 +189,15 @@ async def test_the_api_client_keeps_to_its_rate_limit(api: FakeKubeAPI, tmp_path
         await kube.close()
     # Two at once (burst 2), then one every 0.1 s (10 a second).
     assert clock.sleeps == pytest.approx([0.1, 0.1, 0.1])
+
+
+async def test_cluster_prioritize_hold_seconds_sets_how_long_holds_last_0_none(api, start_runtime):
+    seed_cluster(api)
+    _add_pod_with_its_own_claim(api, "first", 2)
+    runtime = await start_runtime(prioritize_hold_seconds=0)
+    first = runtime.state.get("Pod", f"{NS}/first")
+    runtime.service.filter(first, ["n1", "n2"])
+    runtime.service.prioritize(first, ["n1"])
+    assert not runtime.state.inventory.reservations()
+    longer = await start_runtime(prioritize_hold_seconds=30)
+    assert longer.service.binding.holds.seconds == 30
