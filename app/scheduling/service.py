@@ -346,7 +346,7 @@ class SchedulingService:
 
     def observe(self, kind: str, key: str, obj: Obj | None) -> None:
         """Informer observer (lock held): the watch shows a claim a finished bind wrote, or its deletion;
-        a pod held for at prioritize is deleted or recreated."""
+        a pod held for at prioritize is deleted, recreated or bound."""
         self.binds.observe(kind, key, obj)
         self.binding.holds.observe(kind, key, obj)
 
