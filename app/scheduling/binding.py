@@ -144,21 +144,26 @@ class BindCoordinator:
             return
         if key in self.preemption_holds:
             return  # its devices are held for it already, on the node it was nominated for
-        if self.binds.claims_of_pod(self.state, self.state.get("Pod", key)):
+        # The checks on the pod's claims come before planning, which may choose devices.
+        pod = self.state.get("Pod", key)
+        if pod is None:
             return
         try:
-            with self.preemption_holds.lifted_for(key, uid):
-                planned = self._plan(key, uid, node, quick=quick, keep_view=True)
+            claims = state_pod_claims(self.state, pod)
+        except ClaimNotReady:
+            return
+        owner = str((pod.get("metadata") or {}).get("uid") or "")
+        if self.binds.claims_of(pod, claims) or not all(
+            controlled_by(pc.claim, owner) for pc in claims if not is_allocated(pc)
+        ):
+            return  # a claim other pods may name (module docstring of app.scheduling.prioritizeholds)
+        try:
+            planned = self._plan(key, uid, node, quick=quick, keep_view=True)
         except (NotQuick, SearchNeeded, ClaimNotReady, BindError, AllocatorError):
             return
         if planned is None:
             return
         plan, shape = planned
-        pod_uid = str((plan.pod.get("metadata") or {}).get("uid") or "")
-        if not all(
-            controlled_by(pc.claim, pod_uid) for pc, allocation in plan.claims if allocation is not None
-        ):
-            return  # a claim other pods may name (module docstring of app.scheduling.prioritizeholds)
         devices = tuple(device for _, device in _planned_devices(plan))
         if devices:
             self.holds.hold(key, uid, node, plan, shape, devices)
