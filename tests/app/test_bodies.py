@@ -173,6 +173,7 @@ class _Transport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.written = bytearray()
+        self.writes: list[bytes] = []
         self.closed = False
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -180,6 +181,7 @@ class _Transport(asyncio.Transport):
 
     def write(self, data: Any) -> None:
         self.written += data
+        self.writes.append(bytes(data))
 
     def close(self) -> None:
         self.closed = True
@@ -194,11 +196,12 @@ class _Transport(asyncio.Transport):
         pass
 
 
-def _connection() -> tuple[IdleClosingHttpToolsProtocol, _Transport]:
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
+async def _answer_ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
 
+
+def _connection(app: Any = _answer_ok) -> tuple[IdleClosingHttpToolsProtocol, _Transport]:
     config = uvicorn.Config(app, log_level="warning", lifespan="off", **server_config())
     protocol = IdleClosingHttpToolsProtocol(config, ServerState(), {}, asyncio.get_running_loop())
     transport = _Transport()
@@ -252,3 +255,57 @@ async def test_heads_and_chunk_framing_within_the_limit_are_served():
     assert not transport.closed
     await asyncio.sleep(0.05)  # the app's task runs and answers
     assert transport.written.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_an_answer_leaves_in_one_write_head_and_body_together():
+    protocol, transport = _connection()
+    protocol.data_received(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.sleep(0.05)
+    protocol.data_received(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")  # the next answer on the kept connection
+    await asyncio.sleep(0.05)
+    assert len(transport.writes) == 2
+    for write in transport.writes:
+        assert write.startswith(b"HTTP/1.1 200 ") and write.endswith(b"\r\n\r\nok")
+
+
+async def test_a_streamed_answer_sends_its_head_with_the_first_part_and_the_rest_as_it_comes():
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"one", "more_body": True})
+        await send({"type": "http.response.body", "body": b"two"})
+
+    protocol, transport = _connection(app)
+    protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.sleep(0.05)
+    # Chunked: the head with the first chunk, then the second chunk and the last (empty) one.
+    first, rest = transport.writes
+    assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"\r\n\r\n3\r\none\r\n")
+    assert rest == b"3\r\ntwo\r\n0\r\n\r\n"
+
+
+async def test_an_interim_100_continue_is_written_at_once():
+    read: list[bytes] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        read.append((await receive())["body"])
+        await _answer_ok(scope, receive, send)
+
+    protocol, transport = _connection(app)
+    protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")
+    await asyncio.sleep(0.05)
+    # The client waits for it before sending the body: held, both would wait.
+    assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    protocol.data_received(b"x")
+    await asyncio.sleep(0.05)
+    assert read == [b"x"] and transport.writes[1].startswith(b"HTTP/1.1 200 ")
+
+
+async def test_an_answer_that_fails_after_its_head_still_sends_the_head_then_closes():
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        raise RuntimeError("broken after the head")
+
+    protocol, transport = _connection(app)
+    protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.sleep(0.05)
+    assert transport.closed and transport.written.startswith(b"HTTP/1.1 200 ")
