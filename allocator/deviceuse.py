@@ -20,7 +20,7 @@ from allocator.model import Device, DeviceID
 from allocator.pools import PoolID
 from allocator.quantity import QuantityError, parse_quantity
 
-__all__ = ["AllocatedDevice", "DeviceUse", "Hold", "allocated_devices"]
+__all__ = ["AllocatedDevice", "DeviceUse", "Hold", "allocated_devices", "written_token"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,12 @@ class AllocatedDevice:
 
 
 _NOTHING_CONSUMED: Mapping[str, Fraction] = MappingProxyType({})
+
+
+def written_token(claim_key: str) -> str:
+    """The reservation token of the devices a bind wrote to claim ``claim_key``, held until the claim is
+    seen back with them (``DeviceUse.adds_only_written``)."""
+    return f"written:{claim_key}"
 
 
 def allocated_devices(allocation: Mapping[str, Any] | None, where: str) -> tuple[AllocatedDevice, ...]:
@@ -126,6 +132,14 @@ class DeviceUse:
         """Record the allocated devices of a claim (empty = deallocated or deleted). Returns the pools
         of the devices it held before or holds now."""
         return self._replace(self._claims, claim_key, devices)
+
+    def adds_only_written(self, claim_key: str, devices: tuple[AllocatedDevice, ...]) -> bool:
+        """Whether ``devices``, as the claim's new allocation, hold nothing beyond what the claim holds now
+        and what is reserved as written to it (``written_token``): its bind's write seen back, or a
+        deallocation."""
+        current = self._claims.get(claim_key, ())
+        written = self._reservations.get(written_token(claim_key), ())
+        return all(d.admin_access or d in current or d in written for d in devices)
 
     def reserve(self, token: str, devices: tuple[AllocatedDevice, ...]) -> set[PoolID]:
         """Hold devices for a bind in flight (released by ``release``). Returns their pools."""

@@ -105,6 +105,9 @@ class Inventory:
         """Increments on every change."""
         self._global_version = 0
         self._node_versions: dict[str, int] = defaultdict(int)
+        self._global_narrowed = 0
+        self._node_narrowed: dict[str, int] = defaultdict(int)
+        """``availability_version``: as the versions above, but for changes that can take something away."""
         self.change_seq = 0
         """Counts node-version changes; ``nodes_changed_since`` answers from the recent ones."""
         self._changes: deque[tuple[int, str]] = deque(maxlen=MAX_LOGGED_CHANGES)
@@ -294,6 +297,15 @@ class Inventory:
         taint rules and derived attributes. Equal versions mean an equal decision for equal claims."""
         return (self._global_version, self._node_versions.get(name, 0))
 
+    def availability_version(self, name: str) -> tuple[int, int]:
+        """Changes with ``node_version`` except when devices only move among this index's own holders:
+        a reservation made or released, a claim deallocated, or a claim's allocation seen back with only
+        the devices reserved as written to it (``written_token``). An allocation planned on the node stays
+        valid while this is unchanged: every reservation is made from a decision on the index as it stands,
+        so it takes nothing an earlier one relies on, and what is freed takes nothing either. A slice,
+        taint, class, label or another writer's allocation changes it."""
+        return (self._global_narrowed, self._node_narrowed.get(name, 0))
+
     def nodes_changed_since(self, seq: int, global_version: int) -> set[str] | None:
         """Nodes whose version changed after change ``seq``; None when that cannot be told (a global
         change happened since ``global_version``, or the log no longer reaches back to ``seq``)."""
@@ -317,18 +329,24 @@ class Inventory:
     def _touch_all(self) -> None:
         self.revision += 1
         self._global_version += 1
+        self._global_narrowed += 1
 
-    def _touch_pools(self, pool_ids: Iterable[PoolID], also: Iterable[str] = ()) -> None:
+    def _touch_pools(
+        self, pool_ids: Iterable[PoolID], also: Iterable[str] = (), *, narrowing: bool = True
+    ) -> None:
+        """``narrowing``: the change may take something away (``availability_version``)."""
         self.revision += 1
         nodes = set(also)
         for pool_id in pool_ids:
             slices = self._pool_slices.get(pool_id, {}).values()
             if not all(self._one_node_only(s) for s in slices):
                 self._global_version += 1
+                self._global_narrowed += narrowing
                 return
             nodes.update(s.node_name for s in slices)
         for node in nodes:
             self._node_versions[node] += 1
+            self._node_narrowed[node] += narrowing
             self.change_seq += 1
             self._changes.append((self.change_seq, node))
 
@@ -449,14 +467,16 @@ class Inventory:
 
     def set_allocation(self, claim_key: str, devices: tuple[AllocatedDevice, ...]) -> None:
         """Record the allocated devices of a claim (empty = deallocated or deleted)."""
-        self._touch_pools(self.use.set_allocation(claim_key, devices))
+        narrowing = not self.use.adds_only_written(claim_key, devices)
+        self._touch_pools(self.use.set_allocation(claim_key, devices), narrowing=narrowing)
 
     def reserve(self, token: str, devices: tuple[AllocatedDevice, ...]) -> None:
-        """Hold devices for a bind in flight (released by ``release``)."""
-        self._touch_pools(self.use.reserve(token, devices))
+        """Hold devices for a bind in flight (released by ``release``). The caller decided them on this
+        index as it stands (``availability_version``)."""
+        self._touch_pools(self.use.reserve(token, devices), narrowing=False)
 
     def release(self, token: str) -> None:
-        self._touch_pools(self.use.release(token))
+        self._touch_pools(self.use.release(token), narrowing=False)
 
 
 def counters_left(inventory: Inventory, pool: PoolView) -> dict[str, dict[str, Fraction]]:

@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.deviceuse import AllocatedDevice
+from allocator.deviceuse import AllocatedDevice, written_token
 from app.kube.clock import Clock
 from app.state.cluster import ClusterState
 
@@ -65,7 +65,7 @@ class WrittenReservations:
 
     @staticmethod
     def token(key: str) -> str:
-        return f"written:{key}"
+        return written_token(key)
 
     def hold(
         self,

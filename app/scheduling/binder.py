@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from allocator.deviceuse import allocated_devices, written_token
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from app.scheduling.claimrules import admin_access_refusal
@@ -198,6 +199,13 @@ class StateBinder:
                 if refusal:
                     raise BindError(refusal)
                 claims.append(claim_after_bind(current, allocation, plan.pod, self.state.gates, pc.consumer))
+            # Reserved as written while applied, as the live binder's writes are until the watch shows
+            # them: holds planned meanwhile on the node stay valid (Inventory.availability_version).
+            written = [c for c in (*claims, created) if c is not None]
+            keys = [object_key("ResourceClaim", c) for c in written]
+            for key, claim in zip(keys, written, strict=True):
+                devices = allocated_devices(_allocation(claim), f"ResourceClaim {key}")
+                self.state.inventory.reserve(written_token(key), devices)
             try:
                 for claim in claims:
                     self.state.apply("ResourceClaim", claim)
@@ -211,6 +219,9 @@ class StateBinder:
                 if plan.extended is not None:
                     self.state.remove("ResourceClaim", plan.extended.key)
                 raise BindError(f"writing the bind failed: {e}") from e
+            finally:
+                for key in keys:
+                    self.state.inventory.release(written_token(key))
 
     def delete_claim(self, key: str, uid: str) -> bool:
         with self.lock:

@@ -16,16 +16,17 @@ the very node it is about to be allocated on. A pod with a preemption hold
 
 kube-scheduler then picks that node unless its own plugins' scores outweigh the extender's; it breaks a
 tie at random, so a tied best is not held. The pod's bind takes the hold up when it names that node, the
-pod and its claims are still the objects planned from and nothing the plan depends on changed (the node's
-version, ``Inventory.node_version``, is the one the hold left): the devices stay reserved under the same
-token while the binder writes. How long a hold lasts: ``seconds``, the cluster setting
-``prioritize_hold_seconds``.
+pod and its claims are still the objects planned from and nothing on the node that could take the plan's
+devices or counters away changed (``Inventory.availability_version`` is the one the hold left: other pods'
+holds and binds landing on the node meanwhile leave it, a slice, taint or another writer's allocation
+does not): the devices stay reserved under the same token while the binder writes. How long a hold
+lasts: ``seconds``, the cluster setting ``prioritize_hold_seconds``.
 
 A hold ends unused, its devices free again, when:
 
 * the bind names another node;
-* the bind names that node but the pod, a claim or the node changed since (``stale``: the bind plans
-  anew there, as without a hold);
+* the bind names that node but the pod, a claim or the node's availability changed since (``stale``: the
+  bind plans anew there, as without a hold);
 * the pod is filtered or prioritized again (its last attempt ended without a bind), deleted, or bound by
   another path;
 * ``seconds`` pass (a plugin after Score rejected the pod, or kube-scheduler went away): ``expire`` runs on
@@ -66,7 +67,8 @@ only pods whose binds are held up accumulate."""
 @dataclass(frozen=True, slots=True)
 class PlannedHold:
     """The bind of the pod with ``uid`` planned on ``node``, its ``devices`` reserved under ``token`` until
-    ``until`` (the clock's seconds), valid while the node's version is ``version``. ``shape``: the claims
+    ``until`` (the clock's seconds), valid while the node's ``Inventory.availability_version`` is
+    ``version``. ``shape``: the claims
     shape's cycle to patch once written (None: not shared)."""
 
     uid: str
@@ -121,12 +123,12 @@ class PrioritizeHolds:
         token = f"prioritized:{next(self._tokens)}:{key}"
         self.inventory.reserve(token, devices)
         until = self.clock() + self.seconds
-        version = self.inventory.node_version(node)
+        version = self.inventory.availability_version(node)
         self._holds[key] = PlannedHold(uid, node, token, plan, shape, devices, until, version)
 
     def take(self, key: str, uid: str, node: str, usable: Callable[[BindPlan], bool]) -> PlannedHold | None:
         """Pod ``key``'s hold for its bind to ``node``: handed over when it is the pod's (``uid``; ""
-        matches any), for that node, the node unchanged since and ``usable(plan)`` (the devices stay
+        matches any), for that node, its availability unchanged since and ``usable(plan)`` (the devices stay
         reserved under the hold's token, which the bind releases once written or failed). None
         otherwise: a hold for another node or pod is ended; a stale one is left for ``lift``."""
         hold = self._holds.get(key)
@@ -135,7 +137,7 @@ class PrioritizeHolds:
         if hold.node != node or (uid and hold.uid != uid):
             self.end(key)
             return None
-        if self.inventory.node_version(node) != hold.version or not usable(hold.plan):
+        if self.inventory.availability_version(node) != hold.version or not usable(hold.plan):
             return None
         del self._holds[key]
         self.taken += 1

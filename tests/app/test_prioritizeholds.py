@@ -361,3 +361,30 @@ def test_a_stale_hold_stays_while_the_quick_reserve_gives_up():
     holds = service.binding.holds
     assert (holds.taken, holds.stale, holds.unused) == (0, 1, 0)
     assert not service.state.inventory.reservations()
+
+
+def test_another_pod_s_bind_landing_on_the_node_leaves_a_hold_there_valid():
+    """kube-scheduler packs pod after pod onto the best node: p-one-c is held on n1 while p-one-b's bind
+    to n1 is still to come, and that bind lands first. It took n1's other GPU, which p-one-c's plan never
+    counted on, so p-one-c's bind takes its hold up instead of planning anew (n1's version changed)."""
+    objects = _cluster_objects()
+    objects.append(("ResourceClaim", _owned(claim(NS, "one-c", [request("gpu", "gpu")]), "p-one-c")))
+    objects.append(("Pod", pod(NS, "p-one-c", ["one-c"])))
+    service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
+    holds = service.binding.holds
+    _prioritized(service)  # p-one held on n2 (its only GPU)
+    for name in ("p-one-b", "p-one-c"):  # n2 is held: each fits on n1 only and is held there
+        asked = _pod(service, name)
+        assert service.filter(asked, ["n1", "n2", "n3"]).passed == ["n1"]
+        service.prioritize(asked, ["n1"])
+    assert len(holds) == 3
+    version = service.state.inventory.node_version("n1")
+    bound_b = service.bind(NS, "p-one-b", f"uid-pod-{NS}-p-one-b", "n1")
+    assert service.state.inventory.node_version("n1") != version
+    bound_c = service.bind(NS, "p-one-c", f"uid-pod-{NS}-p-one-c", "n1")
+    assert {*_allocated(service, "one-b"), *_allocated(service, "one-c")} == {
+        ("n1", "gpu-0"),
+        ("n1", "gpu-1"),
+    }
+    assert len(bound_b) == len(bound_c) == 1
+    assert (holds.taken, holds.stale) == (2, 0)
