@@ -26,6 +26,7 @@ scheduler or extender takes CPU from the other mode on a small machine."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -77,6 +78,8 @@ class Run:
     cpu: dict[str, float] = field(default_factory=dict)
     answer_ms: dict[str, float] = field(default_factory=dict)
     """The extender's mean time to answer each verb in this run, from its metrics (extender runs only)."""
+    holds: dict[str, float] = field(default_factory=dict)
+    """The extender's prioritize holds in this run per result (``HOLD_RESULTS``; extender runs only)."""
     cycle_ms: dict[str, float] = field(default_factory=dict)
     """kube-scheduler's mean time per scheduling cycle in each part of it (``CYCLE_PARTS``)."""
     cycles: int = 0
@@ -105,6 +108,8 @@ def _cpu(plane: ControlPlane) -> dict[str, float]:
 
 VERBS = ("filter", "prioritize", "bind")
 REQUEST_METRIC = "dra_extender_request_duration_seconds"
+HOLDS_METRIC = "dra_extender_prioritize_holds"
+HOLD_RESULTS = ("taken", "stale", "unused")
 
 
 Answered = dict[str, tuple[float, float]]
@@ -125,10 +130,17 @@ def _histogram_totals(text: str, family_name: str, label: str | None, keys: tupl
     return {key: (seconds, count) for key, (seconds, count) in totals.items()}
 
 
-def _answered(plane: ControlPlane) -> Answered:
+def _answered(plane: ControlPlane) -> tuple[Answered, dict[str, float]]:
+    """The extender's answer totals per verb, and its prioritize holds so far per result."""
     with urllib.request.urlopen(f"{plane.extender_url}/metrics", timeout=10) as response:
         text = response.read().decode()
-    return _histogram_totals(text, REQUEST_METRIC, "verb", VERBS)
+    holds = dict.fromkeys(HOLD_RESULTS, 0.0)
+    for family in text_string_to_metric_families(text):
+        if family.name == HOLDS_METRIC:
+            for sample in family.samples:
+                if sample.labels.get("result") in holds and sample.name.endswith("_total"):
+                    holds[sample.labels["result"]] += sample.value
+    return _histogram_totals(text, REQUEST_METRIC, "verb", VERBS), holds
 
 
 CYCLE_PARTS = ("algorithm", "PreFilter", "PreScore", "Score")
@@ -280,7 +292,9 @@ def _one_run(
     run = Run(mode, pods, seconds, latencies, {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after})
     run.creating_seconds = creating_seconds
     if answered_before is not None:
-        run.answer_ms = _mean_ms(answered_before, _answered(plane))
+        answered_after, holds_after = _answered(plane)
+        run.answer_ms = _mean_ms(answered_before[0], answered_after)
+        run.holds = {result: holds_after[result] - answered_before[1][result] for result in HOLD_RESULTS}
     cycles_after = _cycles(scheduler_url)
     if cycles_before is None:
         cycles_before = dict.fromkeys(cycles_after, (0.0, 0.0))
@@ -355,13 +369,18 @@ def report(runs: list[Run], nodes: int, devices: int, target: str, *, backlog: b
     per_mode("kube-scheduler: cycles per pod", lambda r: r.cycles / r.pods, "{:.2f}")
     for part in CYCLE_PARTS:
         per_mode(f"kube-scheduler: {part} (mean ms per cycle)", lambda r: r.cycle_ms.get(part, 0.0), "{:.2f}")  # noqa: B023
+
+    def extender_only(label: str, measure: Callable[[Run], float], form: str) -> None:
+        value = form.format(median_of("extender", measure))
+        rows.append([label, "", *(c for m in others for c in (value if m == "extender" else "", "")), ""])
+
     if "extender" in others:
         for verb in VERBS:
-            ms = median_of("extender", lambda r: r.answer_ms.get(verb, 0.0))  # noqa: B023
-            row = [f"extender answering {verb} (mean)", ""]
-            for mode in others:
-                row += [f"{ms:.1f} ms" if mode == "extender" else "", ""]
-            rows.append([*row, ""])
+            answering = functools.partial(lambda v, r: r.answer_ms.get(v, 0.0), verb)
+            extender_only(f"extender answering {verb} (mean)", answering, "{:.1f} ms")
+        for result in HOLD_RESULTS:
+            held = functools.partial(lambda h, r: r.holds.get(h, 0.0) / r.pods, result)
+            extender_only(f"extender: prioritize holds {result} per pod", held, "{:.2f}")
     headers = ["measure", "in-tree plugin"]
     for mode in others:
         headers += [mode, f"{mode} / in-tree (>1: better)"]
