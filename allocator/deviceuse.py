@@ -137,9 +137,16 @@ class DeviceUse:
         """Whether ``devices``, as the claim's new allocation, hold nothing beyond what the claim holds now
         and what is reserved as written to it (``written_token``): its bind's write seen back, or a
         deallocation."""
-        current = self._claims.get(claim_key, ())
-        written = self._reservations.get(written_token(claim_key), ())
-        return all(d.admin_access or d in current or d in written for d in devices)
+        # Counted per result, not per device: a share listed twice consumes its capacity twice.
+        have = [*self._claims.get(claim_key, ()), *self._reservations.get(written_token(claim_key), ())]
+        for device in devices:
+            if device.admin_access:
+                continue
+            try:
+                have.remove(device)
+            except ValueError:
+                return False
+        return True
 
     def reserve(self, token: str, devices: tuple[AllocatedDevice, ...]) -> set[PoolID]:
         """Hold devices for a bind in flight (released by ``release``). Returns their pools."""

@@ -300,7 +300,8 @@ class Inventory:
     def availability_version(self, name: str) -> tuple[int, int]:
         """Changes with ``node_version`` except when devices only move among this index's own holders:
         a reservation made or released, a claim deallocated, or a claim's allocation seen back with only
-        the devices reserved as written to it (``written_token``). An allocation planned on the node stays
+        the devices reserved as written to it (``written_token``); with DRADeviceCompatibilityGroups it
+        changes with every change of use (``_use_narrows``). An allocation planned on the node stays
         valid while this is unchanged: every reservation is made from a decision on the index as it stands,
         so it takes nothing an earlier one relies on, and what is freed takes nothing either. A slice,
         taint, class, label or another writer's allocation changes it."""
@@ -467,16 +468,22 @@ class Inventory:
 
     def set_allocation(self, claim_key: str, devices: tuple[AllocatedDevice, ...]) -> None:
         """Record the allocated devices of a claim (empty = deallocated or deleted)."""
-        narrowing = not self.use.adds_only_written(claim_key, devices)
+        narrowing = self._use_narrows() or not self.use.adds_only_written(claim_key, devices)
         self._touch_pools(self.use.set_allocation(claim_key, devices), narrowing=narrowing)
 
     def reserve(self, token: str, devices: tuple[AllocatedDevice, ...]) -> None:
         """Hold devices for a bind in flight (released by ``release``). The caller decided them on this
         index as it stands (``availability_version``)."""
-        self._touch_pools(self.use.reserve(token, devices), narrowing=False)
+        self._touch_pools(self.use.reserve(token, devices), narrowing=self._use_narrows())
 
     def release(self, token: str) -> None:
-        self._touch_pools(self.use.release(token), narrowing=False)
+        self._touch_pools(self.use.release(token), narrowing=self._use_narrows())
+
+    def _use_narrows(self) -> bool:
+        """Whether any change of use may take something away: with DRADeviceCompatibilityGroups, which
+        groups a counter set still admits depends on the order its devices in use are met, so freeing one
+        can narrow them (``allocator.compatibility``)."""
+        return self.gates.DRADeviceCompatibilityGroups
 
 
 def counters_left(inventory: Inventory, pool: PoolView) -> dict[str, dict[str, Fraction]]:

@@ -203,10 +203,10 @@ class StateBinder:
             # them: holds planned meanwhile on the node stay valid (Inventory.availability_version).
             written = [c for c in (*claims, created) if c is not None]
             keys = [object_key("ResourceClaim", c) for c in written]
-            for key, claim in zip(keys, written, strict=True):
-                devices = allocated_devices(_allocation(claim), f"ResourceClaim {key}")
-                self.state.inventory.reserve(written_token(key), devices)
             try:
+                for key, claim in zip(keys, written, strict=True):
+                    devices = allocated_devices(_allocation(claim), f"ResourceClaim {key}")
+                    self.state.inventory.reserve(written_token(key), devices)
                 for claim in claims:
                     self.state.apply("ResourceClaim", claim)
                 if created is not None:

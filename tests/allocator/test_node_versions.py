@@ -4,10 +4,25 @@ with what can take a planned allocation's devices away."""
 
 from __future__ import annotations
 
-from allocator.deviceuse import AllocatedDevice, written_token
+from fractions import Fraction
+
+from allocator.deviceuse import AllocatedDevice, allocated_devices, written_token
+from allocator.features import FeatureGates
 from allocator.model import parse_device_class, parse_device_taint_rule, parse_resource_slice
 from allocator.nodeselector import Node
-from tests.allocator.builders import CLASS_A, DRIVER_A, World, device, device_class, slice_
+from tests.allocator.builders import (
+    CLASS_A,
+    DRIVER_A,
+    NODE1,
+    World,
+    claim,
+    device,
+    device_class,
+    request,
+    result,
+    slice_,
+)
+from tests.allocator.test_compatibility_groups import ON, POOL, part, pool
 
 
 def world() -> World:
@@ -114,3 +129,65 @@ def test_a_slice_label_or_class_change_changes_the_availability_version():
         held = inventory.availability_version(node)
         change()
         assert inventory.availability_version(node) != held
+
+
+def _results(*results: dict) -> tuple[AllocatedDevice, ...]:
+    return allocated_devices({"devices": {"results": list(results)}}, "test")
+
+
+def _nic_world() -> World:
+    """node-1's nic-0 with 2G of bandwidth, shared by many claims."""
+    nic = device("nic-0") | {"allowMultipleAllocations": True, "capacity": {"bandwidth": {"value": "2G"}}}
+    return World(slices=[slice_("s1", DRIVER_A, "node-1", [nic])], gates=FeatureGates())
+
+
+def _share(share_id: str) -> dict:
+    return result("r", "nic-0", shareID=share_id, consumedCapacity={"bandwidth": "1G"})
+
+
+def _hold_one_gigabit(world: World) -> None:
+    """Plan a claim for 1G of nic-0 and reserve it, as a prioritize hold does."""
+    planned = world.allocate(claim("q", request("r", capacity={"requests": {"bandwidth": "1G"}})))
+    assert planned is not None
+    world.inventory.reserve("hold:q", _results(*planned[0]["devices"]["results"]))
+
+
+def test_a_share_listed_once_more_than_the_claim_had_or_was_written_changes_the_availability_version():
+    """ns/k held (or was written) one 1G share; it is then seen with that share listed twice: 3G of the
+    nic's 2G are in use with the hold's, so the hold's plan is no longer valid."""
+    for written in (False, True):
+        world = _nic_world()
+        inventory = world.inventory
+        if written:
+            inventory.reserve(written_token("ns/k"), _results(_share("s1")))
+        else:
+            inventory.set_allocation("ns/k", _results(_share("s1")))
+        _hold_one_gigabit(world)
+        held = inventory.availability_version("node-1")
+        inventory.set_allocation("ns/k", _results(_share("s1"), _share("s1")))
+        inventory.release(written_token("ns/k"))
+        nic = (DRIVER_A, "node-1", "nic-0")
+        assert inventory.consumed_capacity(nic) == {"bandwidth": Fraction(3_000_000_000)}
+        assert inventory.availability_version("node-1") != held
+
+
+def test_with_compatibility_groups_a_deallocation_changes_the_availability_version():
+    """DRADeviceCompatibilityGroups: d0 (no groups) and d1 (group a) are in use on one counter set; the
+    plan takes d2 (no groups). Once d0's claim is deallocated the set admits group a only, and the claim
+    planned again gets d3: the deallocation narrowed what the hold relied on."""
+    slices = pool(part("d0", "cs"), part("d1", "cs", "a"), part("d2", "cs"), part("d3", "cs", "a"))
+    world = World(slices=slices, gates=ON)
+    inventory = world.inventory
+    world.allocated("ns/c", result("x", "d0", pool=POOL))
+    world.allocated("ns/d", result("x", "d1", pool=POOL))
+    planned = world.allocate(claim("q", request("gpu")))
+    assert planned is not None and planned[0]["devices"]["results"][0]["device"] == "d2"
+    devices = _results(*planned[0]["devices"]["results"])
+    inventory.reserve("hold:q", devices)
+    held = inventory.availability_version(NODE1.name)
+    inventory.set_allocation("ns/c", ())
+    inventory.release("hold:q")
+    again = world.allocate(claim("q", request("gpu")))
+    assert again is not None and again[0]["devices"]["results"][0]["device"] == "d3"
+    inventory.reserve("hold:q", devices)
+    assert inventory.availability_version(NODE1.name) != held
