@@ -76,6 +76,8 @@ class Run:
     seconds: float
     latencies: list[float]
     cpu: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: float = 0.0
+    """How long ``cpu`` was counted over (a backlog's includes kube-scheduler's start, before ``seconds``)."""
     answer_ms: dict[str, float] = field(default_factory=dict)
     """The extender's mean time to answer each verb in this run, from its metrics (extender runs only)."""
     holds: dict[str, float] = field(default_factory=dict)
@@ -265,6 +267,7 @@ def _one_run(
     # A kube-scheduler started after the pods were created counts its cycles from zero.
     cycles_before = None if backlog else _cycles(scheduler_url)
     cpu_before = {} if backlog else _cpu(plane)  # backlog: taken once the pods exist
+    cpu_since = time.monotonic()
 
     def create(i: int) -> None:
         name = f"pod-{i}"
@@ -281,15 +284,17 @@ def _one_run(
     creating_seconds = max(created.values()) - start
     if backlog:
         poll(lambda: len(sc.claims()) >= pods, timeout=timeout, interval=0.5, what=f"{label}: claims made")
-        cpu_before = _cpu(plane)
+        cpu_before, cpu_since = _cpu(plane), time.monotonic()
         created = dict.fromkeys(created, time.monotonic())  # latency: from kube-scheduler started
         plane.components[scheduler_name].start()
     poll(lambda: len(watch.bound) >= pods, timeout=timeout, interval=0.2, what=f"{label}: {pods} pods bound")
     seconds = max(watch.bound.values()) - (min(watch.bound.values()) if backlog else start)
     cpu_after = _cpu(plane)
+    cpu_seconds = time.monotonic() - cpu_since
     watch.stop()
     latencies = [watch.bound[n] - created[n] for n in created if n in watch.bound]
     run = Run(mode, pods, seconds, latencies, {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after})
+    run.cpu_seconds = cpu_seconds
     run.creating_seconds = creating_seconds
     if answered_before is not None:
         answered_after, holds_after = _answered(plane)
@@ -369,7 +374,7 @@ def report(runs: list[Run], nodes: int, devices: int, target: str, *, backlog: b
     # On 2 shared cores every component competes for the same CPU: when the cores are busy throughout,
     # pods/s follows the CPU all of them spend per pod.
     per_mode("CPU ms per pod, all components", lambda r: 1000 * sum(r.cpu.values()) / r.pods, "{:.1f}")
-    per_mode("cores busy, all components", lambda r: sum(r.cpu.values()) / r.seconds, "{:.2f}")
+    per_mode("cores busy, all components", lambda r: sum(r.cpu.values()) / r.cpu_seconds, "{:.2f}")
     per_mode("kube-scheduler: cycles per pod", lambda r: r.cycles / r.pods, "{:.2f}")
     for part in CYCLE_PARTS:
         per_mode(f"kube-scheduler: {part} (mean ms per cycle)", lambda r: r.cycle_ms.get(part, 0.0), "{:.2f}")  # noqa: B023
