@@ -303,8 +303,12 @@ class BindCoordinator:
         deadline = time.monotonic() + self.index_lag_seconds
         while True:
             try:
-                with self.lock, self.preemption_holds.lifted_for(key, uid):
-                    return self._reserve(key, uid, node_name)
+                with self.lock:
+                    # Waited for first: the wait lets the lock go, and a lifted preemption hold would let
+                    # other pods' filters take the preemptor's devices meanwhile.
+                    self.binds.await_claim_writes(self.state, key)
+                    with self.preemption_holds.lifted_for(key, uid):
+                        return self._reserve(key, uid, node_name)
             except ClaimNotReady as e:
                 if time.monotonic() >= deadline:
                     # Usually the resourceclaim controller has not created the claim yet: a bind error

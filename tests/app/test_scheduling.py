@@ -13,6 +13,7 @@ import pytest
 
 from allocator import decide as decide_module
 from allocator.cel.expr_engine import ExprEngine
+from allocator.deviceuse import AllocatedDevice
 from allocator.errors import InvalidInputError
 from allocator.features import FeatureGates
 from allocator.search import Allocator
@@ -286,6 +287,26 @@ def test_a_bind_of_a_shared_claim_waits_for_the_bind_writing_it():
     second.join(5)
     status = svc.state.get("ResourceClaim", "ml/shared")["status"]
     assert [r["name"] for r in status["reservedFor"]] == ["a", "b"]
+    assert svc.state.get("Pod", "ml/b")["spec"]["nodeName"] == "n1"
+
+
+def test_a_preemptor_s_held_devices_stay_held_while_its_bind_waits_for_a_shared_claim():
+    """b preempted for its devices (held for it) and shares a claim a's bind is writing: while b's bind
+    waits for that write, with the service lock let go, other pods' filters must still see b's devices
+    held."""
+    svc, slow, first = _a_writes_the_claim_b_shares()
+    held = (AllocatedDevice((DRIVER, "n1", "gpu-1"), False, "", {}),)
+    svc.binding.preemption_holds.hold("ml/b", "uid-pod-ml-b", "n1", held, 60)
+    svc.binds.done = condition = SignallingCondition(svc.lock)
+    second = threading.Thread(target=svc.bind, args=("ml", "b", "uid-pod-ml-b", "n1"))
+    second.start()
+    assert condition.waiting.wait(5)
+    with svc.lock:
+        held_now = svc.state.inventory.is_allocated((DRIVER, "n1", "gpu-1"))
+    slow.release.set()
+    first.join(5)
+    second.join(5)
+    assert held_now
     assert svc.state.get("Pod", "ml/b")["spec"]["nodeName"] == "n1"
 
 
