@@ -98,18 +98,37 @@ def _policy_flags(sub: argparse.ArgumentParser) -> None:
     )
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: an argument it does not know is refused with the command's usage (argparse
+    leaves it to the top level, whose usage lists no flag of the command), and no flag may be abbreviated
+    (``--stat`` is a typo, not ``--state``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_abbrev=False, **kwargs)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> argparse.ArgumentParser:
     """The command line; ``config_defaults``: per command, option defaults from the config file (flags
     override them)."""
     parser = argparse.ArgumentParser(
-        prog="dra-extender", description="kube-scheduler extender allocating DRA devices"
+        prog="dra-extender", description="kube-scheduler extender allocating DRA devices", allow_abbrev=False
     )
     parser.add_argument(
         "--version",
         action=_VersionAction,
         help="print the version, Python, the Kubernetes API supported and the git commit, and exit",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser
+    )
 
     def common(sub: argparse.ArgumentParser, state_required: bool = True) -> None:
         sub.add_argument(

@@ -400,3 +400,18 @@ def test_delegated_auth_needs_cluster_mode_and_makes_client_certificates_optiona
     tls = {"ssl_certfile": cert, "ssl_keyfile": key, "ssl_ca_certs": ca}
     assert _ssl_options(ServerSettings(**tls))["ssl_cert_reqs"] == ssl.CERT_REQUIRED
     assert _ssl_options(ServerSettings(**tls, delegated_auth=True))["ssl_cert_reqs"] == ssl.CERT_OPTIONAL
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["simulate", "--stat", "x"], "--stat"),  # an abbreviation of --state is a typo, not --state
+        (["explain", "--stat", "x", "ns/pod"], "--stat"),
+        (["simulate", "--state", "x", "--bogus"], "--bogus"),
+    ],
+)
+def test_an_unknown_or_abbreviated_flag_is_refused_with_the_command_s_usage(capsys, argv, named):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: dra-extender {argv[0]} ")  # the command's usage, not the top level's
+    assert f"unrecognized arguments: {named}" in err
