@@ -26,7 +26,6 @@ scheduler or extender takes CPU from the other mode on a small machine."""
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import shutil
@@ -385,11 +384,15 @@ def report(runs: list[Run], nodes: int, devices: int, target: str, *, backlog: b
 
     if "extender" in others:
         for verb in VERBS:
-            answering = functools.partial(lambda v, r: r.answer_ms.get(v, 0.0), verb)
-            extender_only(f"extender answering {verb} (mean)", answering, "{:.1f} ms")
+            extender_only(
+                f"extender answering {verb} (mean)", lambda r, v=verb: r.answer_ms.get(v, 0.0), "{:.1f} ms"
+            )
         for result in HOLD_RESULTS:
-            held = functools.partial(lambda h, r: r.holds.get(h, 0.0) / r.pods, result)
-            extender_only(f"extender: prioritize holds {result} per pod", held, "{:.2f}")
+            extender_only(
+                f"extender: prioritize holds {result} per pod",
+                lambda r, h=result: r.holds.get(h, 0.0) / r.pods,
+                "{:.2f}",
+            )
     headers = ["measure", "in-tree plugin"]
     for mode in others:
         headers += [mode, f"{mode} / in-tree (>1: better)"]

@@ -319,17 +319,17 @@ class BindCoordinator:
             time.sleep(INDEX_POLL_SECONDS)
 
     def _reserve(self, key: str, uid: str, node_name: str, *, quick: bool = False) -> Reservation | None:
-        """Under the lock: the bind's plan (after other binds writing claims it shares are done), with its
-        devices reserved under a token of this attempt and its claims marked in flight; None when the pod
-        is already on that node. Raises ClaimNotReady while the index lacks a claim the pod names.
-        ``quick``: raise NotQuick or SearchNeeded, having changed nothing, rather than wait for other binds,
-        search or decide more than a few device checks."""
+        """Under the lock, once no other bind writes a claim the pod shares (the caller waited for that, in
+        ``_reserve_once_indexed``): the bind's plan, with its devices reserved under a token of this attempt
+        and its claims marked in flight; None when the pod is already on that node. Raises ClaimNotReady
+        while the index lacks a claim the pod names. ``quick``: raise NotQuick or SearchNeeded, having
+        changed nothing, rather than wait for other binds, search or decide more than a few device
+        checks."""
         binding = self.binds.node_of(key)
         if binding is not None:
             raise BindError(f"pod {key}: another bind of this pod is in progress (to {binding})")
         if quick and self.binds.claims_of_pod(self.state, self.state.get("Pod", key)):
             raise NotQuick
-        self.binds.await_claim_writes(self.state, key)
         held = self.holds.take(
             key, uid, node_name, lambda plan: self._unchanged(plan) and self.state.node(node_name) is not None
         )

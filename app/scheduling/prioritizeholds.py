@@ -68,8 +68,7 @@ only pods whose binds are held up accumulate."""
 class PlannedHold:
     """The bind of the pod with ``uid`` planned on ``node``, its ``devices`` reserved under ``token`` until
     ``until`` (the clock's seconds), valid while the node's ``Inventory.availability_version`` is
-    ``version``. ``shape``: the claims
-    shape's cycle to patch once written (None: not shared)."""
+    ``version``. ``shape``: the claims shape's cycle to patch once written (None: not shared)."""
 
     uid: str
     node: str
