@@ -37,6 +37,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import orjson
@@ -47,6 +48,7 @@ from fastapi.responses import Response
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
@@ -208,8 +210,26 @@ def _json(content: bytes, status: int = 200) -> Response:
 
 _Outcome = TypeVar("_Outcome")
 
-Answer = tuple[bytes, bool]
-"""A verb's encoded answer and whether it succeeded (no ``Error`` set), for the metrics' ``result``."""
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A verb's encoded answer."""
+
+    body: bytes
+    ok: bool
+    """No ``Error`` set: the metrics' ``result``."""
+    then: Callable[[], None] | None = None
+    """Work for once the answer is written, on the event loop before the next request is read
+    (``VerbRoutes``): kube-scheduler goes on meanwhile."""
+
+
+async def _on_the_loop(work: Callable[[], None]) -> None:
+    """``Answer.then`` as a response's background task: a coroutine, so Starlette runs it on the event
+    loop rather than handing it to a worker thread. The answer is out already: a failure is only logged."""
+    try:
+        work()
+    except Exception:
+        log.exception("work after an answer failed")
 
 
 def _decide(verb: str, handler: Callable[[Any], Answer | None], body: Any) -> tuple[Response, bool] | None:
@@ -218,7 +238,12 @@ def _decide(verb: str, handler: Callable[[Any], Answer | None], body: Any) -> tu
     a worker thread)."""
     try:
         answer = handler(body)
-        return None if answer is None else (_json(answer[0]), answer[1])
+        if answer is None:
+            return None
+        response = _json(answer.body)
+        if answer.then is not None:
+            response.background = BackgroundTask(_on_the_loop, answer.then)
+        return response, answer.ok
     except wire.WireError as e:
         log.info("%s: bad request: %s", verb, e)
         return _json(wire.encode_error(str(e)), 400), False
@@ -319,17 +344,24 @@ def create_app(
             extra={"pod": _pod_ref(args.pod)},
         )
         metrics.observe_filter(len(outcome.passed), len(outcome.failed), len(outcome.unresolvable))
-        return wire.encode_filter_result(args, outcome), not outcome.error
+        return Answer(wire.encode_filter_result(args, outcome), not outcome.error)
 
     def prioritize(args: wire.ExtenderArgs) -> Answer:
         names = args.candidate_names
-        scores = service.prioritize(args.pod, names, args.nodes_by_name)
-        return wire.encode_host_priorities(names, scores), True
+        return _scored(args, service.prioritize(args.pod, names, args.nodes_by_name))
 
     def prioritize_quick(args: wire.ExtenderArgs) -> Answer | None:
         names = args.candidate_names
         scores = service.prioritize_quick(args.pod, names, args.nodes_by_name)
-        return None if scores is None else (wire.encode_host_priorities(names, scores), True)
+        return None if scores is None else _scored(args, scores)
+
+    def _scored(args: wire.ExtenderArgs, scores: list[int]) -> Answer:
+        names = args.candidate_names
+        return Answer(
+            wire.encode_host_priorities(names, scores),
+            True,
+            then=lambda: service.hold_best(args.pod, names, scores),
+        )
 
     quick_handlers = {"filter": filter_quick, "prioritize": prioritize_quick}
     # Decoded on the event loop: the bind's for its early Reserve there. preempt's may carry whole pods per
@@ -347,10 +379,10 @@ def create_app(
         except (BindError, AllocatorError) as e:
             log.warning("bind failed", extra={**pod, "reason": str(e)})  # klog: the message, then the keys
             metrics.binds.labels("error").inc()
-            return wire.encode_binding_result(str(e)), False
+            return Answer(wire.encode_binding_result(str(e)), False)
         log.info("bound: %s", bound.summary(), extra={**pod, "devices": bound.devices})
         metrics.binds.labels("success").inc()
-        return wire.encode_binding_result(), True
+        return Answer(wire.encode_binding_result(), True)
 
     def preempt_(body: bytes) -> Answer:
         args = wire.decode_preemption_args(body)
@@ -360,11 +392,11 @@ def create_app(
         except AllocatorError as e:
             # Like a filter's fatal error: preemption is not tried, the pod stays unschedulable.
             log.info("preempt failed: %s", e, extra=pod)
-            return wire.encode_preemption_result({}), False
+            return Answer(wire.encode_preemption_result({}), False)
         log.debug("preempt: %d candidate nodes, %d kept", len(args.victims), len(kept), extra=pod)
         if kept and preemptions is not None:
             preemptions.scheduler_preempting(args.pod)
-        return wire.encode_preemption_result(kept), True
+        return Answer(wire.encode_preemption_result(kept), True)
 
     first = service.answer_first
     answer_threads = _Limiter(ANSWER_THREADS)
@@ -541,7 +573,10 @@ class VerbRoutes:
         # last: background work steps aside for reading and writing them too (AnswerFirst).
         with self.answering() if path in self.answered_first else contextlib.nullcontext():
             response = await route(Request(scope, receive))
+            then, response.background = response.background, None
             await response(scope, receive, send)
+        if then is not None:  # the answer is out: no longer kube-scheduler's wait (Answer.then)
+            await then()
 
 
 def _route_path(scope: dict[str, Any]) -> str:

@@ -6,9 +6,9 @@ node, else decided again with ``Want.DEVICES``), the chosen devices reserved in 
 concurrent filters treat them as used, and the bind marked in flight (``app.scheduling.inflight``).
 Where Reserve needs no decision and no wait, it is made as the bind arrives, on the event loop
 (``reserve_early``), before kube-scheduler's next filter is read; the bind's worker thread takes it up.
-Earlier still, prioritize plans the bind on the node it scores strictly best and holds its devices
-(``hold_best``, ``app.scheduling.prioritizeholds``); Reserve takes that plan up when it is for the bind's
-node and still current.
+Earlier still, once prioritize's answer is out, the bind is planned on the node it scored strictly best
+and its devices held (``hold_best``, ``app.scheduling.prioritizeholds``); Reserve takes that plan up when
+it is for the bind's node and still current.
 PreBind and Bind: the ``Binder`` writes the claims and the pod outside the lock
 (``app.scheduling.binder``); the reservation is released once the write is done or failed, and the
 claims shape's answer is patched for the node (``NodeDecider.patch_after_bind``). While another pod's bind
@@ -128,16 +128,13 @@ class BindCoordinator:
         self.holds = PrioritizeHolds(state.inventory)
         """Binds planned at prioritize, their devices held until the bind (``hold_best``)."""
 
-    def hold_best(
-        self, key: str, uid: str, node_names: Sequence[str], scores: Sequence[int], *, quick: bool
-    ) -> None:
+    def hold_best(self, key: str, uid: str, node_names: Sequence[str], scores: Sequence[int]) -> None:
         """Under the lock, after prioritize scored pod ``key`` (``uid``): plan its bind on the node scored
         strictly best, choosing its devices there where prioritize has not (a node scored by counts or
         from an equivalent node), and hold them (``app.scheduling.prioritizeholds``). Only where that is
-        certain: no tie, every claim it allocates made for the pod, no bind of the pod in flight, no
-        preemption hold of the pod;
-        ``quick`` (on the event loop): only where choosing the devices is quick too. Ends the holds whose
-        time is up first."""
+        certain and quick (on the event loop): no tie, every claim it allocates made for the pod, no bind
+        of the pod in flight, no preemption hold of the pod, the devices chosen with a few device checks.
+        Ends the holds whose time is up first."""
         self.holds.expire()
         node = _strict_best(node_names, scores)
         if node is None or self.holds.seconds <= 0 or self.binds.node_of(key) is not None:
@@ -158,7 +155,7 @@ class BindCoordinator:
         ):
             return  # a claim other pods may name (module docstring of app.scheduling.prioritizeholds)
         try:
-            planned = self._plan(key, uid, node, quick=quick, keep_view=True)
+            planned = self._plan(key, uid, node, quick=True, keep_view=True)
         except (NotQuick, SearchNeeded, ClaimNotReady, BindError, AllocatorError):
             return
         if planned is None:

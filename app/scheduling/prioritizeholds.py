@@ -7,12 +7,13 @@ best-packed node first again, pod after pod; the binds past the node's capacity 
 kube-scheduler retries those pods. The in-tree DynamicResources plugin has no such window: it assumes the
 allocation in Reserve, inside the cycle.
 
-So when one node scores strictly best, prioritize plans the bind there (from the decision filter kept, or
-choosing the devices) and reserves the plan's devices under a token of the hold's own
-(``BindCoordinator.hold_best``). Only claims made for the pod are held (from its templates, or its
-extended-resource claim): a claim other pods can name would be held as a user of its own, and fail them on
-the very node it is about to be allocated on. A pod with a preemption hold
-(``app.scheduling.preemptionholds``) has its devices held already.
+So when one node scores strictly best, the bind is planned there (from the decision filter kept, or
+choosing the devices with a few device checks) and the plan's devices reserved under a token of the hold's
+own (``BindCoordinator.hold_best``), right after prioritize's answer is written and before the next
+request is read: kube-scheduler's cycle does not wait on the planning. Only claims made for the pod are
+held (from its templates, or its extended-resource claim): a claim other pods can name would be held as a
+user of its own, and fail them on the very node it is about to be allocated on. A pod with a preemption
+hold (``app.scheduling.preemptionholds``) has its devices held already.
 
 kube-scheduler then picks that node unless its own plugins' scores outweigh the extender's; it breaks a
 tie at random, so a tied best is not held. The pod's bind takes the hold up when it names that node, the

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import orjson
 import pytest
 
 from allocator.cel.expr_engine import ExprEngine
@@ -72,12 +73,23 @@ def _pod(service: SchedulingService, name: str) -> dict:
     return copy.deepcopy(found)
 
 
+def _held(service: SchedulingService, asked: dict, names: list[str], scores: list[int]) -> list[int]:
+    """``scores``, prioritize's answer for ``asked`` on ``names``, once written: the HTTP layer then has the
+    best node's devices held (``Answer.then``)."""
+    service.hold_best(asked, names, scores)
+    return scores
+
+
+def _prioritize(service: SchedulingService, asked: dict, names: list[str]) -> list[int]:
+    return _held(service, asked, names, service.prioritize(asked, names))
+
+
 def _prioritized(service: SchedulingService, name: str = "p-one") -> list[int]:
     """Filter then prioritize ``name`` as kube-scheduler calls them (n3 has no GPU: filter fails it)."""
     asked = _pod(service, name)
     passed = service.filter(asked, ["n1", "n2", "n3"]).passed
     assert passed == ["n1", "n2"]
-    return service.prioritize(asked, passed)
+    return _prioritize(service, asked, passed)
 
 
 def _passes(service: SchedulingService, name: str) -> list[str]:
@@ -202,11 +214,9 @@ def test_holds_are_bounded_oldest_ended_first():
     service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
     holds = service.binding.holds
     holds.max_holds = 1
-    asked = _pod(service, "p0")
-    service.prioritize(asked, ["n1", "n2"])
+    _prioritize(service, _pod(service, "p0"), ["n1", "n2"])
     assert service.state.inventory.reservations()
-    asked = _pod(service, "p1")
-    service.prioritize(asked, ["n1"])  # n2's GPU is held for p0: p1 is scored on n1 only
+    _prioritize(service, _pod(service, "p1"), ["n1"])  # n2's GPU is held for p0: p1 is scored on n1 only
     assert [key.rpartition(":")[2] for key in service.state.inventory.reservations()] == [f"{NS}/p1"]
     assert holds.unused == 1
 
@@ -239,6 +249,61 @@ async def test_prioritize_answered_on_the_event_loop_holds_too():
     assert metrics[("dra_extender_prioritize_holds_total", frozenset({("result", "unused")}))] == 0
 
 
+async def test_the_hold_is_planned_once_the_prioritize_answer_is_written():
+    """Planning the bind is about half of a warm prioritize's work: kube-scheduler's cycle does not wait
+    for it. It is done after the whole answer went out, and no longer marked as an answer being given
+    (background work need not step aside for it), yet before the next request is read."""
+    service = _cluster()
+    app = create_app(service, Settings(Path("unused")))
+    sent: list[dict] = []
+    seen: list[tuple[int, bool]] = []
+    hold_best = service.hold_best
+
+    def recorded(asked: dict, names: list[str], scores: list[int]) -> None:
+        seen.append((len(sent), service.answer_first.answering_now))
+        hold_best(asked, names, scores)
+
+    service.hold_best = recorded  # type: ignore[method-assign]
+    body = _args(service, "p-one", ["n1", "n2"])
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/scheduler/prioritize",
+        "raw_path": b"/scheduler/prioritize",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async with app.router.lifespan_context(app):
+        await app(scope, receive, send)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert orjson.loads(sent[1]["body"]) == [{"Host": "n1", "Score": 5}, {"Host": "n2", "Score": 8}]
+    assert seen == [(2, False)]
+    assert service.state.inventory.reservations()  # n2's GPU held for p-one
+
+
+def test_prioritize_alone_holds_nothing():
+    """Scores asked for without an answer to kube-scheduler (``explain``, ``simulate``) leave every
+    device as it was."""
+    service = _cluster()
+    asked = _pod(service, "p-one")
+    assert service.prioritize(asked, service.filter(asked, ["n1", "n2", "n3"]).passed) == [5, 8]
+    assert not service.state.inventory.reservations()
+    assert _passes(service, "p-one-b") == ["n1", "n2"]
+
+
 def _alike_nodes(hold_seconds: float) -> SchedulingService:
     """n0, n1 and n2 alike (two GPUs each); pods a..e, each with its own one-GPU claim of one spec (a
     claims shape whose decisions alike nodes share). a and b are bound to n0 (full), c to n1; then d is
@@ -256,7 +321,7 @@ def _alike_nodes(hold_seconds: float) -> SchedulingService:
     service.binding.holds.seconds = hold_seconds
     for name, node_name in (("a", "n0"), ("b", "n0"), ("c", "n1")):
         asked = _pod(service, name)
-        service.prioritize(asked, service.filter(asked, list(names)).passed)
+        _prioritize(service, asked, service.filter(asked, list(names)).passed)
         service.bind(NS, name, f"uid-pod-{NS}-{name}", node_name)
     assert service.filter(_pod(service, "d"), list(names)).passed == ["n1", "n2"]
     return service
@@ -270,7 +335,8 @@ def test_a_best_node_scored_from_an_alike_node_has_its_devices_chosen_for_the_ho
     kept = unheld.decider.kept(f"uid-pod-{NS}-d", "n1")
     assert kept is not None and kept[0].results == ()  # the alike node's verdict: fits, nothing chosen
     service = _alike_nodes(HOLD_SECONDS)
-    assert service.prioritize_quick(_pod(service, "d"), ["n1", "n2"]) == [8, 5]
+    asked = _pod(service, "d")
+    assert _held(service, asked, ["n1", "n2"], service.prioritize_quick(asked, ["n1", "n2"]) or []) == [8, 5]
     assert service.filter(_pod(service, "e"), ["n0", "n1", "n2"]).passed == ["n2"]  # n1's GPU: d's
     assert service.bind(NS, "d", f"uid-pod-{NS}-d", "n1") == [f"{NS}/d: gpu.example.com/n1/b"]
     assert service.binding.holds.taken == 2  # b's on n0 (a's first prioritize tied) and d's
@@ -376,7 +442,7 @@ def test_another_pod_s_bind_landing_on_the_node_leaves_a_hold_there_valid():
     for name in ("p-one-b", "p-one-c"):  # n2 is held: each fits on n1 only and is held there
         asked = _pod(service, name)
         assert service.filter(asked, ["n1", "n2", "n3"]).passed == ["n1"]
-        service.prioritize(asked, ["n1"])
+        _prioritize(service, asked, ["n1"])
     assert len(holds) == 3
     version = service.state.inventory.node_version("n1")
     bound_b = service.bind(NS, "p-one-b", f"uid-pod-{NS}-p-one-b", "n1")

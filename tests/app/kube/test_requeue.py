@@ -83,6 +83,11 @@ def _add_pod_with_its_own_claim(api: FakeKubeAPI, name: str, gpus: int) -> None:
     api.add("Pod", pod(NS, name, [f"{name}-gpu"]))
 
 
+def _prioritize(runtime: Any, asked: dict, names: list[str]) -> None:
+    """Prioritize, then the hold the HTTP layer has planned once the answer is written."""
+    runtime.service.hold_best(asked, names, runtime.service.prioritize(asked, names))
+
+
 async def test_devices_held_at_prioritize_and_freed_unused_signal_the_pod_they_kept_out(api, start_runtime):
     seed_cluster(api)  # two GPUs on n1, one on n2
     _add_pod_with_its_own_claim(api, "first", 2)
@@ -91,7 +96,7 @@ async def test_devices_held_at_prioritize_and_freed_unused_signal_the_pod_they_k
     first = runtime.state.get("Pod", f"{NS}/first")
     with runtime.service.lock:
         runtime.service.filter(first, ["n1", "n2"])
-        runtime.service.prioritize(first, ["n1"])  # both of n1's GPUs held for it
+        _prioritize(runtime, first, ["n1"])  # both of n1's GPUs held for it
     _rejected(runtime, "second")
     assert api.count("PATCH", PATCHES) == 0
     # kube-scheduler tries "first" again (its last attempt ended without a bind): the hold ends.
@@ -110,7 +115,7 @@ async def test_a_hold_whose_bind_never_comes_ends_on_time_with_nothing_else_happ
     runtime = await start_runtime()
     first = runtime.state.get("Pod", f"{NS}/first")
     runtime.service.filter(first, ["n1", "n2"])
-    runtime.service.prioritize(first, ["n1"])
+    _prioritize(runtime, first, ["n1"])
     _rejected(runtime, "second")
     clock.advance(runtime.service.binding.holds.seconds - 0.1)
     await asyncio.sleep(0.2)  # the runtime's loop has looked a few times: not yet
@@ -197,7 +202,7 @@ async def test_cluster_prioritize_hold_seconds_sets_how_long_holds_last_0_none(a
     runtime = await start_runtime(prioritize_hold_seconds=0)
     first = runtime.state.get("Pod", f"{NS}/first")
     runtime.service.filter(first, ["n1", "n2"])
-    runtime.service.prioritize(first, ["n1"])
+    _prioritize(runtime, first, ["n1"])
     assert not runtime.state.inventory.reservations()
     longer = await start_runtime(prioritize_hold_seconds=30)
     assert longer.service.binding.holds.seconds == 30
