@@ -26,6 +26,7 @@ scheduler or extender takes CPU from the other mode on a small machine."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -75,6 +76,8 @@ class Run:
     seconds: float
     latencies: list[float]
     cpu: dict[str, float] = field(default_factory=dict)
+    waiting: dict[str, float] = field(default_factory=dict)
+    """Seconds each component's threads spent runnable but waiting for a core (``_waiting_seconds``)."""
     cpu_seconds: float = 0.0
     """How long ``cpu`` was counted over (a backlog's includes kube-scheduler's start, before ``seconds``)."""
     answer_ms: dict[str, float] = field(default_factory=dict)
@@ -98,13 +101,38 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _cpu(plane: ControlPlane) -> dict[str, float]:
-    used = {}
-    for name in COMPONENTS:
-        component = plane.components.get(name)
-        if component and component.process and component.process.poll() is None:
-            used[name] = _cpu_seconds(component.process.pid)
-    return used
+def _waiting_seconds(pid: int) -> float:
+    """How long the process's threads have waited on a run queue, ready to run while every core was busy
+    (each thread's ``schedstat``). A thread that ended took its count with it: the run's difference
+    leaves out the threads that ended during it."""
+    waited = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # the thread ended meanwhile
+            waited += int((task / "schedstat").read_text().split()[1])
+    return waited / 1e9
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Each running component's CPU seconds and seconds waiting for a core, counted since it started."""
+
+    cpu: dict[str, float]
+    waiting: dict[str, float]
+
+    @classmethod
+    def of(cls, plane: ControlPlane) -> Usage:
+        pids = {}
+        for name in COMPONENTS:
+            component = plane.components.get(name)
+            if component and component.process and component.process.poll() is None:
+                pids[name] = component.process.pid
+        return cls(
+            {name: _cpu_seconds(pid) for name, pid in pids.items()},
+            {name: _waiting_seconds(pid) for name, pid in pids.items()},
+        )
+
+
+NOTHING_USED = Usage({}, {})
 
 
 VERBS = ("filter", "prioritize", "bind")
@@ -265,7 +293,7 @@ def _one_run(
         plane.components[scheduler_name].stop()
     # A kube-scheduler started after the pods were created counts its cycles from zero.
     cycles_before = None if backlog else _cycles(scheduler_url)
-    cpu_before = {} if backlog else _cpu(plane)  # backlog: taken once the pods exist
+    used_before = NOTHING_USED if backlog else Usage.of(plane)  # backlog: taken once the pods exist
     cpu_since = time.monotonic()
 
     def create(i: int) -> None:
@@ -283,16 +311,19 @@ def _one_run(
     creating_seconds = max(created.values()) - start
     if backlog:
         poll(lambda: len(sc.claims()) >= pods, timeout=timeout, interval=0.5, what=f"{label}: claims made")
-        cpu_before, cpu_since = _cpu(plane), time.monotonic()
+        used_before, cpu_since = Usage.of(plane), time.monotonic()
         created = dict.fromkeys(created, time.monotonic())  # latency: from kube-scheduler started
         plane.components[scheduler_name].start()
     poll(lambda: len(watch.bound) >= pods, timeout=timeout, interval=0.2, what=f"{label}: {pods} pods bound")
     seconds = max(watch.bound.values()) - (min(watch.bound.values()) if backlog else start)
-    cpu_after = _cpu(plane)
+    used = Usage.of(plane)
     cpu_seconds = time.monotonic() - cpu_since
     watch.stop()
     latencies = [watch.bound[n] - created[n] for n in created if n in watch.bound]
-    run = Run(mode, pods, seconds, latencies, {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after})
+    run = Run(
+        mode, pods, seconds, latencies, {k: v - used_before.cpu.get(k, 0.0) for k, v in used.cpu.items()}
+    )
+    run.waiting = {k: v - used_before.waiting.get(k, 0.0) for k, v in used.waiting.items()}
     run.cpu_seconds = cpu_seconds
     run.creating_seconds = creating_seconds
     if answered_before is not None:
@@ -374,6 +405,15 @@ def report(runs: list[Run], nodes: int, devices: int, target: str, *, backlog: b
     # pods/s follows the CPU all of them spend per pod.
     per_mode("CPU ms per pod, all components", lambda r: 1000 * sum(r.cpu.values()) / r.pods, "{:.1f}")
     per_mode("cores busy, all components", lambda r: sum(r.cpu.values()) / r.cpu_seconds, "{:.2f}")
+    # ...and a thread ready to run waits for a core: on kube-scheduler's and the extender's, each cycle.
+    for name in COMPONENTS:
+        if any(median_of(m, lambda r: r.waiting.get(name, 0.0)) for m in modes):  # noqa: B023 - at once
+            per_mode(f"waiting for a core, s: {name}", lambda r: r.waiting.get(name, 0.0), "{:.1f}")  # noqa: B023
+    per_mode(
+        "waiting for a core, ms per pod, all components",
+        lambda r: 1000 * sum(r.waiting.values()) / r.pods,
+        "{:.1f}",
+    )
     per_mode("kube-scheduler: cycles per pod", lambda r: r.cycles / r.pods, "{:.2f}")
     for part in CYCLE_PARTS:
         per_mode(f"kube-scheduler: {part} (mean ms per cycle)", lambda r: r.cycle_ms.get(part, 0.0), "{:.2f}")  # noqa: B023

@@ -1,0 +1,49 @@
+"""``make bench-k8s``'s own measures, checked against what the kernel must have counted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.bench_k8s import _waiting_seconds
+
+_BUSY = """
+import hashlib, os, threading, time
+os.sched_setaffinity(0, {os.sched_getaffinity(0).pop()})
+block = bytes(1 << 20)
+spun = threading.Barrier(4)
+def spin():
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:
+        hashlib.sha256(block)  # hashes outside the GIL: the three threads all want the core
+    spun.wait()
+    threading.Event().wait()  # alive until killed: an ended thread's count goes with it
+for _ in range(3):
+    threading.Thread(target=spin, daemon=True).start()
+spun.wait()
+print("done", flush=True)
+input()
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
+def test_threads_sharing_one_core_are_counted_waiting_for_it():
+    """Three threads hashing for 0.6 s on one core, outside the GIL: at any time one runs and the other
+    two wait for the core, about 1.2 s of waiting in all; a process that only sleeps waits for
+    nothing."""
+    with (
+        subprocess.Popen(
+            [sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        ) as busy,
+        subprocess.Popen([sys.executable, "-c", "input()"], stdin=subprocess.PIPE) as idle,
+    ):
+        try:
+            assert busy.stdout is not None and busy.stdout.readline() == b"done\n"
+            assert _waiting_seconds(idle.pid) < 0.05
+            assert 0.8 < _waiting_seconds(busy.pid) < 1.6
+        finally:
+            busy.kill()
+            idle.kill()
