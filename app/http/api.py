@@ -219,8 +219,9 @@ class Answer:
     ok: bool
     """No ``Error`` set: the metrics' ``result``."""
     then: Callable[[], None] | None = None
-    """Work for once the answer is written, on the event loop before the next request is read
-    (``VerbRoutes``): kube-scheduler goes on meanwhile."""
+    """Work for once the answer is written, on the event loop before the next request is read:
+    kube-scheduler goes on meanwhile. Still inside ``VerbRoutes``' answering mark, so background work
+    keeps stepping aside and the service lock stays free for it."""
 
 
 async def _on_the_loop(work: Callable[[], None]) -> None:
@@ -573,10 +574,7 @@ class VerbRoutes:
         # last: background work steps aside for reading and writing them too (AnswerFirst).
         with self.answering() if path in self.answered_first else contextlib.nullcontext():
             response = await route(Request(scope, receive))
-            then, response.background = response.background, None
-            await response(scope, receive, send)
-        if then is not None:  # the answer is out: no longer kube-scheduler's wait (Answer.then)
-            await then()
+            await response(scope, receive, send)  # then the answer's follow-up (Answer.then)
 
 
 def _route_path(scope: dict[str, Any]) -> str:

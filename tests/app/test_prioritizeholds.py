@@ -251,8 +251,8 @@ async def test_prioritize_answered_on_the_event_loop_holds_too():
 
 async def test_the_hold_is_planned_once_the_prioritize_answer_is_written():
     """Planning the bind is about half of a warm prioritize's work: kube-scheduler's cycle does not wait
-    for it. It is done after the whole answer went out, and no longer marked as an answer being given
-    (background work need not step aside for it), yet before the next request is read."""
+    for it. It is done after the whole answer went out, before the next request is read, with background
+    work still stepping aside (the answer's mark): the service lock is free for it."""
     service = _cluster()
     app = create_app(service, Settings(Path("unused")))
     sent: list[dict] = []
@@ -290,7 +290,7 @@ async def test_the_hold_is_planned_once_the_prioritize_answer_is_written():
         await app(scope, receive, send)
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert orjson.loads(sent[1]["body"]) == [{"Host": "n1", "Score": 5}, {"Host": "n2", "Score": 8}]
-    assert seen == [(2, False)]
+    assert seen == [(2, True)]
     assert service.state.inventory.reservations()  # n2's GPU held for p-one
 
 
