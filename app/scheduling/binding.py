@@ -139,6 +139,11 @@ class BindCoordinator:
         node = _strict_best(node_names, scores)
         if node is None or self.holds.seconds <= 0 or self.binds.node_of(key) is not None:
             return
+        if self.decider.cache.view(uid) is None:
+            # The pod's decisions are gone: its bind reserved already (an answer kube-scheduler gave up
+            # waiting for comes late), or it was never filtered here. Planning would decide afresh and
+            # hold devices for a pod that is bound or about to be.
+            return
         if key in self.preemption_holds:
             return  # its devices are held for it already, on the node it was nominated for
         # The checks on the pod's claims come before planning, which may choose devices.

@@ -15,11 +15,11 @@ import orjson
 import pytest
 
 from allocator.cel.expr_engine import ExprEngine
-from allocator.deviceuse import AllocatedDevice
+from allocator.deviceuse import AllocatedDevice, allocated_devices, written_token
 from allocator.selectors import SelectorCache
 from app.config.settings import Settings
 from app.http.api import create_app
-from app.scheduling.binder import BindError
+from app.scheduling.binder import BindError, BindPlan
 from app.scheduling.nodedecider import NotQuick
 from app.scheduling.prioritizeholds import HOLD_SECONDS
 from app.scheduling.service import SchedulingService
@@ -292,6 +292,35 @@ async def test_the_hold_is_planned_once_the_prioritize_answer_is_written():
     assert orjson.loads(sent[1]["body"]) == [{"Host": "n1", "Score": 5}, {"Host": "n2", "Score": 8}]
     assert seen == [(2, True)]
     assert service.state.inventory.reservations()  # n2's GPU held for p-one
+
+
+class _WatchLagBinder:
+    """The cluster binder as its writes are answered but not yet seen on the watch: the claims' devices
+    reserved as written (``written_token``), the pod and its claims in the index as they were."""
+
+    def __init__(self, service: SchedulingService) -> None:
+        self.service = service
+
+    def bind(self, plan: BindPlan) -> None:
+        with self.service.lock:
+            for pc, allocation in plan.claims:
+                if allocation is not None:
+                    devices = allocated_devices(allocation, pc.key)
+                    self.service.state.inventory.reserve(written_token(pc.key), devices)
+
+
+def test_a_hold_for_an_answer_that_comes_after_the_pod_s_bind_holds_nothing():
+    """kube-scheduler gave up waiting for prioritize and bound the pod (found by review): the answer's
+    follow-up comes after the bind reserved, and must not hold other devices for a bound pod."""
+    service = _cluster()
+    service.binder = _WatchLagBinder(service)
+    asked = _pod(service, "p-one")
+    assert service.filter(asked, ["n1", "n2", "n3"]).passed == ["n1", "n2"]
+    scores = service.prioritize(asked, ["n1"])
+    assert service.bind(NS, "p-one", UID, "n1") == [f"{NS}/one: gpu.example.com/n1/gpu-0"]
+    service.hold_best(asked, ["n1"], scores)
+    assert not [token for token in service.state.inventory.reservations() if token.startswith("prioritized:")]
+    assert len(service.binding.holds) == 0
 
 
 def test_prioritize_alone_holds_nothing():
