@@ -82,6 +82,24 @@ def _bind(name: str, node_name: str) -> bytes:
     )
 
 
+def _post_scope(path: str, body: bytes, root_path: str = "") -> dict[str, Any]:
+    """The ASGI scope of a JSON POST of ``body`` to ``path``, for calling the app without a client."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": root_path,
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+
+
 async def _post(client: httpx.AsyncClient, verb: str, body: bytes) -> httpx.Response:
     response = await client.post(
         f"/scheduler/{verb}", content=body, headers={"Content-Type": "application/json"}
@@ -225,22 +243,7 @@ async def test_a_quick_answer_is_marked_from_reading_its_request_to_writing_it(s
         async def send(message: dict[str, Any]) -> None:
             seen.append((message["type"], first.answering_now))
 
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": f"{root_path}/scheduler/{verb}",
-            "raw_path": f"{root_path}/scheduler/{verb}".encode(),
-            "root_path": root_path,
-            "query_string": b"",
-            "headers": headers,
-            "client": ("127.0.0.1", 50000),
-            "server": ("127.0.0.1", 80),
-        }
-        await app(scope, receive, send)
+        await app(_post_scope(f"{root_path}/scheduler/{verb}", body, root_path), receive, send)
         return seen
 
     marked = [("read", True), ("http.response.start", True), ("http.response.body", True)]

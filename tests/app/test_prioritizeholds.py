@@ -25,7 +25,7 @@ from app.scheduling.prioritizeholds import HOLD_SECONDS
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.app.metrics_support import samples
-from tests.app.test_api import NS, _args, _bind, _client, _objects, _post
+from tests.app.test_api import NS, _args, _bind, _client, _objects, _post, _post_scope
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 UID = f"uid-pod-{NS}-p-one"
@@ -265,20 +265,6 @@ async def test_the_hold_is_planned_once_the_prioritize_answer_is_written():
 
     service.hold_best = recorded  # type: ignore[method-assign]
     body = _args(service, "p-one", ["n1", "n2"])
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/scheduler/prioritize",
-        "raw_path": b"/scheduler/prioritize",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-    }
 
     async def receive() -> dict:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -287,7 +273,7 @@ async def test_the_hold_is_planned_once_the_prioritize_answer_is_written():
         sent.append(message)
 
     async with app.router.lifespan_context(app):
-        await app(scope, receive, send)
+        await app(_post_scope("/scheduler/prioritize", body), receive, send)
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert orjson.loads(sent[1]["body"]) == [{"Host": "n1", "Score": 5}, {"Host": "n2", "Score": 8}]
     assert seen == [(2, True)]
