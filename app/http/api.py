@@ -358,10 +358,11 @@ def create_app(
 
     def _scored(args: wire.ExtenderArgs, scores: list[int]) -> Answer:
         names = args.candidate_names
+        attempt = service.scored_attempt(args.pod)
         return Answer(
             wire.encode_host_priorities(names, scores),
             True,
-            then=lambda: service.hold_best(args.pod, names, scores),
+            then=lambda: service.hold_best(args.pod, names, scores, attempt),
         )
 
     quick_handlers = {"filter": filter_quick, "prioritize": prioritize_quick}

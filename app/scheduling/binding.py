@@ -32,7 +32,7 @@ from app.scheduling.binder import Binder, BindError, BindPlan, ExtendedBind
 from app.scheduling.bindlog import BindLog
 from app.scheduling.claimrules import is_allocated
 from app.scheduling.cycle import CycleState
-from app.scheduling.decisions import FilterOutcome, claims_shape, spec_key
+from app.scheduling.decisions import FilterOutcome, PodView, claims_shape, spec_key
 from app.scheduling.inflight import BindsInFlight
 from app.scheduling.nodedecider import QUICK_LOCK_WAIT_SECONDS, NodeDecider, NotQuick
 from app.scheduling.podevents import DiscardEvents, PodEvents, failed_binding
@@ -128,21 +128,29 @@ class BindCoordinator:
         self.holds = PrioritizeHolds(state.inventory)
         """Binds planned at prioritize, their devices held until the bind (``hold_best``)."""
 
-    def hold_best(self, key: str, uid: str, node_names: Sequence[str], scores: Sequence[int]) -> None:
-        """Under the lock, after prioritize scored pod ``key`` (``uid``): plan its bind on the node scored
-        strictly best, choosing its devices there where prioritize has not (a node scored by counts or
-        from an equivalent node), and hold them (``app.scheduling.prioritizeholds``). Only where that is
-        certain and quick (on the event loop): no tie, every claim it allocates made for the pod, no bind
-        of the pod in flight, no preemption hold of the pod, the devices chosen with a few device checks.
+    def hold_best(
+        self,
+        key: str,
+        uid: str,
+        node_names: Sequence[str],
+        scores: Sequence[int],
+        attempt: PodView | None,
+    ) -> None:
+        """Under the lock, after prioritize scored pod ``key`` (``uid``) from its decisions ``attempt``:
+        plan its bind on the node scored strictly best, choosing its devices there where prioritize has
+        not (a node scored by counts or from an equivalent node), and hold them
+        (``app.scheduling.prioritizeholds``). Only where that is certain and quick (on the event loop): no
+        tie, ``attempt`` still the pod's decisions, every claim it allocates made for the pod, no bind of
+        the pod in flight, no preemption hold of the pod, the devices chosen with a few device checks.
         Ends the holds whose time is up first."""
         self.holds.expire()
         node = _strict_best(node_names, scores)
         if node is None or self.holds.seconds <= 0 or self.binds.node_of(key) is not None:
             return
-        if self.decider.cache.view(uid) is None:
-            # The pod's decisions are gone: its bind reserved already (an answer kube-scheduler gave up
-            # waiting for comes late), or it was never filtered here. Planning would decide afresh and
-            # hold devices for a pod that is bound or about to be.
+        if attempt is None or self.decider.cache.view(uid) is not attempt:
+            # An answer kube-scheduler gave up waiting for comes late: the pod's bind reserved since (its
+            # decisions are gone) or a new attempt of the pod filtered again (new decisions, maybe held
+            # already). Planning would hold devices for a pod that is bound, or replace the current hold.
             return
         if key in self.preemption_holds:
             return  # its devices are held for it already, on the node it was nominated for

@@ -50,7 +50,7 @@ from app.scheduling.bindlog import BindLog
 from app.scheduling.claimrules import EffectiveClaims, needs_no_devices
 from app.scheduling.claimsgate import ClaimsGate, pod_uid, with_refusals
 from app.scheduling.decisioncache import DecisionCache
-from app.scheduling.decisions import DecisionStats, FilterOutcome, KeptDecision, unscored
+from app.scheduling.decisions import DecisionStats, FilterOutcome, KeptDecision, PodView, unscored
 from app.scheduling.inflight import BindsInFlight, elsewhere
 from app.scheduling.nodedecider import FILTER_TIME_BUDGET, QUICK_LOCK_WAIT_SECONDS, NodeDecider, NotQuick
 from app.scheduling.nodefit import fit_node_allocatable
@@ -293,15 +293,23 @@ class SchedulingService:
 
         return self._quickly(decide)
 
-    def hold_best(self, pod: Obj, node_names: Sequence[str], scores: Sequence[int]) -> None:
+    def scored_attempt(self, pod: Obj) -> PodView | None:
+        """The pod's decisions its prioritize scored from, taken right after scoring: ``hold_best`` holds
+        only while they are still the pod's (no new attempt, no bind since)."""
+        return self.decisions.view(pod_uid(pod))
+
+    def hold_best(
+        self, pod: Obj, node_names: Sequence[str], scores: Sequence[int], attempt: PodView | None
+    ) -> None:
         """After prioritize's answer ``scores`` for ``node_names`` has gone to kube-scheduler: the pod's
         bind planned on the node scored strictly best and its devices held until the bind
-        (``BindCoordinator.hold_best``), when the lock is free within ``QUICK_LOCK_WAIT_SECONDS`` and
-        choosing the devices there is quick. Planning is about half of a warm prioritize's work; done
-        after the answer, it overlaps kube-scheduler's own work before the bind (picking the node, its
-        Reserve and Permit plugins, the next pod's filter plugins) instead of lengthening its cycle."""
+        (``BindCoordinator.hold_best``), when the lock is free within ``QUICK_LOCK_WAIT_SECONDS``,
+        choosing the devices there is quick and ``attempt`` (``scored_attempt``) is still the pod's.
+        Planning is about half of a warm prioritize's work; done after the answer, it overlaps
+        kube-scheduler's own work before the bind (picking the node, its Reserve and Permit plugins, the
+        next pod's filter plugins) instead of lengthening its cycle."""
         key, uid = pod_key(pod), pod_uid(pod)
-        self._quickly(lambda: self.binding.hold_best(key, uid, node_names, scores))
+        self._quickly(lambda: self.binding.hold_best(key, uid, node_names, scores, attempt))
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> list[str]:
         """``bind_outcome``'s devices: those this bind allocated."""

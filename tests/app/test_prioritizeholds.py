@@ -20,6 +20,7 @@ from allocator.selectors import SelectorCache
 from app.config.settings import Settings
 from app.http.api import create_app
 from app.scheduling.binder import BindError, BindPlan
+from app.scheduling.decisions import PodView
 from app.scheduling.nodedecider import NotQuick
 from app.scheduling.prioritizeholds import HOLD_SECONDS
 from app.scheduling.service import SchedulingService
@@ -76,7 +77,7 @@ def _pod(service: SchedulingService, name: str) -> dict:
 def _held(service: SchedulingService, asked: dict, names: list[str], scores: list[int]) -> list[int]:
     """``scores``, prioritize's answer for ``asked`` on ``names``, once written: the HTTP layer then has the
     best node's devices held (``Answer.then``)."""
-    service.hold_best(asked, names, scores)
+    service.hold_best(asked, names, scores, service.scored_attempt(asked))
     return scores
 
 
@@ -259,9 +260,9 @@ async def test_the_hold_is_planned_once_the_prioritize_answer_is_written():
     seen: list[tuple[int, bool]] = []
     hold_best = service.hold_best
 
-    def recorded(asked: dict, names: list[str], scores: list[int]) -> None:
+    def recorded(asked: dict, names: list[str], scores: list[int], attempt: PodView | None) -> None:
         seen.append((len(sent), service.answer_first.answering_now))
-        hold_best(asked, names, scores)
+        hold_best(asked, names, scores, attempt)
 
     service.hold_best = recorded  # type: ignore[method-assign]
     body = _args(service, "p-one", ["n1", "n2"])
@@ -303,10 +304,27 @@ def test_a_hold_for_an_answer_that_comes_after_the_pod_s_bind_holds_nothing():
     asked = _pod(service, "p-one")
     assert service.filter(asked, ["n1", "n2", "n3"]).passed == ["n1", "n2"]
     scores = service.prioritize(asked, ["n1"])
+    attempt = service.scored_attempt(asked)
     assert service.bind(NS, "p-one", UID, "n1") == [f"{NS}/one: gpu.example.com/n1/gpu-0"]
-    service.hold_best(asked, ["n1"], scores)
+    service.hold_best(asked, ["n1"], scores, attempt)
     assert not [token for token in service.state.inventory.reservations() if token.startswith("prioritized:")]
     assert len(service.binding.holds) == 0
+
+
+def test_a_late_answer_of_an_earlier_attempt_leaves_the_current_hold():
+    """kube-scheduler gave up waiting for an attempt's prioritize and tried the pod again (found by
+    review): the late answer's follow-up must not end the new attempt's hold and hold its own node."""
+    service = _cluster()
+    asked = _pod(service, "p-one")
+    service.filter(asked, ["n1", "n2", "n3"])
+    late = service.prioritize(asked, ["n1", "n2"])  # n2 best
+    late_attempt = service.scored_attempt(asked)
+    service.filter(asked, ["n1", "n2", "n3"])  # the next attempt
+    _prioritize(service, asked, ["n1"])  # held on n1
+    service.hold_best(asked, ["n1", "n2"], late, late_attempt)
+    assert service.bind(NS, "p-one", UID, "n1") == [f"{NS}/one: gpu.example.com/n1/gpu-0"]
+    holds = service.binding.holds
+    assert (holds.taken, holds.unused) == (1, 0)
 
 
 def test_prioritize_alone_holds_nothing():

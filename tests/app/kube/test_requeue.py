@@ -85,7 +85,8 @@ def _add_pod_with_its_own_claim(api: FakeKubeAPI, name: str, gpus: int) -> None:
 
 def _prioritize(runtime: Any, asked: dict, names: list[str]) -> None:
     """Prioritize, then the hold the HTTP layer has planned once the answer is written."""
-    runtime.service.hold_best(asked, names, runtime.service.prioritize(asked, names))
+    scores = runtime.service.prioritize(asked, names)
+    runtime.service.hold_best(asked, names, scores, runtime.service.scored_attempt(asked))
 
 
 async def test_devices_held_at_prioritize_and_freed_unused_signal_the_pod_they_kept_out(api, start_runtime):
