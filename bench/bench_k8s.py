@@ -131,6 +131,14 @@ class Usage:
             {name: _waiting_seconds(pid) for name, pid in pids.items()},
         )
 
+    def since(self, before: Usage) -> Usage:
+        """What each component running now used after ``before`` was counted."""
+        return Usage(_minus(self.cpu, before.cpu), _minus(self.waiting, before.waiting))
+
+
+def _minus(now: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {name: value - before.get(name, 0.0) for name, value in now.items()}
+
 
 NOTHING_USED = Usage({}, {})
 
@@ -316,14 +324,11 @@ def _one_run(
         plane.components[scheduler_name].start()
     poll(lambda: len(watch.bound) >= pods, timeout=timeout, interval=0.2, what=f"{label}: {pods} pods bound")
     seconds = max(watch.bound.values()) - (min(watch.bound.values()) if backlog else start)
-    used = Usage.of(plane)
+    used = Usage.of(plane).since(used_before)
     cpu_seconds = time.monotonic() - cpu_since
     watch.stop()
     latencies = [watch.bound[n] - created[n] for n in created if n in watch.bound]
-    run = Run(
-        mode, pods, seconds, latencies, {k: v - used_before.cpu.get(k, 0.0) for k, v in used.cpu.items()}
-    )
-    run.waiting = {k: v - used_before.waiting.get(k, 0.0) for k, v in used.waiting.items()}
+    run = Run(mode, pods, seconds, latencies, used.cpu, used.waiting)
     run.cpu_seconds = cpu_seconds
     run.creating_seconds = creating_seconds
     if answered_before is not None:
@@ -398,17 +403,19 @@ def report(runs: list[Run], nodes: int, devices: int, target: str, *, backlog: b
     def per_mode(label: str, measure: Callable[[Run], float], form: str) -> None:
         rows.append([label, *_cells(modes, lambda m: median_of(m, measure), form), ""])
 
-    for name in COMPONENTS:
-        if any(median_of(m, lambda r: r.cpu.get(name, 0.0)) for m in modes):  # noqa: B023 - at once
-            per_mode(f"CPU s: {name}", lambda r: r.cpu.get(name, 0.0), "{:.1f}")  # noqa: B023
+    def per_component(label: str, used: Callable[[Run], dict[str, float]]) -> None:
+        """A row per component that used any (``used``: a run's seconds per component)."""
+        for name in COMPONENTS:
+            if any(median_of(m, lambda r: used(r).get(name, 0.0)) for m in modes):  # noqa: B023 - at once
+                per_mode(f"{label}: {name}", lambda r: used(r).get(name, 0.0), "{:.1f}")  # noqa: B023
+
+    per_component("CPU s", lambda r: r.cpu)
     # On 2 shared cores every component competes for the same CPU: when the cores are busy throughout,
     # pods/s follows the CPU all of them spend per pod.
     per_mode("CPU ms per pod, all components", lambda r: 1000 * sum(r.cpu.values()) / r.pods, "{:.1f}")
     per_mode("cores busy, all components", lambda r: sum(r.cpu.values()) / r.cpu_seconds, "{:.2f}")
     # ...and a thread ready to run waits for a core: on kube-scheduler's and the extender's, each cycle.
-    for name in COMPONENTS:
-        if any(median_of(m, lambda r: r.waiting.get(name, 0.0)) for m in modes):  # noqa: B023 - at once
-            per_mode(f"waiting for a core, s: {name}", lambda r: r.waiting.get(name, 0.0), "{:.1f}")  # noqa: B023
+    per_component("waiting for a core, s", lambda r: r.waiting)
     per_mode(
         "waiting for a core, ms per pod, all components",
         lambda r: 1000 * sum(r.waiting.values()) / r.pods,

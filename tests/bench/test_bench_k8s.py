@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench.bench_k8s import _waiting_seconds
+from bench.bench_k8s import Usage, _waiting_seconds
 
 _BUSY = """
 import hashlib, os, threading, time
@@ -47,3 +47,12 @@ def test_threads_sharing_one_core_are_counted_waiting_for_it():
         finally:
             busy.kill()
             idle.kill()
+
+
+def test_a_run_counts_what_each_running_component_used_after_it_began():
+    """A component started during the run counts from zero; one gone by its end is not reported."""
+    before = Usage({"etcd": 1.0, "kube-scheduler": 4.0}, {"etcd": 0.5, "kube-scheduler": 1.0})
+    after = Usage({"etcd": 3.0, "kube-apiserver": 5.0}, {"etcd": 1.0, "kube-apiserver": 2.0})
+    assert after.since(before) == Usage(
+        {"etcd": 2.0, "kube-apiserver": 5.0}, {"etcd": 0.5, "kube-apiserver": 2.0}
+    )
