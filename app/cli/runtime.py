@@ -360,8 +360,18 @@ def load_runtime(
     print_limited("warning", runtime.warnings, "warnings", as_records=as_records)
     print_limited("error", runtime.problems, "derived attribute errors", as_records=as_records)
     apply_policies(runtime.service, settings.scheduling)
-    # The loaded state is long-lived: keep the cyclic collector from rescanning it on every full collection
-    # (with 10^6 objects each one costs tens of ms on the request path).
+    freeze_long_lived()
+    return runtime
+
+
+def freeze_long_lived() -> None:
+    """Collect, then take every object alive now out of the cyclic collector's generations (``gc.freeze``).
+
+    Call once the state is loaded (offline) or first synced (cluster mode): the state and the imported
+    modules live as long as the process, and every full collection would otherwise scan them all again
+    with the GIL held and every answer waiting (5000 nodes x 8 devices with 20,000 claims: 270 ms on an
+    idle core; the imported modules alone, 110,000 objects: 45 ms). Frozen objects are still freed by
+    reference counting when the state drops them; only cycles among them would be kept, and the state
+    forms none (tests/app/test_heap.py)."""
     gc.collect()
     gc.freeze()
-    return runtime

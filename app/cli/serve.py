@@ -32,6 +32,7 @@ from app.cli.runtime import (
     EXIT_OK,
     StartupError,
     apply_policies,
+    freeze_long_lived,
     install_config,
     load_runtime,
     new_engine,
@@ -328,7 +329,12 @@ def _serve_cluster(settings: Settings, started: _StartedWith) -> int:
 
     assert settings.cluster is not None
     selectors = SelectorCache(new_engine(settings.scheduling.cel_engine))
-    runtime = ClusterRuntime(settings.cluster, settings.scheduling.feature_gates, selectors=selectors)
+    runtime = ClusterRuntime(
+        settings.cluster,
+        settings.scheduling.feature_gates,
+        selectors=selectors,
+        on_synced=freeze_long_lived,
+    )
     if settings.config_file is not None:  # cluster-wide derived attributes, before the first slice arrives
         install_config(settings.config_file, runtime.state, selectors)
     apply_policies(runtime.service, settings.scheduling)

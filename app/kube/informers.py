@@ -518,7 +518,7 @@ class Informers:
         ]
 
     async def wait_synced(self, poll: float = 0.01) -> None:
-        """Wait until ``synced`` (tests; the runtime reports readiness instead)."""
+        """Wait until ``synced``."""
         while not self.synced:
             await asyncio.sleep(poll)
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from allocator.cel.expr_engine import ExprEngine
@@ -62,8 +63,11 @@ class ClusterRuntime:
         clock: Clock | None = None,
         selectors: SelectorCache | None = None,
         identity: str | None = None,
+        on_synced: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
+        self.on_synced = on_synced
+        """Called once, on the runtime's event loop, when every informer has listed for the first time."""
         self.clock: Clock = clock or SystemClock()
         self.state = ClusterState(gates)
         self.service = SchedulingService(self.state, selectors or SelectorCache(ExprEngine()))
@@ -183,7 +187,12 @@ class ClusterRuntime:
             self.conflicts.run(),
             self._report_derivation_errors(),
             self._end_late_holds(),
+            self._first_synced(),
         )
+
+    async def _first_synced(self) -> None:
+        await self.informers.wait_synced()
+        self.on_synced()
 
     async def _end_late_holds(self) -> None:
         """End the holds made at prioritize whose bind did not come in time also while no filter or

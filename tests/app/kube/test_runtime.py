@@ -56,6 +56,29 @@ async def test_readyz_and_the_verbs_wait_for_the_informers(api: FakeKubeAPI, clo
         await runtime.stop()
 
 
+async def test_on_synced_is_called_once_when_every_informer_has_listed(api: FakeKubeAPI, clock, tmp_path):
+    seed_cluster(api)
+    gate = api.gate("GET", r"^/api/v1/pods$")
+    calls: list[bool] = []
+    runtime = ClusterRuntime(
+        dataclasses.replace(TEST_SETTINGS, kubeconfig=api.kubeconfig(tmp_path)),
+        clock=clock,
+        on_synced=lambda: calls.append(runtime.ready()),
+    )
+    await runtime.start()
+    try:
+        await eventually(lambda: runtime.not_ready() == ["Pod"])
+        await asyncio.sleep(0.05)
+        assert calls == []
+        gate.set()
+        await eventually(lambda: calls)
+        api.add("Pod", pod(NS, "later", []))
+        await eventually(lambda: runtime.state.get("Pod", f"{NS}/later") is not None)
+        assert calls == [True]
+    finally:
+        await runtime.stop()
+
+
 async def test_background_runtime_serves_filter_and_bind_like_serve_does(api: FakeKubeAPI, tmp_path):
     seed_cluster(api)
     api.add("ResourceClaim", claim(NS, "c", [request("gpu", "gpu")]))
