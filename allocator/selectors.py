@@ -132,7 +132,8 @@ class SelectorCache:
                     cost = PROGRAM_BASE_BYTES + len(expression) * self.engine.program_bytes_per_char
                     entry = _Entry(program, None, cost)
                 except CELCompileError as e:
-                    entry = _Entry(None, e, PROGRAM_BASE_BYTES + len(expression))
+                    # Without its traceback: its frames hold this call's locals, the entry among them.
+                    entry = _Entry(None, e.with_traceback(None), PROGRAM_BASE_BYTES + len(expression))
                 self.stats["compiles"] += 1
                 # Bound memory: drop the oldest expressions (dicts keep insertion order) while over a bound.
                 while table and (

@@ -7,6 +7,7 @@ parsed into allocator ``Claim`` objects once per resourceVersion.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -198,7 +199,10 @@ class ClusterState:
                     obj, same_spec=earlier[1] if earlier is not None and earlier[0] is spec else None
                 )
             except InvalidInputError as e:
-                parsed = e
+                # Kept without the traceback, whose frames hold this call's locals (a cycle through the
+                # cache), and raised as a fresh copy: an instance raised again chains every raise's frames,
+                # and their locals, onto its traceback, as often as kube-scheduler retries the pod.
+                parsed = copy.copy(e)
             else:
                 parsed = claim
                 if (earlier is None or earlier[0] is not spec) and isinstance(spec, Mapping):
@@ -208,7 +212,7 @@ class ClusterState:
             cached = (version, parsed)
             self._claims[key] = cached
         if isinstance(cached[1], InvalidInputError):
-            raise cached[1]
+            raise copy.copy(cached[1])
         return cached[1]
 
     def node(self, name: str) -> Node | None:

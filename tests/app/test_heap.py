@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import traceback
 from collections.abc import Iterator
 
 import pytest
 
 from allocator.cel.expr_engine import ExprEngine
+from allocator.errors import InvalidInputError
 from allocator.selectors import SelectorCache
 from app.cli.runtime import freeze_long_lived
 from app.scheduling.service import SchedulingService
@@ -15,13 +17,16 @@ from app.state.cluster import ClusterState
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 DRIVER = "gpu.example.com"
+NS = "heap"
 
 
 @pytest.fixture
 def collector() -> Iterator[None]:
-    """The collector as the test found it: nothing left frozen, automatic collection back on."""
+    """Automatic collection back on, nothing left frozen and no debug flag after the test."""
     enabled = gc.isenabled()
     yield
+    gc.set_debug(0)
+    gc.garbage.clear()
     gc.unfreeze()
     if enabled:
         gc.enable()
@@ -45,9 +50,29 @@ def _slice(name: str, node_name: str, version: int) -> dict:
     return obj
 
 
+def _invalid_claim(name: str) -> dict:
+    obj = claim(NS, name, [request("gpu", "gpu")])
+    obj["spec"]["devices"]["requests"][0]["exactly"]["count"] = 0  # the API requires at least 1
+    return obj
+
+
+def _ours(garbage: list[object]) -> list[object]:
+    """What of ``garbage`` the state or the service made: their own types, and the API objects of NS."""
+    return [
+        obj
+        for obj in garbage
+        if type(obj).__module__.split(".")[0] in ("app", "allocator")
+        or (
+            isinstance(obj, dict)
+            and isinstance(obj.get("metadata"), dict)
+            and obj["metadata"].get("namespace") == NS
+        )
+    ]
+
+
 def test_the_state_forms_no_reference_cycles_as_pods_come_bind_and_go(collector):
     # A frozen object that becomes part of cyclic garbage is never freed: the freeze is safe only while
-    # dropping state objects frees them by reference counting alone.
+    # what the state drops is freed by reference counting alone.
     state = ClusterState.from_objects(
         [
             ("Node", node("n1")),
@@ -62,24 +87,46 @@ def test_the_state_forms_no_reference_cycles_as_pods_come_bind_and_go(collector)
     gc.disable()
     for round_ in range(3):
         names = [f"p{round_}-{i}" for i in range(4)]
+        with service.lock:
+            for name in names:
+                state.apply("ResourceClaim", claim(NS, f"{name}-gpu", [request("gpu", "gpu")]))
+                state.apply("Pod", pod(NS, name, [f"{name}-gpu"]))
+            state.apply("ResourceClaim", _invalid_claim(f"bad{round_}"))
+            state.apply("Pod", pod(NS, f"bad{round_}", [f"bad{round_}"]))
         for name in names:
-            with service.lock:
-                state.apply("ResourceClaim", claim("ml", f"{name}-gpu", [request("gpu", "gpu")]))
-                state.apply("Pod", pod("ml", name, [f"{name}-gpu"]))
-        for name in names:
-            outcome = service.filter(state.get("Pod", f"ml/{name}"), ["n1", "n2"])
-            service.bind("ml", name, f"uid-pod-ml-{name}", outcome.passed[0])
-            assert state.get("ResourceClaim", f"ml/{name}-gpu")["status"]["allocation"]
-        for index, (slice_name, node_name) in enumerate((("n1-gpus", "n1"), ("n2-gpus", "n2"))):
-            with service.lock:
+            outcome = service.filter(state.get("Pod", f"{NS}/{name}"), ["n1", "n2"])
+            service.bind(NS, name, f"uid-pod-{NS}-{name}", outcome.passed[0])
+            assert state.get("ResourceClaim", f"{NS}/{name}-gpu")["status"]["allocation"]
+        for _ in range(3):  # kube-scheduler retries the pod whose claim is invalid
+            refused = service.filter(state.get("Pod", f"{NS}/bad{round_}"), ["n1", "n2"])
+            assert refused.passed == [] and "count" in refused.error
+        with service.lock:
+            for index, (slice_name, node_name) in enumerate((("n1-gpus", "n1"), ("n2-gpus", "n2"))):
                 state.apply("ResourceSlice", _slice(slice_name, node_name, 10 + 2 * round_ + index))
-        for name in names:
-            with service.lock:
-                state.remove("Pod", f"ml/{name}")
-                state.remove("ResourceClaim", f"ml/{name}-gpu")
-        assert not [key for key in state.objects["Pod"] if key.startswith(f"ml/p{round_}")]
-    assert gc.collect() == 0
-    cycle: dict[str, object] = {}  # and a cycle, had the churn formed one, would have been counted
+            for name in [*names, f"bad{round_}"]:
+                state.remove("Pod", f"{NS}/{name}")
+            for name in [*(f"{name}-gpu" for name in names), f"bad{round_}"]:
+                state.remove("ResourceClaim", f"{NS}/{name}")
+    assert not state.objects["Pod"] and not state.objects["ResourceClaim"]
+    cycle: dict[str, object] = {"metadata": {"namespace": NS}}  # what a cycle of the state would look like
     cycle["self"] = cycle
     del cycle
-    assert gc.collect() == 1
+    gc.set_debug(gc.DEBUG_SAVEALL)  # keep what a collection finds, to see whose it is
+    gc.collect()
+    found = _ours(gc.garbage)
+    assert len(found) == 1 and found[0]["self"] is found[0]  # type: ignore[index]
+
+
+def test_an_invalid_claim_raises_a_fresh_error_each_time():
+    # One instance raised again chains each raise's frames (and their locals) onto its traceback: memory
+    # would grow with every retry of the pod for as long as the claim stays unchanged.
+    state = ClusterState.from_objects([("ResourceClaim", _invalid_claim("bad"))])
+    raised: list[InvalidInputError] = []
+    for _ in range(3):
+        with pytest.raises(InvalidInputError, match="count") as caught:
+            state.parsed_claim(f"{NS}/bad")
+        raised.append(caught.value)
+    assert len({id(error) for error in raised}) == 3
+    depths = [len(traceback.extract_tb(error.__traceback__)) for error in raised]
+    assert depths == [depths[0]] * 3  # raised again, one instance's traceback grows by a raise each time
+    assert len({str(error) for error in raised}) == 1
