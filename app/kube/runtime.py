@@ -5,8 +5,9 @@ devices (``app.kube.preemptor``, with the device holds of ``app.scheduling.preem
 
 ``ClusterRuntime.start()`` runs in the event loop that will own the API client: it connects (kubeconfig or
 in-cluster), then discovers the served ``resource.k8s.io`` versions and starts the informers in the
-background (retrying until the API server answers). ``ready()`` is true once every informer has listed once;
-the HTTP layer answers ``/readyz`` and refuses filter/bind before that.
+background (retrying until the API server answers). ``ready()`` is true once every informer has listed once
+and ``on_synced`` (``serve``: the collector's freeze) has returned; the HTTP layer answers ``/readyz`` and
+refuses filter/bind before that.
 
 ``serve`` runs the runtime on its own thread and event loop (``BackgroundRuntime``), apart from uvicorn's:
 informers apply events under the service lock, which a filter may hold for milliseconds, and that must not
@@ -67,7 +68,9 @@ class ClusterRuntime:
     ) -> None:
         self.settings = settings
         self.on_synced = on_synced
-        """Called once, on the runtime's event loop, when every informer has listed for the first time."""
+        """Called once, on the runtime's event loop, when every informer has listed for the first time;
+        the runtime is ready once it returns."""
+        self._synced = False
         self.clock: Clock = clock or SystemClock()
         self.state = ClusterState(gates)
         self.service = SchedulingService(self.state, selectors or SelectorCache(ExprEngine()))
@@ -192,7 +195,11 @@ class ClusterRuntime:
 
     async def _first_synced(self) -> None:
         await self.informers.wait_synced()
-        self.on_synced()
+        try:
+            self.on_synced()
+        except Exception:
+            log.exception("after the first sync")
+        self._synced = True
 
     async def _end_late_holds(self) -> None:
         """End the holds made at prioritize whose bind did not come in time also while no filter or
@@ -213,11 +220,11 @@ class ClusterRuntime:
             self.derivation_log.report()
 
     def ready(self) -> bool:
-        return self.informers.synced
+        return self._synced
 
     def not_ready(self) -> list[str]:
-        """What readiness still waits for (kinds, or ``discovery``)."""
-        return self.informers.not_synced()
+        """What readiness still waits for (kinds, or ``discovery``; then ``on_synced``)."""
+        return self.informers.not_synced() or ([] if self._synced else ["on_synced"])
 
     async def wait_ready(self, poll: float = 0.005) -> None:
         while not self.ready():

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import ssl
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -56,14 +57,16 @@ async def test_readyz_and_the_verbs_wait_for_the_informers(api: FakeKubeAPI, clo
         await runtime.stop()
 
 
-async def test_on_synced_is_called_once_when_every_informer_has_listed(api: FakeKubeAPI, clock, tmp_path):
+async def test_on_synced_is_called_once_when_every_informer_has_listed_and_readiness_waits_for_it(
+    api: FakeKubeAPI, clock, tmp_path
+):
     seed_cluster(api)
     gate = api.gate("GET", r"^/api/v1/pods$")
-    calls: list[bool] = []
+    calls: list[tuple[bool, bool]] = []
     runtime = ClusterRuntime(
         dataclasses.replace(TEST_SETTINGS, kubeconfig=api.kubeconfig(tmp_path)),
         clock=clock,
-        on_synced=lambda: calls.append(runtime.ready()),
+        on_synced=lambda: calls.append((runtime.informers.synced, runtime.ready())),
     )
     await runtime.start()
     try:
@@ -72,9 +75,10 @@ async def test_on_synced_is_called_once_when_every_informer_has_listed(api: Fake
         assert calls == []
         gate.set()
         await eventually(lambda: calls)
+        assert runtime.ready()
         api.add("Pod", pod(NS, "later", []))
         await eventually(lambda: runtime.state.get("Pod", f"{NS}/later") is not None)
-        assert calls == [True]
+        assert calls == [(True, False)]  # after every informer's list, before the runtime is ready
     finally:
         await runtime.stop()
 
@@ -258,6 +262,23 @@ def test_serve_in_cluster_mode_reports_an_unusable_config_file(monkeypatch, tmp_
     missing = tmp_path / "missing.yaml"
     assert cli.main(["serve", "--kubeconfig", str(tmp_path / "kubeconfig"), "--config", str(missing)]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_serve_in_cluster_mode_freezes_the_state_once_synced(api, monkeypatch, tmp_path, capsys):
+    import app.kube.runtime
+    from app.cli.runtime import freeze_long_lived
+
+    given: dict[str, Any] = {}
+
+    def runtime(*args: Any, **kwargs: Any) -> None:
+        given.update(kwargs)
+        raise StartupError("runtime made")
+
+    monkeypatch.setattr(app.kube.runtime, "ClusterRuntime", runtime)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert cli.main(["serve", "--kubeconfig", str(api.kubeconfig(tmp_path))]) == 2
+    assert "runtime made" in capsys.readouterr().err
+    assert given["on_synced"] is freeze_long_lived
 
 
 @pytest.mark.parametrize(
