@@ -304,9 +304,15 @@ def _one_run(
     used_before = NOTHING_USED if backlog else Usage.of(plane)  # backlog: taken once the pods exist
     cpu_since = time.monotonic()
 
+    clients = threading.local()
+    opened: list[Kube] = []
+
     def create(i: int) -> None:
+        if not hasattr(clients, "kube"):
+            clients.kube = plane.client()
+            opened.append(clients.kube)
         name = f"pod-{i}"
-        sc.add_pod(name, template="one-gpu", scheduler=scheduler)
+        sc.add_pod(name, template="one-gpu", scheduler=scheduler, kube=clients.kube)
         created[name] = time.monotonic()
 
     start = time.monotonic()
@@ -314,8 +320,12 @@ def _one_run(
     if profile_seconds and not backlog:
         path = RUN_DIR / "profiles" / f"{label}-{scheduler_name}.pprof"
         profile = SchedulerProfile(scheduler_url, profile_seconds, path)
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(create, range(pods)))
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(create, range(pods)))
+    finally:
+        for kube in opened:
+            kube.close()
     creating_seconds = max(created.values()) - start
     if backlog:
         poll(lambda: len(sc.claims()) >= pods, timeout=timeout, interval=0.5, what=f"{label}: claims made")

@@ -211,10 +211,13 @@ class Scenario:
         node: str | None = None,
         pod_group: str | None = None,
         labels: dict[str, str] | None = None,
+        kube: Kube | None = None,
     ) -> None:
         """A pod (``terminationGracePeriodSeconds: 0``: without a kubelet a deleted pod is gone at once)
         using a claim or a template's claim, asking for ``limits`` (requests equal), with a PriorityClass
-        pinned to ``node`` by its hostname label, in PodGroup ``pod_group`` and with ``labels`` when given."""
+        pinned to ``node`` by its hostname label, in PodGroup ``pod_group`` and with ``labels`` when given.
+        ``kube``: the client to create it with instead of the scenario's (one per thread: an httpx client
+        shared by threads can interleave two requests' TLS records on one connection)."""
         resources: dict[str, Any] = {}
         container: dict[str, Any] = {
             "name": "main",
@@ -238,7 +241,7 @@ class Scenario:
             spec["nodeSelector"] = {"kubernetes.io/hostname": node}
         if pod_group:
             spec["schedulingGroup"] = {"podGroupName": pod_group}
-        self.kube.create(
+        (kube or self.kube).create(
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
