@@ -27,6 +27,7 @@ Error texts follow upstream (allocator-semantics §7):
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -132,8 +133,9 @@ class SelectorCache:
                     cost = PROGRAM_BASE_BYTES + len(expression) * self.engine.program_bytes_per_char
                     entry = _Entry(program, None, cost)
                 except CELCompileError as e:
-                    # Without its traceback: its frames hold this call's locals, the entry among them.
-                    entry = _Entry(None, e.with_traceback(None), PROGRAM_BASE_BYTES + len(expression))
+                    # A copy: no traceback, whose frames hold this call's locals (the entry among them),
+                    # and no context, which holds the compiler's.
+                    entry = _Entry(None, copy.copy(e), PROGRAM_BASE_BYTES + len(expression))
                 self.stats["compiles"] += 1
                 # Bound memory: drop the oldest expressions (dicts keep insertion order) while over a bound.
                 while table and (

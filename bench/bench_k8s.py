@@ -45,7 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bench_cel import table
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
-from e2e.kube import Kube, poll, tls_context
+from e2e.kube import Kube, ThreadClients, poll, tls_context
 from e2e.workload import EXTENDER_SCHEDULER, IN_TREE_SCHEDULER, Scenario
 
 RUN_DIR = ROOT / ".cache" / "bench-k8s"
@@ -245,6 +245,7 @@ class BoundWatch:
     """Watches a namespace's pods and records when each first shows a ``spec.nodeName``."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
+        """``kube``: a client of the watch's own, closed when the watch ends."""
         self.bound: dict[str, float] = {}
         self._kube, self._namespace = kube, namespace
         self._stop = threading.Event()
@@ -252,6 +253,12 @@ class BoundWatch:
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        finally:
+            self._kube.close()
+
+    def _watch(self) -> None:
         path = Kube.path("Pod", self._namespace)
         while not self._stop.is_set():
             params = {"watch": "true", "timeoutSeconds": "30", "allowWatchBookmarks": "false"}
@@ -291,7 +298,7 @@ def _one_run(
     sc.add_nodes(nodes, devices)
     sc.add_template("one-gpu")
     scheduler = IN_TREE_SCHEDULER if mode == "in-tree" else EXTENDER_SCHEDULER
-    watch = BoundWatch(sc.kube, sc.namespace)
+    watch = BoundWatch(plane.client(), sc.namespace)  # its own: the main thread reads through sc.kube
     time.sleep(1.0)  # the watch is open and the informers have seen the slices
     created: dict[str, float] = {}
     answered_before = _answered(plane) if mode == "extender" else None
@@ -304,15 +311,11 @@ def _one_run(
     used_before = NOTHING_USED if backlog else Usage.of(plane)  # backlog: taken once the pods exist
     cpu_since = time.monotonic()
 
-    clients = threading.local()
-    opened: list[Kube] = []
+    clients = ThreadClients(plane.client)
 
     def create(i: int) -> None:
-        if not hasattr(clients, "kube"):
-            clients.kube = plane.client()
-            opened.append(clients.kube)
         name = f"pod-{i}"
-        sc.add_pod(name, template="one-gpu", scheduler=scheduler, kube=clients.kube)
+        sc.add_pod(name, template="one-gpu", scheduler=scheduler, kube=clients.get())
         created[name] = time.monotonic()
 
     start = time.monotonic()
@@ -320,12 +323,8 @@ def _one_run(
     if profile_seconds and not backlog:
         path = RUN_DIR / "profiles" / f"{label}-{scheduler_name}.pprof"
         profile = SchedulerProfile(scheduler_url, profile_seconds, path)
-    try:
-        with ThreadPoolExecutor(4) as pool:
-            list(pool.map(create, range(pods)))
-    finally:
-        for kube in opened:
-            kube.close()
+    with clients, ThreadPoolExecutor(4) as pool:
+        list(pool.map(create, range(pods)))
     creating_seconds = max(created.values()) - start
     if backlog:
         poll(lambda: len(sc.claims()) >= pods, timeout=timeout, interval=0.5, what=f"{label}: claims made")

@@ -34,7 +34,7 @@ from pathlib import Path
 from bench.bench_cel import table
 from bench.bench_k8s import EQUAL_QPS, BoundWatch, clean, percentile, start_mode
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
-from e2e.kube import poll
+from e2e.kube import ThreadClients, poll
 from e2e.topology import (
     GPUS,
     NUMA,
@@ -258,14 +258,18 @@ class _Driver:
     def arrive(self, arrivals: tuple[tuple[str, str], ...], timeout: float) -> dict[str, str]:
         """Create the batch at once, wait until it settles; returns every pod's outcome."""
 
+        clients = ThreadClients(self.sc.plane.client)
+
         def create(pod: tuple[str, str]) -> None:
             cpus = self.cpu_per_gpu * ALL_SHAPES[pod[1]].gpus
             limits = {"cpu": f"{cpus:g}"} if cpus else None
-            self.sc.add_pod(pod[0], template=pod[1], scheduler=self.scheduler, limits=limits)
+            self.sc.add_pod(
+                pod[0], template=pod[1], scheduler=self.scheduler, limits=limits, kube=clients.get()
+            )
             self.created[pod[0]] = time.monotonic()
 
         start = time.monotonic()
-        with ThreadPoolExecutor(4) as pool:
+        with clients, ThreadPoolExecutor(4) as pool:
             list(pool.map(create, arrivals))
         states = self.sc.wait_settled(timeout=timeout)
         while True:  # a pod may be bound on a later try (after a refused bind, say): until nothing moves

@@ -5,6 +5,7 @@ layer over HTTP (no caching, no conversion)."""
 from __future__ import annotations
 
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -196,6 +197,33 @@ class Kube:
                 cut = err
         where = namespace or "the cluster"
         raise TimeoutError(f"{kind} in {where}: not all deleted in {attempts} collection deletes") from cut
+
+
+class ThreadClients:
+    """One ``Kube`` client per thread that asks for one (``get``), all closed when the ``with`` block ends.
+
+    Threads creating objects at once each use their own: one httpx client shared by 4 such threads
+    ended a benchmark run with a TLS ``decode error`` alert from kube-apiserver, probably two requests'
+    records interleaved on one connection."""
+
+    def __init__(self, make: Callable[[], Kube]) -> None:
+        self._make = make
+        self._local = threading.local()
+        self._made: list[Kube] = []
+
+    def get(self) -> Kube:
+        kube: Kube | None = getattr(self._local, "kube", None)
+        if kube is None:
+            kube = self._local.kube = self._make()
+            self._made.append(kube)
+        return kube
+
+    def __enter__(self) -> ThreadClients:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for kube in self._made:
+            kube.close()
 
 
 def poll(

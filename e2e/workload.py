@@ -216,8 +216,8 @@ class Scenario:
         """A pod (``terminationGracePeriodSeconds: 0``: without a kubelet a deleted pod is gone at once)
         using a claim or a template's claim, asking for ``limits`` (requests equal), with a PriorityClass
         pinned to ``node`` by its hostname label, in PodGroup ``pod_group`` and with ``labels`` when given.
-        ``kube``: the client to create it with instead of the scenario's (one per thread: an httpx client
-        shared by threads can interleave two requests' TLS records on one connection)."""
+        ``kube``: the client to create it with instead of the scenario's (threads creating pods at once:
+        ``e2e.kube.ThreadClients``)."""
         resources: dict[str, Any] = {}
         container: dict[str, Any] = {
             "name": "main",

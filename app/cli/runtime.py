@@ -373,6 +373,7 @@ def freeze_long_lived() -> None:
     the modules alone, 106,000: 46 ms), 1 ms once they are frozen. What replaces a frozen object later (a
     watch event's new version) is tracked again; slices, classes and the modules mostly stay frozen.
     Frozen objects are still freed by reference counting when the state drops them; only reference
-    cycles among them would never be freed, and the state forms none (tests/app/test_heap.py)."""
+    cycles among them are never freed. The state forms none (tests/app/test_heap.py); what else is alive
+    at the freeze and ends in a cycle later (the first watches' connections, tasks) is kept: once, bounded."""
     gc.collect()
     gc.freeze()

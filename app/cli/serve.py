@@ -366,7 +366,8 @@ def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: 
     _announce(
         server,
         f"dra-extender: cluster mode, API server {runtime.client.host}; serving {url} (kube-scheduler "
-        f"urlPrefix: {url}/scheduler); ready (/readyz) once every informer has synced",
+        f"urlPrefix: {url}/scheduler); ready (/readyz) once every informer has synced and the state is "
+        "frozen",
     )
     auth = None
     if server.delegated_auth:

@@ -509,7 +509,7 @@ def create_app(
         return _json(health) if ready is None or ready() else _json(syncing, 503)
 
     # Liveness: the process answers. Readiness: the state is complete (offline: loaded before the app exists;
-    # cluster mode: every informer has listed once).
+    # cluster mode: every informer has listed once and the state is frozen: freeze_long_lived).
     # Scraping computes the inventory gauges under the service lock: a worker thread, not the event loop.
     def exposition() -> Response:
         return Response(content=metrics.render(), media_type=METRICS_TYPE)

@@ -518,7 +518,7 @@ class Informers:
         ]
 
     async def wait_synced(self, poll: float = 0.01) -> None:
-        """Wait until ``synced``."""
+        """Return once every informer has listed once (checked every ``poll`` seconds)."""
         while not self.synced:
             await asyncio.sleep(poll)
 

@@ -50,6 +50,11 @@ def _slice(name: str, node_name: str, version: int) -> dict:
     return obj
 
 
+def _versioned(obj: dict, version: int) -> dict:
+    obj["metadata"]["resourceVersion"] = str(version)
+    return obj
+
+
 def _invalid_claim(name: str) -> dict:
     obj = claim(NS, name, [request("gpu", "gpu")])
     obj["spec"]["devices"]["requests"][0]["exactly"]["count"] = 0  # the API requires at least 1
@@ -100,9 +105,14 @@ def test_the_state_forms_no_reference_cycles_as_pods_come_bind_and_go(collector)
         for _ in range(3):  # kube-scheduler retries the pod whose claim is invalid
             refused = service.filter(state.get("Pod", f"{NS}/bad{round_}"), ["n1", "n2"])
             assert refused.passed == [] and "count" in refused.error
-        with service.lock:
+        with service.lock:  # every object there at the freeze replaced: their drop is seen too
             for index, (slice_name, node_name) in enumerate((("n1-gpus", "n1"), ("n2-gpus", "n2"))):
                 state.apply("ResourceSlice", _slice(slice_name, node_name, 10 + 2 * round_ + index))
+                state.apply("Node", _versioned(node(node_name, {"round": str(round_)}), 10 + round_))
+            state.apply(
+                "DeviceClass",
+                _versioned(device_class("gpu", f'device.driver == "{DRIVER}" && true'), 10 + round_),
+            )
             for name in [*names, f"bad{round_}"]:
                 state.remove("Pod", f"{NS}/{name}")
             for name in [*(f"{name}-gpu" for name in names), f"bad{round_}"]:
@@ -122,11 +132,12 @@ def test_an_invalid_claim_raises_a_fresh_error_each_time():
     # would grow with every retry of the pod for as long as the claim stays unchanged.
     state = ClusterState.from_objects([("ResourceClaim", _invalid_claim("bad"))])
     raised: list[InvalidInputError] = []
+    depths: list[int] = []
     for _ in range(3):
         with pytest.raises(InvalidInputError, match="count") as caught:
             state.parsed_claim(f"{NS}/bad")
         raised.append(caught.value)
+        depths.append(len(traceback.extract_tb(caught.value.__traceback__)))
     assert len({id(error) for error in raised}) == 3
-    depths = [len(traceback.extract_tb(error.__traceback__)) for error in raised]
     assert depths == [depths[0]] * 3  # raised again, one instance's traceback grows by a raise each time
     assert len({str(error) for error in raised}) == 1

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import pytest
 
-from e2e.kube import ApiError, Kube
+from e2e.kube import ApiError, Kube, ThreadClients
 
 
 def _kube(answers: list[httpx.Response | Exception]) -> tuple[Kube, list[httpx.Request]]:
@@ -48,3 +50,28 @@ def test_another_error_is_raised() -> None:
     kube, _ = _kube([httpx.Response(403, json={"message": "forbidden"})])
     with pytest.raises(ApiError, match="403 forbidden"):
         kube.delete_all("Pod", "ml")
+
+
+def test_thread_clients_gives_each_thread_its_own_client_and_closes_them_all() -> None:
+    made: list[Kube] = []
+
+    def make() -> Kube:
+        kube, _ = _kube([])
+        made.append(kube)
+        return kube
+
+    seen: dict[str, list[int]] = {}
+
+    def ask(name: str) -> None:
+        seen[name] = [id(clients.get()) for _ in range(3)]
+
+    with ThreadClients(make) as clients:
+        threads = [threading.Thread(target=ask, args=(f"t{i}",)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(len(set(ids)) == 1 for ids in seen.values())  # one client per thread, kept
+        assert len({ids[0] for ids in seen.values()}) == 3 == len(made)  # none shared between threads
+        assert not any(kube.http.is_closed for kube in made)
+    assert all(kube.http.is_closed for kube in made)

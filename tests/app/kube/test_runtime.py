@@ -83,6 +83,25 @@ async def test_on_synced_is_called_once_when_every_informer_has_listed_and_readi
         await runtime.stop()
 
 
+async def test_a_failing_on_synced_is_logged_and_the_runtime_becomes_ready(api, clock, tmp_path, caplog):
+    seed_cluster(api)
+
+    def fail() -> None:
+        raise RuntimeError("the hook failed")
+
+    runtime = ClusterRuntime(
+        dataclasses.replace(TEST_SETTINGS, kubeconfig=api.kubeconfig(tmp_path)), clock=clock, on_synced=fail
+    )
+    await runtime.start()
+    try:
+        await eventually(runtime.ready)
+        assert any("the hook failed" in (r.exc_text or "") for r in caplog.records if r.levelname == "ERROR")
+        api.add("Pod", pod(NS, "later", []))  # the informers still run
+        await eventually(lambda: runtime.state.get("Pod", f"{NS}/later") is not None)
+    finally:
+        await runtime.stop()
+
+
 async def test_background_runtime_serves_filter_and_bind_like_serve_does(api: FakeKubeAPI, tmp_path):
     seed_cluster(api)
     api.add("ResourceClaim", claim(NS, "c", [request("gpu", "gpu")]))
@@ -264,7 +283,7 @@ def test_serve_in_cluster_mode_reports_an_unusable_config_file(monkeypatch, tmp_
     assert "missing.yaml" in capsys.readouterr().err
 
 
-def test_serve_in_cluster_mode_freezes_the_state_once_synced(api, monkeypatch, tmp_path, capsys):
+def test_serve_in_cluster_mode_passes_the_freeze_as_on_synced(api, monkeypatch, tmp_path, capsys):
     import app.kube.runtime
     from app.cli.runtime import freeze_long_lived
 
