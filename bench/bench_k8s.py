@@ -244,10 +244,11 @@ class SchedulerProfile:
 class BoundWatch:
     """Watches a namespace's pods and records when each first shows a ``spec.nodeName``."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        """``kube``: a client of the watch's own, closed when the watch ends."""
+    def __init__(self, client: Callable[[], Kube], namespace: str) -> None:
+        """``client`` (``ControlPlane.client``) makes the API client the watch's thread uses alone and closes
+        when it ends: an httpx client is not shared between threads here (``e2e.kube.ThreadClients``)."""
         self.bound: dict[str, float] = {}
-        self._kube, self._namespace = kube, namespace
+        self._kube, self._namespace = client(), namespace
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -298,7 +299,7 @@ def _one_run(
     sc.add_nodes(nodes, devices)
     sc.add_template("one-gpu")
     scheduler = IN_TREE_SCHEDULER if mode == "in-tree" else EXTENDER_SCHEDULER
-    watch = BoundWatch(plane.client(), sc.namespace)  # its own: the main thread reads through sc.kube
+    watch = BoundWatch(plane.client, sc.namespace)
     time.sleep(1.0)  # the watch is open and the informers have seen the slices
     created: dict[str, float] = {}
     answered_before = _answered(plane) if mode == "extender" else None

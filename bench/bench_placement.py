@@ -224,7 +224,7 @@ class _Driver:
 
     def __init__(self, sc: Scenario, scheduler: str, cpu_per_gpu: float) -> None:
         self.sc, self.scheduler, self.cpu_per_gpu = sc, scheduler, cpu_per_gpu
-        self.watch = BoundWatch(sc.kube, sc.namespace)
+        self.watch = BoundWatch(sc.plane.client, sc.namespace)
         self.created: dict[str, float] = {}
         self.freed: dict[str, float] = {}
         self.holdings: dict[str, Held] = {}

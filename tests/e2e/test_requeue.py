@@ -62,7 +62,7 @@ def _wait_for_event(
         states = sc.wait_settled(timeout=120)
         assert {states[n] for n in names} == {"unschedulable"}, states
         assert all(states[n] == "bound" for n in before), states
-        watch = BoundWatch(sc.kube, sc.namespace)
+        watch = BoundWatch(sc.plane.client, sc.namespace)
         time.sleep(1.0)  # the watch is open
         happened = time.monotonic()
         event(sc)
