@@ -21,6 +21,9 @@ step budget its caller set. Neither is "fits" nor "cannot be satisfied".
 
 from __future__ import annotations
 
+import copy
+from typing import TypeVar
+
 __all__ = [
     "AllocatorError",
     "CELCompileError",
@@ -33,7 +36,17 @@ __all__ = [
     "NodeLocalError",
     "SearchLimitError",
     "SearchTimeoutError",
+    "detached",
 ]
+
+_Error = TypeVar("_Error", bound=BaseException)
+
+
+def detached(error: _Error) -> _Error:
+    """A copy of ``error`` to cache or to raise from a cache: no traceback (its frames hold the raising
+    call's locals, the cache among them: a cycle), context or cause. Raise a fresh copy each time: an
+    instance raised again chains every raise's frames, and their locals, onto its traceback."""
+    return copy.copy(error)
 
 
 class AllocatorError(Exception):

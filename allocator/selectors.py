@@ -27,14 +27,13 @@ Error texts follow upstream (allocator-semantics §7):
 
 from __future__ import annotations
 
-import copy
 import threading
 from typing import Any
 from weakref import WeakKeyDictionary
 
 from allocator.cel import AttributeValue, CELDevice, CELEngine, SelectorProgram, ValueProgram
 from allocator.cel.reads import Reads, value_key
-from allocator.errors import CELCompileError, CELError, CELEvalError
+from allocator.errors import CELCompileError, CELError, CELEvalError, detached
 from allocator.model import Device
 
 __all__ = [
@@ -133,9 +132,7 @@ class SelectorCache:
                     cost = PROGRAM_BASE_BYTES + len(expression) * self.engine.program_bytes_per_char
                     entry = _Entry(program, None, cost)
                 except CELCompileError as e:
-                    # A copy: no traceback, whose frames hold this call's locals (the entry among them),
-                    # and no context, which holds the compiler's.
-                    entry = _Entry(None, copy.copy(e), PROGRAM_BASE_BYTES + len(expression))
+                    entry = _Entry(None, detached(e), PROGRAM_BASE_BYTES + len(expression))
                 self.stats["compiles"] += 1
                 # Bound memory: drop the oldest expressions (dicts keep insertion order) while over a bound.
                 while table and (

@@ -7,13 +7,12 @@ parsed into allocator ``Claim`` objects once per resourceVersion.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from allocator.deviceuse import allocated_devices
-from allocator.errors import InvalidInputError
+from allocator.errors import InvalidInputError, detached
 from allocator.features import FeatureGates
 from allocator.inventory import Inventory
 from allocator.model import (
@@ -199,10 +198,7 @@ class ClusterState:
                     obj, same_spec=earlier[1] if earlier is not None and earlier[0] is spec else None
                 )
             except InvalidInputError as e:
-                # Kept without the traceback, whose frames hold this call's locals (a cycle through the
-                # cache), and raised as a fresh copy: an instance raised again chains every raise's frames,
-                # and their locals, onto its traceback, as often as kube-scheduler retries the pod.
-                parsed = copy.copy(e)
+                parsed = detached(e)  # raised again as often as kube-scheduler retries the pod
             else:
                 parsed = claim
                 if (earlier is None or earlier[0] is not spec) and isinstance(spec, Mapping):
@@ -212,7 +208,7 @@ class ClusterState:
             cached = (version, parsed)
             self._claims[key] = cached
         if isinstance(cached[1], InvalidInputError):
-            raise copy.copy(cached[1])
+            raise detached(cached[1])
         return cached[1]
 
     def node(self, name: str) -> Node | None:
