@@ -44,15 +44,13 @@ def test_objects_alive_when_frozen_leave_the_collectors_generations(collector):
     assert id(before) in {id(obj) for obj in gc.get_objects()}
 
 
-def _slice(name: str, node_name: str, version: int) -> dict:
-    obj = resource_slice(name, DRIVER, node_name, [device("gpu-0"), device("gpu-1")])
-    obj["metadata"]["resourceVersion"] = str(version)
-    return obj
-
-
 def _versioned(obj: dict, version: int) -> dict:
     obj["metadata"]["resourceVersion"] = str(version)
     return obj
+
+
+def _slice(name: str, node_name: str, version: int) -> dict:
+    return _versioned(resource_slice(name, DRIVER, node_name, [device("gpu-0"), device("gpu-1")]), version)
 
 
 def _invalid_claim(name: str) -> dict:
