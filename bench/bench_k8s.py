@@ -19,7 +19,11 @@ limit (``--qps``, burst twice that); the second table runs everything at its def
 ``--modes in-tree,extender,null`` adds the ceiling: the same kube-scheduler configuration calling
 ``bench/nullextender`` (Go), which passes on as many nodes as the extender does (kube-scheduler's adaptive
 share, or ``--extender-nodes-to-score``) without looking at them, scores 0 and binds at once without
-allocating, so its throughput is the most any extender can reach on this kube-scheduler. Only the
+allocating, so its throughput is the most any extender can reach on this kube-scheduler. ``null-writes``
+is the same null extender allocating each pod's claim as it binds, with the writes the in-tree plugin's
+PreBind makes (the claim's finalizer, its allocation and reservedFor, then the Binding) on the first
+free device of the node: the most any extender can reach that allocates through the API as upstream
+does. Only the
 components of the mode being measured run during its run (each run starts them afresh), so no idle
 scheduler or extender takes CPU from the other mode on a small machine."""
 
@@ -39,6 +43,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -46,7 +51,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.bench_cel import table
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
 from e2e.kube import Kube, ThreadClients, poll, tls_context
-from e2e.workload import EXTENDER_SCHEDULER, IN_TREE_SCHEDULER, Scenario
+from e2e.workload import EXTENDER_SCHEDULER, IN_TREE_SCHEDULER, Scenario, allocated_devices, allocation_node
 
 RUN_DIR = ROOT / ".cache" / "bench-k8s"
 COMPONENTS = (
@@ -55,14 +60,17 @@ COMPONENTS = (
     "kube-scheduler",
     "kube-scheduler-in-tree",
     "kube-scheduler-null",
+    "kube-scheduler-null-writes",
     "dra-extender",
     "dra-extender-null",
+    "dra-extender-null-writes",
     "kube-controller-manager",
 )
 MODE_COMPONENTS = {
     "in-tree": ("kube-scheduler-in-tree",),
     "extender": ("dra-extender", "kube-scheduler"),
     "null": ("dra-extender-null", "kube-scheduler-null"),
+    "null-writes": ("dra-extender-null-writes", "kube-scheduler-null-writes"),
 }
 """What runs during a run of each mode (besides the control plane): the scheduler and its extender."""
 SCHEDULER_OF = {mode: names[-1] for mode, names in MODE_COMPONENTS.items()}
@@ -357,8 +365,44 @@ def _one_run(
     )
     if profile is not None:
         print(f"{label}: kube-scheduler CPU profile {profile.path}\n{profile.summary()}", flush=True)
+    if mode != "null":  # the null extender binds without allocating
+        problems = allocation_problems(sc.kube.list("Pod", sc.namespace), sc.claims())
+        if problems:
+            raise RuntimeError(f"{label}: bound pods without their devices: {'; '.join(problems[:5])}")
     clean(sc)
     return run
+
+
+def allocation_problems(pods: list[dict[str, Any]], claims: list[dict[str, Any]]) -> list[str]:
+    """What is wrong with the allocations of a run's bound pods, each of which owns one template claim: a
+    claim missing, not allocated for the pod's node or not reserved for the pod, or a device in two claims.
+    A run whose pods were bound without their devices measured nothing."""
+    owned = {
+        owner["uid"]: claim
+        for claim in claims
+        for owner in claim["metadata"].get("ownerReferences") or ()
+        if owner.get("kind") == "Pod"
+    }
+    problems: list[str] = []
+    holders: dict[tuple[str, str, str], str] = {}
+    for pod in pods:
+        name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
+        if not node:
+            continue
+        claim = owned.get(pod["metadata"]["uid"])
+        if claim is None:
+            problems.append(f"{name}: no claim")
+            continue
+        if allocation_node(claim) != node or not allocated_devices(claim):
+            problems.append(f"{name}: its claim is not allocated on {node}")
+        reserved = {r.get("uid") for r in claim.get("status", {}).get("reservedFor") or ()}
+        if pod["metadata"]["uid"] not in reserved:
+            problems.append(f"{name}: not in its claim's reservedFor")
+        for device in allocated_devices(claim):
+            if device in holders:
+                problems.append(f"{name}: {'/'.join(device)} is also {holders[device]}'s")
+            holders[device] = name
+    return problems
 
 
 def clean(sc: Scenario) -> None:
@@ -477,8 +521,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modes",
         default="in-tree,extender",
-        help="comma-separated, from in-tree, extender and null (bench/nullextender: the ceiling of any "
-        "extender on this kube-scheduler configuration); in-tree is always measured, as the baseline",
+        help="comma-separated, from in-tree, extender, null (bench/nullextender: the ceiling of any "
+        "extender on this kube-scheduler configuration) and null-writes (the same, allocating each claim "
+        "through the API as the in-tree plugin does); in-tree is always measured, as the baseline",
     )
     parser.add_argument(
         "--qps",
@@ -544,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     # kube-scheduler and the extender at 1.37's default gates: the workload needs no other, and the e2e
     # plane's DRANodeAllocatableResources would slow the in-tree plugin's Filter (FEATURE_GATES).
     plane = ControlPlane(RUN_DIR, build_binaries(), scheduling_gates=None)
-    null_binary = _build_null_extender() if "null" in modes else None
+    null_binary = _build_null_extender() if {"null", "null-writes"} & set(modes) else None
     tables: list[tuple[str, bool, list[Run]]] = []
     phases: list[tuple[float | None, bool]] = [
         *([(args.qps, False)] if args.headline else []),
@@ -664,12 +709,16 @@ def start_mode(
     if mode == "in-tree":
         plane.start_scheduler(with_extender=False, **common)
         return
-    if mode == "null":
+    if mode in ("null", "null-writes"):
         if null_binary is None:
-            raise ValueError("mode null needs the null extender built (_build_null_extender)")
+            raise ValueError(f"mode {mode} needs the null extender built (_build_null_extender)")
+        name, _ = MODE_COMPONENTS[mode]
         sampling = extender_nodes_to_score or 0  # the extender's default: adaptive
-        plane.start_null_extender(null_binary, f"--percentage-of-nodes-to-score={sampling}", qps=qps)
-        plane.start_scheduler(nodes_to_score=nodes_to_score, extender="dra-extender-null", **common)
+        writes = ["--write-claims"] if mode == "null-writes" else []
+        plane.start_null_extender(
+            null_binary, f"--percentage-of-nodes-to-score={sampling}", *writes, qps=qps, name=name
+        )
+        plane.start_scheduler(nodes_to_score=nodes_to_score, extender=name, **common)
         return
     extra = []
     if extender_nodes_to_score is not None:

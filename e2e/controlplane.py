@@ -431,13 +431,15 @@ class ControlPlane:
             hostname,
         )
 
-    def start_null_extender(self, binary: Path, *extra: str, qps: float | None = None) -> Component:
-        """``bench/nullextender`` (built at ``binary``) as ``dra-extender-null``: an extender that passes
+    def start_null_extender(
+        self, binary: Path, *extra: str, qps: float | None = None, name: str = "dra-extender-null"
+    ) -> Component:
+        """``bench/nullextender`` (built at ``binary``) as component ``name``: an extender that passes
         every node, scores 0 and binds at once, with the extender's account's token and API rate limit
         ``qps`` (burst twice that; None: 50 / 100, the extender's default); ``extra``: its other flags.
-        ``start_scheduler(extender=
-        "dra-extender-null")`` starts the kube-scheduler that calls it (``kube-scheduler-null``)."""
-        name, port = "dra-extender-null", free_port()
+        ``start_scheduler(extender=name)`` starts the kube-scheduler that calls it (``kube-scheduler-null``
+        for ``dra-extender-null``)."""
+        port = free_port()
         self.extender_urls[name] = f"http://127.0.0.1:{port}"
         token = self.directory / f"{name}.token"
         token.write_text(self.tokens[EXTENDER_ONLY_ACCOUNT])

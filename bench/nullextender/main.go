@@ -4,7 +4,8 @@
 // default: --percentage-of-nodes-to-score), prioritize scores every node 0, bind creates the pod's Binding
 // at once (no claim is allocated). Run behind the same kube-scheduler configuration as the extender, its
 // throughput is the ceiling of the extender path on that kube-scheduler: what kube-scheduler itself and
-// the HTTP round trips cost, with nothing of ours in them.
+// the HTTP round trips cost, with nothing of ours in them. With --write-claims it also allocates each
+// pod's claim through the API as the in-tree plugin does (claims.go).
 package main
 
 import (
@@ -79,7 +80,30 @@ type server struct {
 	api        string
 	token      string
 	client     *http.Client
+	watcher    *http.Client // no timeout: watches stay open
 	limit      *bucket
+	inventory  *inventory // with --write-claims, else nil
+}
+
+// send makes one API request (rate limited when limited) and returns the answer's body, or an error
+// when its status is not want.
+func (s *server) send(method, path string, body []byte, limited bool, want int) ([]byte, error) {
+	request, _ := http.NewRequest(method, s.api+path, bytes.NewReader(body))
+	request.Header.Set("Authorization", "Bearer "+s.token)
+	request.Header.Set("Content-Type", "application/json")
+	if limited {
+		s.limit.wait()
+	}
+	response, err := s.client.Do(request)
+	if err != nil {
+		return nil, err
+	}
+	answer, _ := io.ReadAll(response.Body)
+	response.Body.Close()
+	if response.StatusCode != want {
+		return nil, fmt.Errorf("%s %s: %s: %s", method, path, response.Status, answer)
+	}
+	return answer, nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -95,12 +119,24 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, filterResult{Error: err.Error()})
 		return
 	}
+	failed := map[string]string{}
 	if args.NodeNames != nil {
 		names := *args.NodeNames
+		if s.inventory != nil {
+			fit := make([]string, 0, len(names))
+			for _, name := range names {
+				if s.inventory.free(name) > 0 {
+					fit = append(fit, name)
+				} else {
+					failed[name] = "no free device"
+				}
+			}
+			names = fit
+		}
 		names = names[:nodesToScore(s.percentage, len(names))]
 		args.NodeNames = &names
 	}
-	writeJSON(w, filterResult{NodeNames: args.NodeNames})
+	writeJSON(w, filterResult{NodeNames: args.NodeNames, FailedNodes: failed})
 }
 
 // nodesToScore is how many of n nodes kube-scheduler scores with percentageOfNodesToScore p (0: its
@@ -138,26 +174,27 @@ func (s *server) bind(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, bindResult{Error: err.Error()})
 		return
 	}
+	if s.inventory != nil {
+		device, driver := s.inventory.pick(args.Node)
+		if device == "" {
+			writeJSON(w, bindResult{Error: "no free device on " + args.Node})
+			return
+		}
+		if err := s.writeClaim(args, device, driver); err != nil {
+			s.inventory.release(args.Node, device)
+			writeJSON(w, bindResult{Error: err.Error()})
+			return
+		}
+	}
 	binding, _ := json.Marshal(map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Binding",
 		"metadata":   map[string]any{"name": args.PodName, "namespace": args.PodNamespace, "uid": args.PodUID},
 		"target":     map[string]any{"apiVersion": "v1", "kind": "Node", "name": args.Node},
 	})
-	url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s/binding", s.api, args.PodNamespace, args.PodName)
-	request, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(binding))
-	request.Header.Set("Authorization", "Bearer "+s.token)
-	request.Header.Set("Content-Type", "application/json")
-	s.limit.wait()
-	response, err := s.client.Do(request)
-	if err != nil {
-		writeJSON(w, bindResult{Error: err.Error()})
-		return
-	}
-	body, _ := io.ReadAll(response.Body)
-	response.Body.Close()
-	if response.StatusCode != http.StatusCreated {
-		writeJSON(w, bindResult{Error: fmt.Sprintf("binding: %s: %s", response.Status, body)})
+	path := fmt.Sprintf("/api/v1/namespaces/%s/pods/%s/binding", args.PodNamespace, args.PodName)
+	if _, err := s.send(http.MethodPost, path, binding, true, http.StatusCreated); err != nil {
+		writeJSON(w, bindResult{Error: "binding: " + err.Error()})
 		return
 	}
 	writeJSON(w, bindResult{})
@@ -171,6 +208,7 @@ func main() {
 	qps := flag.Float64("qps", 50, "API client rate limit")
 	burst := flag.Int("burst", 100, "API client burst")
 	percentage := flag.Int("percentage-of-nodes-to-score", 0, "share of the nodes filter passes on (0: adaptive)")
+	writeClaims := flag.Bool("write-claims", false, "allocate each pod's claim through the API before binding")
 	flag.Parse()
 
 	ca, err := os.ReadFile(*caFile)
@@ -193,7 +231,12 @@ func main() {
 		api:        *api,
 		token:      string(bytes.TrimSpace(token)),
 		client:     &http.Client{Transport: transport, Timeout: 30 * time.Second},
+		watcher:    &http.Client{Transport: transport},
 		limit:      &bucket{qps: *qps, burst: float64(*burst), tokens: float64(*burst), last: time.Now()},
+	}
+	if *writeClaims {
+		s.inventory = newInventory()
+		s.startWatches()
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /scheduler/filter", s.filter)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench.bench_k8s import Usage, _waiting_seconds
+from bench.bench_k8s import Usage, _waiting_seconds, allocation_problems
 
 _BUSY = """
 import hashlib, os, threading, time
@@ -56,3 +56,38 @@ def test_a_run_counts_what_each_running_component_used_after_it_began():
     assert after.since(before) == Usage(
         {"etcd": 2.0, "kube-apiserver": 5.0}, {"etcd": 0.5, "kube-apiserver": 2.0}
     )
+
+
+def _pod(name: str, node: str | None) -> dict:
+    return {"metadata": {"name": name, "uid": f"uid-{name}"}, "spec": {"nodeName": node} if node else {}}
+
+
+def _claim(owner: str, node: str | None, device: str | None, reserved: tuple[str, ...] = ()) -> dict:
+    claim: dict = {"metadata": {"ownerReferences": [{"kind": "Pod", "uid": f"uid-{owner}"}]}, "status": {}}
+    if node and device:
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        claim["status"]["allocation"] = {
+            "devices": {"results": [{"driver": "d", "pool": node, "device": device, "request": "gpu"}]},
+            "nodeSelector": {"nodeSelectorTerms": [term]},
+        }
+    claim["status"]["reservedFor"] = [{"resource": "pods", "uid": f"uid-{r}"} for r in reserved]
+    return claim
+
+
+def test_a_run_with_a_pod_bound_without_its_device_is_refused():
+    """Each bound pod must hold its own device on its node: the checks a run's pods and claims pass."""
+    pods = [_pod(name, "n1") for name in "abde"] + [_pod("c", "n2"), _pod("f", None)]
+    claims = [
+        _claim("a", "n1", "gpu-0", ("a",)),
+        _claim("b", "n1", "gpu-0", ("b",)),  # a's device
+        _claim("c", "n1", "gpu-1", ("c",)),  # allocated on another node than the pod's
+        _claim("d", "n1", "gpu-2"),  # not reserved for d
+        _claim("f", None, None),  # pending: not checked
+    ]
+    assert allocation_problems(pods, claims) == [
+        "b: d/n1/gpu-0 is also a's",
+        "d: not in its claim's reservedFor",
+        "e: no claim",
+        "c: its claim is not allocated on n2",
+    ]
+    assert allocation_problems(pods[:1], claims[:1]) == []
