@@ -95,6 +95,9 @@ class Run:
     cycle_ms: dict[str, float] = field(default_factory=dict)
     """kube-scheduler's mean time per scheduling cycle in each part of it (``CYCLE_PARTS``)."""
     cycles: int = 0
+    requests: dict[str, float] = field(default_factory=dict)
+    """kube-apiserver's requests during the run by verb and resource (``_api_requests``): what each
+    path asks of the API server, whoever sent it."""
     creating_seconds: float = 0.0
     """From the first pod created to the last: when it is close to ``seconds``, pods were bound as fast as
     the client could create them, and the run measured the machine, not the scheduler."""
@@ -186,6 +189,33 @@ def _answered(plane: ControlPlane) -> tuple[Answered, dict[str, float]]:
                 if sample.labels.get("result") in holds and sample.name.endswith("_total"):
                     holds[sample.labels["result"]] += sample.value
     return _histogram_totals(text, REQUEST_METRIC, "verb", VERBS), holds
+
+
+def _api_requests(plane: ControlPlane) -> dict[str, float]:
+    """kube-apiserver's requests so far by verb and resource (``PUT resourceclaims/status``), from its
+    ``apiserver_request_total``, over every client and answer code; its own watch-cache and lease traffic
+    included."""
+    requests: dict[str, float] = {}
+    kube = plane.client()
+    try:
+        text = kube.http.get("/metrics").text
+    finally:
+        kube.close()
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            labels = sample.labels
+            resource = "/".join(filter(None, (labels.get("resource"), labels.get("subresource"))))
+            key = f"{labels.get('verb')} {resource}"
+            requests[key] = requests.get(key, 0.0) + sample.value
+    return requests
+
+
+API_REQUESTS_SHOWN = 0.1
+"""Requests per pod below which a kind of request gets no row of its own in the table."""
 
 
 CYCLE_PARTS = ("algorithm", "PreFilter", "PreScore", "Score")
@@ -318,6 +348,7 @@ def _one_run(
     # A kube-scheduler started after the pods were created counts its cycles from zero.
     cycles_before = None if backlog else _cycles(scheduler_url)
     used_before = NOTHING_USED if backlog else Usage.of(plane)  # backlog: taken once the pods exist
+    requests_before = {} if backlog else _api_requests(plane)
     cpu_since = time.monotonic()
 
     clients = ThreadClients(plane.client)
@@ -338,16 +369,19 @@ def _one_run(
     if backlog:
         poll(lambda: len(sc.claims()) >= pods, timeout=timeout, interval=0.5, what=f"{label}: claims made")
         used_before, cpu_since = Usage.of(plane), time.monotonic()
+        requests_before = _api_requests(plane)
         created = dict.fromkeys(created, time.monotonic())  # latency: from kube-scheduler started
         plane.components[scheduler_name].start()
     poll(lambda: len(watch.bound) >= pods, timeout=timeout, interval=0.2, what=f"{label}: {pods} pods bound")
     seconds = max(watch.bound.values()) - (min(watch.bound.values()) if backlog else start)
     used = Usage.of(plane).since(used_before)
     cpu_seconds = time.monotonic() - cpu_since
+    requests = _minus(_api_requests(plane), requests_before)
     watch.stop()
     latencies = [watch.bound[n] - created[n] for n in created if n in watch.bound]
     run = Run(mode, pods, seconds, latencies, used.cpu, used.waiting)
     run.cpu_seconds = cpu_seconds
+    run.requests = requests
     run.creating_seconds = creating_seconds
     if answered_before is not None:
         answered_after, holds_after = _answered(plane)
@@ -374,9 +408,10 @@ def _one_run(
 
 
 def allocation_problems(pods: list[dict[str, Any]], claims: list[dict[str, Any]]) -> list[str]:
-    """What is wrong with the allocations of a run's bound pods, each of which owns one template claim: a
-    claim missing, not allocated for the pod's node or not reserved for the pod, or a device in two claims.
-    A run whose pods were bound without their devices measured nothing."""
+    """What is wrong with a run's allocations: a bound pod whose template claim is missing, not allocated
+    on the pod's node (its nodeSelector, and its devices from the node's pool: the workload names each
+    node's pool after the node) or not reserved for the pod, or a device in two claims. A run whose pods
+    were bound without their devices measured nothing."""
     owned = {
         owner["uid"]: claim
         for claim in claims
@@ -384,7 +419,6 @@ def allocation_problems(pods: list[dict[str, Any]], claims: list[dict[str, Any]]
         if owner.get("kind") == "Pod"
     }
     problems: list[str] = []
-    holders: dict[tuple[str, str, str], str] = {}
     for pod in pods:
         name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
         if not node:
@@ -393,15 +427,18 @@ def allocation_problems(pods: list[dict[str, Any]], claims: list[dict[str, Any]]
         if claim is None:
             problems.append(f"{name}: no claim")
             continue
-        if allocation_node(claim) != node or not allocated_devices(claim):
+        devices = allocated_devices(claim)
+        if allocation_node(claim) != node or not devices or any(pool != node for _, pool, _ in devices):
             problems.append(f"{name}: its claim is not allocated on {node}")
         reserved = {r.get("uid") for r in claim.get("status", {}).get("reservedFor") or ()}
         if pod["metadata"]["uid"] not in reserved:
             problems.append(f"{name}: not in its claim's reservedFor")
+    holders: dict[tuple[str, str, str], str] = {}
+    for claim in claims:
         for device in allocated_devices(claim):
             if device in holders:
-                problems.append(f"{name}: {'/'.join(device)} is also {holders[device]}'s")
-            holders[device] = name
+                problems.append(f"{'/'.join(device)} is in {holders[device]} and {claim['metadata']['name']}")
+            holders[device] = claim["metadata"]["name"]
     return problems
 
 
@@ -475,6 +512,14 @@ def report(runs: list[Run], nodes: int, devices: int, target: str, *, backlog: b
         lambda r: 1000 * sum(r.waiting.values()) / r.pods,
         "{:.1f}",
     )
+    # The same writes on both paths, or not: kube-apiserver's requests per pod by kind, from every client.
+    for key in sorted({key for r in runs for key in r.requests}):
+
+        def per_pod(r: Run, key: str = key) -> float:
+            return r.requests.get(key, 0.0) / r.pods
+
+        if any(median_of(m, per_pod) >= API_REQUESTS_SHOWN for m in modes):
+            per_mode(f"API requests per pod: {key}", per_pod, "{:.2f}")
     per_mode("kube-scheduler: cycles per pod", lambda r: r.cycles / r.pods, "{:.2f}")
     for part in CYCLE_PARTS:
         per_mode(f"kube-scheduler: {part} (mean ms per cycle)", lambda r: r.cycle_ms.get(part, 0.0), "{:.2f}")  # noqa: B023

@@ -237,6 +237,10 @@ class ControlPlane:
         )
         self.admin = ca.issue("admin", "e2e-admin", organization="system:masters")
         controller_manager = ca.issue("controller-manager", "system:kube-controller-manager")
+        # The in-tree plugin's kube-scheduler as clusters run it: the system:kube-scheduler user, authorized
+        # by RBAC's bootstrap roles. As system:masters it would skip the authorization the extender path's
+        # ServiceAccounts go through on every request: the comparison would not be like for like.
+        in_tree_scheduler = ca.issue("kube-scheduler", "system:kube-scheduler")
         sa = pki.service_account_keys(pkidir)
 
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
@@ -303,6 +307,12 @@ class ControlPlane:
             self.server,
             ca.cert,
             {"client-certificate": str(self.admin.cert), "client-key": str(self.admin.key)},
+        )
+        self.in_tree_scheduler_kubeconfig = _kubeconfig(
+            self.directory / "kube-scheduler-in-tree.kubeconfig",
+            self.server,
+            ca.cert,
+            {"client-certificate": str(in_tree_scheduler.cert), "client-key": str(in_tree_scheduler.key)},
         )
         kcm_kubeconfig = _kubeconfig(
             self.directory / "controller-manager.kubeconfig",
@@ -490,10 +500,10 @@ class ControlPlane:
             config = {
                 "apiVersion": "kubescheduler.config.k8s.io/v1",
                 "kind": "KubeSchedulerConfiguration",
-                "clientConnection": {"kubeconfig": str(self.admin_kubeconfig)},
+                "clientConnection": {"kubeconfig": str(self.in_tree_scheduler_kubeconfig)},
                 "leaderElection": {"leaderElect": False},
             }
-            name, kubeconfig = "kube-scheduler-in-tree", self.admin_kubeconfig
+            name, kubeconfig = "kube-scheduler-in-tree", self.in_tree_scheduler_kubeconfig
             flags = ["--v=2"]
         flags = [f for f in flags if not f.startswith("--feature-gates=")] + self._gate_flags()
         if qps is not None:

@@ -1,10 +1,13 @@
 package main
 
-// --write-claims: the bind writes what kube-scheduler's in-tree PreBind writes for a pod with one
-// claim (the claim's finalizer, then its allocation and reservedFor, then the Binding), on a device
-// picked without any search. Behind the extender's kube-scheduler configuration, its throughput is the
-// ceiling of any extender that allocates through the API as upstream does: kube-scheduler's cycle, the
-// HTTP round trips and the API server's work for those writes, with no allocator in them.
+// --write-claims: the bind allocates the pod's one claim through the API as kube-scheduler's in-tree
+// PreBind writes it (the claim's finalizer with an update, then its allocation and reservedFor with an
+// update of its status, then the Binding), on the first free device of the node, without any search.
+// Behind the extender's kube-scheduler configuration, its throughput is the ceiling of an extender that
+// allocates through the API as upstream does, with JSON as the extender does (kube-scheduler's client
+// sends protobuf, which costs kube-apiserver less): kube-scheduler's cycle, the HTTP round trips and the
+// API server's work for those writes, with no allocator in them. A write that conflicts fails the bind
+// (kube-scheduler retries the pod) where upstream re-reads the claim and writes again.
 
 import (
 	"encoding/json"
@@ -13,28 +16,40 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 const finalizer = "resource.kubernetes.io/delete-protection"
 
-// inventory is what the watches have seen: each node's devices (one ResourceSlice per node, as the
-// benchmark publishes), the claims by the pod that owns them (template claims), and the devices
-// allocated or being allocated.
+// slot is one device: its pool and name.
+type slot struct{ pool, device string }
+
+// nodeDevices is what a node's ResourceSlice publishes (the benchmark publishes one per node).
+type nodeDevices struct {
+	driver, pool string
+	devices      []string
+}
+
+// inventory is what the watches have seen, plus the binds' own writes before the watch brings them
+// back: each node's devices, each pod's claim (template claims, by the owning pod's UID), the devices
+// each claim holds and the devices binds are allocating right now.
 type inventory struct {
 	mu      sync.Mutex
-	drivers map[string]string
-	devices map[string][]string
-	claims  map[string]map[string]any
-	used    map[string]map[string]bool
+	nodes   map[string]nodeDevices
+	claims  map[string]map[string]any // pod UID -> its claim
+	holds   map[string][]slot         // claim UID -> its allocated devices
+	used    map[slot]int              // holders of each device: claims and binds in progress
+	synced  atomic.Int32              // watches that have listed once
+	watches int32
 }
 
 func newInventory() *inventory {
 	return &inventory{
-		drivers: map[string]string{},
-		devices: map[string][]string{},
-		claims:  map[string]map[string]any{},
-		used:    map[string]map[string]bool{},
+		nodes:  map[string]nodeDevices{},
+		claims: map[string]map[string]any{},
+		holds:  map[string][]slot{},
+		used:   map[slot]int{},
 	}
 }
 
@@ -55,95 +70,130 @@ func text(obj map[string]any, path ...string) string {
 	return s
 }
 
+func (inv *inventory) ready() bool { return inv.synced.Load() == inv.watches }
+
+// applySlices replaces what the inventory knows of the nodes' devices (list: every slice) or updates one
+// node's.
 func (inv *inventory) applySlice(event string, slice map[string]any) {
 	node := text(slice, "spec", "nodeName")
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	if event == "DELETED" {
-		delete(inv.devices, node)
+		delete(inv.nodes, node)
 		return
 	}
-	var names []string
+	published := nodeDevices{driver: text(slice, "spec", "driver"), pool: text(slice, "spec", "pool", "name")}
 	devices, _ := field(slice, "spec", "devices").([]any)
 	for _, d := range devices {
 		if m, ok := d.(map[string]any); ok {
-			names = append(names, text(m, "name"))
+			published.devices = append(published.devices, text(m, "name"))
 		}
 	}
-	inv.drivers[node] = text(slice, "spec", "driver")
-	inv.devices[node] = names
+	inv.nodes[node] = published
 }
 
-// allocated is the (pool, device) pairs of a claim's allocation.
-func allocated(claim map[string]any) [][2]string {
-	var pairs [][2]string
+func (inv *inventory) resetSlices() {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	inv.nodes = map[string]nodeDevices{}
+}
+
+// allocated is the devices of a claim's allocation.
+func allocated(claim map[string]any) []slot {
+	var slots []slot
 	results, _ := field(claim, "status", "allocation", "devices", "results").([]any)
 	for _, r := range results {
 		if m, ok := r.(map[string]any); ok {
-			pairs = append(pairs, [2]string{text(m, "pool"), text(m, "device")})
+			slots = append(slots, slot{text(m, "pool"), text(m, "device")})
 		}
 	}
-	return pairs
+	return slots
+}
+
+func owner(claim map[string]any) string {
+	owners, _ := field(claim, "metadata", "ownerReferences").([]any)
+	for _, o := range owners {
+		if m, ok := o.(map[string]any); ok && text(m, "kind") == "Pod" {
+			return text(m, "uid")
+		}
+	}
+	return ""
+}
+
+// hold sets the devices claim uid holds (under mu).
+func (inv *inventory) hold(uid string, slots []slot) {
+	for _, s := range inv.holds[uid] {
+		if inv.used[s]--; inv.used[s] <= 0 {
+			delete(inv.used, s)
+		}
+	}
+	delete(inv.holds, uid)
+	if len(slots) > 0 {
+		inv.holds[uid] = slots
+		for _, s := range slots {
+			inv.used[s]++
+		}
+	}
 }
 
 func (inv *inventory) applyClaim(event string, claim map[string]any) {
-	owners, _ := field(claim, "metadata", "ownerReferences").([]any)
-	podUID := ""
-	for _, o := range owners {
-		if m, ok := o.(map[string]any); ok && text(m, "kind") == "Pod" {
-			podUID = text(m, "uid")
-		}
-	}
+	uid := text(claim, "metadata", "uid")
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	for _, pair := range allocated(claim) {
-		if inv.used[pair[0]] == nil {
-			inv.used[pair[0]] = map[string]bool{}
-		}
-		inv.used[pair[0]][pair[1]] = event != "DELETED"
-	}
-	if podUID == "" {
+	if event == "DELETED" {
+		inv.hold(uid, nil)
+		delete(inv.claims, owner(claim))
 		return
 	}
-	if event == "DELETED" {
-		delete(inv.claims, podUID)
-	} else {
-		inv.claims[podUID] = claim
+	inv.hold(uid, allocated(claim))
+	if pod := owner(claim); pod != "" {
+		inv.claims[pod] = claim
 	}
 }
 
-func (inv *inventory) free(node string) int {
+func (inv *inventory) resetClaims() {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	n := 0
-	for _, d := range inv.devices[node] {
-		if !inv.used[node][d] {
-			n++
+	inv.claims, inv.holds, inv.used = map[string]map[string]any{}, map[string][]slot{}, map[slot]int{}
+}
+
+func (inv *inventory) free(node string) bool {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	published := inv.nodes[node]
+	for _, d := range published.devices {
+		if inv.used[slot{published.pool, d}] == 0 {
+			return true
 		}
 	}
-	return n
+	return false
 }
 
-// pick marks a free device of node as used and returns it with its driver ("" when none is free).
-func (inv *inventory) pick(node string) (string, string) {
+// pick takes a free device of node for a bind in progress (until done); ok is false when none is free.
+func (inv *inventory) pick(node string) (taken slot, driver string, ok bool) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	for _, d := range inv.devices[node] {
-		if !inv.used[node][d] {
-			if inv.used[node] == nil {
-				inv.used[node] = map[string]bool{}
-			}
-			inv.used[node][d] = true
-			return d, inv.drivers[node]
+	published := inv.nodes[node]
+	for _, d := range published.devices {
+		if s := (slot{published.pool, d}); inv.used[s] == 0 {
+			inv.used[s]++
+			return s, published.driver, true
 		}
 	}
-	return "", ""
+	return slot{}, "", false
 }
 
-func (inv *inventory) release(node, device string) {
+// done ends a bind's pick; written is the claim as the bind's status update returned it (nil: failed),
+// held from now on as the watch will deliver it.
+func (inv *inventory) done(taken slot, written map[string]any) {
+	if written != nil {
+		inv.applyClaim("MODIFIED", written)
+	}
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	delete(inv.used[node], device)
+	if inv.used[taken]--; inv.used[taken] <= 0 {
+		delete(inv.used, taken)
+	}
 }
 
 // claimOf is the claim of pod podUID, waiting a while for the watch to deliver it.
@@ -161,10 +211,10 @@ func (inv *inventory) claimOf(podUID string) (map[string]any, error) {
 	}
 }
 
-// watch lists path and watches it from there (relisting when the watch expires), handing every object
-// to apply.
-func (s *server) watch(path string, apply func(event string, obj map[string]any)) {
-	version := ""
+// watch lists path and watches it from there, listing again (after reset) when the watch's
+// resourceVersion is gone or the watch fails, and hands every object to apply.
+func (s *server) watch(path string, reset func(), apply func(event string, obj map[string]any)) {
+	version, listed := "", false
 	for {
 		if version == "" {
 			var list struct {
@@ -182,17 +232,27 @@ func (s *server) watch(path string, apply func(event string, obj map[string]any)
 				time.Sleep(time.Second)
 				continue
 			}
+			reset()
 			for _, item := range list.Items {
 				apply("ADDED", item)
 			}
 			version = list.Metadata.ResourceVersion
+			if !listed {
+				listed = true
+				s.inventory.synced.Add(1)
+			}
 		}
 		query := url.Values{"watch": {"true"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {version}}
 		request, _ := http.NewRequest(http.MethodGet, s.api+path+"?"+query.Encode(), nil)
 		request.Header.Set("Authorization", "Bearer "+s.token)
 		response, err := s.watcher.Do(request)
-		if err != nil {
+		if err != nil || response.StatusCode != http.StatusOK {
+			if err == nil {
+				response.Body.Close()
+				err = fmt.Errorf("%s", response.Status)
+			}
 			log.Printf("watch %s: %v", path, err)
+			version = ""
 			time.Sleep(time.Second)
 			continue
 		}
@@ -203,10 +263,10 @@ func (s *server) watch(path string, apply func(event string, obj map[string]any)
 				Object map[string]any `json:"object"`
 			}
 			if decoder.Decode(&event) != nil {
-				break
+				break // the server ended the watch: go on from the last version seen
 			}
 			if event.Type == "ERROR" {
-				version = "" // expired: list again
+				version = "" // gone: list again
 				break
 			}
 			if v := text(event.Object, "metadata", "resourceVersion"); v != "" {
@@ -221,17 +281,44 @@ func (s *server) watch(path string, apply func(event string, obj map[string]any)
 }
 
 func (s *server) startWatches() {
-	go s.watch("/apis/resource.k8s.io/v1/resourceslices", s.inventory.applySlice)
-	go s.watch("/apis/resource.k8s.io/v1/resourceclaims", s.inventory.applyClaim)
+	inv := s.inventory
+	inv.watches = 2
+	go s.watch("/apis/resource.k8s.io/v1/resourceslices", inv.resetSlices, inv.applySlice)
+	go s.watch("/apis/resource.k8s.io/v1/resourceclaims", inv.resetClaims, inv.applyClaim)
 }
 
-// writeClaim allocates device of node to the pod's claim and reserves the claim for the pod: the
-// finalizer first, then the status, as the in-tree PreBind.
-func (s *server) writeClaim(args bindArgs, device, driver string) error {
+func reserves(claim map[string]any, podUID string) bool {
+	reserved, _ := field(claim, "status", "reservedFor").([]any)
+	for _, r := range reserved {
+		if m, ok := r.(map[string]any); ok && text(m, "uid") == podUID {
+			return true
+		}
+	}
+	return false
+}
+
+// allocate makes sure the pod's claim is allocated on args.Node and reserved for the pod: a retried bind
+// whose claim an earlier attempt wrote goes straight on to the Binding.
+func (s *server) allocate(args bindArgs) error {
 	claim, err := s.inventory.claimOf(args.PodUID)
 	if err != nil {
 		return err
 	}
+	if reserves(claim, args.PodUID) {
+		return nil
+	}
+	taken, driver, ok := s.inventory.pick(args.Node)
+	if !ok {
+		return fmt.Errorf("no free device on %s", args.Node)
+	}
+	written, err := s.writeClaim(claim, args, taken, driver)
+	s.inventory.done(taken, written)
+	return err
+}
+
+// writeClaim writes the finalizer, then the allocation of taken and reservedFor; returns the claim as
+// the status update returned it.
+func (s *server) writeClaim(claim map[string]any, args bindArgs, taken slot, driver string) (map[string]any, error) {
 	var body map[string]any
 	raw, _ := json.Marshal(claim)
 	_ = json.Unmarshal(raw, &body) // a copy: the inventory's stays as the watch delivered it
@@ -248,27 +335,35 @@ func (s *server) writeClaim(args bindArgs, device, driver string) error {
 		raw, _ = json.Marshal(body)
 		answer, err := s.send(http.MethodPut, path, raw, true, http.StatusOK)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		body = map[string]any{}
 		if err := json.Unmarshal(answer, &body); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	body["status"] = map[string]any{
 		"allocation": map[string]any{
 			"devices": map[string]any{"results": []any{map[string]any{
-				"request": "gpu", "driver": driver, "pool": args.Node, "device": device,
+				"request": "gpu", "driver": driver, "pool": taken.pool, "device": taken.device,
 			}}},
 			"nodeSelector": map[string]any{"nodeSelectorTerms": []any{map[string]any{
 				"matchFields": []any{map[string]any{
 					"key": "metadata.name", "operator": "In", "values": []any{args.Node},
 				}},
 			}}},
+			"allocationTimestamp": time.Now().UTC().Format(time.RFC3339),
 		},
 		"reservedFor": []any{map[string]any{"resource": "pods", "name": args.PodName, "uid": args.PodUID}},
 	}
 	raw, _ = json.Marshal(body)
-	_, err = s.send(http.MethodPut, path+"/status", raw, true, http.StatusOK)
-	return err
+	answer, err := s.send(http.MethodPut, path+"/status", raw, true, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	written := map[string]any{}
+	if err := json.Unmarshal(answer, &written); err != nil {
+		return nil, err
+	}
+	return written, nil
 }

@@ -4,8 +4,9 @@
 // default: --percentage-of-nodes-to-score), prioritize scores every node 0, bind creates the pod's Binding
 // at once (no claim is allocated). Run behind the same kube-scheduler configuration as the extender, its
 // throughput is the ceiling of the extender path on that kube-scheduler: what kube-scheduler itself and
-// the HTTP round trips cost, with nothing of ours in them. With --write-claims it also allocates each
-// pod's claim through the API as the in-tree plugin does (claims.go).
+// the HTTP round trips cost, with nothing of ours in them. With --write-claims (`--modes null-writes`)
+// filter passes only nodes with a free device and bind allocates the pod's claim through the API first
+// (claims.go).
 package main
 
 import (
@@ -122,10 +123,14 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 	failed := map[string]string{}
 	if args.NodeNames != nil {
 		names := *args.NodeNames
+		limit := nodesToScore(s.percentage, len(names))
 		if s.inventory != nil {
-			fit := make([]string, 0, len(names))
+			fit := make([]string, 0, limit)
 			for _, name := range names {
-				if s.inventory.free(name) > 0 {
+				if len(fit) == limit {
+					break
+				}
+				if s.inventory.free(name) {
 					fit = append(fit, name)
 				} else {
 					failed[name] = "no free device"
@@ -133,7 +138,7 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 			}
 			names = fit
 		}
-		names = names[:nodesToScore(s.percentage, len(names))]
+		names = names[:min(limit, len(names))]
 		args.NodeNames = &names
 	}
 	writeJSON(w, filterResult{NodeNames: args.NodeNames, FailedNodes: failed})
@@ -175,13 +180,7 @@ func (s *server) bind(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.inventory != nil {
-		device, driver := s.inventory.pick(args.Node)
-		if device == "" {
-			writeJSON(w, bindResult{Error: "no free device on " + args.Node})
-			return
-		}
-		if err := s.writeClaim(args, device, driver); err != nil {
-			s.inventory.release(args.Node, device)
+		if err := s.allocate(args); err != nil {
 			writeJSON(w, bindResult{Error: err.Error()})
 			return
 		}
@@ -242,7 +241,13 @@ func main() {
 	mux.HandleFunc("POST /scheduler/filter", s.filter)
 	mux.HandleFunc("POST /scheduler/prioritize", s.prioritize)
 	mux.HandleFunc("POST /scheduler/bind", s.bind)
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.inventory != nil && !s.inventory.ready() {
+			http.Error(w, "listing", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
 	log.Printf("null extender on %s", *listen)
 	log.Fatal(http.ListenAndServe(*listen, mux))
 }

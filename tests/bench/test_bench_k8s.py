@@ -62,12 +62,19 @@ def _pod(name: str, node: str | None) -> dict:
     return {"metadata": {"name": name, "uid": f"uid-{name}"}, "spec": {"nodeName": node} if node else {}}
 
 
-def _claim(owner: str, node: str | None, device: str | None, reserved: tuple[str, ...] = ()) -> dict:
-    claim: dict = {"metadata": {"ownerReferences": [{"kind": "Pod", "uid": f"uid-{owner}"}]}, "status": {}}
+def _claim(
+    owner: str, node: str | None, device: str | None, reserved: tuple[str, ...] = (), pool: str = ""
+) -> dict:
+    claim: dict = {
+        "metadata": {"name": f"{owner}-gpu", "ownerReferences": [{"kind": "Pod", "uid": f"uid-{owner}"}]},
+        "status": {},
+    }
     if node and device:
         term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
         claim["status"]["allocation"] = {
-            "devices": {"results": [{"driver": "d", "pool": node, "device": device, "request": "gpu"}]},
+            "devices": {
+                "results": [{"driver": "d", "pool": pool or node, "device": device, "request": "gpu"}]
+            },
             "nodeSelector": {"nodeSelectorTerms": [term]},
         }
     claim["status"]["reservedFor"] = [{"resource": "pods", "uid": f"uid-{r}"} for r in reserved]
@@ -76,18 +83,20 @@ def _claim(owner: str, node: str | None, device: str | None, reserved: tuple[str
 
 def test_a_run_with_a_pod_bound_without_its_device_is_refused():
     """Each bound pod must hold its own device on its node: the checks a run's pods and claims pass."""
-    pods = [_pod(name, "n1") for name in "abde"] + [_pod("c", "n2"), _pod("f", None)]
+    pods = [_pod(name, "n1") for name in "abdeg"] + [_pod("c", "n2"), _pod("f", None)]
     claims = [
         _claim("a", "n1", "gpu-0", ("a",)),
         _claim("b", "n1", "gpu-0", ("b",)),  # a's device
         _claim("c", "n1", "gpu-1", ("c",)),  # allocated on another node than the pod's
         _claim("d", "n1", "gpu-2"),  # not reserved for d
-        _claim("f", None, None),  # pending: not checked
+        _claim("f", "n1", "gpu-3", ("f",)),  # pending, yet holding gpu-3: only its device is checked
+        _claim("g", "n1", "gpu-3", ("g",), pool="n3"),  # the nodeSelector's node, another node's pool
     ]
     assert allocation_problems(pods, claims) == [
-        "b: d/n1/gpu-0 is also a's",
         "d: not in its claim's reservedFor",
         "e: no claim",
+        "g: its claim is not allocated on n1",
         "c: its claim is not allocated on n2",
+        "d/n1/gpu-0 is in a-gpu and b-gpu",
     ]
     assert allocation_problems(pods[:1], claims[:1]) == []
