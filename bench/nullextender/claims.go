@@ -15,6 +15,7 @@ import (
 	"log"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +40,9 @@ type inventory struct {
 	nodes   map[string]nodeDevices
 	claims  map[string]map[string]any // pod UID -> its claim
 	holds   map[string][]slot         // claim UID -> its allocated devices
-	used    map[slot]int              // holders of each device: claims and binds in progress
+	seen    map[string]int64          // claim UID -> the resourceVersion held
+	used    map[slot]int              // how many claims hold each device (one, or a bug)
+	picked  map[slot]bool             // devices binds in progress are allocating
 	synced  atomic.Int32              // watches that have listed once
 	watches int32
 }
@@ -49,7 +52,9 @@ func newInventory() *inventory {
 		nodes:  map[string]nodeDevices{},
 		claims: map[string]map[string]any{},
 		holds:  map[string][]slot{},
+		seen:   map[string]int64{},
 		used:   map[slot]int{},
+		picked: map[slot]bool{},
 	}
 }
 
@@ -138,13 +143,21 @@ func (inv *inventory) hold(uid string, slots []slot) {
 
 func (inv *inventory) applyClaim(event string, claim map[string]any) {
 	uid := text(claim, "metadata", "uid")
+	version, _ := strconv.ParseInt(text(claim, "metadata", "resourceVersion"), 10, 64)
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	if event == "DELETED" {
 		inv.hold(uid, nil)
+		delete(inv.seen, uid)
 		delete(inv.claims, owner(claim))
 		return
 	}
+	if version <= inv.seen[uid] {
+		// Older than a bind's own write, which the watch delivers after the versions before it: it would
+		// free the device the write allocated.
+		return
+	}
+	inv.seen[uid] = version
 	inv.hold(uid, allocated(claim))
 	if pod := owner(claim); pod != "" {
 		inv.claims[pod] = claim
@@ -155,6 +168,7 @@ func (inv *inventory) resetClaims() {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	inv.claims, inv.holds, inv.used = map[string]map[string]any{}, map[string][]slot{}, map[slot]int{}
+	inv.seen = map[string]int64{}
 }
 
 func (inv *inventory) free(node string) bool {
@@ -162,12 +176,15 @@ func (inv *inventory) free(node string) bool {
 	defer inv.mu.Unlock()
 	published := inv.nodes[node]
 	for _, d := range published.devices {
-		if inv.used[slot{published.pool, d}] == 0 {
+		if !inv.taken(slot{published.pool, d}) {
 			return true
 		}
 	}
 	return false
 }
+
+// taken says whether a claim holds s or a bind is allocating it (under mu).
+func (inv *inventory) taken(s slot) bool { return inv.used[s] > 0 || inv.picked[s] }
 
 // pick takes a free device of node for a bind in progress (until done); ok is false when none is free.
 func (inv *inventory) pick(node string) (taken slot, driver string, ok bool) {
@@ -175,8 +192,8 @@ func (inv *inventory) pick(node string) (taken slot, driver string, ok bool) {
 	defer inv.mu.Unlock()
 	published := inv.nodes[node]
 	for _, d := range published.devices {
-		if s := (slot{published.pool, d}); inv.used[s] == 0 {
-			inv.used[s]++
+		if s := (slot{published.pool, d}); !inv.taken(s) {
+			inv.picked[s] = true
 			return s, published.driver, true
 		}
 	}
@@ -191,9 +208,7 @@ func (inv *inventory) done(taken slot, written map[string]any) {
 	}
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	if inv.used[taken]--; inv.used[taken] <= 0 {
-		delete(inv.used, taken)
-	}
+	delete(inv.picked, taken)
 }
 
 // claimOf is the claim of pod podUID, waiting a while for the watch to deliver it.
