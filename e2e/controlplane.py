@@ -6,7 +6,9 @@ Identities are the ones a cluster gives them: the harness (a client certificate 
 applies the shipped ``manifests/`` (the Helm chart rendered: ``e2e/chart.py``) namespace, ServiceAccount
 and RBAC, then asks the TokenRequest API for a token of that ServiceAccount; kube-scheduler and the
 extender run with it, so a permission missing from ``manifests/base/rbac.yaml`` fails the tests as it
-would fail a deployment. kube-controller-manager, which is not under test, uses its own certificate.
+would fail a deployment. kube-controller-manager, which is not under test, uses its own certificate, and
+so does the kube-scheduler with the in-tree plugin that the benchmarks compare against (the user
+``system:kube-scheduler``, authorized by RBAC's bootstrap roles as in a cluster).
 kube-scheduler reads the configuration of the shipped ``manifests/base/kube-scheduler-config.yaml``
 ConfigMap with only its kubeconfig and the extender's address changed; the extender is started with the
 sidecar's arguments from ``manifests/base/deployment.yaml``.
