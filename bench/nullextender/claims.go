@@ -203,7 +203,10 @@ func (inv *inventory) pick(node string) (taken slot, driver string, ok bool) {
 // done ends a bind's pick; written is the claim as the bind's status update returned it (nil: failed),
 // held from now on as the watch will deliver it.
 func (inv *inventory) done(taken slot, written map[string]any) {
-	if written != nil {
+	inv.mu.Lock()
+	_, known := inv.seen[text(written, "metadata", "uid")]
+	inv.mu.Unlock()
+	if written != nil && known { // not deleted meanwhile
 		inv.applyClaim("MODIFIED", written)
 	}
 	inv.mu.Lock()
@@ -302,6 +305,23 @@ func (s *server) startWatches() {
 	go s.watch("/apis/resource.k8s.io/v1/resourceclaims", inv.resetClaims, inv.applyClaim)
 }
 
+// allocatedNode is the node of the nodeSelector this extender writes (metadata.name In [node]).
+func allocatedNode(claim map[string]any) string {
+	terms, _ := field(claim, "status", "allocation", "nodeSelector", "nodeSelectorTerms").([]any)
+	for _, t := range terms {
+		fields, _ := field(map[string]any{"t": t}, "t", "matchFields").([]any)
+		for _, f := range fields {
+			if m, ok := f.(map[string]any); ok {
+				if values, _ := m["values"].([]any); len(values) == 1 {
+					node, _ := values[0].(string)
+					return node
+				}
+			}
+		}
+	}
+	return ""
+}
+
 func reserves(claim map[string]any, podUID string) bool {
 	reserved, _ := field(claim, "status", "reservedFor").([]any)
 	for _, r := range reserved {
@@ -320,6 +340,9 @@ func (s *server) allocate(args bindArgs) error {
 		return err
 	}
 	if reserves(claim, args.PodUID) {
+		if node := allocatedNode(claim); node != args.Node {
+			return fmt.Errorf("the pod's claim is allocated on %s, not %s", node, args.Node)
+		}
 		return nil
 	}
 	taken, driver, ok := s.inventory.pick(args.Node)

@@ -83,20 +83,28 @@ def _claim(
 
 def test_a_run_with_a_pod_bound_without_its_device_is_refused():
     """Each bound pod must hold its own device on its node: the checks a run's pods and claims pass."""
-    pods = [_pod(name, "n1") for name in "abdeg"] + [_pod("c", "n2"), _pod("f", None)]
+    pods = [_pod(name, "n1") for name in "abdeghij"] + [_pod("c", "n2"), _pod("f", None)]
+    no_devices = _claim("j", "n1", "gpu-9", ("j",))
+    no_devices["status"]["allocation"]["devices"]["results"] = []
     claims = [
         _claim("a", "n1", "gpu-0", ("a",)),
         _claim("b", "n1", "gpu-0", ("b",)),  # a's device
         _claim("c", "n1", "gpu-1", ("c",)),  # allocated on another node than the pod's
         _claim("d", "n1", "gpu-2"),  # not reserved for d
-        _claim("f", "n1", "gpu-3", ("f",)),  # pending, yet holding gpu-3: only its device is checked
+        _claim("f", "n1", "gpu-3", ("f",)),  # a pending pod's claim holding gpu-3
         _claim("g", "n1", "gpu-3", ("g",), pool="n3"),  # the nodeSelector's node, another node's pool
+        _claim("h", "n4", "gpu-4", ("h",), pool="n1"),  # the pod's node's pool, another node's selector
+        _claim("i", "n1", "gpu-3", ("i",)),  # f's device
+        no_devices,  # a nodeSelector without devices
     ]
     assert allocation_problems(pods, claims) == [
         "d: not in its claim's reservedFor",
         "e: no claim",
         "g: its claim is not allocated on n1",
+        "h: its claim is not allocated on n1",
+        "j: its claim is not allocated on n1",
         "c: its claim is not allocated on n2",
         "d/n1/gpu-0 is in a-gpu and b-gpu",
+        "d/n1/gpu-3 is in f-gpu and i-gpu",
     ]
     assert allocation_problems(pods[:1], claims[:1]) == []

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.oracle.client import Oracle
-from tests.oracle.compare import agrees, error_class
+from tests.oracle.compare import agrees, error_class, outcome
 from tests.oracle.coverage import implementation
 from tests.oracle.product import allocate, state_gates
 from tests.oracle.states import ADMIN_ACCESS_LABEL
@@ -139,11 +139,26 @@ def test_product_answers_each_upstream_case_like_upstream(oracle: Oracle, case: 
     assert agrees(oracle, case["state"], case["upstream"], actual), _explained(case, actual)
 
 
+READ_BACK_TRIES = 256
+"""Calls of the oracle on a case before an answer other than the table's counts as a disagreement."""
+
+
 @pytest.mark.parametrize("case", _cases({}))
 def test_the_oracle_reads_each_exported_case_back(oracle: Oracle, case: dict[str, Any]) -> None:
     """The bridge carries the case whole: the oracle program, given the exported state, answers what the
-    table's run answered (for cases the table ran on the implementation the features select)."""
+    table's run answered (for cases the table ran on the implementation the features select).
+
+    Upstream's stable allocator starts at a pool of Go's choosing on every call (``agrees``), so the
+    table's run and the oracle's may each have started at a different one: the oracle is asked again, on
+    the same listing, until it gives the table's answer. The exported cases have at most 4 pools, which
+    share one 8-slot map group, and each start comes with a chance of at least 1/8 per call:
+    ``READ_BACK_TRIES`` calls all missing it are below 1e-14 (32 calls missed one in 70)."""
     if case["forced"]:
         pytest.skip(f"the table runs this case on {case['channel']} whatever its features")
+    tries = READ_BACK_TRIES if state_gates(case["state"]).stable_allocator else 1
     again = oracle.ask(case["state"])
+    for _ in range(tries - 1):
+        if outcome(again) == outcome(case["upstream"]):
+            break
+        again = oracle.ask(case["state"])
     assert agrees(oracle, case["state"], case["upstream"], again), _explained(case, again)
