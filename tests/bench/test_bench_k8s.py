@@ -21,6 +21,8 @@ def spin():
         hashlib.sha256(block)  # hashes outside the GIL: the three threads all want the core
     spun.wait()
     threading.Event().wait()  # alive until killed: an ended thread's count goes with it
+print("ready", flush=True)
+input()  # counted from here
 for _ in range(3):
     threading.Thread(target=spin, daemon=True).start()
 spun.wait()
@@ -28,22 +30,32 @@ print("done", flush=True)
 input()
 """
 
+_IDLE = 'print("ready", flush=True); input()'
+
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
 def test_threads_sharing_one_core_are_counted_waiting_for_it():
     """Three threads hashing for 0.6 s on one core, outside the GIL: at any time one runs and the other
-    two wait for the core, about 1.2 s of waiting in all; a process that only sleeps waits for
-    nothing."""
+    two wait for the core, about 1.2 s of waiting in all (twice that if a thread's wait were counted
+    twice); a process that only sleeps waits for nothing. Both are counted from once they have started:
+    on a loaded machine starting Python waits for a core too."""
     with (
         subprocess.Popen(
             [sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         ) as busy,
-        subprocess.Popen([sys.executable, "-c", "input()"], stdin=subprocess.PIPE) as idle,
+        subprocess.Popen(
+            [sys.executable, "-c", _IDLE], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        ) as idle,
     ):
         try:
-            assert busy.stdout is not None and busy.stdout.readline() == b"done\n"
-            assert _waiting_seconds(idle.pid) < 0.05
-            assert 0.8 < _waiting_seconds(busy.pid) < 1.6
+            assert busy.stdout is not None and busy.stdin is not None and idle.stdout is not None
+            assert busy.stdout.readline() == b"ready\n" and idle.stdout.readline() == b"ready\n"
+            busy_before, idle_before = _waiting_seconds(busy.pid), _waiting_seconds(idle.pid)
+            busy.stdin.write(b"go\n")
+            busy.stdin.flush()
+            assert busy.stdout.readline() == b"done\n"
+            assert _waiting_seconds(idle.pid) - idle_before < 0.05
+            assert 0.8 < _waiting_seconds(busy.pid) - busy_before < 2.0
         finally:
             busy.kill()
             idle.kill()
