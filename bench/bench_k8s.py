@@ -372,7 +372,16 @@ def _one_run(
         requests_before = _api_requests(plane)
         created = dict.fromkeys(created, time.monotonic())  # latency: from kube-scheduler started
         plane.components[scheduler_name].start()
-    poll(lambda: len(watch.bound) >= pods, timeout=timeout, interval=0.2, what=f"{label}: {pods} pods bound")
+    try:
+        poll(
+            lambda: len(watch.bound) >= pods,
+            timeout=timeout,
+            interval=0.2,
+            what=f"{label}: {pods} pods bound",
+        )
+    except TimeoutError:
+        check_allocations(sc, mode, label)  # a pod bound without its device says more than the timeout
+        raise
     seconds = max(watch.bound.values()) - (min(watch.bound.values()) if backlog else start)
     used = Usage.of(plane).since(used_before)
     cpu_seconds = time.monotonic() - cpu_since
@@ -399,12 +408,19 @@ def _one_run(
     )
     if profile is not None:
         print(f"{label}: kube-scheduler CPU profile {profile.path}\n{profile.summary()}", flush=True)
-    if mode != "null":  # the null extender binds without allocating
-        problems = allocation_problems(sc.kube.list("Pod", sc.namespace), sc.claims())
-        if problems:
-            raise RuntimeError(f"{label}: bound pods without their devices: {'; '.join(problems[:5])}")
+    check_allocations(sc, mode, label)
     clean(sc)
     return run
+
+
+def check_allocations(sc: Scenario, mode: str, label: str) -> None:
+    """Raise RuntimeError naming the first ``allocation_problems`` of the run, for the modes that allocate
+    (the null extender binds without allocating)."""
+    if mode == "null":
+        return
+    problems = allocation_problems(sc.kube.list("Pod", sc.namespace), sc.claims())
+    if problems:
+        raise RuntimeError(f"{label}: bound pods without their devices: {'; '.join(problems[:5])}")
 
 
 def allocation_problems(pods: list[dict[str, Any]], claims: list[dict[str, Any]]) -> list[str]:
@@ -628,6 +644,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     pods = args.pods or args.nodes * args.devices // 4
+    if pods > args.nodes * args.devices:
+        parser.error(
+            f"--pods {pods}: more than the {args.nodes * args.devices} devices; the run would never end"
+        )
     sampling = args.extender_nodes_to_score
     modes = ["in-tree", *(m for m in MODE_COMPONENTS if m != "in-tree" and m in args.modes.split(","))]
     remove(RUN_DIR)

@@ -11,6 +11,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"net/http"
@@ -23,6 +24,16 @@ import (
 
 const finalizer = "resource.kubernetes.io/delete-protection"
 
+// maybeWritten is a status update, sent over the claim's resourceVersion sent, that kube-apiserver did
+// not answer (it went away): the allocation may be stored.
+type maybeWritten struct {
+	sent int64
+	err  error
+}
+
+func (e maybeWritten) Error() string { return "the allocation may have been written: " + e.err.Error() }
+func (e maybeWritten) Unwrap() error { return e.err }
+
 // slot is one device: its pool and name.
 type slot struct{ pool, device string }
 
@@ -30,6 +41,13 @@ type slot struct{ pool, device string }
 type nodeDevices struct {
 	driver, pool string
 	devices      []string
+}
+
+// unsure is a device picked for a status update kube-apiserver did not answer, written over the
+// claim's resourceVersion sent: any later version of the claim says whether it was stored.
+type unsure struct {
+	taken slot
+	sent  int64
 }
 
 // inventory is what the watches have seen, plus the binds' own writes before the watch brings them
@@ -43,6 +61,7 @@ type inventory struct {
 	seen    map[string]int64          // claim UID -> the resourceVersion held
 	used    map[slot]int              // how many claims hold each device (one, or a bug)
 	picked  map[slot]bool             // devices binds in progress are allocating
+	unsure  map[string]unsure         // claim UID -> a status update with no answer, its device picked
 	synced  atomic.Int32              // watches that have listed once
 	watches int32
 }
@@ -55,6 +74,7 @@ func newInventory() *inventory {
 		seen:   map[string]int64{},
 		used:   map[slot]int{},
 		picked: map[slot]bool{},
+		unsure: map[string]unsure{},
 	}
 }
 
@@ -97,7 +117,7 @@ func (inv *inventory) applySlice(event string, slice map[string]any) {
 	inv.nodes[node] = published
 }
 
-func (inv *inventory) resetSlices() {
+func (inv *inventory) resetSlices(int64) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	inv.nodes = map[string]nodeDevices{}
@@ -146,6 +166,10 @@ func (inv *inventory) applyClaim(event string, claim map[string]any) {
 	version, _ := strconv.ParseInt(text(claim, "metadata", "resourceVersion"), 10, 64)
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
+	if u, ok := inv.unsure[uid]; ok && (event == "DELETED" || version > u.sent) {
+		delete(inv.picked, u.taken) // stored (held below) or not: the pick is over
+		delete(inv.unsure, uid)
+	}
 	if event == "DELETED" {
 		inv.hold(uid, nil)
 		delete(inv.seen, uid)
@@ -164,11 +188,22 @@ func (inv *inventory) applyClaim(event string, claim map[string]any) {
 	}
 }
 
-func (inv *inventory) resetClaims() {
+// resetClaims forgets the claims before a list at resourceVersion listed is applied, but for those a
+// bind wrote after it: the list does not have them yet.
+func (inv *inventory) resetClaims(listed int64) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	inv.claims, inv.holds, inv.used = map[string]map[string]any{}, map[string][]slot{}, map[slot]int{}
-	inv.seen = map[string]int64{}
+	for uid, version := range inv.seen {
+		if version <= listed {
+			inv.hold(uid, nil)
+			delete(inv.seen, uid)
+		}
+	}
+	for pod, claim := range inv.claims {
+		if _, kept := inv.seen[text(claim, "metadata", "uid")]; !kept {
+			delete(inv.claims, pod)
+		}
+	}
 }
 
 func (inv *inventory) free(node string) bool {
@@ -214,6 +249,13 @@ func (inv *inventory) done(taken slot, written map[string]any) {
 	delete(inv.picked, taken)
 }
 
+// allocatedOn is the node the claim of pod podUID is allocated on ("" when it is not allocated).
+func (inv *inventory) allocatedOn(podUID string) string {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	return allocatedNode(inv.claims[podUID])
+}
+
 // claimOf is the claim of pod podUID, waiting a while for the watch to deliver it.
 func (inv *inventory) claimOf(podUID string) (map[string]any, error) {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -231,7 +273,7 @@ func (inv *inventory) claimOf(podUID string) (map[string]any, error) {
 
 // watch lists path and watches it from there, listing again (after reset) when the watch's
 // resourceVersion is gone or the watch fails, and hands every object to apply.
-func (s *server) watch(path string, reset func(), apply func(event string, obj map[string]any)) {
+func (s *server) watch(path string, reset func(listed int64), apply func(event string, obj map[string]any)) {
 	version, listed := "", false
 	for {
 		if version == "" {
@@ -250,7 +292,8 @@ func (s *server) watch(path string, reset func(), apply func(event string, obj m
 				time.Sleep(time.Second)
 				continue
 			}
-			reset()
+			at, _ := strconv.ParseInt(list.Metadata.ResourceVersion, 10, 64)
+			reset(at)
 			for _, item := range list.Items {
 				apply("ADDED", item)
 			}
@@ -350,6 +393,14 @@ func (s *server) allocate(args bindArgs) error {
 		return fmt.Errorf("no free device on %s", args.Node)
 	}
 	written, err := s.writeClaim(claim, args, taken, driver)
+	var maybe maybeWritten
+	if errors.As(err, &maybe) {
+		// The device stays picked until the claim's next version shows whether the update was stored.
+		s.inventory.mu.Lock()
+		s.inventory.unsure[text(claim, "metadata", "uid")] = unsure{taken, maybe.sent}
+		s.inventory.mu.Unlock()
+		return err
+	}
 	s.inventory.done(taken, written)
 	return err
 }
@@ -397,6 +448,10 @@ func (s *server) writeClaim(claim map[string]any, args bindArgs, taken slot, dri
 	raw, _ = json.Marshal(body)
 	answer, err := s.send(http.MethodPut, path+"/status", raw, true, http.StatusOK)
 	if err != nil {
+		if errors.As(err, new(unanswered)) {
+			sent, _ := strconv.ParseInt(text(body, "metadata", "resourceVersion"), 10, 64)
+			return nil, maybeWritten{sent, err}
+		}
 		return nil, err
 	}
 	written := map[string]any{}

@@ -27,6 +27,11 @@ import (
 // The parts of kube-scheduler's extender messages (k8s.io/kube-scheduler/extender/v1) this server reads
 // or writes; encoding/json skips the rest (the pod) without building it.
 type filterArgs struct {
+	Pod struct {
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
+	} `json:"pod"`
 	NodeNames *[]string `json:"nodenames"`
 }
 
@@ -86,6 +91,9 @@ type server struct {
 	inventory  *inventory // with --write-claims, else nil
 }
 
+// unanswered is a request that got no answer: it may have been carried out.
+type unanswered struct{ error }
+
 // send makes one API request (rate limited when limited) and returns the answer's body, or an error
 // when its status is not want.
 func (s *server) send(method, path string, body []byte, limited bool, want int) ([]byte, error) {
@@ -97,10 +105,13 @@ func (s *server) send(method, path string, body []byte, limited bool, want int) 
 	}
 	response, err := s.client.Do(request)
 	if err != nil {
-		return nil, err
+		return nil, unanswered{err}
 	}
-	answer, _ := io.ReadAll(response.Body)
+	answer, err := io.ReadAll(response.Body)
 	response.Body.Close()
+	if err != nil {
+		return nil, unanswered{err}
+	}
 	if response.StatusCode != want {
 		return nil, fmt.Errorf("%s %s: %s: %s", method, path, response.Status, answer)
 	}
@@ -125,12 +136,16 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 		names := *args.NodeNames
 		limit := nodesToScore(s.percentage, len(names))
 		if s.inventory != nil {
+			// A pod whose claim an earlier attempt allocated can only go where the claim is.
+			allocatedOn := s.inventory.allocatedOn(args.Pod.Metadata.UID)
 			fit := make([]string, 0, limit)
 			for _, name := range names {
 				if len(fit) == limit {
 					break
 				}
-				if s.inventory.free(name) {
+				if allocatedOn != "" && name != allocatedOn {
+					failed[name] = "the pod's claim is allocated on " + allocatedOn
+				} else if allocatedOn != "" || s.inventory.free(name) {
 					fit = append(fit, name)
 				} else {
 					failed[name] = "no free device"
