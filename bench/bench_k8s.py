@@ -51,7 +51,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.bench_cel import table
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
 from e2e.kube import Kube, ThreadClients, poll, tls_context
-from e2e.workload import EXTENDER_SCHEDULER, IN_TREE_SCHEDULER, Scenario, allocated_devices, allocation_node
+from e2e.workload import (
+    EXTENDER_SCHEDULER,
+    IN_TREE_SCHEDULER,
+    Scenario,
+    allocated_devices,
+    allocation_node,
+    claims_sharing_devices,
+)
 
 RUN_DIR = ROOT / ".cache" / "bench-k8s"
 COMPONENTS = (
@@ -449,12 +456,8 @@ def allocation_problems(pods: list[dict[str, Any]], claims: list[dict[str, Any]]
         reserved = {r.get("uid") for r in claim.get("status", {}).get("reservedFor") or ()}
         if pod["metadata"]["uid"] not in reserved:
             problems.append(f"{name}: not in its claim's reservedFor")
-    holders: dict[tuple[str, str, str], str] = {}
-    for claim in claims:
-        for device in allocated_devices(claim):
-            if device in holders:
-                problems.append(f"{'/'.join(device)} is in {holders[device]} and {claim['metadata']['name']}")
-            holders[device] = claim["metadata"]["name"]
+    for device, holders in claims_sharing_devices(claims).items():
+        problems.append(f"{'/'.join(device)} is in {' and '.join(c['metadata']['name'] for c in holders)}")
     return problems
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -379,17 +379,25 @@ def allocation_node(claim: dict[str, Any]) -> str | None:
 
 def devices_in_two_claims(kube: Kube) -> dict[tuple[str, str, str], list[str]]:
     """Every device that more than one claim in the cluster holds (non-admin, unshared results)."""
-    holders: dict[tuple[str, str, str], list[str]] = {}
-    for claim in kube.list("ResourceClaim"):
+    return {
+        device: [f"{c['metadata']['namespace']}/{c['metadata']['name']}" for c in holders]
+        for device, holders in claims_sharing_devices(kube.list("ResourceClaim")).items()
+    }
+
+
+def claims_sharing_devices(
+    claims: Iterable[dict[str, Any]],
+) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Every device that more than one of ``claims`` holds (non-admin, unshared results), with those
+    claims in the order given."""
+    holders: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for claim in claims:
         allocation = claim.get("status", {}).get("allocation") or {}
         for result in allocation.get("devices", {}).get("results", []):
             if result.get("adminAccess") or result.get("shareID"):
                 continue
-            key = (result["driver"], result["pool"], result["device"])
-            holders.setdefault(key, []).append(
-                f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
-            )
-    return {k: v for k, v in holders.items() if len(v) > 1}
+            holders.setdefault((result["driver"], result["pool"], result["device"]), []).append(claim)
+    return {device: held for device, held in holders.items() if len(held) > 1}
 
 
 def assert_bound_pods_hold_their_claims(sc: Scenario) -> None:

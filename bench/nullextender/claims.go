@@ -352,7 +352,8 @@ func (s *server) startWatches() {
 func allocatedNode(claim map[string]any) string {
 	terms, _ := field(claim, "status", "allocation", "nodeSelector", "nodeSelectorTerms").([]any)
 	for _, t := range terms {
-		fields, _ := field(map[string]any{"t": t}, "t", "matchFields").([]any)
+		term, _ := t.(map[string]any)
+		fields, _ := term["matchFields"].([]any)
 		for _, f := range fields {
 			if m, ok := f.(map[string]any); ok {
 				if values, _ := m["values"].([]any); len(values) == 1 {
