@@ -304,24 +304,11 @@ class ControlPlane:
                 f"{self.server}/readyz", verify=tls_context(ca.cert, (self.admin.cert, self.admin.key))
             ),
         )
-        self.admin_kubeconfig = _kubeconfig(
-            self.directory / "admin.kubeconfig",
-            self.server,
-            ca.cert,
-            {"client-certificate": str(self.admin.cert), "client-key": str(self.admin.key)},
+        self.admin_kubeconfig = self._certificate_kubeconfig("admin.kubeconfig", self.admin)
+        self.in_tree_scheduler_kubeconfig = self._certificate_kubeconfig(
+            "kube-scheduler-in-tree.kubeconfig", in_tree_scheduler
         )
-        self.in_tree_scheduler_kubeconfig = _kubeconfig(
-            self.directory / "kube-scheduler-in-tree.kubeconfig",
-            self.server,
-            ca.cert,
-            {"client-certificate": str(in_tree_scheduler.cert), "client-key": str(in_tree_scheduler.key)},
-        )
-        kcm_kubeconfig = _kubeconfig(
-            self.directory / "controller-manager.kubeconfig",
-            self.server,
-            ca.cert,
-            {"client-certificate": str(controller_manager.cert), "client-key": str(controller_manager.key)},
-        )
+        kcm_kubeconfig = self._certificate_kubeconfig("controller-manager.kubeconfig", controller_manager)
         kcm_port = free_port()
         self._add(
             "kube-controller-manager",
@@ -441,6 +428,15 @@ class ControlPlane:
             lambda: _get_ok(f"http://{probes}/readyz"),  # where the kubelet's probes go
             env,
             hostname,
+        )
+
+    def _certificate_kubeconfig(self, file: str, identity: pki.CertPair) -> Path:
+        """A kubeconfig in the run directory that authenticates with ``identity``'s client certificate."""
+        return _kubeconfig(
+            self.directory / file,
+            self.server,
+            self.ca,
+            {"client-certificate": str(identity.cert), "client-key": str(identity.key)},
         )
 
     def start_null_extender(

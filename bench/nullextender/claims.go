@@ -97,8 +97,7 @@ func text(obj map[string]any, path ...string) string {
 
 func (inv *inventory) ready() bool { return inv.synced.Load() == inv.watches }
 
-// applySlices replaces what the inventory knows of the nodes' devices (list: every slice) or updates one
-// node's.
+// applySlice sets or (DELETED) forgets the devices of the slice's node.
 func (inv *inventory) applySlice(event string, slice map[string]any) {
 	node := text(slice, "spec", "nodeName")
 	inv.mu.Lock()
@@ -162,10 +161,15 @@ func (inv *inventory) hold(uid string, slots []slot) {
 }
 
 func (inv *inventory) applyClaim(event string, claim map[string]any) {
-	uid := text(claim, "metadata", "uid")
-	version, _ := strconv.ParseInt(text(claim, "metadata", "resourceVersion"), 10, 64)
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
+	inv.apply(event, claim)
+}
+
+// apply is applyClaim under mu.
+func (inv *inventory) apply(event string, claim map[string]any) {
+	uid := text(claim, "metadata", "uid")
+	version, _ := strconv.ParseInt(text(claim, "metadata", "resourceVersion"), 10, 64)
 	if u, ok := inv.unsure[uid]; ok && (event == "DELETED" || version > u.sent) {
 		delete(inv.picked, u.taken) // stored (held below) or not: the pick is over
 		delete(inv.unsure, uid)
@@ -206,46 +210,43 @@ func (inv *inventory) resetClaims(listed int64) {
 	}
 }
 
-func (inv *inventory) free(node string) bool {
-	inv.mu.Lock()
-	defer inv.mu.Unlock()
+// firstFree is node's first device that no claim holds and no bind is allocating, with its driver;
+// ok is false when there is none (under mu).
+func (inv *inventory) firstFree(node string) (free slot, driver string, ok bool) {
 	published := inv.nodes[node]
 	for _, d := range published.devices {
-		if !inv.taken(slot{published.pool, d}) {
-			return true
-		}
-	}
-	return false
-}
-
-// taken says whether a claim holds s or a bind is allocating it (under mu).
-func (inv *inventory) taken(s slot) bool { return inv.used[s] > 0 || inv.picked[s] }
-
-// pick takes a free device of node for a bind in progress (until done); ok is false when none is free.
-func (inv *inventory) pick(node string) (taken slot, driver string, ok bool) {
-	inv.mu.Lock()
-	defer inv.mu.Unlock()
-	published := inv.nodes[node]
-	for _, d := range published.devices {
-		if s := (slot{published.pool, d}); !inv.taken(s) {
-			inv.picked[s] = true
+		if s := (slot{published.pool, d}); inv.used[s] == 0 && !inv.picked[s] {
 			return s, published.driver, true
 		}
 	}
 	return slot{}, "", false
 }
 
+func (inv *inventory) free(node string) bool {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	_, _, ok := inv.firstFree(node)
+	return ok
+}
+
+// pick takes a free device of node for a bind in progress (until done); ok is false when none is free.
+func (inv *inventory) pick(node string) (taken slot, driver string, ok bool) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	if taken, driver, ok = inv.firstFree(node); ok {
+		inv.picked[taken] = true
+	}
+	return taken, driver, ok
+}
+
 // done ends a bind's pick; written is the claim as the bind's status update returned it (nil: failed),
 // held from now on as the watch will deliver it.
 func (inv *inventory) done(taken slot, written map[string]any) {
 	inv.mu.Lock()
-	_, known := inv.seen[text(written, "metadata", "uid")]
-	inv.mu.Unlock()
-	if written != nil && known { // not deleted meanwhile
-		inv.applyClaim("MODIFIED", written)
-	}
-	inv.mu.Lock()
 	defer inv.mu.Unlock()
+	if _, known := inv.seen[text(written, "metadata", "uid")]; written != nil && known { // not deleted
+		inv.apply("MODIFIED", written)
+	}
 	delete(inv.picked, taken)
 }
 
