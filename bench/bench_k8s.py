@@ -56,7 +56,7 @@ from e2e.workload import (
     IN_TREE_SCHEDULER,
     Scenario,
     allocated_devices,
-    allocation_node,
+    bound_claim_problems,
     claims_sharing_devices,
 )
 
@@ -431,10 +431,10 @@ def check_allocations(sc: Scenario, mode: str, label: str) -> None:
 
 
 def allocation_problems(pods: list[dict[str, Any]], claims: list[dict[str, Any]]) -> list[str]:
-    """What is wrong with a run's allocations: a bound pod whose template claim is missing, not allocated
-    on the pod's node (its nodeSelector, and its devices from the node's pool: the workload names each
-    node's pool after the node) or not reserved for the pod, or a device in two claims. A run whose pods
-    were bound without their devices measured nothing."""
+    """What is wrong with a run's allocations: a bound pod without its template claim, a claim that fails
+    ``bound_claim_problems`` or holds devices of another node's pool (the workload names each node's pool
+    after the node), or a device in two claims. A run whose pods were bound without their devices measured
+    nothing."""
     owned = {
         owner["uid"]: claim
         for claim in claims
@@ -450,12 +450,9 @@ def allocation_problems(pods: list[dict[str, Any]], claims: list[dict[str, Any]]
         if claim is None:
             problems.append(f"{name}: no claim")
             continue
-        devices = allocated_devices(claim)
-        if allocation_node(claim) != node or not devices or any(pool != node for _, pool, _ in devices):
-            problems.append(f"{name}: its claim is not allocated on {node}")
-        reserved = {r.get("uid") for r in claim.get("status", {}).get("reservedFor") or ()}
-        if pod["metadata"]["uid"] not in reserved:
-            problems.append(f"{name}: not in its claim's reservedFor")
+        problems += bound_claim_problems(pod, claim)
+        if any(pool != node for _, pool, _ in allocated_devices(claim)):
+            problems.append(f"{name}: claim {claim['metadata']['name']} holds devices of another node's pool")
     for device, holders in claims_sharing_devices(claims).items():
         problems.append(f"{'/'.join(device)} is in {' and '.join(c['metadata']['name'] for c in holders)}")
     return problems

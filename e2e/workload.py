@@ -402,21 +402,30 @@ def claims_sharing_devices(
 
 def assert_bound_pods_hold_their_claims(sc: Scenario) -> None:
     """Every bound pod's claims are allocated for its node, reserved for it and protected by the finalizer."""
+    problems = []
     for name, state in sc.outcomes().items():
         if state != "bound":
             continue
         pod = sc.pod(name)
         for entry in pod["spec"].get("resourceClaims", []):
-            claim = sc.pod_claim(pod, entry["name"])
-            assert allocated_devices(claim), f"{name}: claim {claim['metadata']['name']} not allocated"
-            assert allocation_node(claim) == pod["spec"]["nodeName"], (
-                f"{name}: claim allocated for another node"
-            )
-            reserved = {r["uid"] for r in claim["status"].get("reservedFor", [])}
-            assert pod["metadata"]["uid"] in reserved, (
-                f"{name}: not in reservedFor of {claim['metadata']['name']}"
-            )
-            assert FINALIZER in claim["metadata"].get("finalizers", []), claim["metadata"]
+            problems += bound_claim_problems(pod, sc.pod_claim(pod, entry["name"]))
+    assert not problems, problems
+
+
+def bound_claim_problems(pod: dict[str, Any], claim: dict[str, Any]) -> list[str]:
+    """What is wrong with ``claim`` of the bound ``pod``: it must hold devices, allocated for the pod's node,
+    be reserved for the pod and carry the finalizer that keeps an allocated claim from being deleted."""
+    pod_name, claim_name, node = pod["metadata"]["name"], claim["metadata"]["name"], pod["spec"]["nodeName"]
+    problems = []
+    if not allocated_devices(claim):
+        problems.append(f"{pod_name}: claim {claim_name} holds no devices")
+    if (allocated_for := allocation_node(claim)) != node:
+        problems.append(f"{pod_name}: claim {claim_name} is allocated for {allocated_for}, not {node}")
+    if pod["metadata"]["uid"] not in {r.get("uid") for r in claim.get("status", {}).get("reservedFor") or ()}:
+        problems.append(f"{pod_name}: not in the reservedFor of claim {claim_name}")
+    if FINALIZER not in claim["metadata"].get("finalizers", ()):
+        problems.append(f"{pod_name}: claim {claim_name} has no {FINALIZER} finalizer")
+    return problems
 
 
 def summary_table(scenarios: list[Scenario]) -> str:

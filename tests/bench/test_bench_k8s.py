@@ -75,10 +75,19 @@ def _pod(name: str, node: str | None) -> dict:
 
 
 def _claim(
-    owner: str, node: str | None, device: str | None, reserved: tuple[str, ...] = (), pool: str = ""
+    owner: str,
+    node: str | None,
+    device: str | None,
+    reserved: tuple[str, ...] = (),
+    pool: str = "",
+    finalizers: tuple[str, ...] = ("resource.kubernetes.io/delete-protection",),
 ) -> dict:
     claim: dict = {
-        "metadata": {"name": f"{owner}-gpu", "ownerReferences": [{"kind": "Pod", "uid": f"uid-{owner}"}]},
+        "metadata": {
+            "name": f"{owner}-gpu",
+            "ownerReferences": [{"kind": "Pod", "uid": f"uid-{owner}"}],
+            "finalizers": list(finalizers),
+        },
         "status": {},
     }
     if node and device:
@@ -95,7 +104,7 @@ def _claim(
 
 def test_a_run_with_a_pod_bound_without_its_device_is_refused():
     """Each bound pod must hold its own device on its node: the checks a run's pods and claims pass."""
-    pods = [_pod(name, "n1") for name in "abdeghij"] + [_pod("c", "n2"), _pod("f", None)]
+    pods = [_pod(name, "n1") for name in "abdeghijk"] + [_pod("c", "n2"), _pod("f", None)]
     no_devices = _claim("j", "n1", "gpu-9", ("j",))
     no_devices["status"]["allocation"]["devices"]["results"] = []
     claims = [
@@ -108,14 +117,17 @@ def test_a_run_with_a_pod_bound_without_its_device_is_refused():
         _claim("h", "n4", "gpu-4", ("h",), pool="n1"),  # the pod's node's pool, another node's selector
         _claim("i", "n1", "gpu-3", ("i",)),  # f's device
         no_devices,  # a nodeSelector without devices
+        _claim("k", "n1", "gpu-5", ("k",), finalizers=()),  # allocated without the finalizer
     ]
     assert allocation_problems(pods, claims) == [
-        "d: not in its claim's reservedFor",
+        "d: not in the reservedFor of claim d-gpu",
         "e: no claim",
-        "g: its claim is not allocated on n1",
-        "h: its claim is not allocated on n1",
-        "j: its claim is not allocated on n1",
-        "c: its claim is not allocated on n2",
+        "g: claim g-gpu holds devices of another node's pool",
+        "h: claim h-gpu is allocated for n4, not n1",
+        "j: claim j-gpu holds no devices",
+        "k: claim k-gpu has no resource.kubernetes.io/delete-protection finalizer",
+        "c: claim c-gpu is allocated for n1, not n2",
+        "c: claim c-gpu holds devices of another node's pool",
         "d/n1/gpu-0 is in a-gpu and b-gpu",
         "d/n1/gpu-3 is in f-gpu and i-gpu",
     ]
