@@ -625,8 +625,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         metavar="SECONDS",
-        help="take a CPU profile of each run's kube-scheduler over its first SECONDS and print its top "
-        "call paths (go tool pprof)",
+        help="take a CPU profile of each headline run's kube-scheduler over its first SECONDS and print "
+        "its top call paths (go tool pprof; backlog runs are not profiled)",
     )
     parser.add_argument(
         "--nodes-to-score",
