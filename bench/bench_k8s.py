@@ -431,28 +431,28 @@ def check_allocations(sc: Scenario, mode: str, label: str) -> None:
 
 
 def allocation_problems(pods: list[dict[str, Any]], claims: list[dict[str, Any]]) -> list[str]:
-    """What is wrong with a run's allocations: a bound pod without its template claim, a claim that fails
+    """What is wrong with a run's allocations: a bound pod without a claim it owns, a claim of its that fails
     ``bound_claim_problems`` or holds devices of another node's pool (the workload names each node's pool
     after the node), or a device in two claims. A run whose pods were bound without their devices measured
     nothing."""
-    owned = {
-        owner["uid"]: claim
-        for claim in claims
-        for owner in claim["metadata"].get("ownerReferences") or ()
-        if owner.get("kind") == "Pod"
-    }
+    owned: dict[str, list[dict[str, Any]]] = {}
+    for claim in claims:
+        for owner in claim["metadata"].get("ownerReferences") or ():
+            if owner.get("kind") == "Pod":
+                owned.setdefault(owner["uid"], []).append(claim)
     problems: list[str] = []
     for pod in pods:
         name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
         if not node:
             continue
-        claim = owned.get(pod["metadata"]["uid"])
-        if claim is None:
+        if pod["metadata"]["uid"] not in owned:
             problems.append(f"{name}: no claim")
-            continue
-        problems += bound_claim_problems(pod, claim)
-        if any(pool != node for _, pool, _ in allocated_devices(claim)):
-            problems.append(f"{name}: claim {claim['metadata']['name']} holds devices of another node's pool")
+        for claim in owned.get(pod["metadata"]["uid"], ()):
+            problems += bound_claim_problems(pod, claim)
+            if any(pool != node for _, pool, _ in allocated_devices(claim)):
+                problems.append(
+                    f"{name}: claim {claim['metadata']['name']} holds devices of another node's pool"
+                )
     for device, holders in claims_sharing_devices(claims).items():
         problems.append(f"{'/'.join(device)} is in {' and '.join(c['metadata']['name'] for c in holders)}")
     return problems

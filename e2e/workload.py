@@ -413,19 +413,34 @@ def assert_bound_pods_hold_their_claims(sc: Scenario) -> None:
 
 
 def bound_claim_problems(pod: dict[str, Any], claim: dict[str, Any]) -> list[str]:
-    """What is wrong with ``claim`` of the bound ``pod``: it must hold devices, allocated for the pod's node,
-    be reserved for the pod and carry the finalizer that keeps an allocated claim from being deleted."""
+    """What is wrong with ``claim`` of the bound ``pod``: it must hold devices, allocated for the pod's node
+    (the one node selector both allocators write for node-local devices), be reserved for the pod and carry
+    the finalizer that keeps an allocated claim from being deleted. Never raises on an allocation of
+    another form: that is a problem to report, with the rest."""
     pod_name, claim_name, node = pod["metadata"]["name"], claim["metadata"]["name"], pod["spec"]["nodeName"]
+    status = claim.get("status") or {}
+    allocation = status.get("allocation")
     problems = []
-    if not allocated_devices(claim):
-        problems.append(f"{pod_name}: claim {claim_name} holds no devices")
-    if (allocated_for := allocation_node(claim)) != node:
-        problems.append(f"{pod_name}: claim {claim_name} is allocated for {allocated_for}, not {node}")
-    if pod["metadata"]["uid"] not in {r.get("uid") for r in claim.get("status", {}).get("reservedFor") or ()}:
+    if not allocation:
+        problems.append(f"{pod_name}: claim {claim_name} is not allocated")
+    else:
+        if not allocated_devices(claim):
+            problems.append(f"{pod_name}: claim {claim_name} holds no devices")
+        if (selector := allocation.get("nodeSelector")) != _pinned_to(node):
+            problems.append(
+                f"{pod_name}: claim {claim_name} has nodeSelector {selector}, not one pinned to {node}"
+            )
+    if pod["metadata"]["uid"] not in {(r or {}).get("uid") for r in status.get("reservedFor") or ()}:
         problems.append(f"{pod_name}: not in the reservedFor of claim {claim_name}")
-    if FINALIZER not in claim["metadata"].get("finalizers", ()):
+    if FINALIZER not in (claim["metadata"].get("finalizers") or ()):
         problems.append(f"{pod_name}: claim {claim_name} has no {FINALIZER} finalizer")
     return problems
+
+
+def _pinned_to(node: str) -> dict[str, Any]:
+    """The ``allocation.nodeSelector`` that ``allocation_node`` reads as ``node``."""
+    field_ = {"key": "metadata.name", "operator": "In", "values": [node]}
+    return {"nodeSelectorTerms": [{"matchFields": [field_]}]}
 
 
 def summary_table(scenarios: list[Scenario]) -> str:

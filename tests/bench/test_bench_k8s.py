@@ -102,11 +102,22 @@ def _claim(
     return claim
 
 
+def _pinned(node: str) -> dict:
+    """The nodeSelector both allocators write for a node-local device (upstream's allocator result)."""
+    return {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    }
+
+
 def test_a_run_with_a_pod_bound_without_its_device_is_refused():
     """Each bound pod must hold its own device on its node: the checks a run's pods and claims pass."""
-    pods = [_pod(name, "n1") for name in "abdeghijk"] + [_pod("c", "n2"), _pod("f", None)]
+    pods = [_pod(name, "n1") for name in "abdeghijklmnop"] + [_pod("c", "n2"), _pod("f", None)]
     no_devices = _claim("j", "n1", "gpu-9", ("j",))
     no_devices["status"]["allocation"]["devices"]["results"] = []
+    no_selector = _claim("n", "n1", "gpu-8", ("n",))
+    del no_selector["status"]["allocation"]["nodeSelector"]
+    pod_p_elsewhere, pod_p_ok = _claim("p", "n2", "gpu-0", ("p",)), _claim("p", "n1", "gpu-10", ("p",))
+    pod_p_ok["metadata"]["name"] = "p-gpu-2"
     claims = [
         _claim("a", "n1", "gpu-0", ("a",)),
         _claim("b", "n1", "gpu-0", ("b",)),  # a's device
@@ -118,15 +129,27 @@ def test_a_run_with_a_pod_bound_without_its_device_is_refused():
         _claim("i", "n1", "gpu-3", ("i",)),  # f's device
         no_devices,  # a nodeSelector without devices
         _claim("k", "n1", "gpu-5", ("k",), finalizers=()),  # allocated without the finalizer
+        _claim("l", "n1", "gpu-6", ("x",)),  # reserved for another pod
+        _claim("m", "n1", "gpu-7", ("m",), finalizers=("example.com/other",)),  # another finalizer only
+        no_selector,  # devices without a node
+        _claim("o", None, None, ("o",)),  # reserved, never allocated
+        pod_p_elsewhere,  # the first of p's two claims: another node's
+        pod_p_ok,
     ]
     assert allocation_problems(pods, claims) == [
         "d: not in the reservedFor of claim d-gpu",
         "e: no claim",
         "g: claim g-gpu holds devices of another node's pool",
-        "h: claim h-gpu is allocated for n4, not n1",
+        f"h: claim h-gpu has nodeSelector {_pinned('n4')}, not one pinned to n1",
         "j: claim j-gpu holds no devices",
         "k: claim k-gpu has no resource.kubernetes.io/delete-protection finalizer",
-        "c: claim c-gpu is allocated for n1, not n2",
+        "l: not in the reservedFor of claim l-gpu",
+        "m: claim m-gpu has no resource.kubernetes.io/delete-protection finalizer",
+        "n: claim n-gpu has nodeSelector None, not one pinned to n1",
+        "o: claim o-gpu is not allocated",
+        f"p: claim p-gpu has nodeSelector {_pinned('n2')}, not one pinned to n1",
+        "p: claim p-gpu holds devices of another node's pool",
+        f"c: claim c-gpu has nodeSelector {_pinned('n1')}, not one pinned to n2",
         "c: claim c-gpu holds devices of another node's pool",
         "d/n1/gpu-0 is in a-gpu and b-gpu",
         "d/n1/gpu-3 is in f-gpu and i-gpu",
