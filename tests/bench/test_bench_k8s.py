@@ -91,12 +91,11 @@ def _claim(
         "status": {},
     }
     if node and device:
-        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
         claim["status"]["allocation"] = {
             "devices": {
                 "results": [{"driver": "d", "pool": pool or node, "device": device, "request": "gpu"}]
             },
-            "nodeSelector": {"nodeSelectorTerms": [term]},
+            "nodeSelector": _pinned(node),
         }
     claim["status"]["reservedFor"] = [{"resource": "pods", "uid": f"uid-{r}"} for r in reserved]
     return claim
