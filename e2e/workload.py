@@ -365,15 +365,13 @@ def allocated_devices(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def allocation_node(claim: dict[str, Any]) -> str | None:
-    """The node a claim's ``allocation.nodeSelector`` names (the form both allocators write for node-local
-    devices: one term, ``metadata.name In [node]``)."""
+    """The node a claim's ``allocation.nodeSelector`` names, which must be the form both allocators write
+    for node-local devices (``_pinned_to``: one term, ``metadata.name In [node]``)."""
     selector = (claim.get("status", {}).get("allocation") or {}).get("nodeSelector")
     if not selector:
         return None
-    (term,) = selector["nodeSelectorTerms"]
-    (field_,) = term["matchFields"]
-    assert field_["key"] == "metadata.name" and field_["operator"] == "In", field_
-    (node,) = field_["values"]
+    node: str = selector["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+    assert selector == _pinned_to(node), selector
     return node
 
 

@@ -239,11 +239,18 @@ func (inv *inventory) pick(node string) (taken slot, driver string, ok bool) {
 	return taken, driver, ok
 }
 
-// done ends a bind's pick; written is the claim as the bind's status update returned it (nil: failed),
-// held from now on as the watch will deliver it.
-func (inv *inventory) done(taken slot, written map[string]any) {
+// done ends a bind's pick of taken for claim claimUID. written is the claim as the bind's status update
+// returned it (nil: failed), held from now on as the watch will deliver it. An update kube-apiserver did
+// not answer (err a maybeWritten) keeps the device picked until the claim's next version shows whether it
+// was stored.
+func (inv *inventory) done(claimUID string, taken slot, written map[string]any, err error) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
+	var maybe maybeWritten
+	if errors.As(err, &maybe) {
+		inv.unsure[claimUID] = unsure{taken, maybe.sent}
+		return
+	}
 	if _, known := inv.seen[text(written, "metadata", "uid")]; written != nil && known { // not deleted
 		inv.apply("MODIFIED", written)
 	}
@@ -395,15 +402,7 @@ func (s *server) allocate(args bindArgs) error {
 		return fmt.Errorf("no free device on %s", args.Node)
 	}
 	written, err := s.writeClaim(claim, args, taken, driver)
-	var maybe maybeWritten
-	if errors.As(err, &maybe) {
-		// The device stays picked until the claim's next version shows whether the update was stored.
-		s.inventory.mu.Lock()
-		s.inventory.unsure[text(claim, "metadata", "uid")] = unsure{taken, maybe.sent}
-		s.inventory.mu.Unlock()
-		return err
-	}
-	s.inventory.done(taken, written)
+	s.inventory.done(text(claim, "metadata", "uid"), taken, written, err)
 	return err
 }
 
