@@ -633,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         metavar="PERCENT",
         help="the extender's kube-scheduler's percentageOfNodesToScore instead of the shipped 100 (0: "
-        "kube-scheduler's adaptive default, as the in-tree run uses)",
+        "kube-scheduler's adaptive default, as the in-tree run uses), given to the extender too as the "
+        "chart's kubeScheduler.percentageOfNodesToScore does",
     )
     parser.add_argument(
         "--extender-nodes-to-score",
@@ -788,6 +789,8 @@ def start_mode(
     extra = []
     if extender_nodes_to_score is not None:
         extra.append(f"--percentage-of-nodes-to-score={extender_nodes_to_score}")
+    if nodes_to_score is not None:
+        extra.append(f"--scheduler-percentage-of-nodes-to-score={nodes_to_score}")  # as the chart's value
     if qps is not None:
         extra += [f"--kube-api-qps={qps:g}", f"--kube-api-burst={int(2 * qps)}"]
     plane.start_extender(*extra)

@@ -220,6 +220,15 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
         help="filter passes on as many of the nodes that fit as kube-scheduler would score with "
         "percentageOfNodesToScore P, P %% of all nodes (default 0: adaptive; 100: every node that fits)",
     )
+    serve.add_argument(
+        "--scheduler-percentage-of-nodes-to-score",
+        type=int,
+        default=100,
+        metavar="P",
+        help="kube-scheduler's own percentageOfNodesToScore (default 100: it filters every node). Below "
+        "100 (0: adaptive) it asks about a sample of the nodes: a pod rejected on its whole sample while "
+        "another node has the devices is retried at once, with no preemption",
+    )
     _cluster_flags(serve)
 
     sim = commands.add_parser("simulate", help="schedule the pending pods offline")
@@ -390,6 +399,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             filter_time_budget_seconds=getattr(args, "filter_time_budget_seconds", None),
             filter_timeout_seconds=getattr(args, "filter_timeout_seconds", FILTER_TIMEOUT),
             percentage_of_nodes_to_score=getattr(args, "percentage_of_nodes_to_score", 0),
+            scheduler_percentage_of_nodes_to_score=getattr(
+                args, "scheduler_percentage_of_nodes_to_score", 100
+            ),
         )
         if args.command == "serve":
             server = ServerSettings(

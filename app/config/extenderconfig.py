@@ -207,6 +207,14 @@ FIELDS: tuple[FieldSpec, ...] = (
         "(default 0: adaptive; 100: every node that fits)",
         "--percentage-of-nodes-to-score",
     ),
+    FieldSpec(
+        "scheduling.schedulerPercentageOfNodesToScore",
+        "integer",
+        "scheduler_percentage_of_nodes_to_score",
+        "kube-scheduler's own percentageOfNodesToScore (default 100); below 100 a pod rejected on its "
+        "whole sample while another node has the devices is retried at once, with no preemption",
+        "--scheduler-percentage-of-nodes-to-score",
+    ),
     FieldSpec("cluster.kubeconfig", "path", "kubeconfig", "kubeconfig file (cluster mode)", "--kubeconfig"),
     FieldSpec("cluster.context", "string", "context", "kubeconfig context", "--context"),
     FieldSpec("cluster.inCluster", "boolean", "in_cluster", "use the pod's service account", "--in-cluster"),

@@ -112,6 +112,7 @@ RANGES: dict[str, Range] = {
     "filter_time_budget_seconds": _SECONDS,
     "filter_timeout_seconds": _SECONDS,
     "percentage_of_nodes_to_score": Range(0, 100, closed=True, integer=True),
+    "scheduler_percentage_of_nodes_to_score": Range(0, 100, closed=True, integer=True),
     "connect_timeout_seconds": _SECONDS,
     "request_timeout_seconds": _SECONDS,
     "watch_timeout_seconds": _SECONDS_INTEGER,
@@ -297,6 +298,13 @@ class SchedulingSettings:
     meaning of ``percentageOfNodesToScore`` (``app.scheduling.sampling``): 0 (default) adaptive, as
     kube-scheduler's default; 100 every node. The extender samples after the device check, so the shipped
     KubeSchedulerConfiguration sets 100 for kube-scheduler itself."""
+
+    scheduler_percentage_of_nodes_to_score: int = 100
+    """kube-scheduler's own ``percentageOfNodesToScore`` in the KubeSchedulerConfiguration this extender
+    serves (default 100, as shipped: it filters every node). Below 100 (0: adaptive) kube-scheduler asks
+    about a sample of the nodes, before the extender sees their devices; a pod rejected on its whole sample
+    while a node outside it has the devices is a sample miss (``app.scheduling.sampling.SchedulerSample``):
+    no preemption for it, and a retry at once."""
 
     def __post_init__(self) -> None:
         _check_ranges(self)

@@ -65,7 +65,7 @@ from app.scheduling.binder import BindError
 from app.scheduling.preemption import preempt
 from app.scheduling.preemptionrequests import PreemptionRequests
 from app.scheduling.requeue import RejectedPods
-from app.scheduling.sampling import NodeSampler
+from app.scheduling.sampling import NodeSampler, SchedulerSample
 from app.scheduling.service import FilterOutcome, SchedulingService
 
 __all__ = ["create_app"]
@@ -293,8 +293,13 @@ def create_app(
     # Four bodies of the largest size may be read at once (kube-scheduler sends one request at a time).
     budget = BodyBudget(4 * limit)
     metrics = metrics or Metrics(service)
-    sampler = NodeSampler(
-        settings.scheduling.percentage_of_nodes_to_score, lambda: len(service.state.objects["Node"])
+
+    def cluster_nodes() -> int:
+        return len(service.state.objects["Node"])
+
+    sampler = NodeSampler(settings.scheduling.percentage_of_nodes_to_score, cluster_nodes)
+    scheduler_sample = SchedulerSample(
+        settings.scheduling.scheduler_percentage_of_nodes_to_score, cluster_nodes
     )
 
     # Swagger UI and ReDoc from the fastapi-offline package's files, not a CDN: /docs works air-gapped.
@@ -329,12 +334,28 @@ def create_app(
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
         mark = rejected.mark() if rejected is not None else 0
         outcome = _asked(service.filter_quick, args)
-        return None if outcome is None else _filter_answer(args, outcome, mark)
+        if outcome is None or scheduler_sample.may_miss(outcome, len(args.candidate_names)):
+            return None  # a miss is told by deciding the nodes outside the sample: a worker thread's job
+        return _filter_answer(args, outcome, mark)
 
     def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int) -> Answer:
         outcome = sampler.sample(outcome, args.candidate_names)
+        names = args.candidate_names
+        uid = str((args.pod.get("metadata") or {}).get("uid") or "")
+        missed = scheduler_sample.miss(
+            uid, outcome, len(names), lambda: service.fits_outside(args.pod, names)
+        )
+        if missed is not None:
+            outcome = missed
+            metrics.sample_misses.inc()
+            log.debug(
+                "filter: kube-scheduler's sample of %d nodes has no devices for the pod, another node "
+                "has: retried at once",
+                len(names),
+                extra={"pod": _pod_ref(args.pod)},
+            )
         if rejected is not None:
-            rejected.filtered(args.pod, outcome, mark)
+            rejected.filtered(args.pod, outcome, mark, retry_now=missed is not None)
         if preemptions is not None:
             preemptions.filtered(args.pod, outcome)
         log.debug(

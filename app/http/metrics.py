@@ -9,7 +9,10 @@ Counted on the request path (a counter increment or a histogram observation each
   server); ``result`` ``success`` or ``error`` (a non-200 answer or one with ``Error`` set);
 * ``dra_extender_binds_total{result}``: bind outcomes (``success``, ``error``);
 * ``dra_extender_filter_nodes_total{result}``: nodes filter answered ``passed``, ``failed`` or
-  ``unresolvable``.
+  ``unresolvable``;
+* ``dra_extender_sample_misses_total``: filters that rejected a pod on every node of kube-scheduler's
+  sample while a node outside it had the devices, answered so that the pod is retried at once
+  (``app.scheduling.sampling.SchedulerSample``; only when kube-scheduler samples).
 
 Read when scraped (``_StateCollector``: copied under the service lock, counted after), never maintained
 per request:
@@ -320,6 +323,12 @@ class Metrics:
         for result in RESULTS:
             self.binds.labels(result)
         self._node_series = tuple(self.filter_nodes.labels(result) for result in NODE_RESULTS)
+        self.sample_misses = Counter(
+            _PREFIX + "sample_misses",
+            "Filters that rejected a pod on all of kube-scheduler's sample of nodes while another node had "
+            "the devices (the pod retried at once).",
+            registry=self.registry,
+        )
         self.admission_reviews = Counter(
             _PREFIX + "admission_reviews",
             "Pod creations the admission webhook answered (app.http.webhook), by endpoint (mutate, validate) "

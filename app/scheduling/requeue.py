@@ -102,9 +102,12 @@ class RejectedPods:
         """Taken before a filter decides; given back to ``filtered``."""
         return self._events
 
-    def filtered(self, pod: Mapping[str, Any], outcome: FilterOutcome, mark: int) -> None:
+    def filtered(
+        self, pod: Mapping[str, Any], outcome: FilterOutcome, mark: int, *, retry_now: bool = False
+    ) -> None:
         """Record the filter answer ``outcome`` for ``pod``: remembered when no node passed, forgotten when
-        some did."""
+        some did. ``retry_now``: due at once (kube-scheduler's sample missed the pod's devices,
+        ``app.scheduling.sampling.SchedulerSample``)."""
         key = pod_key(pod)
         if outcome.passed or needs_no_devices(pod):
             self._forget(key)
@@ -117,8 +120,9 @@ class RejectedPods:
             str(meta.get("namespace") or "default"), str(meta.get("name")), str(meta.get("uid") or "")
         )
         with self._lock:
-            if mark != self._events:
-                self._due[key] = ref  # a helpful event came while this answer was being decided
+            if retry_now or mark != self._events:
+                # kube-scheduler's sample missed, or a helpful event came while this answer was decided
+                self._due[key] = ref
                 self._rejected.pop(key, None)
             else:
                 self._rejected[key] = ref

@@ -11,20 +11,36 @@ from ``nextStartNodeIndex``), so consecutive pods see different nodes. Every nod
 a pod fails only when none does. Without this, kube-scheduler's score plugins and its decoding of the
 extender's answers run over every node for every pod, which at 5000 nodes cost more than the in-tree
 plugin's whole cycle.
+
+A cluster may still let kube-scheduler sample (``SchedulingSettings.scheduler_percentage_of_nodes_to_score``
+below 100), trading that price for a smaller cycle at thousands of nodes. ``SchedulerSample`` then keeps a
+miss from costing a preemption or a wait for an unrelated event: a pod rejected on every node of its
+sample while a node outside it has the devices is answered with the sample's nodes unresolvable
+(kube-scheduler's preemption considers only nodes that failed as resolvable, and nodes outside the sample
+as unresolvable, so it evicts nothing for the pod) and retried at once through the requeuer; the next
+attempt's sample starts where this one ended (``nextStartNodeIndex``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from app.scheduling.decisions import FilterOutcome
 
-__all__ = ["MIN_NODES", "NodeSampler", "nodes_to_score"]
+__all__ = ["MIN_NODES", "NodeSampler", "SchedulerSample", "nodes_to_score"]
 
 MIN_NODES = 100
 """kube-scheduler's ``minFeasibleNodesToFind``: below this many nodes every one is scored."""
+
+MISS_WINDOW_SECONDS = 60.0
+"""How long a pod's sample misses count together (``SchedulerSample``): a pod kube-scheduler's own filters
+keep from its devices is retried at once a few times a minute at most, and again after a quiet minute."""
 
 MIN_ADAPTIVE_PERCENTAGE = 5
 """kube-scheduler's ``minFeasibleNodesPercentageToFind``: the adaptive share never goes below it."""
@@ -85,3 +101,74 @@ class NodeSampler:
     def _limit(self, asked: Sequence[str]) -> int:
         nodes = len(asked) if self.cluster_nodes is None else max(len(asked), self.cluster_nodes())
         return nodes_to_score(self.percentage, nodes)
+
+
+class SchedulerSample:
+    """kube-scheduler's own sampling before the extender, and the pods it missed for (module docstring).
+
+    ``percentage``: kube-scheduler's ``percentageOfNodesToScore``; 100 never samples. ``cluster_nodes``: how
+    many nodes the cluster has. A pod is retried at once at most as many times within ``MISS_WINDOW_SECONDS``
+    as it takes samples to cover the cluster: more misses mean the nodes with its devices are ones
+    kube-scheduler's own filters reject, and it waits for an event like any rejected pod. Counts of at most
+    ``max_pods`` pods are kept; ``clock``: monotonic seconds."""
+
+    def __init__(
+        self,
+        percentage: int,
+        cluster_nodes: Callable[[], int],
+        max_pods: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.percentage = percentage
+        self.cluster_nodes = cluster_nodes
+        self.max_pods = max_pods
+        self.clock = clock
+        self._misses: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        """Pod UID -> (misses retried since the first of the window, when that one was), latest last."""
+        self._lock = threading.Lock()
+
+    def may_miss(self, outcome: FilterOutcome, asked: int) -> bool:
+        """Whether ``outcome`` rejects the pod on a sample that left nodes out: the question for
+        ``miss``, whose answer needs a decision over the nodes outside it."""
+        if outcome.passed or outcome.error or self.percentage >= 100:
+            return False
+        nodes = self.cluster_nodes()
+        quota = nodes_to_score(self.percentage, nodes)
+        # Fewer names than kube-scheduler's quota: it ran out of nodes, having checked every one.
+        return quota < nodes and asked >= quota
+
+    def miss(
+        self, pod_uid: str, outcome: FilterOutcome, asked: int, fits_outside: Callable[[], str | None]
+    ) -> FilterOutcome | None:
+        """``outcome`` answered as a sample miss, or None when it is not one. ``fits_outside``: a node
+        outside the sample whose devices fit the pod, or None."""
+        if self.percentage >= 100:
+            return None
+        if outcome.passed:
+            with self._lock:
+                self._misses.pop(pod_uid, None)
+            return None
+        if not self.may_miss(outcome, asked):
+            return None
+        now = self.clock()
+        with self._lock:
+            count, since = self._misses.get(pod_uid, (0, now))
+        if now - since > MISS_WINDOW_SECONDS:
+            count, since = 0, now
+        if count >= math.ceil(self.cluster_nodes() / max(asked, 1)):
+            return None
+        node = fits_outside()
+        if node is None:
+            return None
+        with self._lock:
+            self._misses[pod_uid] = (count + 1, since)
+            self._misses.move_to_end(pod_uid)
+            while len(self._misses) > self.max_pods:
+                self._misses.popitem(last=False)
+        note = (
+            f"; node {node}, outside kube-scheduler's sample of {asked} nodes, has the devices: "
+            "retried without preemption"
+        )
+        rejected = {**outcome.failed, **outcome.unresolvable}
+        unresolvable = {name: reason + note for name, reason in rejected.items()}
+        return dataclasses.replace(outcome, failed={}, unresolvable=unresolvable)

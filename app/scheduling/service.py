@@ -272,6 +272,18 @@ class SchedulingService:
             return None
         return outcome
 
+    def fits_outside(self, pod: Obj, asked: Sequence[str]) -> str | None:
+        """A node of the cluster not in ``asked`` whose devices fit ``pod``, or None: whether a pod filter
+        rejected on all of kube-scheduler's sample would fit elsewhere (``app.scheduling.sampling``).
+        kube-scheduler's own filters were not run on those nodes."""
+        with self.lock, self.preemption_holds.lifted(pod):
+            left_out = set(asked)
+            others = [name for name in self.state.objects["Node"] if name not in left_out]
+            if not others:
+                return None
+            outcome = self._filter(self.gate.with_state_status(pod), others, None, Want.VERDICT)
+        return outcome.passed[0] if outcome.passed else None
+
     def prioritize(
         self, pod: Obj, node_names: Sequence[str], nodes: Mapping[str, Obj] | None = None
     ) -> list[int]:

@@ -180,6 +180,7 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
         "cluster.preemptionEvictionsPerMinute",
         "cluster.prioritizeHoldSeconds",
         "scheduling.percentageOfNodesToScore",
+        "scheduling.schedulerPercentageOfNodesToScore",
         "server.verbosity",
     )
     if value == 0 and spec.path in zero_fine:
@@ -204,6 +205,7 @@ def test_every_numeric_field_rejects_values_out_of_its_range_naming_it(tmp_path,
         ({"cluster": {"backoffJitter": 1.5}}, "must be in 0..1, got 1.5"),
         ({"scheduling": {"percentageOfNodesToScore": 101}}, "must be in 0..100, got 101"),
         ({"scheduling": {"percentageOfNodesToScore": 12.5}}, "must be an integer, got 12.5"),
+        ({"scheduling": {"schedulerPercentageOfNodesToScore": 101}}, "must be in 0..100, got 101"),
         ({"cluster": {"listPageSize": 0}}, "must be positive, got 0"),
         ({"server": {"port": 70000}}, "must be in 1..65535, got 70000"),
         # An API list limit of 2**70 was sent as it is; beyond the page size's maximum is refused.

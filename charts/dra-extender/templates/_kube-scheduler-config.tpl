@@ -10,10 +10,11 @@ leaderElection:
   # to 2.2 x retryPeriod (client-go's jitter): 1 s instead of 2 lets it win over the restarted
   # kube-scheduler of a pair whose extender is down. The leader renews as often (one Lease write a second).
   retryPeriod: 1s
-# Filter every node: the extender sees only the nodes kube-scheduler samples, and a node left out is a
-# device left unused. The extender samples instead, among the nodes whose devices fit
-# (its --percentage-of-nodes-to-score, adaptive by default as kube-scheduler's).
-percentageOfNodesToScore: 100
+# 100 (the default): filter every node: the extender sees only the nodes kube-scheduler samples, and a
+# node left out is a device left unused. The extender samples instead, among the nodes whose devices fit
+# (its --percentage-of-nodes-to-score, adaptive by default as kube-scheduler's). Below 100 the extender
+# retries a pod whose sample missed its devices (kubeScheduler.percentageOfNodesToScore).
+percentageOfNodesToScore: {{ .Values.kubeScheduler.percentageOfNodesToScore }}
 profiles:
 - schedulerName: {{ include "dra-extender.scheduler" . }}
   plugins:
