@@ -103,6 +103,8 @@ class ShapeOutcome:
     def answers(self, names: Sequence[str], order_key: int) -> bool:
         """Whether this is the answer for the nodes ``names`` (whose ``list_key`` is ``order_key``), in any
         order; in another order, ``passed`` is to be ordered again."""
+        if self.size() != len(names):
+            return False  # it holds other nodes too (``NodeDecider`` extended it), or a name came twice
         if order_key != self.order_key:
             if set_key(names) != self.set_key:
                 return False
@@ -110,6 +112,17 @@ class ShapeOutcome:
             self.holes, self.new_order = None, True
             self.moved.clear()
         return True
+
+    def adopt(self, names: Sequence[str], order_key: int) -> None:
+        """Become the answer for the node list ``names`` (``list_key`` ``order_key``), which holds every node
+        this answer has."""
+        self.order_key, self.set_key = order_key, set_key(names)
+        self.ordered, self.holes, self.new_order = False, None, True
+        self.moved.clear()
+
+    def size(self) -> int:
+        """Nodes this answer holds."""
+        return len(self.passed) + len(self.failed) + len(self.unresolvable) + len(self.undecided)
 
     def covers(self, name: str) -> bool:
         return (
@@ -157,8 +170,7 @@ class ShapeOutcome:
         pass, or when a name is in the list twice (then the places cannot stand for the names)."""
         holes = self.holes
         if holes is None:
-            covered = len(self.passed) + len(self.failed) + len(self.unresolvable) + len(self.undecided)
-            if self.new_order or covered != len(names):
+            if self.new_order or self.size() != len(names):
                 self.new_order = False
                 return None
             passed = self.passed

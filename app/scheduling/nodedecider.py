@@ -48,7 +48,7 @@ from app.scheduling.decisions import (
     with_placeholders,
 )
 from app.scheduling.extended import ExtendedClaim
-from app.scheduling.sampling import NodeSampler
+from app.scheduling.sampling import MIN_NODES, NodeSampler
 from app.state.cluster import ClusterState
 
 __all__ = [
@@ -225,7 +225,8 @@ class NodeDecider:
             return outcome
         order_key = list_key(node_names, names_text)
         changed = None
-        if last is not None and last.answers(node_names, order_key):
+        exact = last is not None and last.answers(node_names, order_key)
+        if last is not None and (exact or self._extends(last, node_names)):
             changed = inventory.nodes_changed_since(last.seq, last.global_version)
         if last is None or changed is None:
             if quick:
@@ -238,6 +239,8 @@ class NodeDecider:
                 last.record(node_names, self.cache.shared(shape) or {}, inventory.node_versions())
                 self.cache.keep_answer(shape, last)
             return outcome
+        if not exact:
+            return self._filter_within(last, changed, node_names, order_key, cycle, quick, sampler)
         now = self._patch(last, changed, cycle, quick=quick)
         redone = len(now.passed) + len(now.failed) + len(now.unresolvable)
         self._count(len(node_names) - redone, 0)  # the others: from the shape's last answer
@@ -269,6 +272,69 @@ class NodeDecider:
         outcome.passed.extend(n for n in now.passed if n in last.undecided)
         outcome.failed.update((n, r) for n, r in now.failed.items() if n in last.undecided)
         outcome.unresolvable.update((n, r) for n, r in now.unresolvable.items() if n in last.undecided)
+        return outcome
+
+    def _extends(self, last: ShapeOutcome, node_names: Sequence[str]) -> bool:
+        """Whether the shape's answer ``last``, kept for other nodes, is to answer ``node_names`` too, taking
+        in those it has not decided: while it stays within twice the cluster's nodes (a list of names no
+        node has would otherwise grow it, and every call decides its undecided nodes again)."""
+        nodes = len(self.state.objects["Node"])
+        return last.size() + len(node_names) <= 2 * nodes + MIN_NODES
+
+    def _filter_within(
+        self,
+        last: ShapeOutcome,
+        changed: set[str],
+        node_names: Sequence[str],
+        order_key: int,
+        cycle: CycleState,
+        quick: bool,
+        sampler: NodeSampler | None,
+    ) -> FilterOutcome:
+        """Answer a node list other than the one the shape's answer ``last`` was kept for, from that answer:
+        kube-scheduler's own sampling (``app.scheduling.sampling.SchedulerSample``) asks about another
+        window of the cluster each cycle, and a pod's own filters leave out some nodes. ``last`` is brought
+        up to date (``_patch``) and takes in the asked nodes it has not decided, so it grows to the nodes
+        asked about so far; once a list holds all of them, it is that list's answer (the exact path)."""
+        inventory, pending = self.state.inventory, cycle.pending
+        new = [name for name in node_names if not last.covers(name)]
+        if quick and not _quick_enough(inventory, new, pending):
+            raise NotQuick
+        now = self._patch(last, changed, cycle, quick=quick)
+        if now.error:
+            return now
+        added = FilterOutcome()
+        if new:
+            self._decide_nodes(added, new, cycle, Want.VERDICT, quick=quick)
+            if added.error:
+                return added
+            last.record(new, self.cache.shared(cycle.view.shape) or {}, inventory.node_versions())
+        if last.size() == len(node_names):
+            last.adopt(node_names, order_key)  # the list holds every node the answer has
+        outcome = FilterOutcome()
+        passed = last.passed
+        sample = None
+        if sampler is not None and not last.undecided:
+            sample = sampler.take(node_names, passed.__contains__)
+        if sample is not None:
+            outcome.passed, outcome.sampled = sample, True
+        else:
+            outcome.passed = [name for name in node_names if name in passed]
+        failed, unresolvable = last.failed, last.unresolvable
+        outcome.failed = all_with_names({n: failed[n] for n in node_names if n in failed}, pending)
+        outcome.unresolvable = all_with_names(
+            {n: unresolvable[n] for n in node_names if n in unresolvable}, pending
+        )
+        if last.undecided:
+            # Nodes without a shared decision (time budget, unknown node, shares): this call's answer, for
+            # the asked ones (``_patch`` decided the answer's other undecided nodes too).
+            asked = last.undecided.intersection(node_names)
+            for decided in (now, added):
+                outcome.passed.extend(n for n in decided.passed if n in asked)
+                outcome.failed.update((n, r) for n, r in decided.failed.items() if n in asked)
+                outcome.unresolvable.update((n, r) for n, r in decided.unresolvable.items() if n in asked)
+        redone = sum(len(d.passed) + len(d.failed) + len(d.unresolvable) for d in (now, added))
+        self._count(max(len(node_names) - redone, 0), 0)  # the others: from the shape's answer
         return outcome
 
     def _patch(

@@ -112,3 +112,65 @@ def test_the_sample_is_sized_from_every_node_of_the_cluster():
     asked = _names(300)
     assert NodeSampler(0, lambda: 1000).take(asked, bool) is None
     assert NodeSampler(0).take(asked, bool) == asked[:144]  # sized from the 300 asked
+
+
+def _three_hundred_nodes(pods: str) -> SchedulingService:
+    """n0..n299, one GPU each but n0..n9 (none); each pod of ``pods`` asks for one GPU."""
+    names = _names(300)
+    objects = [("Node", node(n)) for n in names]
+    objects += [
+        ("ResourceSlice", resource_slice(f"{n}-gpus", "gpu.example.com", n, [device("gpu-0")]))
+        for n in names[10:]
+    ]
+    objects.append(("DeviceClass", device_class("gpu", 'device.driver == "gpu.example.com"')))
+    for name in pods:
+        objects.append(("ResourceClaim", claim("ml", f"{name}-gpu", [request("gpu", "gpu")])))
+        objects.append(("Pod", pod("ml", name, [f"{name}-gpu"])))
+    return SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
+
+
+def test_kube_schedulers_samples_are_answered_from_the_shapes_answer_once_it_has_their_nodes():
+    """kube-scheduler sampling itself asks about another window of the cluster each cycle (its 144 of 300
+    nodes). Each node is decided once; a window of nodes decided before is read from the shape's answer,
+    and only the nodes asked are answered. A bind's node is decided again."""
+    names = _names(300)
+    service = _three_hundred_nodes("abcde")
+    stats = service.decider.stats
+
+    def filtered(pod_name: str, window: list[str]) -> FilterOutcome:
+        return service.filter(service.state.get("Pod", f"ml/{pod_name}"), window)
+
+    first = filtered("a", names[:144])
+    assert first.passed == names[10:144] and sorted({**first.failed, **first.unresolvable}) == names[:10]
+    second = filtered("b", names[144:288])
+    assert second.passed == names[144:288] and not second.failed and not second.unresolvable
+    assert stats.misses == 288  # every node asked so far, each once
+    third = filtered("c", names[288:] + names[:132])
+    assert sorted(third.passed) == sorted(names[288:] + names[10:132])
+    assert sorted({**third.failed, **third.unresolvable}) == names[:10]
+    assert stats.misses == 288 + 12  # n288..n299 only
+    # n20's only GPU goes to a: the next window that holds n20 fails it, deciding nothing else again.
+    assert service.bind("ml", "a", "uid-pod-ml-a", "n20") == ["ml/a-gpu: gpu.example.com/n20/gpu-0"]
+    misses = stats.misses
+    fourth = filtered("d", names[:144])
+    assert fourth.passed == [n for n in names[10:144] if n != "n20"]
+    assert sorted({**fourth.failed, **fourth.unresolvable}) == sorted([*names[:10], "n20"])
+    assert stats.misses - misses <= 1  # n20, unless the bind's own patch decided it
+    # Every node at once (the shipped percentageOfNodesToScore: 100): the answer for that list.
+    everything = filtered("e", names)
+    assert everything.passed == [n for n in names[10:] if n != "n20"]
+    assert stats.misses - misses <= 1
+
+
+def test_names_of_no_node_do_not_grow_the_shapes_answer_beyond_twice_the_cluster():
+    service = _three_hundred_nodes("a")
+    pod_a = service.state.get("Pod", "ml/a")
+    service.filter(pod_a, _names(300))
+    for batch in range(5):
+        strangers = [f"stranger-{batch}-{i}" for i in range(300)]
+        outcome = service.filter(pod_a, strangers)
+        assert outcome.passed == [] and sorted(outcome.unresolvable) == sorted(strangers)
+        view = service.decider.cache.view("uid-pod-ml-a")
+        assert view is not None
+        answer = service.decider.cache.answer(view.shape)
+        assert answer is not None and answer.size() <= 2 * 300 + 100
