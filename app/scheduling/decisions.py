@@ -120,6 +120,15 @@ class ShapeOutcome:
         self.ordered, self.holes, self.new_order = False, None, True
         self.moved.clear()
 
+    def drop(self, names: Iterable[str]) -> None:
+        """Forget these nodes."""
+        for name in names:
+            self.passed.pop(name, None)
+            self.failed.pop(name, None)
+            self.unresolvable.pop(name, None)
+            self.undecided.discard(name)
+            self.moved.add(name)
+
     def size(self) -> int:
         """Nodes this answer holds."""
         return len(self.passed) + len(self.failed) + len(self.unresolvable) + len(self.undecided)

@@ -309,8 +309,11 @@ class NodeDecider:
             if added.error:
                 return added
             last.record(new, self.cache.shared(cycle.view.shape) or {}, inventory.node_versions())
-        if last.size() == len(node_names):
-            last.adopt(node_names, order_key)  # the list holds every node the answer has
+        # A node gone from the cluster (deleted, or a name no node has) has no decision to keep: left in,
+        # it would be decided again on every call and keep the answer from matching a list again.
+        last.drop([name for name in last.undecided if not inventory.knows_node(name)])
+        if last.size() == len(node_names) == len(set(node_names)):
+            last.adopt(node_names, order_key)  # the list holds every node the answer has, each once
         outcome = FilterOutcome()
         passed = last.passed
         sample = None

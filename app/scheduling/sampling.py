@@ -14,11 +14,13 @@ plugin's whole cycle.
 
 A cluster may still let kube-scheduler sample (``SchedulingSettings.scheduler_percentage_of_nodes_to_score``
 below 100), trading that price for a smaller cycle at thousands of nodes. ``SchedulerSample`` then keeps a
-miss from costing a preemption or a wait for an unrelated event: a pod rejected on every node of its
-sample while a node outside it has the devices is answered with the sample's nodes unresolvable
-(kube-scheduler's preemption considers only nodes that failed as resolvable, and nodes outside the sample
-as unresolvable, so it evicts nothing for the pod) and retried at once through the requeuer; the next
-attempt's sample starts where this one ended (``nextStartNodeIndex``).
+miss from costing a preemption for devices or a wait for an unrelated event: a pod rejected on every
+node of its sample while a node outside it has the devices (and passes kube-scheduler's cheap node
+filters, ``app.scheduling.nodeadmission``) is answered with the sample's nodes unresolvable
+(kube-scheduler's preemption tries only nodes that failed as resolvable, nodes outside the sample counting
+as unresolvable, and the extender's own preemption only pods rejected for devices in use) and retried at
+once through the requeuer; kube-scheduler's next sample starts where the last cycle's ended
+(``nextStartNodeIndex``, moved on by every pod's cycle).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import dataclasses
 import itertools
 import math
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -37,10 +38,6 @@ __all__ = ["MIN_NODES", "NodeSampler", "SchedulerSample", "nodes_to_score"]
 
 MIN_NODES = 100
 """kube-scheduler's ``minFeasibleNodesToFind``: below this many nodes every one is scored."""
-
-MISS_WINDOW_SECONDS = 60.0
-"""How long a pod's sample misses count together (``SchedulerSample``): a pod kube-scheduler's own filters
-keep from its devices is retried at once a few times a minute at most, and again after a quiet minute."""
 
 MIN_ADAPTIVE_PERCENTAGE = 5
 """kube-scheduler's ``minFeasibleNodesPercentageToFind``: the adaptive share never goes below it."""
@@ -107,24 +104,18 @@ class SchedulerSample:
     """kube-scheduler's own sampling before the extender, and the pods it missed for (module docstring).
 
     ``percentage``: kube-scheduler's ``percentageOfNodesToScore``; 100 never samples. ``cluster_nodes``: how
-    many nodes the cluster has. A pod is retried at once at most as many times within ``MISS_WINDOW_SECONDS``
+    many nodes the cluster has. A pod is retried at once at most as many times before it passes a filter
     as it takes samples to cover the cluster: more misses mean the nodes with its devices are ones
-    kube-scheduler's own filters reject, and it waits for an event like any rejected pod. Counts of at most
-    ``max_pods`` pods are kept; ``clock``: monotonic seconds."""
+    kube-scheduler's own filters reject beyond those ``fits_outside`` repeats (``app.scheduling.
+    nodeadmission``), and it waits for an event like any rejected pod. Counts of at most ``max_pods``
+    pods are kept, the least recently missed forgotten first."""
 
-    def __init__(
-        self,
-        percentage: int,
-        cluster_nodes: Callable[[], int],
-        max_pods: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, percentage: int, cluster_nodes: Callable[[], int], max_pods: int = 10_000) -> None:
         self.percentage = percentage
         self.cluster_nodes = cluster_nodes
         self.max_pods = max_pods
-        self.clock = clock
-        self._misses: OrderedDict[str, tuple[int, float]] = OrderedDict()
-        """Pod UID -> (misses retried since the first of the window, when that one was), latest last."""
+        self._misses: OrderedDict[str, int] = OrderedDict()
+        """Pod UID -> misses retried since it last passed a filter, the latest last."""
         self._lock = threading.Lock()
 
     def may_miss(self, outcome: FilterOutcome, asked: int) -> bool:
@@ -150,18 +141,15 @@ class SchedulerSample:
             return None
         if not self.may_miss(outcome, asked):
             return None
-        now = self.clock()
         with self._lock:
-            count, since = self._misses.get(pod_uid, (0, now))
-        if now - since > MISS_WINDOW_SECONDS:
-            count, since = 0, now
+            count = self._misses.get(pod_uid, 0)
         if count >= math.ceil(self.cluster_nodes() / max(asked, 1)):
             return None
         node = fits_outside()
         if node is None:
             return None
         with self._lock:
-            self._misses[pod_uid] = (count + 1, since)
+            self._misses[pod_uid] = count + 1
             self._misses.move_to_end(pod_uid)
             while len(self._misses) > self.max_pods:
                 self._misses.popitem(last=False)

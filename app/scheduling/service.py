@@ -52,6 +52,7 @@ from app.scheduling.claimsgate import ClaimsGate, pod_uid, with_refusals
 from app.scheduling.decisioncache import DecisionCache
 from app.scheduling.decisions import DecisionStats, FilterOutcome, KeptDecision, PodView, unscored
 from app.scheduling.inflight import BindsInFlight, elsewhere
+from app.scheduling.nodeadmission import admits
 from app.scheduling.nodedecider import FILTER_TIME_BUDGET, QUICK_LOCK_WAIT_SECONDS, NodeDecider, NotQuick
 from app.scheduling.nodefit import fit_node_allocatable
 from app.scheduling.podevents import PodEvents, deallocated_claim
@@ -273,12 +274,16 @@ class SchedulingService:
         return outcome
 
     def fits_outside(self, pod: Obj, asked: Sequence[str]) -> str | None:
-        """A node of the cluster not in ``asked`` whose devices fit ``pod``, or None: whether a pod filter
-        rejected on all of kube-scheduler's sample would fit elsewhere (``app.scheduling.sampling``).
-        kube-scheduler's own filters were not run on those nodes."""
+        """A node of the cluster not in ``asked`` whose devices fit ``pod`` and which kube-scheduler's
+        cheap node filters admit (``app.scheduling.nodeadmission``), or None: whether a pod filter
+        rejected on all of kube-scheduler's sample would fit elsewhere (``app.scheduling.sampling``)."""
         with self.lock, self.preemption_holds.lifted(pod):
             left_out = set(asked)
-            others = [name for name in self.state.objects["Node"] if name not in left_out]
+            others = [
+                name
+                for name, node in self.state.objects["Node"].items()
+                if name not in left_out and admits(pod, node)
+            ]
             if not others:
                 return None
             outcome = self._filter(self.gate.with_state_status(pod), others, None, Want.VERDICT)

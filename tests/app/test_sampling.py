@@ -174,3 +174,20 @@ def test_names_of_no_node_do_not_grow_the_shapes_answer_beyond_twice_the_cluster
         assert view is not None
         answer = service.decider.cache.answer(view.shape)
         assert answer is not None and answer.size() <= 2 * 300 + 100
+
+
+def test_a_deleted_node_leaves_the_shapes_answer_and_the_full_list_is_its_answer_again():
+    """A node deleted after the shape's answer had it, asked about no more: the answer drops it and is
+    again the answer for every node (one lookup per node, the shipped percentageOfNodesToScore: 100)."""
+    names = _names(300)
+    service = _three_hundred_nodes("ab")
+    pod_a = service.state.get("Pod", "ml/a")
+    service.filter(pod_a, names)
+    service.state.remove("Node", "n299")
+    outcome = service.filter(pod_a, names[:299])
+    assert outcome.passed == names[10:299]
+    view = service.decider.cache.view("uid-pod-ml-a")
+    assert view is not None
+    answer = service.decider.cache.answer(view.shape)
+    assert answer is not None and answer.size() == 299 and not answer.covers("n299")
+    assert answer.answers(names[:299], answer.order_key)

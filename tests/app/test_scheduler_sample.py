@@ -53,7 +53,7 @@ def test_a_sample_that_left_nodes_out_is_told_from_its_size(percentage, cluster,
 
 
 def test_the_pods_whose_misses_are_counted_are_bounded():
-    sample = SchedulerSample(0, lambda: 300, max_pods=2, clock=lambda: 0.0)
+    sample = SchedulerSample(0, lambda: 300, max_pods=2)
     outcome = FilterOutcome(failed=dict.fromkeys(SAMPLE, "no free device"))
     for uid in ("a", "b", "c"):
         assert sample.miss(uid, outcome, 144, lambda: "n299") is not None
@@ -61,17 +61,6 @@ def test_the_pods_whose_misses_are_counted_are_bounded():
     # retried; "c" had one already, so two more.
     assert [sample.miss("a", outcome, 144, lambda: "n299") is not None for _ in range(4)] == [1, 1, 1, 0]
     assert [sample.miss("c", outcome, 144, lambda: "n299") is not None for _ in range(3)] == [1, 1, 0]
-
-
-def test_a_minute_after_a_pods_first_miss_its_misses_are_retried_again():
-    now = [0.0]
-    sample = SchedulerSample(0, lambda: 300, clock=lambda: now[0])
-    outcome = FilterOutcome(failed=dict.fromkeys(SAMPLE, "no free device"))
-    assert [sample.miss("a", outcome, 144, lambda: "n299") is not None for _ in range(4)] == [1, 1, 1, 0]
-    now[0] = 59.0  # within the minute of the first miss
-    assert sample.miss("a", outcome, 144, lambda: "n299") is None
-    now[0] = 61.0
-    assert [sample.miss("a", outcome, 144, lambda: "n299") is not None for _ in range(4)] == [1, 1, 1, 0]
 
 
 def _service() -> SchedulingService:
@@ -165,6 +154,22 @@ async def test_fewer_names_than_the_sample_are_every_node_kube_scheduler_let_thr
 
 async def test_without_kube_scheduler_sampling_nothing_changes():
     extender = _Extender(100)
+    transport = httpx.ASGITransport(app=extender.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
+        answer = await extender.filter(client, "p-one", SAMPLE)
+    assert sorted(answer["FailedNodes"]) == SAMPLE and answer["FailedAndUnresolvableNodes"] == {}
+    assert extender.rejected.take_due() == []
+    assert [r.key for r in extender.preemptions.take()] == [f"{NS}/p-one"]
+
+
+async def test_free_devices_on_cordoned_nodes_are_no_miss():
+    """n290..n299, the nodes with free GPUs, are cordoned: kube-scheduler would never put the pod there,
+    so a rejection on the sample is an ordinary one, and the extender's preemption may act on it."""
+    extender = _Extender(0)
+    for name in NAMES[290:]:
+        cordoned = dict(extender.service.state.get("Node", name) or {})
+        cordoned["spec"] = {"unschedulable": True}
+        extender.service.state.apply("Node", cordoned)
     transport = httpx.ASGITransport(app=extender.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
         answer = await extender.filter(client, "p-one", SAMPLE)
