@@ -309,10 +309,13 @@ class NodeDecider:
             if added.error:
                 return added
             last.record(new, self.cache.shared(cycle.view.shape) or {}, inventory.node_versions())
+        # Asked nodes without a shared decision (time budget, unknown node, shares): this call's answer.
+        asked_undecided = last.undecided.intersection(node_names) if last.undecided else set()
         # A node gone from the cluster (deleted, or a name no node has) has no decision to keep: left in,
         # it would be decided again on every call and keep the answer from matching a list again.
-        last.drop([name for name in last.undecided if not inventory.knows_node(name)])
-        if last.size() == len(node_names) == len(set(node_names)):
+        gone = [name for name in last.undecided if not inventory.knows_node(name)]
+        last.drop(gone)
+        if last.size() == len(node_names) == len(set(node_names)) and not asked_undecided.intersection(gone):
             last.adopt(node_names, order_key)  # the list holds every node the answer has, each once
         outcome = FilterOutcome()
         passed = last.passed
@@ -328,14 +331,14 @@ class NodeDecider:
         outcome.unresolvable = all_with_names(
             {n: unresolvable[n] for n in node_names if n in unresolvable}, pending
         )
-        if last.undecided:
-            # Nodes without a shared decision (time budget, unknown node, shares): this call's answer, for
-            # the asked ones (``_patch`` decided the answer's other undecided nodes too).
-            asked = last.undecided.intersection(node_names)
+        if asked_undecided:
+            # Only the asked ones: ``_patch`` decided the answer's other undecided nodes too.
             for decided in (now, added):
-                outcome.passed.extend(n for n in decided.passed if n in asked)
-                outcome.failed.update((n, r) for n, r in decided.failed.items() if n in asked)
-                outcome.unresolvable.update((n, r) for n, r in decided.unresolvable.items() if n in asked)
+                outcome.passed.extend(n for n in decided.passed if n in asked_undecided)
+                outcome.failed.update((n, r) for n, r in decided.failed.items() if n in asked_undecided)
+                outcome.unresolvable.update(
+                    (n, r) for n, r in decided.unresolvable.items() if n in asked_undecided
+                )
         redone = sum(len(d.passed) + len(d.failed) + len(d.unresolvable) for d in (now, added))
         self._count(max(len(node_names) - redone, 0), 0)  # the others: from the shape's answer
         return outcome
