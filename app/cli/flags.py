@@ -227,7 +227,7 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
         metavar="P",
         help="kube-scheduler's own percentageOfNodesToScore (default 100: it filters every node). Below "
         "100 (0: adaptive) it asks about a sample of the nodes: a pod rejected on its whole sample while "
-        "another node has the devices is retried at once, with no preemption",
+        "another node has the devices is requeued at once, with no preemption for devices",
     )
     _cluster_flags(serve)
 

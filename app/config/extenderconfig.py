@@ -212,7 +212,7 @@ FIELDS: tuple[FieldSpec, ...] = (
         "integer",
         "scheduler_percentage_of_nodes_to_score",
         "kube-scheduler's own percentageOfNodesToScore (default 100); below 100 a pod rejected on its "
-        "whole sample while another node has the devices is retried at once, with no preemption",
+        "whole sample while another node has the devices is requeued at once, with no preemption for devices",
         "--scheduler-percentage-of-nodes-to-score",
     ),
     FieldSpec("cluster.kubeconfig", "path", "kubeconfig", "kubeconfig file (cluster mode)", "--kubeconfig"),

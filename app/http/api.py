@@ -297,10 +297,11 @@ def create_app(
     def cluster_nodes() -> int:
         return len(service.state.objects["Node"])
 
-    sampler = NodeSampler(settings.scheduling.percentage_of_nodes_to_score, cluster_nodes)
-    scheduler_sample = SchedulerSample(
-        settings.scheduling.scheduler_percentage_of_nodes_to_score, cluster_nodes
-    )
+    scheduling = settings.scheduling
+    scheduler_sample = SchedulerSample(scheduling.scheduler_percentage_of_nodes_to_score, cluster_nodes)
+    # Where kube-scheduler samples, its sample is what it scores: every node of it that fits goes back.
+    sampling = scheduling.percentage_of_nodes_to_score if scheduler_sample.percentage >= 100 else 100
+    sampler = NodeSampler(sampling, cluster_nodes)
 
     # Swagger UI and ReDoc from the fastapi-offline package's files, not a CDN: /docs works air-gapped.
     @contextlib.asynccontextmanager

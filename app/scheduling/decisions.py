@@ -121,13 +121,15 @@ class ShapeOutcome:
         self.moved.clear()
 
     def drop(self, names: Iterable[str]) -> None:
-        """Forget these nodes."""
+        """Forget these nodes (not in the node list of ``order_key`` once they are gone: no place in it)."""
         for name in names:
             self.passed.pop(name, None)
             self.failed.pop(name, None)
             self.unresolvable.pop(name, None)
             self.undecided.discard(name)
-            self.moved.add(name)
+            self.moved.discard(name)
+            if self.holes is not None:
+                self.holes.pop(name, None)
 
     def size(self) -> int:
         """Nodes this answer holds."""

@@ -27,19 +27,20 @@ _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 def admits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """Whether ``node`` (a core/v1 Node) passes those rules for ``pod``. A pod's node affinity that does
-    not parse admits (the API server validated it; the filter that reads it reports the error)."""
-    spec = pod.get("spec") or {}
-    meta = node.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    node_spec = node.get("spec") or {}
-    tolerations = spec.get("tolerations") or ()
-    if node_spec.get("unschedulable") and not _tolerated(_UNSCHEDULABLE_TAINT, tolerations):
+    """Whether ``node`` (a core/v1 Node) passes those rules for ``pod``. A field of the wrong type, or a
+    node affinity that does not parse, admits: the API server validated the objects, and the filter that
+    reads them reports the error (a wrong guess here costs a retry, not a pod)."""
+    spec = _mapping(pod.get("spec"))
+    meta = _mapping(node.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    node_spec = _mapping(node.get("spec"))
+    tolerations = [t for t in _items(spec.get("tolerations")) if isinstance(t, Mapping)]
+    if node_spec.get("unschedulable") is True and not _tolerated(_UNSCHEDULABLE_TAINT, tolerations):
         return False
-    for key, value in (spec.get("nodeSelector") or {}).items():
+    for key, value in _mapping(spec.get("nodeSelector")).items():
         if labels.get(key) != value:
             return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+    required = _mapping(_mapping(spec.get("affinity")).get("nodeAffinity")).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
     if required:
@@ -51,12 +52,20 @@ def admits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
             return False
     return all(
         _tolerated(taint, tolerations)
-        for taint in node_spec.get("taints") or ()
-        if taint.get("effect") in _BLOCKING_EFFECTS
+        for taint in _items(node_spec.get("taints"))
+        if isinstance(taint, Mapping) and taint.get("effect") in _BLOCKING_EFFECTS
     )
 
 
-def _tolerated(taint: Mapping[str, Any], tolerations: Any) -> bool:
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _tolerated(taint: Mapping[str, Any], tolerations: list[Mapping[str, Any]]) -> bool:
     """core/v1 ``Toleration.ToleratesTaint``: an empty effect or key matches every one, ``Exists`` any
     value, ``Equal`` (the default operator) the same value. ``Lt`` / ``Gt`` (behind
     TaintTolerationComparisonOperators) count as tolerating: a wrong guess costs a retry, not a pod."""

@@ -66,3 +66,22 @@ def test_required_node_affinity():
     # A malformed affinity admits: the API server validated the pod, and a filter that reads it says why.
     broken = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": 3}}}
     assert admits(_pod(affinity=broken), _node())
+
+
+@pytest.mark.parametrize(
+    ("pod", "node"),
+    [
+        (_pod(nodeSelector=["zone"]), _node()),
+        (_pod(affinity="x"), _node()),
+        (_pod(affinity={"nodeAffinity": ["x"]}), _node()),
+        (_pod(tolerations="x"), _node(unschedulable=True)),
+        (_pod(tolerations=[None, "x", 5]), _node(taints=[NO_SCHEDULE])),
+        (_pod(tolerations=5), _node(taints=[NO_SCHEDULE])),
+        ({"spec": ["x"]}, _node()),
+        (_pod(), _node(taints="abc")),
+        (_pod(), _node(taints=["abc", None])),
+        (_pod(), {"metadata": ["x"], "spec": "y"}),
+    ],
+)
+def test_fields_of_the_wrong_type_admit_rather_than_raise(pod, node):
+    assert isinstance(admits(pod, node), bool)

@@ -192,3 +192,19 @@ def test_a_deleted_node_leaves_the_shapes_answer_and_the_full_list_is_its_answer
     answer = service.decider.cache.answer(view.shape)
     assert answer is not None and answer.size() == 299 and not answer.covers("n299")
     assert answer.answers(names[:299], answer.order_key)
+
+
+def test_a_name_no_node_has_leaves_the_kept_list_answerable():
+    """A list with a name no node has (a node the extender has not seen yet), then the kept list again,
+    in the same order: answered, not an error (the name was never in that list)."""
+    names = _names(300)
+    service = _three_hundred_nodes("a")
+    pod_a = service.state.get("Pod", "ml/a")
+    for _ in range(3):  # the third builds the places of the nodes that fail in this order
+        assert service.filter(pod_a, names).passed == names[10:]
+    assert (
+        service.filter(pod_a, [*names, "ghost"]).unresolvable["ghost"]
+        == "node ghost is not known to dra-extender"
+    )
+    again = service.filter(pod_a, names)
+    assert again.passed == names[10:] and sorted({**again.failed, **again.unresolvable}) == sorted(names[:10])

@@ -63,13 +63,16 @@ def test_the_pods_whose_misses_are_counted_are_bounded():
     assert [sample.miss("c", outcome, 144, lambda: "n299") is not None for _ in range(3)] == [1, 1, 0]
 
 
-def _service() -> SchedulingService:
-    """300 nodes with one GPU each; ``held`` has the GPUs of n000..n289, so only n290..n299 are free."""
+def _service(held_nodes: int = 290) -> SchedulingService:
+    """300 nodes with one GPU each; ``held`` has the GPUs of the first ``held_nodes`` (n000..n289: only
+    n290..n299 are free)."""
     objects: list[tuple[str, dict[str, Any]]] = [("Node", node(n)) for n in NAMES]
     objects += [("ResourceSlice", resource_slice(f"{n}-gpus", DRIVER, n, [device("gpu-0")])) for n in NAMES]
     objects.append(("DeviceClass", device_class("gpu", f'device.driver == "{DRIVER}"')))
-    held = claim(NS, "held", [request("gpus", "gpu", 290)])
-    results = [{"request": "gpus", "driver": DRIVER, "pool": n, "device": "gpu-0"} for n in NAMES[:290]]
+    held = claim(NS, "held", [request("gpus", "gpu", held_nodes)])
+    results = [
+        {"request": "gpus", "driver": DRIVER, "pool": n, "device": "gpu-0"} for n in NAMES[:held_nodes]
+    ]
     held["status"] = {"allocation": {"devices": {"results": results}}}
     objects.append(("ResourceClaim", held))
     objects.append(("ResourceClaim", claim(NS, "one", [request("gpu", "gpu")])))
@@ -82,8 +85,8 @@ def _service() -> SchedulingService:
 class _Extender:
     """The app with its requeue and preemption records, kube-scheduler sampling with ``percentage``."""
 
-    def __init__(self, percentage: int) -> None:
-        self.service = _service()
+    def __init__(self, percentage: int, held_nodes: int = 290) -> None:
+        self.service = _service(held_nodes)
         self.rejected = RejectedPods(self.service.state, self.service.selectors, ["default-scheduler"], 100)
         self.preemptions = PreemptionRequests(["default-scheduler"], settle_seconds=0.0)
         settings = Settings(
@@ -176,3 +179,14 @@ async def test_free_devices_on_cordoned_nodes_are_no_miss():
     assert sorted(answer["FailedNodes"]) == SAMPLE and answer["FailedAndUnresolvableNodes"] == {}
     assert extender.rejected.take_due() == []
     assert [r.key for r in extender.preemptions.take()] == [f"{NS}/p-one"]
+
+
+@pytest.mark.parametrize(("percentage", "passed_on"), [(50, 150), (100, 144)])
+async def test_every_node_of_kube_schedulers_sample_that_fits_is_passed_on(percentage, passed_on):
+    """kube-scheduler at 50 % of 300 nodes sends 150, all with a free GPU: each goes back to its scoring
+    (the extender's own adaptive share, 48 %: 144, cuts only a list kube-scheduler did not sample)."""
+    extender = _Extender(percentage, held_nodes=0)
+    transport = httpx.ASGITransport(app=extender.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
+        answer = await extender.filter(client, "p-one", NAMES[:150])
+    assert answer["NodeNames"] == NAMES[:passed_on]
