@@ -86,17 +86,8 @@ def test_the_kept_answer_of_a_claim_shape_passes_on_only_the_sample():
     node and sampled afterwards (n10..n153: 144 that fit); the second is answered from the shape's kept
     answer, walking on from n154 without ordering the 290 that fit: n154..n297."""
     names = _names(300)
-    objects = [("Node", node(n)) for n in names]
-    objects += [
-        ("ResourceSlice", resource_slice(f"{n}-gpus", "gpu.example.com", n, [device("gpu-0")]))
-        for n in names[10:]
-    ]
-    objects.append(("DeviceClass", device_class("gpu", 'device.driver == "gpu.example.com"')))
-    for name in ("a", "b"):
-        objects.append(("ResourceClaim", claim("ml", f"{name}-gpu", [request("gpu", "gpu")])))
-        objects.append(("Pod", pod("ml", name, [f"{name}-gpu"])))
-    state = ClusterState.from_objects(objects)
-    service = SchedulingService(state, SelectorCache(ExprEngine()))
+    service = _three_hundred_nodes("ab")
+    state = service.state
     sampler = NodeSampler(0)
     first = service.filter(state.get("Pod", "ml/a"), names, sampler=sampler)
     assert not first.sampled and first.passed == names[10:]

@@ -155,14 +155,19 @@ async def test_fewer_names_than_the_sample_are_every_node_kube_scheduler_let_thr
     assert extender.rejected.take_due() == [] and len(extender.rejected) == 1
 
 
-async def test_without_kube_scheduler_sampling_nothing_changes():
-    extender = _Extender(100)
+async def _ordinary_rejection_on_the_sample(extender: _Extender) -> None:
+    """p-one filtered on the sample is rejected as without a miss: failed nodes, no retry at once, and a
+    request for the extender's own preemption."""
     transport = httpx.ASGITransport(app=extender.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
         answer = await extender.filter(client, "p-one", SAMPLE)
     assert sorted(answer["FailedNodes"]) == SAMPLE and answer["FailedAndUnresolvableNodes"] == {}
     assert extender.rejected.take_due() == []
     assert [r.key for r in extender.preemptions.take()] == [f"{NS}/p-one"]
+
+
+async def test_without_kube_scheduler_sampling_nothing_changes():
+    await _ordinary_rejection_on_the_sample(_Extender(100))
 
 
 async def test_free_devices_on_cordoned_nodes_are_no_miss():
@@ -173,12 +178,7 @@ async def test_free_devices_on_cordoned_nodes_are_no_miss():
         cordoned = dict(extender.service.state.get("Node", name) or {})
         cordoned["spec"] = {"unschedulable": True}
         extender.service.state.apply("Node", cordoned)
-    transport = httpx.ASGITransport(app=extender.app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
-        answer = await extender.filter(client, "p-one", SAMPLE)
-    assert sorted(answer["FailedNodes"]) == SAMPLE and answer["FailedAndUnresolvableNodes"] == {}
-    assert extender.rejected.take_due() == []
-    assert [r.key for r in extender.preemptions.take()] == [f"{NS}/p-one"]
+    await _ordinary_rejection_on_the_sample(extender)
 
 
 @pytest.mark.parametrize(("percentage", "passed_on"), [(50, 150), (100, 144)])

@@ -6,8 +6,9 @@ ends with a summary table."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -18,21 +19,31 @@ from e2e.workload import CREATED, Scenario, summary_table
 RUN_DIR = Path(os.environ.get("E2E_RUN_DIR", ROOT / ".cache" / "e2e-run"))
 
 
-@pytest.fixture(scope="session")
-def control_plane() -> Iterator[ControlPlane]:
-    binaries = build_binaries()
-    remove(RUN_DIR)
-    plane = ControlPlane(RUN_DIR, binaries)
+@contextlib.contextmanager
+def started_plane(
+    directory: Path, extender_args: Sequence[str] = (), nodes_to_score: int | None = None
+) -> Iterator[ControlPlane]:
+    """A control plane run from ``directory`` (emptied first), its extender given ``extender_args`` and
+    its kube-scheduler ``nodes_to_score`` (``ControlPlane.start_scheduler``); the logs are printed when
+    it fails to start or a test using it fails."""
+    remove(directory)
+    plane = ControlPlane(directory, build_binaries())
     try:
         plane.start()
-        plane.start_extender()
-        plane.start_scheduler()
+        plane.start_extender(*extender_args)
+        plane.start_scheduler(nodes_to_score=nodes_to_score)
         yield plane
     except BaseException:
         print(plane.report_logs())
         raise
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    with started_plane(RUN_DIR) as plane:
+        yield plane
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from e2e.controlplane import ControlPlane, build_binaries, remove
+from e2e.controlplane import ControlPlane
 from e2e.kube import poll
 from e2e.workload import Scenario, allocated_devices, assert_bound_pods_hold_their_claims
-from tests.e2e.conftest import RUN_DIR
+from tests.e2e.conftest import RUN_DIR, started_plane
 
 pytestmark = pytest.mark.e2e
 
@@ -31,18 +31,8 @@ NODES = 200
 @pytest.fixture(scope="module")
 def sampling_plane() -> Iterator[ControlPlane]:
     directory = RUN_DIR.with_name(RUN_DIR.name + "-sampling")
-    remove(directory)
-    plane = ControlPlane(directory, build_binaries())
-    try:
-        plane.start()
-        plane.start_extender("--scheduler-percentage-of-nodes-to-score=0")
-        plane.start_scheduler(nodes_to_score=0)
+    with started_plane(directory, ["--scheduler-percentage-of-nodes-to-score=0"], nodes_to_score=0) as plane:
         yield plane
-    except BaseException:
-        print(plane.report_logs())
-        raise
-    finally:
-        plane.stop()
 
 
 def _failed_scheduling(sc: Scenario, pod: str) -> list[str]:
