@@ -62,6 +62,7 @@ from app.http.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.http.metrics import Metrics
 from app.http.probes import ProbeListener
 from app.scheduling.binder import BindError
+from app.scheduling.claimsgate import pod_uid
 from app.scheduling.preemption import preempt
 from app.scheduling.preemptionrequests import PreemptionRequests
 from app.scheduling.requeue import RejectedPods
@@ -342,9 +343,8 @@ def create_app(
     def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int) -> Answer:
         outcome = sampler.sample(outcome, args.candidate_names)
         names = args.candidate_names
-        uid = str((args.pod.get("metadata") or {}).get("uid") or "")
         missed = scheduler_sample.miss(
-            uid, outcome, len(names), lambda: service.fits_outside(args.pod, names)
+            pod_uid(args.pod), outcome, len(names), lambda: service.fits_outside(args.pod, names)
         )
         if missed is not None:
             outcome = missed

@@ -269,9 +269,7 @@ class NodeDecider:
         outcome.failed = all_with_names(last.failed, pending)
         outcome.unresolvable = all_with_names(last.unresolvable, pending)
         # Nodes without a shared decision (time budget, unknown node, shares): this call's answer.
-        outcome.passed.extend(n for n in now.passed if n in last.undecided)
-        outcome.failed.update((n, r) for n, r in now.failed.items() if n in last.undecided)
-        outcome.unresolvable.update((n, r) for n, r in now.unresolvable.items() if n in last.undecided)
+        _take_decided(outcome, now, last.undecided)
         return outcome
 
     def _extends(self, last: ShapeOutcome, node_names: Sequence[str]) -> bool:
@@ -333,12 +331,8 @@ class NodeDecider:
         )
         if asked_undecided:
             # Only the asked ones: ``_patch`` decided the answer's other undecided nodes too.
-            for decided in (now, added):
-                outcome.passed.extend(n for n in decided.passed if n in asked_undecided)
-                outcome.failed.update((n, r) for n, r in decided.failed.items() if n in asked_undecided)
-                outcome.unresolvable.update(
-                    (n, r) for n, r in decided.unresolvable.items() if n in asked_undecided
-                )
+            _take_decided(outcome, now, asked_undecided)
+            _take_decided(outcome, added, asked_undecided)
         redone = sum(len(d.passed) + len(d.failed) + len(d.unresolvable) for d in (now, added))
         self._count(max(len(node_names) - redone, 0), 0)  # the others: from the shape's answer
         return outcome
@@ -506,6 +500,14 @@ class NodeDecider:
         if isinstance(decided, NoFit):
             return KeptDecision(version, None, 0, decided.reason, decided.unresolvable)
         return KeptDecision(version, decided.results, decided.score, "", False)
+
+
+def _take_decided(outcome: FilterOutcome, decided: FilterOutcome, nodes: set[str]) -> None:
+    """Add to ``outcome`` what this call ``decided`` for ``nodes`` (those the shape's answer has no shared
+    decision for)."""
+    outcome.passed.extend(n for n in decided.passed if n in nodes)
+    outcome.failed.update((n, r) for n, r in decided.failed.items() if n in nodes)
+    outcome.unresolvable.update((n, r) for n, r in decided.unresolvable.items() if n in nodes)
 
 
 def _serves(decision: KeptDecision, want: Want) -> bool:
