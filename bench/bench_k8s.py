@@ -48,6 +48,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.config.settings import DEVICE_SCORING
 from bench.bench_cel import table
 from e2e.controlplane import ROOT, ControlPlane, build_binaries, remove
 from e2e.kube import Kube, ThreadClients, poll, tls_context
@@ -637,6 +638,13 @@ def main(argv: list[str] | None = None) -> int:
         "chart's kubeScheduler.percentageOfNodesToScore does",
     )
     parser.add_argument(
+        "--device-scoring",
+        choices=DEVICE_SCORING,
+        default="prioritize",
+        help="the extender's --device-scoring, its kube-scheduler configured to match as the chart's "
+        "kubeScheduler.deviceScoring does (filter: no prioritizeVerb)",
+    )
+    parser.add_argument(
         "--extender-nodes-to-score",
         type=int,
         metavar="PERCENT",
@@ -681,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
                         profiling=bool(args.profile),
                         nodes_to_score=args.nodes_to_score,
                         extender_nodes_to_score=args.extender_nodes_to_score,
+                        device_scoring=args.device_scoring,
                         null_binary=null_binary,
                     )
                     run = _one_run(
@@ -703,6 +712,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the extender's kube-scheduler ran with percentageOfNodesToScore: {args.nodes_to_score}")
     if sampling is not None:
         print(f"the extender ran with --percentage-of-nodes-to-score={sampling}")
+    if args.device_scoring != "prioritize":
+        print(f"the extender ran with --device-scoring={args.device_scoring} (its kube-scheduler to match)")
     for number, (budget, backlog, runs) in enumerate(tables, 1):
         print(f"\nTable {number}: {budget}")
         print(report(runs, args.nodes, args.devices, target, backlog=backlog))
@@ -765,6 +776,7 @@ def start_mode(
     profiling: bool = False,
     nodes_to_score: int | None = None,
     extender_nodes_to_score: int | None = None,
+    device_scoring: str = "prioritize",
     null_binary: Path | None = None,
 ) -> None:
     """Start ``mode``'s kube-scheduler and extender (``MODE_COMPONENTS``) with API rate limit ``qps`` (burst
@@ -793,8 +805,8 @@ def start_mode(
         extra.append(f"--scheduler-percentage-of-nodes-to-score={nodes_to_score}")  # as the chart's value
     if qps is not None:
         extra += [f"--kube-api-qps={qps:g}", f"--kube-api-burst={int(2 * qps)}"]
-    plane.start_extender(*extra)
-    plane.start_scheduler(nodes_to_score=nodes_to_score, **common)
+    plane.start_extender(*extra, f"--device-scoring={device_scoring}")
+    plane.start_scheduler(nodes_to_score=nodes_to_score, device_scoring=device_scoring, **common)
 
 
 if __name__ == "__main__":

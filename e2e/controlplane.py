@@ -468,6 +468,7 @@ class ControlPlane:
         verbosity: int | None = None,
         profiling: bool = False,
         nodes_to_score: int | None = None,
+        device_scoring: str = "prioritize",
         extender: str = "dra-extender",
         hostname: str | None = None,
     ) -> Component:
@@ -479,14 +480,17 @@ class ControlPlane:
         without credentials (at ``scheduler_urls[name]``), and with ``profiling`` ``/debug/pprof/`` too;
         ``nodes_to_score``
         replaces the configuration's ``percentageOfNodesToScore`` (0: kube-scheduler's adaptive
-        default). ``extender``: the extender component it calls (``kube-scheduler-<x>`` for
-        ``dra-extender-<x>``); ``hostname``: its pod's (``start_pair``)."""
+        default); ``device_scoring: filter`` leaves the extender's ``prioritizeVerb`` out, as the
+        chart's ``kubeScheduler.deviceScoring`` does. ``extender``: the extender component it calls
+        (``kube-scheduler-<x>`` for ``dra-extender-<x>``); ``hostname``: its pod's (``start_pair``)."""
         port = free_port()
         if with_extender:
             config = shipped_scheduler_config()
             config["clientConnection"] = {"kubeconfig": str(self.scheduler_kubeconfig)}
             for entry in config["extenders"]:
                 entry["urlPrefix"] = f"{self.extender_urls[extender]}/scheduler"
+                if device_scoring == "filter":
+                    del entry["prioritizeVerb"], entry["weight"]
             name, kubeconfig = (
                 "kube-scheduler" + extender.removeprefix("dra-extender"),
                 self.scheduler_kubeconfig,

@@ -98,6 +98,16 @@ def claim_template(ns: str, name: str, requests: Iterable[Obj]) -> Obj:
     }
 
 
+def made_for(obj: Obj, pod_name: str) -> Obj:
+    """``obj``, a ResourceClaim, made for pod ``pod_name`` of its namespace (``pod``'s default uid), as the
+    resourceclaim controller makes one from the pod's template: only that pod can use it."""
+    ns = obj["metadata"]["namespace"]
+    uid = f"uid-pod-{ns}-{pod_name}"
+    reference = {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": uid, "controller": True}
+    obj["metadata"]["ownerReferences"] = [reference]
+    return obj
+
+
 def pod(
     ns: str,
     name: str,

@@ -29,6 +29,7 @@ from app.config.logs import LOG_FORMATS
 from app.config.settings import (
     CEL_ENGINES,
     DEFAULT_MAX_BODY_BYTES,
+    DEVICE_SCORING,
     DEVICE_SELECTION_POLICIES,
     LOG_LEVELS,
     MAX_BODY_BYTES,
@@ -229,6 +230,14 @@ def parser(config_defaults: Mapping[str, Mapping[str, Any]] | None = None) -> ar
         "100 (0: adaptive) it asks about a sample of the nodes: a pod rejected on its whole sample while "
         "another node has the devices is requeued at once, with no preemption for devices",
     )
+    serve.add_argument(
+        "--device-scoring",
+        choices=DEVICE_SCORING,
+        default="prioritize",
+        help="where the device score ranks nodes: prioritize (default: one of kube-scheduler's scores, at "
+        "the extender's weight) or filter (filter passes on only the nodes with the best device score; "
+        "kube-scheduler's configuration leaves prioritizeVerb out)",
+    )
     _cluster_flags(serve)
 
     sim = commands.add_parser("simulate", help="schedule the pending pods offline")
@@ -402,6 +411,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             scheduler_percentage_of_nodes_to_score=getattr(
                 args, "scheduler_percentage_of_nodes_to_score", 100
             ),
+            device_scoring=getattr(args, "device_scoring", "prioritize"),
         )
         if args.command == "serve":
             server = ServerSettings(

@@ -34,7 +34,7 @@ from allocator.alignment import DEVICE_SELECTION_POLICIES
 from allocator.features import parse_feature_gates
 from allocator.scoring import SCORING_POLICIES, ScoringConfig, parse_weights
 from app.config.logs import LOG_FORMATS
-from app.config.settings import CEL_ENGINES, LOG_LEVELS, RANGES
+from app.config.settings import CEL_ENGINES, DEVICE_SCORING, LOG_LEVELS, RANGES
 
 __all__ = [
     "API_VERSION",
@@ -214,6 +214,14 @@ FIELDS: tuple[FieldSpec, ...] = (
         "kube-scheduler's own percentageOfNodesToScore (default 100); below 100 a pod rejected on its "
         "whole sample while another node has the devices is requeued at once, with no preemption for devices",
         "--scheduler-percentage-of-nodes-to-score",
+    ),
+    FieldSpec(
+        "scheduling.deviceScoring",
+        _one_of(DEVICE_SCORING),
+        "device_scoring",
+        "where the device score ranks nodes: prioritize (default: one of kube-scheduler's scores, at the "
+        "extender's weight) or filter (only the nodes with the best device score are passed on)",
+        "--device-scoring",
     ),
     FieldSpec("cluster.kubeconfig", "path", "kubeconfig", "kubeconfig file (cluster mode)", "--kubeconfig"),
     FieldSpec("cluster.context", "string", "context", "kubeconfig context", "--context"),

@@ -25,6 +25,7 @@ from allocator.scoring import ScoringConfig
 __all__ = [
     "CEL_ENGINES",
     "DEFAULT_MAX_BODY_BYTES",
+    "DEVICE_SCORING",
     "DEVICE_SELECTION_POLICIES",
     "LOG_LEVELS",
     "MAX_BODY_BYTES",
@@ -53,6 +54,9 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 CEL_ENGINES = ("cel-expr", "cel-python")
 """CEL engines (``app.cli.runtime.new_engine``): Google's C++ runtime via cel-expr-python, or cel-python."""
+
+DEVICE_SCORING = ("prioritize", "filter")
+"""Where the device score ranks nodes (``SchedulingSettings.device_scoring``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,10 +310,22 @@ class SchedulingSettings:
     while a node outside it has the devices is a sample miss (``app.scheduling.sampling.SchedulerSample``):
     no preemption for it, and a retry at once."""
 
+    device_scoring: str = "prioritize"
+    """Where the device score (``allocator.scoring``) ranks nodes (``DEVICE_SCORING``). ``prioritize``
+    (default): it is one of kube-scheduler's scores, added with the extender's weight. ``filter``: filter
+    passes on only the nodes with the best device score, so device placement comes before kube-scheduler's
+    own preferences, which break ties among those nodes; kube-scheduler's configuration then leaves
+    ``prioritizeVerb`` out, and a pod with one such node skips kube-scheduler's scoring altogether
+    (``app.scheduling.besttier``)."""
+
     def __post_init__(self) -> None:
         _check_ranges(self)
         if self.cel_engine not in CEL_ENGINES:
             raise ValueError(f"cel_engine: must be one of {', '.join(CEL_ENGINES)}, got {self.cel_engine!r}")
+        if self.device_scoring not in DEVICE_SCORING:
+            raise ValueError(
+                f"device_scoring: must be one of {', '.join(DEVICE_SCORING)}, got {self.device_scoring!r}"
+            )
         if self.device_selection not in DEVICE_SELECTION_POLICIES:
             raise ValueError(
                 f"device_selection: must be one of {', '.join(DEVICE_SELECTION_POLICIES)}, "

@@ -34,6 +34,8 @@ other decision runs in the thread pool so probes stay responsive while a filter 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -61,6 +63,7 @@ from app.http.explain import explain_router
 from app.http.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.http.metrics import Metrics
 from app.http.probes import ProbeListener
+from app.scheduling.besttier import best_tier
 from app.scheduling.binder import BindError
 from app.scheduling.claimsgate import pod_uid
 from app.scheduling.preemption import preempt
@@ -303,6 +306,7 @@ def create_app(
     # Where kube-scheduler samples, its sample is what it scores: every node of it that fits goes back.
     sampling = scheduling.percentage_of_nodes_to_score if scheduler_sample.percentage >= 100 else 100
     sampler = NodeSampler(sampling, cluster_nodes)
+    best_only = scheduling.device_scoring == "filter"
 
     # Swagger UI and ReDoc from the fastapi-offline package's files, not a CDN: /docs works air-gapped.
     @contextlib.asynccontextmanager
@@ -331,17 +335,38 @@ def create_app(
 
     def filter_(args: wire.ExtenderArgs) -> Answer:
         mark = rejected.mark() if rejected is not None else 0
-        return _filter_answer(args, _asked(service.filter, args), mark)
+        outcome = sampler.sample(_asked(service.filter, args), args.candidate_names)
+        scores = service.prioritize(args.pod, outcome.passed, args.nodes_by_name) if ranks(outcome) else None
+        return _filter_answer(args, outcome, mark, scores)
 
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
         mark = rejected.mark() if rejected is not None else 0
         outcome = _asked(service.filter_quick, args)
         if outcome is None or scheduler_sample.may_miss(outcome, len(args.candidate_names)):
             return None  # a miss is told by deciding the nodes outside the sample: a worker thread's job
-        return _filter_answer(args, outcome, mark)
-
-    def _filter_answer(args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int) -> Answer:
         outcome = sampler.sample(outcome, args.candidate_names)
+        scores = None
+        if ranks(outcome):
+            scores = service.prioritize_quick(args.pod, outcome.passed, args.nodes_by_name)
+            if scores is None:
+                return None
+        return _filter_answer(args, outcome, mark, scores)
+
+    def ranks(outcome: FilterOutcome) -> bool:
+        """Whether filter ranks the nodes it passes on (``device_scoring: filter``, more than one)."""
+        return best_only and len(outcome.passed) > 1
+
+    def _filter_answer(
+        args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int, scores: list[int] | None
+    ) -> Answer:
+        """The answer for ``outcome``, sampled already; ``scores``: the device score of each node it
+        passes, when filter passes on only the best-scored (``app.scheduling.besttier``)."""
+        then = None
+        if scores is not None:
+            passed, attempt = outcome.passed, service.scored_attempt(args.pod)
+            outcome = dataclasses.replace(outcome, passed=best_tier(passed, scores))
+            # As after prioritize's answer: the strictly best node's devices held until the bind.
+            then = functools.partial(service.hold_best, args.pod, passed, scores, attempt)
         names = args.candidate_names
         missed = scheduler_sample.miss(
             pod_uid(args.pod), outcome, len(names), lambda: service.fits_outside(args.pod, names)
@@ -367,7 +392,7 @@ def create_app(
             extra={"pod": _pod_ref(args.pod)},
         )
         metrics.observe_filter(len(outcome.passed), len(outcome.failed), len(outcome.unresolvable))
-        return Answer(wire.encode_filter_result(args, outcome), not outcome.error)
+        return Answer(wire.encode_filter_result(args, outcome), not outcome.error, then)
 
     def prioritize(args: wire.ExtenderArgs) -> Answer:
         names = args.candidate_names

@@ -27,7 +27,7 @@ from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.app.metrics_support import samples
 from tests.app.test_api import NS, _args, _bind, _client, _objects, _post, _post_scope
-from tests.builders import claim, device, device_class, node, pod, request, resource_slice
+from tests.builders import claim, device, device_class, made_for, node, pod, request, resource_slice
 
 UID = f"uid-pod-{NS}-p-one"
 
@@ -40,26 +40,11 @@ class _Clock:
         return self.now
 
 
-def _owned(obj: dict, pod_name: str) -> dict:
-    """``obj``, a claim, made for pod ``pod_name`` (as the resourceclaim controller makes one from the
-    pod's template): only that pod can use it."""
-    obj["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": pod_name,
-            "uid": f"uid-pod-{NS}-{pod_name}",
-            "controller": True,
-        }
-    ]
-    return obj
-
-
 def _cluster_objects() -> list[tuple[str, dict]]:
     """test_api's cluster with p-one-b, each pod's claim made for it."""
     objects = [o for o in _objects() if not (o[0] == "ResourceClaim" and o[1]["metadata"]["name"] == "one")]
-    objects.append(("ResourceClaim", _owned(claim(NS, "one", [request("gpu", "gpu")]), "p-one")))
-    objects.append(("ResourceClaim", _owned(claim(NS, "one-b", [request("gpu", "gpu")]), "p-one-b")))
+    objects.append(("ResourceClaim", made_for(claim(NS, "one", [request("gpu", "gpu")]), "p-one")))
+    objects.append(("ResourceClaim", made_for(claim(NS, "one-b", [request("gpu", "gpu")]), "p-one-b")))
     objects.append(("Pod", pod(NS, "p-one-b", ["one-b"])))
     return objects
 
@@ -210,7 +195,7 @@ def test_a_tie_for_best_holds_nothing():
 def test_holds_are_bounded_oldest_ended_first():
     objects = _cluster_objects()
     for i in range(3):
-        objects.append(("ResourceClaim", _owned(claim(NS, f"c{i}", [request("gpu", "gpu")]), f"p{i}")))
+        objects.append(("ResourceClaim", made_for(claim(NS, f"c{i}", [request("gpu", "gpu")]), f"p{i}")))
         objects.append(("Pod", pod(NS, f"p{i}", [f"c{i}"])))
     service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
     holds = service.binding.holds
@@ -348,7 +333,7 @@ def _alike_nodes(hold_seconds: float) -> SchedulingService:
         slice_ = resource_slice(f"{name}-gpus", "gpu.example.com", name, [device("a"), device("b")])
         objects.append(("ResourceSlice", slice_))
     for name in "abcde":
-        objects.append(("ResourceClaim", _owned(claim(NS, name, [request("gpu", "gpu")]), name)))
+        objects.append(("ResourceClaim", made_for(claim(NS, name, [request("gpu", "gpu")]), name)))
         objects.append(("Pod", pod(NS, name, [name])))
     service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
     service.binding.holds.seconds = hold_seconds
@@ -467,7 +452,7 @@ def test_another_pod_s_bind_landing_on_the_node_leaves_a_hold_there_valid():
     to n1 is still to come, and that bind lands first. It took n1's other GPU, which p-one-c's plan never
     counted on, so p-one-c's bind takes its hold up instead of planning anew (n1's version changed)."""
     objects = _cluster_objects()
-    objects.append(("ResourceClaim", _owned(claim(NS, "one-c", [request("gpu", "gpu")]), "p-one-c")))
+    objects.append(("ResourceClaim", made_for(claim(NS, "one-c", [request("gpu", "gpu")]), "p-one-c")))
     objects.append(("Pod", pod(NS, "p-one-c", ["one-c"])))
     service = SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
     holds = service.binding.holds

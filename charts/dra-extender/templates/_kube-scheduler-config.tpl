@@ -43,14 +43,19 @@ profiles:
 extenders:
 - urlPrefix: http://127.0.0.1:8888/scheduler   # the sidecar, on the pod's loopback
   filterVerb: filter
+  {{- if eq .Values.kubeScheduler.deviceScoring "prioritize" }}
   prioritizeVerb: prioritize
+  # Scores are 0..10 x weight x 10; why 2 by default: docs/features.md "Scoring and device selection".
+  weight: {{ .Values.kubeScheduler.extenderWeight }}
+  {{- else }}
+  # deviceScoring: filter: the extender passes on only the nodes with the best device score, and
+  # kube-scheduler's own scores choose among them.
+  {{- end }}
   bindVerb: bind
   # Preemption: kube-scheduler's dry run sees no devices; the extender keeps only the candidate nodes
   # where evicting lower-priority pods frees enough devices, adding the device holders to evict
   # (docs/features.md "Preemption").
   preemptVerb: preempt
-  # Scores are 0..10 x weight x 10; why 2 by default: docs/features.md "Scoring and device selection".
-  weight: {{ .Values.kubeScheduler.extenderWeight }}
   # A bind whose devices have binding conditions holds this call while the driver attaches them (the
   # extender's cluster.bindingTimeoutSeconds of extenderConfig, 600 s as kube-scheduler's bindingTimeout)
   # plus the bind's own writes (cluster.bindTimeoutSeconds, 20 s), so 10 s above the two: below that,

@@ -1,0 +1,26 @@
+"""Filter passing on only the nodes with the best device score (``SchedulingSettings.device_scoring``
+``filter``).
+
+kube-scheduler scores the nodes left after filtering: its score plugins over each of them, then the
+extenders' prioritize, one more round trip its serial cycle waits on. With one node left it skips all of
+that. With the device score as one of its scores (``prioritize``, the default) every pod's cycle pays for
+both. Ranked in filter instead, device placement comes first: the nodes passed on are those with the best
+device score, kube-scheduler's own preferences (preferred node affinity, topology spread, resource
+balance) choose among them, and a pod whose best node is strictly best (binpack's common case: a node
+earlier pods started filling) goes there with no scoring at all.
+
+The nodes left out are omitted from the answer, as a sample's are (``app.scheduling.sampling``):
+kube-scheduler reads the failed nodes only when none passes, and then none is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["best_tier"]
+
+
+def best_tier(passed: Sequence[str], scores: Sequence[int]) -> list[str]:
+    """The nodes of ``passed`` whose score (``scores``, in the same order) is the highest, in order."""
+    top = max(scores, default=0)
+    return [name for name, score in zip(passed, scores, strict=True) if score == top]
