@@ -209,13 +209,15 @@ class Scenario:
         scheduler: str = EXTENDER_SCHEDULER,
         priority_class: str | None = None,
         node: str | None = None,
+        prefers: str | None = None,
         pod_group: str | None = None,
         labels: dict[str, str] | None = None,
         kube: Kube | None = None,
     ) -> None:
         """A pod (``terminationGracePeriodSeconds: 0``: without a kubelet a deleted pod is gone at once)
         using a claim or a template's claim, asking for ``limits`` (requests equal), with a PriorityClass
-        pinned to ``node`` by its hostname label, in PodGroup ``pod_group`` and with ``labels`` when given.
+        pinned to ``node`` by its hostname label, preferring node ``prefers`` (preferred node affinity,
+        weight 100), in PodGroup ``pod_group`` and with ``labels`` when given.
         ``kube``: the client to create it with instead of the scenario's (threads creating pods at once:
         ``e2e.kube.ThreadClients``)."""
         resources: dict[str, Any] = {}
@@ -239,6 +241,11 @@ class Scenario:
             spec["priorityClassName"] = priority_class
         if node:
             spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        if prefers:
+            hostname = {"key": "kubernetes.io/hostname", "operator": "In", "values": [prefers]}
+            preferred = [{"weight": 100, "preference": {"matchExpressions": [hostname]}}]
+            affinity = {"preferredDuringSchedulingIgnoredDuringExecution": preferred}
+            spec["affinity"] = {"nodeAffinity": affinity}
         if pod_group:
             spec["schedulingGroup"] = {"podGroupName": pod_group}
         (kube or self.kube).create(

@@ -70,7 +70,7 @@ from app.scheduling.preemption import preempt
 from app.scheduling.preemptionrequests import PreemptionRequests
 from app.scheduling.requeue import RejectedPods
 from app.scheduling.sampling import NodeSampler, SchedulerSample
-from app.scheduling.service import FilterOutcome, SchedulingService
+from app.scheduling.service import FilterOutcome, SchedulingService, needs_no_devices
 
 __all__ = ["create_app"]
 
@@ -303,10 +303,11 @@ def create_app(
 
     scheduling = settings.scheduling
     scheduler_sample = SchedulerSample(scheduling.scheduler_percentage_of_nodes_to_score, cluster_nodes)
-    # Where kube-scheduler samples, its sample is what it scores: every node of it that fits goes back.
-    sampling = scheduling.percentage_of_nodes_to_score if scheduler_sample.percentage >= 100 else 100
-    sampler = NodeSampler(sampling, cluster_nodes)
     best_only = scheduling.device_scoring == "filter"
+    # Where kube-scheduler samples, its sample is what it scores: every node of it that fits goes back.
+    # Where filter ranks, the best-scored nodes of all that fit are the cut (app.scheduling.besttier).
+    sampled = scheduler_sample.percentage >= 100 and not best_only
+    sampler = NodeSampler(scheduling.percentage_of_nodes_to_score if sampled else 100, cluster_nodes)
 
     # Swagger UI and ReDoc from the fastapi-offline package's files, not a CDN: /docs works air-gapped.
     @contextlib.asynccontextmanager
@@ -336,7 +337,8 @@ def create_app(
     def filter_(args: wire.ExtenderArgs) -> Answer:
         mark = rejected.mark() if rejected is not None else 0
         outcome = sampler.sample(_asked(service.filter, args), args.candidate_names)
-        scores = service.prioritize(args.pod, outcome.passed, args.nodes_by_name) if ranks(outcome) else None
+        ranked = ranks(args.pod, outcome)
+        scores = service.prioritize(args.pod, outcome.passed, args.nodes_by_name) if ranked else None
         return _filter_answer(args, outcome, mark, scores)
 
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
@@ -346,15 +348,16 @@ def create_app(
             return None  # a miss is told by deciding the nodes outside the sample: a worker thread's job
         outcome = sampler.sample(outcome, args.candidate_names)
         scores = None
-        if ranks(outcome):
+        if ranks(args.pod, outcome):
             scores = service.prioritize_quick(args.pod, outcome.passed, args.nodes_by_name)
             if scores is None:
                 return None
         return _filter_answer(args, outcome, mark, scores)
 
-    def ranks(outcome: FilterOutcome) -> bool:
-        """Whether filter ranks the nodes it passes on (``device_scoring: filter``, more than one)."""
-        return best_only and len(outcome.passed) > 1
+    def ranks(pod: wire.Obj, outcome: FilterOutcome) -> bool:
+        """Whether filter ranks the nodes it passes on (``device_scoring: filter``): more than one, for a
+        pod with devices (one without has no device score)."""
+        return best_only and len(outcome.passed) > 1 and not needs_no_devices(pod)
 
     def _filter_answer(
         args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int, scores: list[int] | None

@@ -10,7 +10,9 @@ balance) choose among them, and a pod whose best node is strictly best (binpack'
 earlier pods started filling) goes there with no scoring at all.
 
 The nodes left out are omitted from the answer, as a sample's are (``app.scheduling.sampling``):
-kube-scheduler reads the failed nodes only when none passes, and then none is left out.
+kube-scheduler reads the failed nodes only when none passes, and then none is left out. The best are
+taken among every node of the asked list that fits, so the extender takes no sample of its own here (the
+best nodes are the cut); where kube-scheduler samples, the list is its sample.
 """
 
 from __future__ import annotations

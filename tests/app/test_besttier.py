@@ -52,13 +52,14 @@ def _service(used: dict[str, int]) -> SchedulingService:
     for name in ("p1", "p2", "p3"):
         objects.append(("ResourceClaim", made_for(claim(NS, name, [request("gpu", "gpu")]), name)))
         objects.append(("Pod", pod(NS, name, [name])))
+    objects.append(("Pod", pod(NS, "plain")))
     return SchedulingService(ClusterState.from_objects(objects), SelectorCache(ExprEngine()))
 
 
 class _Extender:
     def __init__(self, device_scoring: str, used: dict[str, int]) -> None:
         self.service = _service(used)
-        scheduling = SchedulingSettings(percentage_of_nodes_to_score=100, device_scoring=device_scoring)
+        scheduling = SchedulingSettings(device_scoring=device_scoring)
         self.app = create_app(self.service, Settings(Path("unused"), scheduling=scheduling))
 
     async def call(self, client: httpx.AsyncClient, verb: str, name: str, names: list[str]) -> Any:
@@ -106,8 +107,42 @@ async def test_the_strictly_best_nodes_devices_are_held_for_its_pod():
     assert [a["NodeNames"] for a in answers] == [["a"], ["a"], ["d"]]
 
 
+async def test_the_best_node_is_found_among_every_node_that_fits_not_a_sample():
+    # 300 nodes: the extender's own sample (kube-scheduler's adaptive share, 144 nodes) would leave the
+    # last out; ranked in filter, every node that fits is scored and the last one, 3 in use, is best.
+    used = {f"n{i:03d}": 0 for i in range(300)} | {"n299": 3}
+    extender = _Extender("filter", used)
+    extender.service.filter_time_budget = 60.0  # deciding 300 nodes at once may take a while on CI
+    transport = httpx.ASGITransport(app=extender.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
+        answers = [await extender.call(client, "filter", name, list(used)) for name in ("p1", "p2")]
+    assert [a["NodeNames"] for a in answers] == [["n299"], ["n299"]]
+
+
+class _Unscored(SchedulingService):
+    """A service whose scoring fails the test: for answers that must not score."""
+
+    def prioritize(self, *_: Any, **__: Any) -> list[int]:
+        raise AssertionError("scored")
+
+    def prioritize_quick(self, *_: Any, **__: Any) -> list[int] | None:
+        raise AssertionError("scored")
+
+
+async def _unscored_filter(used: dict[str, int], name: str) -> Any:
+    extender = _Extender("filter", used)
+    extender.service.__class__ = _Unscored
+    transport = httpx.ASGITransport(app=extender.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
+        return await extender.call(client, "filter", name, list(used))
+
+
 async def test_a_single_passing_node_is_passed_on_unscored():
-    used = {"a": 8, "b": 8, "d": 3}
-    [answer] = await _answer("filter", used, "p1")
+    answer = await _unscored_filter({"a": 8, "b": 8, "d": 3}, "p1")
     assert answer["NodeNames"] == ["d"]
     assert set(answer["FailedNodes"]) == {"a", "b"}
+
+
+async def test_a_pod_without_devices_is_passed_on_everywhere_unscored():
+    answer = await _unscored_filter(USED, "plain")
+    assert answer["NodeNames"] == list(USED)

@@ -21,23 +21,34 @@ RUN_DIR = Path(os.environ.get("E2E_RUN_DIR", ROOT / ".cache" / "e2e-run"))
 
 @contextlib.contextmanager
 def started_plane(
-    directory: Path, extender_args: Sequence[str] = (), nodes_to_score: int | None = None
+    directory: Path,
+    extender_args: Sequence[str] = (),
+    nodes_to_score: int | None = None,
+    device_scoring: str = "prioritize",
 ) -> Iterator[ControlPlane]:
     """A control plane run from ``directory`` (emptied first), its extender given ``extender_args`` and
-    its kube-scheduler ``nodes_to_score`` (``ControlPlane.start_scheduler``); the logs are printed when
-    it fails to start or a test using it fails."""
+    ``--device-scoring``, its kube-scheduler ``nodes_to_score`` and the matching extender entry
+    (``ControlPlane.start_scheduler``); the logs are printed when it fails to start or a test using it
+    fails."""
     remove(directory)
     plane = ControlPlane(directory, build_binaries())
     try:
         plane.start()
-        plane.start_extender(*extender_args)
-        plane.start_scheduler(nodes_to_score=nodes_to_score)
+        plane.start_extender(*extender_args, f"--device-scoring={device_scoring}")
+        plane.start_scheduler(nodes_to_score=nodes_to_score, device_scoring=device_scoring)
         yield plane
     except BaseException:
         print(plane.report_logs())
         raise
     finally:
-        plane.stop()
+        try:
+            # A scenario a failed test left unfinished is finished while its plane still answers, not by
+            # a later scenario's teardown once the plane is gone.
+            for scenario in CREATED:
+                if scenario.plane is plane:
+                    scenario.finish()
+        finally:
+            plane.stop()
 
 
 @pytest.fixture(scope="session")

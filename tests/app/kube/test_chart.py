@@ -156,6 +156,16 @@ def _check_kube_scheduler(docs: Docs) -> None:
     assert _checksum(docs) != _checksum(helm())  # the pods roll when the configuration changes
 
 
+def _check_device_scoring(docs: Docs) -> None:
+    [entry] = _scheduler_config(docs)["extenders"]
+    assert entry["filterVerb"] == "filter" and entry["bindVerb"] == "bind"
+    assert "prioritizeVerb" not in entry and "weight" not in entry  # kube-scheduler never asks prioritize
+    assert "--device-scoring=filter" in _extender(docs)["args"]
+    [shipped] = _scheduler_config(helm())["extenders"]
+    assert shipped["prioritizeVerb"] == "prioritize" and shipped["weight"] == 2
+    assert "--device-scoring=prioritize" in _extender(helm())["args"]
+
+
 def _checksum(docs: Docs) -> str:
     return _one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
 
@@ -409,6 +419,7 @@ OPTIONS: list[tuple[str, dict[str, Any], Callable[[Docs], None]]] = [
         },
         _check_kube_scheduler,
     ),
+    ("device-scoring", {"kubeScheduler": {"deviceScoring": "filter"}}, _check_device_scoring),
     (
         "feature-gates",
         {"featureGates": {"DRAConsumableCapacity": True, "DRADeviceTaints": False}},
@@ -522,6 +533,7 @@ def test_every_value_is_in_the_table():
         ({"extenderConfig": {"sheduling": {}}}, "additional properties 'sheduling' not allowed"),
         ({"schedulerName": "GPU_scheduler"}, "/schedulerName"),
         ({"webhook": {"mode": "mutate"}}, "/webhook/mode"),
+        ({"kubeScheduler": {"deviceScoring": "score"}}, "/kubeScheduler/deviceScoring"),
         ({"webhook": {"failurePolicy": "ignore"}}, "/webhook/failurePolicy"),
         ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
         ({"podDisruptionBudget": {"minAvailable": -1}}, "minAvailable': minimum: got -1"),
