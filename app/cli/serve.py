@@ -55,6 +55,14 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
+def _scoring_note(settings: Settings) -> str:
+    """The startup line's word on device scoring in filter, which kube-scheduler's configuration must
+    match (no ``prioritizeVerb``); nothing for the default."""
+    if settings.scheduling.device_scoring != "filter":
+        return ""
+    return "; device scoring in filter: only the best-scored nodes are passed on (no prioritizeVerb)"
+
+
 def _banner(
     settings: Settings,
     summary: Mapping[str, int],
@@ -67,7 +75,8 @@ def _banner(
         f"dra-extender: state {settings.state_dir}: {summary['nodes']} nodes, {summary['resource_slices']} "
         f"ResourceSlices ({summary['devices']} devices), {summary['resource_claims']} ResourceClaims, "
         f"{summary['pending_pods']} pending pods",
-        f"dra-extender: serving {url} (kube-scheduler urlPrefix: {url}/scheduler; API docs: {url}/docs)",
+        f"dra-extender: serving {url} (kube-scheduler urlPrefix: {url}/scheduler; API docs: {url}/docs)"
+        + _scoring_note(settings),
         "try:",
         f"  curl -s {url}/healthz",
     ]
@@ -367,7 +376,7 @@ def _run_cluster(settings: Settings, started: _StartedWith, runtime: Any, sock: 
         server,
         f"dra-extender: cluster mode, API server {runtime.client.host}; serving {url} (kube-scheduler "
         f"urlPrefix: {url}/scheduler); ready (/readyz) once every informer has synced and the state is "
-        "frozen",
+        "frozen" + _scoring_note(settings),
     )
     auth = None
     if server.delegated_auth:

@@ -272,6 +272,13 @@ def test_serve_prints_a_banner_and_runs_one_uvicorn_worker(capsys, served, state
     assert f"curl -s http://127.0.0.1:{port}/healthz" in err
     # The bind example names the first pending pod and a node it fits on.
     assert '"PodName":"a-template"' in err and '"Node":"n1"' in err
+    assert "device scoring in filter" not in err
+
+
+def test_serve_says_when_it_ranks_in_filter(capsys, served, state_dir, free_port):
+    flags = ["--port", str(free_port), "--device-scoring", "filter"]
+    assert main(["serve", "--state", str(state_dir), *flags]) == 0
+    assert "device scoring in filter: only the best-scored nodes are passed on" in capsys.readouterr().err
 
 
 def tls_files(directory: Path) -> tuple[Path, Path, Path, Path]:
