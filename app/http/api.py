@@ -336,9 +336,12 @@ def create_app(
 
     def filter_(args: wire.ExtenderArgs) -> Answer:
         mark = rejected.mark() if rejected is not None else 0
+        start = time.monotonic()
         outcome = sampler.sample(_asked(service.filter, args), args.candidate_names)
-        ranked = ranks(args.pod, outcome)
-        scores = service.prioritize(args.pod, outcome.passed, args.nodes_by_name) if ranked else None
+        scores = None
+        if ranks(args.pod, outcome):
+            left = service.filter_time_budget - (time.monotonic() - start)  # one budget for the whole call
+            scores = service.rank(args.pod, outcome.passed, args.nodes_by_name, seconds=left)
         return _filter_answer(args, outcome, mark, scores)
 
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
@@ -349,7 +352,8 @@ def create_app(
         outcome = sampler.sample(outcome, args.candidate_names)
         scores = None
         if ranks(args.pod, outcome):
-            scores = service.prioritize_quick(args.pod, outcome.passed, args.nodes_by_name)
+            seconds = service.filter_time_budget
+            scores = service.rank(args.pod, outcome.passed, args.nodes_by_name, seconds=seconds, quick=True)
             if scores is None:
                 return None
         return _filter_answer(args, outcome, mark, scores)
@@ -360,16 +364,19 @@ def create_app(
         return best_only and len(outcome.passed) > 1 and not needs_no_devices(pod)
 
     def _filter_answer(
-        args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int, scores: list[int] | None
+        args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int, scores: list[int | None] | None
     ) -> Answer:
         """The answer for ``outcome``, sampled already; ``scores``: the device score of each node it
-        passes, when filter passes on only the best-scored (``app.scheduling.besttier``)."""
+        passes (None: not scored in time), when filter passes on only the best-scored
+        (``app.scheduling.besttier``)."""
         then = None
         if scores is not None:
             passed, attempt = outcome.passed, service.scored_attempt(args.pod)
             outcome = dataclasses.replace(outcome, passed=best_tier(passed, scores))
-            # As after prioritize's answer: the strictly best node's devices held until the bind.
-            then = functools.partial(service.hold_best, args.pod, passed, scores, attempt)
+            if None not in scores:
+                # As after prioritize's answer: the strictly best node's devices held until the bind.
+                known = cast(list[int], scores)
+                then = functools.partial(service.hold_best, args.pod, passed, known, attempt)
         names = args.candidate_names
         missed = scheduler_sample.miss(
             pod_uid(args.pod), outcome, len(names), lambda: service.fits_outside(args.pod, names)

@@ -12,7 +12,9 @@ earlier pods started filling) goes there with no scoring at all.
 The nodes left out are omitted from the answer, as a sample's are (``app.scheduling.sampling``):
 kube-scheduler reads the failed nodes only when none passes, and then none is left out. The best are
 taken among every node of the asked list that fits, so the extender takes no sample of its own here (the
-best nodes are the cut); where kube-scheduler samples, the list is its sample.
+best nodes are the cut); where kube-scheduler samples, the list is its sample. Deciding and scoring share
+the filter call's time budget, and a node not scored within it is passed on with the best: it may be as
+good, and ranking it last would drop it unseen.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from collections.abc import Sequence
 __all__ = ["best_tier"]
 
 
-def best_tier(passed: Sequence[str], scores: Sequence[int]) -> list[str]:
-    """The nodes of ``passed`` whose score (``scores``, in the same order) is the highest, in order."""
-    top = max(scores, default=0)
-    return [name for name, score in zip(passed, scores, strict=True) if score == top]
+def best_tier(passed: Sequence[str], scores: Sequence[int | None]) -> list[str]:
+    """The nodes of ``passed`` whose score (``scores``, in the same order) is the highest, in order, and
+    those not scored (None: not decided within the filter's time budget), which may be as good."""
+    top = max((score for score in scores if score is not None), default=0)
+    return [name for name, score in zip(passed, scores, strict=True) if score is None or score == top]

@@ -295,7 +295,7 @@ class SchedulingService:
         """A 0..10 score for each of ``node_names``, in order, from the decisions kept by filter (choosing
         devices on nodes it passed by counts, and deciding nodes it has not seen)."""
         with self.lock, self.preemption_holds.lifted(pod):
-            return self._score(pod, node_names, nodes, quick=False)
+            return cast(list[int], self._score(pod, node_names, nodes, quick=False))  # not_scored: 0
 
     def prioritize_quick(
         self, pod: Obj, node_names: Sequence[str], nodes: Mapping[str, Obj] | None = None
@@ -306,9 +306,37 @@ class SchedulingService:
 
         def decide() -> list[int]:
             with self.preemption_holds.lifted(pod):
-                return self._score(pod, node_names, nodes, quick=True)
+                return cast(list[int], self._score(pod, node_names, nodes, quick=True))  # not_scored: 0
 
         return self._quickly(decide)
+
+    def rank(
+        self,
+        pod: Obj,
+        node_names: Sequence[str],
+        nodes: Mapping[str, Obj] | None = None,
+        *,
+        seconds: float,
+        quick: bool = False,
+    ) -> list[int | None] | None:
+        """For filter ranking the nodes it passed (``device_scoring: filter``, ``app.scheduling.besttier``):
+        ``prioritize``'s scores, deciding for at most ``seconds`` (what is left of the filter's time
+        budget), with None for a node not scored by then, which is passed on rather than ranked last.
+        ``quick``: as ``prioritize_quick`` (None when it gives up)."""
+
+        def decide() -> list[int | None]:
+            budget = self.decider.time_budget  # read by every decision, all under the lock held here
+            self.decider.time_budget = max(seconds, 0.0)
+            try:
+                with self.preemption_holds.lifted(pod):
+                    return self._score(pod, node_names, nodes, quick=quick, not_scored=None)
+            finally:
+                self.decider.time_budget = budget
+
+        if quick:
+            return self._quickly(decide)
+        with self.lock:
+            return decide()
 
     def scored_attempt(self, pod: Obj) -> PodView | None:
         """The pod's decisions its prioritize scored from, taken right after scoring: ``hold_best`` holds
@@ -417,11 +445,18 @@ class SchedulingService:
         return outcome
 
     def _score(
-        self, pod: Obj, node_names: Sequence[str], nodes: Mapping[str, Obj] | None, *, quick: bool
-    ) -> list[int]:
-        """Each node's score from the kept decisions, deciding (``Want.SCORE``) the nodes without one.
-        Nothing is held: the caller that answers kube-scheduler holds the best node's devices once the
-        answer is out (``hold_best``)."""
+        self,
+        pod: Obj,
+        node_names: Sequence[str],
+        nodes: Mapping[str, Obj] | None,
+        *,
+        quick: bool,
+        not_scored: int | None = 0,
+    ) -> list[int | None]:
+        """Each node's score from the kept decisions, deciding (``Want.SCORE``) the nodes without one;
+        ``not_scored`` for a node that does not fit or was not decided in time. Nothing is held: the caller
+        that answers kube-scheduler holds the best node's devices once the answer is out
+        (``hold_best``)."""
         pod = self.gate.with_state_status(pod)
         uid = pod_uid(pod)
         key = pod_key(pod)
@@ -432,8 +467,8 @@ class SchedulingService:
             missing = [node_names[i] for i in places]
             self._filter(pod, missing, nodes, Want.SCORE, quick=quick)
             for i, score in zip(places, self.decider.kept_scores(uid, missing), strict=True):
-                scores[i] = score or 0  # 0: the node does not fit, or could not be decided in time
-        return cast(list[int], scores)  # every None replaced just above
+                scores[i] = not_scored if score is None else score
+        return scores
 
     def _new_attempt(self, pod: Obj) -> None:
         """Under the lock, as filter starts a pod's cycle: its last attempt ended without a bind, so a

@@ -36,6 +36,23 @@ def test_the_best_tier_is_every_node_with_the_top_score_in_order():
         best_tier(["a", "b"], [1])
 
 
+def test_nodes_not_scored_in_time_are_passed_on_with_the_best():
+    assert best_tier(["a", "b", "c", "d"], [None, 8, 5, 8]) == ["a", "b", "d"]
+    assert best_tier(["a", "b"], [None, None]) == ["a", "b"]
+
+
+def test_ranking_decides_within_the_time_left_and_marks_the_rest_not_scored():
+    # Filter passes these nodes by free-device counts; scoring them chooses devices on each, which takes
+    # time: with none left, no node is scored (and none is ranked last for it).
+    service = _service(USED)
+    p1 = service.state.get("Pod", f"{NS}/p1")
+    assert p1 is not None
+    assert service.filter(p1, list(USED)).passed == list(USED)
+    assert service.rank(p1, list(USED), seconds=0.0) == [None] * len(USED)
+    scores = service.rank(p1, list(USED), seconds=60.0)
+    assert scores is not None and None not in scores
+
+
 def _service(used: dict[str, int]) -> SchedulingService:
     objects: list[tuple[str, dict[str, Any]]] = [("Node", node(n)) for n in used]
     gpus = [device(f"gpu-{i}") for i in range(8)]
