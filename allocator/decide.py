@@ -90,8 +90,8 @@ class Fits:
     results: tuple[dict[str, Any], ...]
     """One AllocationResult dict per claim, in the claims' order; empty when counts decided the fit and
     no devices were asked for (``Want.VERDICT``), or when there are no claims."""
-    score: int | None
-    """0..10 (``MaxExtenderPriority``); None exactly when no devices were chosen by counts."""
+    fine_score: int | None
+    """``ScoreBreakdown.fine_score``; None exactly when no devices were chosen by counts."""
     breakdown: ScoreBreakdown | None = None
     """The score by component, when devices were chosen."""
     placement: str = ""
@@ -153,7 +153,7 @@ def allocate(
     if selection.results is None:
         return diagnose(inventory, selectors, node, claims)
     breakdown = score_allocation(inventory, selectors, node, claims, selection.results, policy.scoring)
-    return Fits(tuple(selection.results), breakdown.score, breakdown, selection.placement)
+    return Fits(tuple(selection.results), breakdown.fine_score, breakdown, selection.placement)
 
 
 def fits(

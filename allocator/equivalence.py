@@ -76,7 +76,8 @@ class Verdict:
     the claims fit by counts), and the reason (claim names as the caller's placeholders)."""
 
     fits: bool
-    score: int | None
+    fine_score: int | None
+    """``allocator.scoring.ScoreBreakdown.fine_score``."""
     reason: str
     unresolvable: bool
 
@@ -269,7 +270,7 @@ class ShapeTable:
     def get(self, signature: Hashable, *, scored: bool) -> Verdict | None:
         """The shared decision for ``signature``; with ``scored``, only one that has a score."""
         found = self.verdicts.get(signature)
-        if found is None or (scored and found.fits and found.score is None):
+        if found is None or (scored and found.fits and found.fine_score is None):
             self.cache.stats["misses"] += 1
             return None
         self.cache.stats["hits"] += 1

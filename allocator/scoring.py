@@ -17,6 +17,11 @@ explanation can show the arithmetic)::
 
     score = floor(10 * sum(weight * value) / sum(weight) + 1/2)   over the components that apply
 
+Decisions keep the score before that rounding, in thousandths of a point (``fine_score``; ``points``
+gives the 0..10 score from it): prioritize sends the 0..10 score, as kube-scheduler's extender protocol
+asks, but filter ranking the nodes itself (``device_scoring: filter``) orders nodes the rounding would tie,
+e.g. binpack's node with one device in use of 8 and an empty one.
+
 Upstream divides each node's ``prioritized`` sum by the best node's sum; dividing by the best possible
 keeps the score a function of one node's allocation (the order of nodes is the same, and the value equals
 upstream's whenever some node gets every first choice). Upstream also sums claims allocated before, which
@@ -34,7 +39,7 @@ see docs/features.md for the recommended ``weight``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -55,6 +60,8 @@ __all__ = [
     "ScoreComponent",
     "ScoringConfig",
     "parse_weights",
+    "points",
+    "points_of",
     "score_allocation",
 ]
 
@@ -68,6 +75,13 @@ NEUTRAL = 0.5
 
 MAX_SCORE = 10
 """``MaxExtenderPriority``."""
+
+STEPS_PER_POINT = 1000
+"""A fine score's steps per point of the 0..10 score."""
+
+_TOP_FINE_SCORE = (MAX_SCORE + 1) * STEPS_PER_POINT - 1
+"""The most a fine score can be whose points are at most ``MAX_SCORE`` (the mean is at most 1, but it is
+a floating-point sum)."""
 
 MAX_WEIGHT = 1000
 """The largest weight of a component, 125 times the largest default: weights are relative."""
@@ -147,11 +161,31 @@ class ScoreComponent:
 
 @dataclass(frozen=True, slots=True)
 class ScoreBreakdown:
-    """The 0..10 score and how it was computed."""
+    """The score and how it was computed."""
 
-    score: int
+    fine_score: int
+    """The score in thousandths of a point, half a point added: its 0..10 score is ``points`` of it."""
     policy: str
     components: tuple[ScoreComponent, ...]
+
+    @property
+    def score(self) -> int:
+        """0..10."""
+        return points(self.fine_score)
+
+
+def points(fine_score: int) -> int:
+    """The 0..10 score of ``fine_score`` (``ScoreBreakdown.fine_score``): its whole points, rounded half up
+    since the half point is in it."""
+    return fine_score // STEPS_PER_POINT
+
+
+_POINTS = tuple(map(points, range(_TOP_FINE_SCORE + 1)))
+
+
+def points_of(fine_scores: Iterable[int]) -> list[int]:
+    """``points`` of each, at C speed (prioritize answers for thousands of nodes)."""
+    return list(map(_POINTS.__getitem__, fine_scores))
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,8 +335,8 @@ def score_allocation(
     if total <= 0:
         return ScoreBreakdown(0, config.policy, tuple(components))
     mean = sum(c.weight * c.value for c in components if c.value is not None) / total
-    score = min(MAX_SCORE, max(0, math.floor(MAX_SCORE * mean + 0.5)))
-    return ScoreBreakdown(score, config.policy, tuple(components))
+    fine_score = min(_TOP_FINE_SCORE, max(0, math.floor(STEPS_PER_POINT * (MAX_SCORE * mean + 0.5))))
+    return ScoreBreakdown(fine_score, config.policy, tuple(components))
 
 
 def _packing(

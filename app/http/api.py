@@ -366,7 +366,7 @@ def create_app(
     def _filter_answer(
         args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int, scores: list[int | None] | None
     ) -> Answer:
-        """The answer for ``outcome``, sampled already; ``scores``: the device score of each node it
+        """The answer for ``outcome``, sampled already; ``scores``: the fine device score of each node it
         passes (None: not scored in time), when filter passes on only the best-scored
         (``app.scheduling.besttier``)."""
         then = None

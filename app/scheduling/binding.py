@@ -398,7 +398,7 @@ class BindCoordinator:
             or view.shape != claims_shape(pending_claims)
             or view.pod_spec != spec_key(pod)
             or not kept[0].results
-            or kept[0].score is None
+            or kept[0].fine_score is None
         ):
             # Something changed since filter (or filter never ran here), or filter decided by counts or
             # from an equivalent node: decide again, choosing the devices.

@@ -62,9 +62,10 @@ class KeptDecision:
     version: tuple[int, int]
     results: tuple[dict[str, Any], ...] | None
     """One allocation result per claim; None: the claims do not fit."""
-    score: int | None
-    """0-10; None: the claims fit by free-device counts (``allocator.counting``) and no devices were
-    chosen yet (``results`` is empty): prioritize and bind choose them (``Want.SCORE`` and up)."""
+    fine_score: int | None
+    """``allocator.scoring.ScoreBreakdown.fine_score``; None: the claims fit by free-device counts
+    (``allocator.counting``) and no devices were chosen yet (``results`` is empty): prioritize and bind
+    choose them (``Want.SCORE`` and up)."""
     reason: str
     unresolvable: bool
 
@@ -85,7 +86,7 @@ class ShapeOutcome:
     global_version: int
     seq: int
     passed: dict[str, int | None] = field(default_factory=dict)
-    """Passing node -> its score (None: fits by counts, not scored yet)."""
+    """Passing node -> its fine score (None: fits by counts, not scored yet)."""
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     undecided: set[str] = field(default_factory=set)
@@ -158,7 +159,7 @@ class ShapeOutcome:
                 if name not in passed:
                     self.ordered = False
                     moved.add(name)
-                passed[name] = decision.score
+                passed[name] = decision.fine_score
                 continue
             if passed.pop(name, _ABSENT) is not _ABSENT:
                 moved.add(name)

@@ -145,9 +145,10 @@ class NodeDecider:
         return found
 
     def scores(self, uid: str, node_names: Sequence[str]) -> list[int | None]:
-        """Each node's score (in order) from the pod's current decisions; None where the node must be
-        decided again, or was passed by counts and not scored yet. From the shape's answer when nothing
-        changed since it (one dict read per node, at C speed: kube-scheduler sends every passing node)."""
+        """Each node's fine score (``allocator.scoring``; in order) from the pod's current decisions; None
+        where the node must be decided again, or was passed by counts and not scored yet. From the shape's
+        answer when nothing changed since it (one dict read per node, at C speed: kube-scheduler sends
+        every passing node)."""
         view = self.cache.view(uid)
         last = self.cache.answer(view.shape) if view is not None and view.shared else None
         inventory = self.state.inventory
@@ -174,7 +175,7 @@ class NodeDecider:
         for name in node_names:
             found = self.cache.decision(view, name)
             current = found is not None and found[0].version == (versions.global_version, versions.get(name))
-            scores.append(found[0].score if found is not None and current else None)
+            scores.append(found[0].fine_score if found is not None and current else None)
         return scores
 
     def patch_after_bind(self, cycle: CycleState) -> None:
@@ -477,12 +478,12 @@ class NodeDecider:
         if found is not None:
             results = () if found.fits else None
             reason = with_names(found.reason, claims) if found.reason else ""
-            return KeptDecision(version, results, found.score, reason, found.unresolvable)
+            return KeptDecision(version, results, found.fine_score, reason, found.unresolvable)
         decision = self._decide_here(node, claims, version, want, quick=quick)
         if not has_share(decision.results):
             verdict = Verdict(
                 decision.results is not None,
-                decision.score,
+                decision.fine_score,
                 with_placeholders(decision.reason, claims),
                 decision.unresolvable,
             )
@@ -499,7 +500,7 @@ class NodeDecider:
         )
         if isinstance(decided, NoFit):
             return KeptDecision(version, None, 0, decided.reason, decided.unresolvable)
-        return KeptDecision(version, decided.results, decided.score, "", False)
+        return KeptDecision(version, decided.results, decided.fine_score, "", False)
 
 
 def _take_decided(outcome: FilterOutcome, decided: FilterOutcome, nodes: set[str]) -> None:
@@ -515,7 +516,7 @@ def _serves(decision: KeptDecision, want: Want) -> bool:
     Reserve needs devices chosen on the node (an equivalent node's score has none)."""
     if want is Want.VERDICT:
         return True
-    if decision.score is None:
+    if decision.fine_score is None:
         return False
     return want is Want.SCORE or bool(decision.results)
 

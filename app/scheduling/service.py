@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from allocator.decide import FILTER_TIMEOUT, Policy, SearchNeeded, Want
-from allocator.scoring import ScoringConfig
+from allocator.scoring import ScoringConfig, points_of
 from allocator.selectors import SelectorCache
 from app.scheduling.answerfirst import AnswerFirst
 from app.scheduling.binder import Binder, BindError, ClaimDeleter, ClaimReleaser, StateBinder
@@ -295,7 +295,7 @@ class SchedulingService:
         """A 0..10 score for each of ``node_names``, in order, from the decisions kept by filter (choosing
         devices on nodes it passed by counts, and deciding nodes it has not seen)."""
         with self.lock, self.preemption_holds.lifted(pod):
-            return cast(list[int], self._score(pod, node_names, nodes, quick=False))  # not_scored: 0
+            return points_of(cast(list[int], self._score(pod, node_names, nodes, quick=False)))
 
     def prioritize_quick(
         self, pod: Obj, node_names: Sequence[str], nodes: Mapping[str, Obj] | None = None
@@ -306,7 +306,7 @@ class SchedulingService:
 
         def decide() -> list[int]:
             with self.preemption_holds.lifted(pod):
-                return cast(list[int], self._score(pod, node_names, nodes, quick=True))  # not_scored: 0
+                return points_of(cast(list[int], self._score(pod, node_names, nodes, quick=True)))
 
         return self._quickly(decide)
 
@@ -320,8 +320,9 @@ class SchedulingService:
         quick: bool = False,
     ) -> list[int | None] | None:
         """For filter ranking the nodes it passed (``device_scoring: filter``, ``app.scheduling.besttier``):
-        ``prioritize``'s scores, deciding for at most ``seconds`` (what is left of the filter's time
-        budget), with None for a node not scored by then, which is passed on rather than ranked last.
+        their fine scores (``allocator.scoring``: ``prioritize``'s before rounding), deciding for at most
+        ``seconds`` (what is left of the filter's time budget), with None for a node not scored by then,
+        which is passed on rather than ranked last.
         ``quick``: as ``prioritize_quick`` (None when it gives up)."""
 
         def decide() -> list[int | None]:
@@ -346,10 +347,11 @@ class SchedulingService:
     def hold_best(
         self, pod: Obj, node_names: Sequence[str], scores: Sequence[int], attempt: PodView | None
     ) -> None:
-        """After prioritize's answer ``scores`` for ``node_names`` has gone to kube-scheduler: the pod's
-        bind planned on the node scored strictly best and its devices held until the bind
-        (``BindCoordinator.hold_best``), when the lock is free within ``QUICK_LOCK_WAIT_SECONDS``,
-        choosing the devices there is quick and ``attempt`` (``scored_attempt``) is still the pod's.
+        """After prioritize's answer ``scores`` for ``node_names`` has gone to kube-scheduler (or filter's
+        passing only the best, with their fine scores): the pod's bind planned on the node scored strictly
+        best and its devices held until the bind (``BindCoordinator.hold_best``), when the lock is free
+        within ``QUICK_LOCK_WAIT_SECONDS``, choosing the devices there is quick and ``attempt``
+        (``scored_attempt``) is still the pod's.
         Planning is about half of a warm prioritize's work; done after the answer, it overlaps
         kube-scheduler's own work before the bind (picking the node, its Reserve and Permit plugins, the
         next pod's filter plugins) instead of lengthening its cycle."""
@@ -453,10 +455,10 @@ class SchedulingService:
         quick: bool,
         not_scored: int | None = 0,
     ) -> list[int | None]:
-        """Each node's score from the kept decisions, deciding (``Want.SCORE``) the nodes without one;
-        ``not_scored`` for a node that does not fit or was not decided in time. Nothing is held: the caller
-        that answers kube-scheduler holds the best node's devices once the answer is out
-        (``hold_best``)."""
+        """Each node's fine score (``allocator.scoring``) from the kept decisions, deciding (``Want.SCORE``)
+        the nodes without one; ``not_scored`` for a node that does not fit or was not decided in time.
+        Nothing is held: the caller that answers kube-scheduler holds the best node's devices once the
+        answer is out (``hold_best``)."""
         pod = self.gate.with_state_status(pod)
         uid = pod_uid(pod)
         key = pod_key(pod)

@@ -21,7 +21,7 @@ def gpus(n: int) -> dict[str, Any]:
 def test_a_fit_comes_with_its_devices_and_score():
     world = World(slices=[gpus(2)])
     decided = decide(world.inventory, world.selectors, NODE1, [claim("c", request("r", count=2))], POLICY)
-    assert isinstance(decided, Fits) and decided.score is not None and decided.breakdown is not None
+    assert isinstance(decided, Fits) and decided.fine_score is not None and decided.breakdown is not None
     assert [r["device"] for r in decided.results[0]["devices"]["results"]] == ["gpu-0", "gpu-1"]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from allocator.nodeselector import Node
-from allocator.scoring import NEUTRAL, ScoringConfig, parse_weights, score_allocation
+from allocator.scoring import NEUTRAL, ScoringConfig, parse_weights, points, points_of, score_allocation
 from tests.allocator.builders import (
     CLASS_B,
     DRIVER_A,
@@ -214,7 +214,8 @@ def test_weights_change_the_mean():
     only_numa = ScoringConfig(weights={"numa": 1, "pcie": 0, "packing": 0, "intact": 0})
     assert score(world, NODE1, c, *split, config=only_numa).score == 5
     only_packing = ScoringConfig(weights={"numa": 0, "pcie": 0, "packing": 1, "intact": 0})
-    assert score(world, NODE1, c, *split, config=only_packing).score == 3  # 2/8 -> 2.5 -> 3 (half up)
+    packed = score(world, NODE1, c, *split, config=only_packing)
+    assert (packed.score, packed.fine_score) == (3, 3000)  # 2/8 -> 2.5 -> 3 (half up); 3.0 in thousandths
 
 
 def test_weights_are_at_most_1000_so_their_sums_stay_finite():
@@ -229,7 +230,13 @@ def test_weights_are_at_most_1000_so_their_sums_stay_finite():
     split = [("gpu", DRIVER_A, "gpu-3"), ("gpu", DRIVER_A, "gpu-4")]
     heaviest = ScoringConfig(weights={"numa": 1000, "pcie": 0, "packing": 1000, "intact": 0})
     # numa 1/2, packing 2/8: (1000 * 0.5 + 1000 * 0.25) / 2000 = 0.375 -> 3.75 -> 4 (half up)
-    assert score(world, NODE1, c, *split, config=heaviest).score == 4
+    heavy = score(world, NODE1, c, *split, config=heaviest)
+    assert (heavy.score, heavy.fine_score) == (4, 4250)
+
+
+def test_a_fine_score_holds_the_half_point_that_rounds_it():
+    assert [points(fine) for fine in (0, 499, 500, 2999, 3000, 3833, 10_500)] == [0, 0, 0, 2, 3, 3, 10]
+    assert points_of([4999, 5000, 10_999]) == [4, 5, 10]
 
 
 def test_no_new_device_scores_zero():

@@ -106,6 +106,21 @@ async def test_filter_passes_on_only_the_best_scored_nodes():
     assert answer["FailedNodes"] == {} and answer["Error"] == ""
 
 
+async def test_nodes_tied_by_the_rounded_score_are_ranked_by_the_fine_score():
+    # Binpack with default weights (packing 2, intact 1 at its neutral 0.5, no topology published): one GPU
+    # on an empty node: (2 * 1/8 + 0.5) / 3 = 0.25, 10 * 0.25 + 0.5 = 3.0 -> 3; on f, one in use:
+    # (2 * 2/8 + 0.5) / 3 = 1/3 -> 3.83 -> 3. Rounded they tie; filter passes on f alone, and
+    # prioritize still sends the rounded 0..10 scores.
+    used = {"e": 0, "f": 1, "g": 0}
+    [answer] = await _answer("filter", used, "p1")
+    assert answer["NodeNames"] == ["f"]
+    extender = _Extender("prioritize", used)
+    transport = httpx.ASGITransport(app=extender.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
+        scores = {e["Host"]: e["Score"] for e in await extender.call(client, "prioritize", "p1", list(used))}
+    assert scores == {"e": 3, "f": 3, "g": 3}
+
+
 async def test_the_default_passes_on_every_node_that_fits_and_prioritize_ranks_them():
     extender = _Extender("prioritize", USED)
     transport = httpx.ASGITransport(app=extender.app)
