@@ -120,19 +120,21 @@ class NodeDecider:
         quick: bool = False,
         sampler: NodeSampler | None = None,
         names_text: str | None = None,
+        seconds: float | None = None,
     ) -> FilterOutcome:
         """Decide ``node_names`` for ``cycle`` (module docstring). ``sampler``: where the shape's kept
         answer serves, pass on only its sample (``app.scheduling.sampling``), without ordering every
         passing node first. ``names_text``: the names joined by newlines, when the caller has them so
-        (``list_key``). Raises NotQuick or SearchNeeded (``quick`` only)."""
+        (``list_key``). ``seconds``: how long each node list may be decided for, instead of
+        ``time_budget``. Raises NotQuick or SearchNeeded (``quick`` only)."""
         if quick and not cycle.shared:
             raise NotQuick
         cycle.view = self.cache.adopt(cycle.view, keep=want is not Want.VERDICT)
         outcome = FilterOutcome()
         if cycle.shared:
-            return self._filter_shared(outcome, node_names, cycle, want, quick, sampler, names_text)
+            return self._filter_shared(outcome, node_names, cycle, want, quick, sampler, names_text, seconds)
         # The pod's own decisions are always scored: nothing else can reuse a decision by counts.
-        self._decide_nodes(outcome, node_names, cycle, Want.SCORE, quick=False)
+        self._decide_nodes(outcome, node_names, cycle, Want.SCORE, quick=False, seconds=seconds)
         return outcome
 
     def kept(self, uid: str, node: str) -> tuple[KeptDecision, ExtendedClaim | None] | None:
@@ -207,6 +209,7 @@ class NodeDecider:
         quick: bool,
         sampler: NodeSampler | None,
         names_text: str | None,
+        seconds: float | None,
     ) -> FilterOutcome:
         """Filter from the shape's previous answer for the same node list, deciding again only the
         nodes whose version changed since (usually just the node of the last bind). Beyond a verdict
@@ -219,7 +222,7 @@ class NodeDecider:
         if want is not Want.VERDICT:
             if quick and not _quick_enough(inventory, node_names, pending):
                 raise NotQuick
-            self._decide_nodes(outcome, node_names, cycle, want, quick=quick)
+            self._decide_nodes(outcome, node_names, cycle, want, quick=quick, seconds=seconds)
             if last is not None and not outcome.error:
                 covered = [n for n in node_names if last.covers(n)]
                 last.record(covered, self.cache.shared(shape) or {}, inventory.node_versions())
@@ -232,7 +235,7 @@ class NodeDecider:
         if last is None or changed is None:
             if quick:
                 raise NotQuick
-            self._decide_nodes(outcome, node_names, cycle, want, quick=False)
+            self._decide_nodes(outcome, node_names, cycle, want, quick=False, seconds=seconds)
             if not outcome.error:
                 last = ShapeOutcome(
                     order_key, set_key(node_names), inventory.node_versions().global_version, seq
@@ -241,8 +244,8 @@ class NodeDecider:
                 self.cache.keep_answer(shape, last)
             return outcome
         if not exact:
-            return self._filter_within(last, changed, node_names, order_key, cycle, quick, sampler)
-        now = self._patch(last, changed, cycle, quick=quick)
+            return self._filter_within(last, changed, node_names, order_key, cycle, quick, sampler, seconds)
+        now = self._patch(last, changed, cycle, quick=quick, seconds=seconds)
         redone = len(now.passed) + len(now.failed) + len(now.unresolvable)
         self._count(len(node_names) - redone, 0)  # the others: from the shape's last answer
         if now.error:
@@ -289,6 +292,7 @@ class NodeDecider:
         cycle: CycleState,
         quick: bool,
         sampler: NodeSampler | None,
+        seconds: float | None,
     ) -> FilterOutcome:
         """Answer a node list other than the one the shape's answer ``last`` was kept for, from that answer:
         kube-scheduler's own sampling (``app.scheduling.sampling.SchedulerSample``) asks about another
@@ -299,12 +303,12 @@ class NodeDecider:
         new = [name for name in node_names if not last.covers(name)]
         if quick and not _quick_enough(inventory, new, pending):
             raise NotQuick
-        now = self._patch(last, changed, cycle, quick=quick)
+        now = self._patch(last, changed, cycle, quick=quick, seconds=seconds)
         if now.error:
             return now
         added = FilterOutcome()
         if new:
-            self._decide_nodes(added, new, cycle, Want.VERDICT, quick=quick)
+            self._decide_nodes(added, new, cycle, Want.VERDICT, quick=quick, seconds=seconds)
             if added.error:
                 return added
             last.record(new, self.cache.shared(cycle.view.shape) or {}, inventory.node_versions())
@@ -339,7 +343,13 @@ class NodeDecider:
         return outcome
 
     def _patch(
-        self, last: ShapeOutcome, changed: set[str], cycle: CycleState, *, quick: bool
+        self,
+        last: ShapeOutcome,
+        changed: set[str],
+        cycle: CycleState,
+        *,
+        quick: bool,
+        seconds: float | None = None,
     ) -> FilterOutcome:
         """Decide again the nodes of the shape's answer ``last`` that ``changed`` since, and those it left
         undecided, and take their decisions in; returns them. ``quick``: raise NotQuick or SearchNeeded
@@ -350,24 +360,32 @@ class NodeDecider:
         if quick and (last.undecided or not _quick_enough(inventory, redo, cycle.pending)):
             raise NotQuick
         now = FilterOutcome()
-        self._decide_nodes(now, redo, cycle, Want.VERDICT, quick=quick)
+        self._decide_nodes(now, redo, cycle, Want.VERDICT, quick=quick, seconds=seconds)
         if not now.error:
             last.record(redo, self.cache.shared(cycle.view.shape) or {}, inventory.node_versions())
             last.seq = seq
         return now
 
     def _decide_nodes(
-        self, outcome: FilterOutcome, node_names: Sequence[str], cycle: CycleState, want: Want, *, quick: bool
+        self,
+        outcome: FilterOutcome,
+        node_names: Sequence[str],
+        cycle: CycleState,
+        want: Want,
+        *,
+        quick: bool,
+        seconds: float | None = None,
     ) -> None:
         """Decide ``node_names`` into ``outcome`` (one lookup per node whose decision is current and
-        serves ``want``). ``quick``: raise SearchNeeded rather than search. On a fatal error
+        serves ``want``) within ``seconds`` (None: ``time_budget``); the nodes left then fail with the
+        budget's reason. ``quick``: raise SearchNeeded rather than search. On a fatal error
         ``outcome.error`` is set and the node lists are empty."""
         view, pending = cycle.view, cycle.pending
         decisions = self.cache.shared(view.shape) if view.shared else None
         versions = self.state.inventory.node_versions()
         named: dict[str, str] = {}  # a shared reason with this pod's claim names, once per distinct reason
         passed, failed, unresolvable = outcome.passed, outcome.failed, outcome.unresolvable
-        budget = self.time_budget
+        budget = self.time_budget if seconds is None else max(seconds, 0.0)
         deadline = time.monotonic() + budget
         # Counted once the call is through: a quick attempt that gives up is decided again.
         hits = misses = 0

@@ -326,13 +326,8 @@ class SchedulingService:
         ``quick``: as ``prioritize_quick`` (None when it gives up)."""
 
         def decide() -> list[int | None]:
-            budget = self.decider.time_budget  # read by every decision, all under the lock held here
-            self.decider.time_budget = max(seconds, 0.0)
-            try:
-                with self.preemption_holds.lifted(pod):
-                    return self._score(pod, node_names, nodes, quick=quick, not_scored=None)
-            finally:
-                self.decider.time_budget = budget
+            with self.preemption_holds.lifted(pod):
+                return self._score(pod, node_names, nodes, quick=quick, not_scored=None, seconds=seconds)
 
         if quick:
             return self._quickly(decide)
@@ -427,10 +422,11 @@ class SchedulingService:
         quick: bool = False,
         sampler: NodeSampler | None = None,
         names_text: str | None = None,
+        seconds: float | None = None,
     ) -> FilterOutcome:
-        """PreFilter, then Filter of the nodes left (under the lock). ``quick``: raise NotQuick or
-        SearchNeeded (before changing anything of the pod's) rather than search or decide more than
-        ``QUICK_DEVICE_CHECKS`` allow."""
+        """PreFilter, then Filter of the nodes left (under the lock) within ``seconds`` (None: the filter
+        time budget). ``quick``: raise NotQuick or SearchNeeded (before changing anything of the pod's)
+        rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow."""
         cycle = self.gate.pre_filter(pod, node_names, nodes)
         if isinstance(cycle, FilterOutcome):
             return cycle
@@ -440,7 +436,7 @@ class SchedulingService:
             node_names = [name for name in node_names if name not in cycle.elsewhere]
             sampler, names_text = None, None
         outcome = self.decider.filter(
-            cycle, node_names, want, quick=quick, sampler=sampler, names_text=names_text
+            cycle, node_names, want, quick=quick, sampler=sampler, names_text=names_text, seconds=seconds
         )
         outcome = with_refusals(outcome, cycle.refusals)
         outcome.failed.update(cycle.elsewhere)
@@ -454,9 +450,11 @@ class SchedulingService:
         *,
         quick: bool,
         not_scored: int | None = 0,
+        seconds: float | None = None,
     ) -> list[int | None]:
         """Each node's fine score (``allocator.scoring``) from the kept decisions, deciding (``Want.SCORE``)
-        the nodes without one; ``not_scored`` for a node that does not fit or was not decided in time.
+        the nodes without one within ``seconds`` (None: the filter time budget); ``not_scored`` for a node
+        that does not fit or was not decided in time.
         Nothing is held: the caller that answers kube-scheduler holds the best node's devices once the
         answer is out (``hold_best``)."""
         pod = self.gate.with_state_status(pod)
@@ -467,7 +465,7 @@ class SchedulingService:
         places = unscored(scores)
         if places:
             missing = [node_names[i] for i in places]
-            self._filter(pod, missing, nodes, Want.SCORE, quick=quick)
+            self._filter(pod, missing, nodes, Want.SCORE, quick=quick, seconds=seconds)
             for i, score in zip(places, self.decider.kept_scores(uid, missing), strict=True):
                 scores[i] = not_scored if score is None else score
         return scores

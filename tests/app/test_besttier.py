@@ -151,30 +151,26 @@ async def test_the_best_node_is_found_among_every_node_that_fits_not_a_sample():
     assert [a["NodeNames"] for a in answers] == [["n299"], ["n299"]]
 
 
-class _Unscored(SchedulingService):
-    """A service whose scoring fails the test: for answers that must not score."""
-
-    def prioritize(self, *_: Any, **__: Any) -> list[int]:
-        raise AssertionError("scored")
-
-    def prioritize_quick(self, *_: Any, **__: Any) -> list[int] | None:
-        raise AssertionError("scored")
+def _never_scored(*_: Any, **__: Any) -> Any:
+    raise AssertionError("scored")
 
 
-async def _unscored_filter(used: dict[str, int], name: str) -> Any:
+async def _unscored_filter(monkeypatch: pytest.MonkeyPatch, used: dict[str, int], name: str) -> Any:
+    """Filter's answer from an extender whose every way of scoring fails the call."""
     extender = _Extender("filter", used)
-    extender.service.__class__ = _Unscored
+    for scoring in ("rank", "prioritize", "prioritize_quick"):
+        monkeypatch.setattr(extender.service, scoring, _never_scored)
     transport = httpx.ASGITransport(app=extender.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
         return await extender.call(client, "filter", name, list(used))
 
 
-async def test_a_single_passing_node_is_passed_on_unscored():
-    answer = await _unscored_filter({"a": 8, "b": 8, "d": 3}, "p1")
+async def test_a_single_passing_node_is_passed_on_unscored(monkeypatch: pytest.MonkeyPatch):
+    answer = await _unscored_filter(monkeypatch, {"a": 8, "b": 8, "d": 3}, "p1")
     assert answer["NodeNames"] == ["d"]
     assert set(answer["FailedNodes"]) == {"a", "b"}
 
 
-async def test_a_pod_without_devices_is_passed_on_everywhere_unscored():
-    answer = await _unscored_filter(USED, "plain")
+async def test_a_pod_without_devices_is_passed_on_everywhere_unscored(monkeypatch: pytest.MonkeyPatch):
+    answer = await _unscored_filter(monkeypatch, USED, "plain")
     assert answer["NodeNames"] == list(USED)
