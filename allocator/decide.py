@@ -6,7 +6,7 @@ that call here, with the steps the extender adds around the search kept in one p
     counts     free devices per request settle the claims' fit without a search (``allocator.counting``)
     search     the upstream search for an allocation (``allocator.search``)
     choice     which devices the policy takes among the fitting ones (``allocator.alignment``)
-    scoring    0..10 for the chosen devices (``allocator.scoring``)
+    scoring    the fine score of the chosen devices (``allocator.scoring``; prioritize rounds it to 0..10)
     diagnosis  the one-line reason of a "no" (``allocator.diagnose``), with the node's rejected slices
 
 Three outcomes, kept apart as upstream keeps them:
@@ -35,7 +35,7 @@ from allocator.errors import NodeLocalError
 from allocator.inventory import Inventory
 from allocator.model import Claim
 from allocator.nodeselector import Node
-from allocator.scoring import ScoreBreakdown, ScoringConfig, score_allocation
+from allocator.scoring import LOWEST_FINE_SCORE, FineScore, ScoreBreakdown, ScoringConfig, score_allocation
 from allocator.search import Allocator, Deadline
 from allocator.selectors import SelectorCache
 
@@ -90,7 +90,7 @@ class Fits:
     results: tuple[dict[str, Any], ...]
     """One AllocationResult dict per claim, in the claims' order; empty when counts decided the fit and
     no devices were asked for (``Want.VERDICT``), or when there are no claims."""
-    fine_score: int | None
+    fine_score: FineScore | None
     """``ScoreBreakdown.fine_score``; None exactly when no devices were chosen by counts."""
     breakdown: ScoreBreakdown | None = None
     """The score by component, when devices were chosen."""
@@ -137,7 +137,7 @@ def allocate(
     """Search, choose and score (no counts first, nothing added to the reason): what an explanation
     shows for one node. Raises AllocatorError (fatal for the pod)."""
     if not claims:
-        return Fits((), 0, placement="first-fit")
+        return Fits((), LOWEST_FINE_SCORE, placement="first-fit")
     try:
         selection = select(
             inventory,

@@ -52,6 +52,7 @@ from allocator.inventory import Inventory, counters_left
 from allocator.model import Claim, Device
 from allocator.nodeselector import Node
 from allocator.pools import PoolView, device_on_node
+from allocator.scoring import FineScore
 from allocator.selectors import SelectorCache
 
 __all__ = ["MAX_LAYOUTS", "MAX_SHAPES", "MAX_SIGNATURES", "EquivalenceCache", "ShapeTable", "Verdict"]
@@ -76,7 +77,7 @@ class Verdict:
     the claims fit by counts), and the reason (claim names as the caller's placeholders)."""
 
     fits: bool
-    fine_score: int | None
+    fine_score: FineScore | None
     """``allocator.scoring.ScoreBreakdown.fine_score``."""
     reason: str
     unresolvable: bool

@@ -17,10 +17,11 @@ explanation can show the arithmetic)::
 
     score = floor(10 * sum(weight * value) / sum(weight) + 1/2)   over the components that apply
 
-Decisions keep the score before that rounding, in thousandths of a point (``fine_score``; ``points``
-gives the 0..10 score from it): prioritize sends the 0..10 score, as kube-scheduler's extender protocol
-asks, but filter ranking the nodes itself (``device_scoring: filter``) orders nodes the rounding would tie,
-e.g. binpack's node with one device in use of 8 and an empty one.
+Decisions keep the score before that rounding, in thousandths of a point with the half point added
+(``fine_score``: 3.333 is 3833, and ``points`` gives the 0..10 score, 3, from it): prioritize sends the
+0..10 score, as kube-scheduler's extender protocol asks, but filter ranking the nodes itself
+(``device_scoring: filter``) orders nodes the rounding would tie, e.g. binpack's node with one device in
+use of 8 and an empty one.
 
 Upstream divides each node's ``prioritized`` sum by the best node's sum; dividing by the best possible
 keeps the score a function of one node's allocation (the order of nodes is the same, and the value equals
@@ -41,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NewType
 from weakref import WeakKeyDictionary
 
 from allocator.alignment import Topology
@@ -53,9 +54,11 @@ from allocator.selectors import SelectorCache
 
 __all__ = [
     "COMPONENTS",
+    "LOWEST_FINE_SCORE",
     "MAX_WEIGHT",
     "NEUTRAL",
     "SCORING_POLICIES",
+    "FineScore",
     "ScoreBreakdown",
     "ScoreComponent",
     "ScoringConfig",
@@ -78,6 +81,16 @@ MAX_SCORE = 10
 
 STEPS_PER_POINT = 1000
 """A fine score's steps per point of the 0..10 score."""
+
+FineScore = NewType("FineScore", int)
+"""A score in thousandths of a point, half a point added (``ScoreBreakdown.fine_score``): the type keeps it
+apart from the 0..10 score ``points`` makes of it."""
+
+LOWEST_FINE_SCORE = FineScore(0)
+"""A pod's that gets no new device (nothing to prefer), and a node's that does not fit."""
+
+_ROUNDING_SLACK = 1e-6
+"""Of a step: far above a sum of a few weighted shares' floating-point error, far below a step."""
 
 _TOP_FINE_SCORE = (MAX_SCORE + 1) * STEPS_PER_POINT - 1
 """The most a fine score can be whose points are at most ``MAX_SCORE`` (the mean is at most 1, but it is
@@ -163,7 +176,7 @@ class ScoreComponent:
 class ScoreBreakdown:
     """The score and how it was computed."""
 
-    fine_score: int
+    fine_score: FineScore
     """The score in thousandths of a point, half a point added: its 0..10 score is ``points`` of it."""
     policy: str
     components: tuple[ScoreComponent, ...]
@@ -172,6 +185,12 @@ class ScoreBreakdown:
     def score(self) -> int:
         """0..10."""
         return points(self.fine_score)
+
+    @property
+    def unrounded(self) -> float:
+        """The score before its rounding to 0..10 (``10 * mean``), to the thousandth; 0 where nothing was
+        scored (its fine score is the lowest, without the half point)."""
+        return max(0.0, (self.fine_score - STEPS_PER_POINT // 2) / STEPS_PER_POINT)
 
 
 def points(fine_score: int) -> int:
@@ -183,7 +202,7 @@ def points(fine_score: int) -> int:
 _POINTS = tuple(map(points, range(_TOP_FINE_SCORE + 1)))
 
 
-def points_of(fine_scores: Iterable[int]) -> list[int]:
+def points_of(fine_scores: Iterable[FineScore]) -> list[int]:
     """``points`` of each, at C speed (prioritize answers for thousands of nodes)."""
     return list(map(_POINTS.__getitem__, fine_scores))
 
@@ -322,7 +341,7 @@ def score_allocation(
     view = _node_view(inventory, selectors, node, classes, topology)
     picked = _picked(view.index, claims, results)
     if not picked:
-        return ScoreBreakdown(0, config.policy, ())
+        return ScoreBreakdown(LOWEST_FINE_SCORE, config.policy, ())
     picked_ids = {p.device.id for p in picked}
     components = [
         _numa(picked, topology, config.weight("numa")),
@@ -333,9 +352,12 @@ def score_allocation(
     ]
     total = sum(c.weight for c in components if c.value is not None)
     if total <= 0:
-        return ScoreBreakdown(0, config.policy, tuple(components))
+        return ScoreBreakdown(LOWEST_FINE_SCORE, config.policy, tuple(components))
     mean = sum(c.weight * c.value for c in components if c.value is not None) / total
-    fine_score = min(_TOP_FINE_SCORE, max(0, math.floor(STEPS_PER_POINT * (MAX_SCORE * mean + 0.5))))
+    # A mean on a step (23/25 in use: 8300) can land just below it in floating point, and a step apart
+    # decides which nodes filter passes on: equal means must stay equal, the half point must round up.
+    steps = STEPS_PER_POINT * (MAX_SCORE * mean + 0.5) + _ROUNDING_SLACK
+    fine_score = FineScore(min(_TOP_FINE_SCORE, max(0, math.floor(steps))))
     return ScoreBreakdown(fine_score, config.policy, tuple(components))
 
 

@@ -229,7 +229,8 @@ def _render_node(o: Output, v: NodeVerdict) -> None:
         o.table(table)
     if v.score:
         table = Table(
-            f"{v.node}: score {v.score.score} ({v.score.policy})", ["component", "value", "weight", "detail"]
+            f"{v.node}: score {v.score.score} ({v.score.unrounded:.3f} unrounded, {v.score.policy})",
+            ["component", "value", "weight", "detail"],
         )
         for c in v.score.components:
             table.add(c.name, "n/a" if c.value is None else f"{c.value:.2f}", f"{c.weight:g}", c.detail)

@@ -116,6 +116,10 @@ class ScoreModel(_Model):
     """The prioritize score (kube-scheduler adds score * extender weight * 10) and its arithmetic."""
 
     score: int = Field(ge=0, le=10)
+    unrounded: float = Field(
+        description="the score before its rounding to 0..10, to the thousandth: device scoring in filter "
+        "(scheduling.deviceScoring) ranks nodes by it"
+    )
     policy: str
     components: list[ScoreComponentModel]
 

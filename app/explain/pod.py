@@ -104,6 +104,7 @@ def _funnel_model(funnel: RequestFunnel) -> RequestExplanation:
 def _score_model(breakdown: ScoreBreakdown) -> ScoreModel:
     return ScoreModel(
         score=breakdown.score,
+        unrounded=breakdown.unrounded,
         policy=breakdown.policy,
         components=[
             ScoreComponentModel(name=c.name, value=c.value, weight=c.weight, detail=c.detail)

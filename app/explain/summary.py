@@ -6,13 +6,14 @@ this pod pending", answered by the summary:
 
 * ``verdicts``: how many nodes fit, do not fit, are unresolvable;
 * ``groups``: the nodes grouped by (verdict, reason), largest group first, with a few node names each;
-* ``best``: the full explanation of the ``best`` nodes: the fitting ones with the highest prioritize
-  score (ties by name), or, when none fits, one node of each of the largest groups (its funnel shows why).
+* ``best``: the full explanation of the ``best`` nodes: the fitting ones with the highest device score,
+  unrounded as device scoring in filter ranks them (ties by name), or, when none fits, one node of each
+  of the largest groups (its funnel shows why).
 
-The verdicts and scores are filter's and prioritize's own (what kube-scheduler would get from the
-extender: ``SchedulingService.prioritize`` then ``filter`` on every node, so that each equivalence class
-is decided once, with its score), so they cost what one filter costs, and only the ``best`` nodes are
-explained in full. A what-if claim is summarized through a pod using it, added
+The verdicts and scores are filter's own (what kube-scheduler would get from the extender:
+``SchedulingService.rank`` then ``filter`` on every node, so that each equivalence class is decided
+once, with its score), so they cost what one filter costs, and only the ``best`` nodes are explained in
+full. A what-if claim is summarized through a pod using it, added
 to the command line's copy of the state (``summarize_what_if``).
 
 Nothing is written: offline (a state directory or a cluster snapshot) there is no binder, so filter
@@ -21,6 +22,7 @@ keeps only its decision cache.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -88,8 +90,10 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
         if pod is None:
             raise NotFound(f"pod {namespace}/{name} not found")
         names = sorted(service.state.objects["Node"])
-    # Scored first: filter first would decide by counts, and prioritize then look every node up again.
-    score = dict(zip(names, service.prioritize(pod, names), strict=True))
+    # Scored first: filter first would decide by counts, and scoring then look every node up again.
+    deadline = time.monotonic() + service.filter_time_budget
+    scores = service.rank(pod, names, deadline=deadline)  # None only from a quick ranking, which this is not
+    score = dict(zip(names, scores, strict=True)) if scores is not None else {}
     outcome = service.filter(pod, names)
     verdicts: list[tuple[str, Verdict, str]] = [(n, "fits", "") for n in outcome.passed]
     verdicts += [(n, "does-not-fit", r) for n, r in outcome.failed.items()]
@@ -98,9 +102,12 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
     if outcome.error or not outcome.passed:
         chosen = _representatives(groups, best)
     else:
-        scores = [score[n] for n in outcome.passed] if len(outcome.passed) > 1 else [0]
-        ranked = sorted(zip(outcome.passed, scores, strict=True), key=lambda item: (-item[1], item[0]))
-        chosen = [node for node, _ in ranked[:best]]
+
+        def best_first(node: str) -> tuple[int, str]:
+            fine = score.get(node)
+            return (-fine if fine is not None else 1, node)  # a node not scored in time goes last
+
+        chosen = sorted(outcome.passed, key=best_first)[:best]
     details = [explain_pod(service, namespace, name, node) for node in chosen]
     first = details[0] if details else explain_pod(service, namespace, name, names[0]) if names else None
     return ExplanationSummary(

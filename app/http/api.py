@@ -55,6 +55,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from allocator.errors import AllocatorError
+from allocator.scoring import FineScore
 from app.config.settings import Settings
 from app.http import wire
 from app.http.auth import DelegatedAuth, DelegatedAuthMiddleware
@@ -336,24 +337,23 @@ def create_app(
 
     def filter_(args: wire.ExtenderArgs) -> Answer:
         mark = rejected.mark() if rejected is not None else 0
-        start = time.monotonic()
+        deadline = time.monotonic() + service.filter_time_budget  # one budget for the whole call
         outcome = sampler.sample(_asked(service.filter, args), args.candidate_names)
         scores = None
         if ranks(args.pod, outcome):
-            left = service.filter_time_budget - (time.monotonic() - start)  # one budget for the whole call
-            scores = service.rank(args.pod, outcome.passed, args.nodes_by_name, seconds=left)
+            scores = service.rank(args.pod, outcome.passed, args.nodes_by_name, deadline=deadline)
         return _filter_answer(args, outcome, mark, scores)
 
     def filter_quick(args: wire.ExtenderArgs) -> Answer | None:
         mark = rejected.mark() if rejected is not None else 0
+        deadline = time.monotonic() + service.filter_time_budget
         outcome = _asked(service.filter_quick, args)
         if outcome is None or scheduler_sample.may_miss(outcome, len(args.candidate_names)):
             return None  # a miss is told by deciding the nodes outside the sample: a worker thread's job
         outcome = sampler.sample(outcome, args.candidate_names)
         scores = None
         if ranks(args.pod, outcome):
-            seconds = service.filter_time_budget
-            scores = service.rank(args.pod, outcome.passed, args.nodes_by_name, seconds=seconds, quick=True)
+            scores = service.rank(args.pod, outcome.passed, args.nodes_by_name, deadline=deadline, quick=True)
             if scores is None:
                 return None
         return _filter_answer(args, outcome, mark, scores)
@@ -364,7 +364,7 @@ def create_app(
         return best_only and len(outcome.passed) > 1 and not needs_no_devices(pod)
 
     def _filter_answer(
-        args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int, scores: list[int | None] | None
+        args: wire.ExtenderArgs, outcome: FilterOutcome, mark: int, scores: list[FineScore | None] | None
     ) -> Answer:
         """The answer for ``outcome``, sampled already; ``scores``: the fine device score of each node it
         passes (None: not scored in time), when filter passes on only the best-scored
@@ -375,7 +375,7 @@ def create_app(
             outcome = dataclasses.replace(outcome, passed=best_tier(passed, scores))
             if None not in scores:
                 # As after prioritize's answer: the strictly best node's devices held until the bind.
-                known = cast(list[int], scores)
+                known = cast(list[FineScore], scores)
                 then = functools.partial(service.hold_best, args.pod, passed, known, attempt)
         names = args.candidate_names
         missed = scheduler_sample.miss(

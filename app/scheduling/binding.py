@@ -136,8 +136,9 @@ class BindCoordinator:
         scores: Sequence[int],
         attempt: PodView | None,
     ) -> None:
-        """Under the lock, after prioritize scored pod ``key`` (``uid``) from its decisions ``attempt``:
-        plan its bind on the node scored strictly best, choosing its devices there where prioritize has
+        """Under the lock, after prioritize scored pod ``key`` (``uid``) from its decisions ``attempt`` (or
+        filter passed on its best nodes, ``scores`` then fine scores): plan its bind on the node scored
+        strictly best, choosing its devices there where prioritize has
         not (a node scored by counts or from an equivalent node), and hold them
         (``app.scheduling.prioritizeholds``). Only where that is certain and quick (on the event loop): no
         tie, ``attempt`` still the pod's decisions, every claim it allocates made for the pod, no bind of

@@ -20,6 +20,7 @@ import orjson
 
 from allocator.inventory import NodeVersions
 from allocator.model import Claim
+from allocator.scoring import FineScore
 from app.scheduling.extended import ExtendedClaim
 from app.state.podclaims import PodClaim
 
@@ -62,7 +63,7 @@ class KeptDecision:
     version: tuple[int, int]
     results: tuple[dict[str, Any], ...] | None
     """One allocation result per claim; None: the claims do not fit."""
-    fine_score: int | None
+    fine_score: FineScore | None
     """``allocator.scoring.ScoreBreakdown.fine_score``; None: the claims fit by free-device counts
     (``allocator.counting``) and no devices were chosen yet (``results`` is empty): prioritize and bind
     choose them (``Want.SCORE`` and up)."""
@@ -85,7 +86,7 @@ class ShapeOutcome:
     """Hash and size of the node set."""
     global_version: int
     seq: int
-    passed: dict[str, int | None] = field(default_factory=dict)
+    passed: dict[str, FineScore | None] = field(default_factory=dict)
     """Passing node -> its fine score (None: fits by counts, not scored yet)."""
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
@@ -292,7 +293,7 @@ def all_with_names(reasons: dict[str, str], claims: list[Claim]) -> dict[str, st
     return dict(zip(reasons, map(named.__getitem__, reasons.values()), strict=True))
 
 
-def unscored(scores: list[int | None]) -> list[int]:
+def unscored(scores: Sequence[int | None]) -> list[int]:
     """Where ``scores`` holds None: C-speed scans, as there are thousands of nodes and usually one such."""
     places: list[int] = []
     try:

@@ -30,6 +30,7 @@ from allocator.errors import AllocatorError
 from allocator.inventory import Inventory
 from allocator.model import Claim
 from allocator.nodeselector import Node
+from allocator.scoring import LOWEST_FINE_SCORE, FineScore
 from allocator.selectors import SelectorCache
 from app.scheduling.claimrules import allocated_claims_reason
 from app.scheduling.cycle import CycleState, node_object, scheduling_node
@@ -146,7 +147,7 @@ class NodeDecider:
             return None
         return found
 
-    def scores(self, uid: str, node_names: Sequence[str]) -> list[int | None]:
+    def scores(self, uid: str, node_names: Sequence[str]) -> list[FineScore | None]:
         """Each node's fine score (``allocator.scoring``; in order) from the pod's current decisions; None
         where the node must be decided again, or was passed by counts and not scored yet. From the shape's
         answer when nothing changed since it (one dict read per node, at C speed: kube-scheduler sends
@@ -167,13 +168,13 @@ class NodeDecider:
                 scores[i] = score
         return scores
 
-    def kept_scores(self, uid: str, node_names: Sequence[str]) -> list[int | None]:
+    def kept_scores(self, uid: str, node_names: Sequence[str]) -> list[FineScore | None]:
         """``scores`` node by node, from each node's current decision (none: None)."""
         view = self.cache.view(uid)
         if view is None:
             return [None] * len(node_names)
         versions = self.state.inventory.node_versions()
-        scores: list[int | None] = []
+        scores: list[FineScore | None] = []
         for name in node_names:
             found = self.cache.decision(view, name)
             current = found is not None and found[0].version == (versions.global_version, versions.get(name))
@@ -456,7 +457,7 @@ class NodeDecider:
             return None
         reason = allocated_claims_reason(cycle.allocated, node, cycle.pod)
         if reason:
-            return KeptDecision(version, None, 0, reason, True)
+            return KeptDecision(version, None, LOWEST_FINE_SCORE, reason, True)
         view, extended = cycle.view, cycle.extended
         ext = extended.claim_for_node(node_object(self.state, name, cycle.nodes)) if extended else None
         claims = [*cycle.pending, ext.claim] if ext else cycle.pending
@@ -517,7 +518,7 @@ class NodeDecider:
             self.state.inventory, self.selectors, node, claims, self.policy, want, search=not quick
         )
         if isinstance(decided, NoFit):
-            return KeptDecision(version, None, 0, decided.reason, decided.unresolvable)
+            return KeptDecision(version, None, LOWEST_FINE_SCORE, decided.reason, decided.unresolvable)
         return KeptDecision(version, decided.results, decided.fine_score, "", False)
 
 

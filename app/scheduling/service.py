@@ -37,11 +37,12 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from allocator.decide import FILTER_TIMEOUT, Policy, SearchNeeded, Want
-from allocator.scoring import ScoringConfig, points_of
+from allocator.scoring import LOWEST_FINE_SCORE, FineScore, ScoringConfig, points_of
 from allocator.selectors import SelectorCache
 from app.scheduling.answerfirst import AnswerFirst
 from app.scheduling.binder import Binder, BindError, ClaimDeleter, ClaimReleaser, StateBinder
@@ -295,7 +296,7 @@ class SchedulingService:
         """A 0..10 score for each of ``node_names``, in order, from the decisions kept by filter (choosing
         devices on nodes it passed by counts, and deciding nodes it has not seen)."""
         with self.lock, self.preemption_holds.lifted(pod):
-            return points_of(cast(list[int], self._score(pod, node_names, nodes, quick=False)))
+            return points_of(cast(list[FineScore], self._score(pod, node_names, nodes, quick=False)))
 
     def prioritize_quick(
         self, pod: Obj, node_names: Sequence[str], nodes: Mapping[str, Obj] | None = None
@@ -306,7 +307,7 @@ class SchedulingService:
 
         def decide() -> list[int]:
             with self.preemption_holds.lifted(pod):
-                return points_of(cast(list[int], self._score(pod, node_names, nodes, quick=True)))
+                return points_of(cast(list[FineScore], self._score(pod, node_names, nodes, quick=True)))
 
         return self._quickly(decide)
 
@@ -316,16 +317,17 @@ class SchedulingService:
         node_names: Sequence[str],
         nodes: Mapping[str, Obj] | None = None,
         *,
-        seconds: float,
+        deadline: float,
         quick: bool = False,
-    ) -> list[int | None] | None:
+    ) -> list[FineScore | None] | None:
         """For filter ranking the nodes it passed (``device_scoring: filter``, ``app.scheduling.besttier``):
-        their fine scores (``allocator.scoring``: ``prioritize``'s before rounding), deciding for at most
-        ``seconds`` (what is left of the filter's time budget), with None for a node not scored by then,
-        which is passed on rather than ranked last.
+        their fine scores (``allocator.scoring``: ``prioritize``'s before rounding), deciding until
+        ``deadline`` (``time.monotonic``: the end of the filter call's time budget, the wait for the lock
+        included), with None for a node not scored by then, which is passed on rather than ranked last.
         ``quick``: as ``prioritize_quick`` (None when it gives up)."""
 
-        def decide() -> list[int | None]:
+        def decide() -> list[FineScore | None]:
+            seconds = deadline - time.monotonic()
             with self.preemption_holds.lifted(pod):
                 return self._score(pod, node_names, nodes, quick=quick, not_scored=None, seconds=seconds)
 
@@ -449,9 +451,9 @@ class SchedulingService:
         nodes: Mapping[str, Obj] | None,
         *,
         quick: bool,
-        not_scored: int | None = 0,
+        not_scored: FineScore | None = LOWEST_FINE_SCORE,
         seconds: float | None = None,
-    ) -> list[int | None]:
+    ) -> list[FineScore | None]:
         """Each node's fine score (``allocator.scoring``) from the kept decisions, deciding (``Want.SCORE``)
         the nodes without one within ``seconds`` (None: the filter time budget); ``not_scored`` for a node
         that does not fit or was not decided in time.

@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from allocator.nodeselector import Node
-from allocator.scoring import NEUTRAL, ScoringConfig, parse_weights, points, points_of, score_allocation
+from allocator.scoring import (
+    NEUTRAL,
+    FineScore,
+    ScoringConfig,
+    parse_weights,
+    points,
+    points_of,
+    score_allocation,
+)
 from tests.allocator.builders import (
     CLASS_B,
     DRIVER_A,
@@ -234,9 +242,24 @@ def test_weights_are_at_most_1000_so_their_sums_stay_finite():
     assert (heavy.score, heavy.fine_score) == (4, 4250)
 
 
+def test_a_mean_on_a_step_is_not_rounded_below_it():
+    # Default weights, no topology: packing 23/25 at weight 2, intact neutral 0.5 at weight 1:
+    # (2 * 23/25 + 0.5) / 3 = 0.78 exactly, 10 * 0.78 + 0.5 = 8.3 -> 8300 thousandths (unslacked floating
+    # point: 8299.99...).
+    devices = [topology_gpu(i, numa=False, root=False) for i in range(25)]
+    world = used(
+        World(slices=[slice_("node-1-gpus", DRIVER_A, "node-1", devices, node="node-1")]),
+        "node-1",
+        *(f"gpu-{i}" for i in range(22)),
+    )
+    breakdown = score(world, NODE1, claim("c", request("gpu")), ("gpu", DRIVER_A, "gpu-22"))
+    assert components(breakdown)["packing"] == 23 / 25
+    assert (breakdown.fine_score, breakdown.score) == (8300, 8)
+
+
 def test_a_fine_score_holds_the_half_point_that_rounds_it():
     assert [points(fine) for fine in (0, 499, 500, 2999, 3000, 3833, 10_500)] == [0, 0, 0, 2, 3, 3, 10]
-    assert points_of([4999, 5000, 10_999]) == [4, 5, 10]
+    assert points_of(map(FineScore, [4999, 5000, 10_999])) == [4, 5, 10]
 
 
 def test_no_new_device_scores_zero():

@@ -6,6 +6,7 @@ nodes, which publish no topology)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from allocator.cel.expr_engine import ExprEngine
 from allocator.selectors import SelectorCache
 from app.config.settings import SchedulingSettings, Settings
+from app.explain.summary import summarize_pod
 from app.http.api import create_app
 from app.scheduling.besttier import best_tier
 from app.scheduling.service import SchedulingService
@@ -48,8 +50,8 @@ def test_ranking_decides_within_the_time_left_and_marks_the_rest_not_scored():
     p1 = service.state.get("Pod", f"{NS}/p1")
     assert p1 is not None
     assert service.filter(p1, list(USED)).passed == list(USED)
-    assert service.rank(p1, list(USED), seconds=0.0) == [None] * len(USED)
-    scores = service.rank(p1, list(USED), seconds=60.0)
+    assert service.rank(p1, list(USED), deadline=time.monotonic()) == [None] * len(USED)
+    scores = service.rank(p1, list(USED), deadline=time.monotonic() + 60.0)
     assert scores is not None and None not in scores
 
 
@@ -119,6 +121,16 @@ async def test_nodes_tied_by_the_rounded_score_are_ranked_by_the_fine_score():
     async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
         scores = {e["Host"]: e["Score"] for e in await extender.call(client, "prioritize", "p1", list(used))}
     assert scores == {"e": 3, "f": 3, "g": 3}
+
+
+def test_explain_ranks_the_best_nodes_by_the_unrounded_score_and_shows_it():
+    # As above: f at 3.333 unrounded, the empty e and g at 10 * 0.25 = 2.5; all three round to 3.
+    summary = summarize_pod(_service({"e": 0, "f": 1, "g": 0}), NS, "p1", best=3)
+    assert [(v.node, v.score.score, v.score.unrounded) for v in summary.best if v.score] == [
+        ("f", 3, 3.333),
+        ("e", 3, 2.5),
+        ("g", 3, 2.5),
+    ]
 
 
 async def test_the_default_passes_on_every_node_that_fits_and_prioritize_ranks_them():
