@@ -685,6 +685,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--pods {pods}: more than the {args.nodes * args.devices} devices; the run would never end"
         )
+    if args.create_threads < 1:
+        parser.error(f"--create-threads {args.create_threads}: at least 1 thread creates the pods")
     sampling = args.extender_nodes_to_score
     modes = ["in-tree", *(m for m in MODE_COMPONENTS if m != "in-tree" and m in args.modes.split(","))]
     remove(RUN_DIR)

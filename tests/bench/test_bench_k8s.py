@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench.bench_k8s import Usage, _waiting_seconds, allocation_problems
+from bench.bench_k8s import Usage, _waiting_seconds, allocation_problems, main
 
 _BUSY = """
 import hashlib, os, threading, time
@@ -154,3 +154,9 @@ def test_a_run_with_a_pod_bound_without_its_device_is_refused():
         "d/n1/gpu-3 is in f-gpu and i-gpu",
     ]
     assert allocation_problems(pods[:1], claims[:1]) == []
+
+
+def test_no_creating_threads_is_refused_before_anything_starts(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit):
+        main(["--create-threads", "0"])
+    assert "--create-threads 0: at least 1 thread creates the pods" in capsys.readouterr().err
