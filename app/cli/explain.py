@@ -208,7 +208,7 @@ def render_explanation(explanation: PodExplanation | WhatIfExplanation, out: Tex
 
 
 def _render_node(o: Output, v: NodeVerdict) -> None:
-    score = f", score {v.score.score}/10" if v.score else ""
+    score = f", score {v.score.score}/10 ({v.score.unrounded:.3f} unrounded)" if v.score else ""
     placement = f" ({v.placement})" if v.placement else ""
     o.line(f"== {v.node}: {v.verdict}{score}{placement}")
     if v.reason:

@@ -27,8 +27,11 @@ def test_explain_all_pod_table(capsys):
     assert (code, err) == (0, "")
     assert "Pod demo/numa-quad" in out
     assert "device selection aligned, scoring binpack" in out
+    # All 4 GPUs on NUMA node 0 (numa 1, weight 3), 4 of 8 in use (packing 0.5, weight 2), every whole group
+    # kept whole or filled (intact 1, weight 1): 10 * (3 + 1 + 1) / 6 = 8.333, rounded 8.
     for text in (
-        "== gpu-node-1: fits, score",
+        "== gpu-node-1: fits, score 8/10 (8.333 unrounded)",
+        "gpu-node-1: score 8 (8.333 unrounded, binpack)",
         "(numaNode 0)",
         "allocation that would be chosen",
         "gpu.nvidia.com/gpu-node-1/gpu-0",
