@@ -126,7 +126,8 @@ class NodeDecider:
         """Decide ``node_names`` for ``cycle`` (module docstring). ``sampler``: where the shape's kept
         answer serves, pass on only its sample (``app.scheduling.sampling``), without ordering every
         passing node first. ``names_text``: the names joined by newlines, when the caller has them so
-        (``list_key``). ``seconds``: how long each node list may be decided for, instead of
+        (``list_key``). ``seconds``: how long deciding a score or devices (``Want.SCORE`` and up: rank's share
+        of a filter call's budget) may take, instead of ``time_budget``; a verdict always has
         ``time_budget``. Raises NotQuick or SearchNeeded (``quick`` only)."""
         if quick and not cycle.shared:
             raise NotQuick
@@ -236,7 +237,7 @@ class NodeDecider:
         if last is None or changed is None:
             if quick:
                 raise NotQuick
-            self._decide_nodes(outcome, node_names, cycle, want, quick=False, seconds=seconds)
+            self._decide_nodes(outcome, node_names, cycle, want, quick=False)
             if not outcome.error:
                 last = ShapeOutcome(
                     order_key, set_key(node_names), inventory.node_versions().global_version, seq
@@ -245,8 +246,8 @@ class NodeDecider:
                 self.cache.keep_answer(shape, last)
             return outcome
         if not exact:
-            return self._filter_within(last, changed, node_names, order_key, cycle, quick, sampler, seconds)
-        now = self._patch(last, changed, cycle, quick=quick, seconds=seconds)
+            return self._filter_within(last, changed, node_names, order_key, cycle, quick, sampler)
+        now = self._patch(last, changed, cycle, quick=quick)
         redone = len(now.passed) + len(now.failed) + len(now.unresolvable)
         self._count(len(node_names) - redone, 0)  # the others: from the shape's last answer
         if now.error:
@@ -293,7 +294,6 @@ class NodeDecider:
         cycle: CycleState,
         quick: bool,
         sampler: NodeSampler | None,
-        seconds: float | None,
     ) -> FilterOutcome:
         """Answer a node list other than the one the shape's answer ``last`` was kept for, from that answer:
         kube-scheduler's own sampling (``app.scheduling.sampling.SchedulerSample``) asks about another
@@ -304,12 +304,12 @@ class NodeDecider:
         new = [name for name in node_names if not last.covers(name)]
         if quick and not _quick_enough(inventory, new, pending):
             raise NotQuick
-        now = self._patch(last, changed, cycle, quick=quick, seconds=seconds)
+        now = self._patch(last, changed, cycle, quick=quick)
         if now.error:
             return now
         added = FilterOutcome()
         if new:
-            self._decide_nodes(added, new, cycle, Want.VERDICT, quick=quick, seconds=seconds)
+            self._decide_nodes(added, new, cycle, Want.VERDICT, quick=quick)
             if added.error:
                 return added
             last.record(new, self.cache.shared(cycle.view.shape) or {}, inventory.node_versions())
@@ -344,13 +344,7 @@ class NodeDecider:
         return outcome
 
     def _patch(
-        self,
-        last: ShapeOutcome,
-        changed: set[str],
-        cycle: CycleState,
-        *,
-        quick: bool,
-        seconds: float | None = None,
+        self, last: ShapeOutcome, changed: set[str], cycle: CycleState, *, quick: bool
     ) -> FilterOutcome:
         """Decide again the nodes of the shape's answer ``last`` that ``changed`` since, and those it left
         undecided, and take their decisions in; returns them. ``quick``: raise NotQuick or SearchNeeded
@@ -361,7 +355,7 @@ class NodeDecider:
         if quick and (last.undecided or not _quick_enough(inventory, redo, cycle.pending)):
             raise NotQuick
         now = FilterOutcome()
-        self._decide_nodes(now, redo, cycle, Want.VERDICT, quick=quick, seconds=seconds)
+        self._decide_nodes(now, redo, cycle, Want.VERDICT, quick=quick)
         if not now.error:
             last.record(redo, self.cache.shared(cycle.view.shape) or {}, inventory.node_versions())
             last.seq = seq

@@ -426,9 +426,9 @@ class SchedulingService:
         names_text: str | None = None,
         seconds: float | None = None,
     ) -> FilterOutcome:
-        """PreFilter, then Filter of the nodes left (under the lock) within ``seconds`` (None: the filter
-        time budget). ``quick``: raise NotQuick or SearchNeeded (before changing anything of the pod's)
-        rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow."""
+        """PreFilter, then Filter of the nodes left (under the lock); ``seconds``: the time a score may take
+        (``NodeDecider.filter``). ``quick``: raise NotQuick or SearchNeeded (before changing anything of
+        the pod's) rather than search or decide more than ``QUICK_DEVICE_CHECKS`` allow."""
         cycle = self.gate.pre_filter(pod, node_names, nodes)
         if isinstance(cycle, FilterOutcome):
             return cycle
