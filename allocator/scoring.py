@@ -188,7 +188,7 @@ class ScoreBreakdown:
 
     @property
     def unrounded(self) -> float:
-        """The score before its rounding to 0..10 (``10 * mean``), to the thousandth; 0 where nothing was
+        """The score before its rounding to 0..10 (``10 * mean``), cut to the thousandth; 0 where nothing was
         scored (its fine score is the lowest, without the half point)."""
         return max(0.0, (self.fine_score - STEPS_PER_POINT // 2) / STEPS_PER_POINT)
 

@@ -117,8 +117,8 @@ class ScoreModel(_Model):
 
     score: int = Field(ge=0, le=10)
     unrounded: float = Field(
-        description="the score before its rounding to 0..10, to the thousandth: device scoring in filter "
-        "(scheduling.deviceScoring) ranks nodes by it"
+        description="the score before its rounding to 0..10, cut to the thousandth (7.9166 is 7.916): "
+        "device scoring in filter (scheduling.deviceScoring) ranks nodes by it"
     )
     policy: str
     components: list[ScoreComponentModel]
