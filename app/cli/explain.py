@@ -142,8 +142,11 @@ def _render_header(o: Output, explanation: PodExplanation | ExplanationSummary) 
     bound = f", bound to {explanation.nodeName}" if explanation.nodeName else ""
     o.line(f"Pod {explanation.namespace}/{explanation.name}{bound}")
     for c in explanation.claims:
-        state = "allocated" if c.allocated else "to allocate"
         label = "extended resources" if c.extendedResources else f"pod claim {c.podClaimName}"
+        if c.missing and not c.claim:
+            o.line(f"  {label}: no ResourceClaim made from its template yet")
+            continue
+        state = "not found" if c.missing else "allocated" if c.allocated else "to allocate"
         group = f", the claim of PodGroup {c.podGroup}" if c.podGroup else ""
         o.line(f"  {label}: ResourceClaim {c.claim} ({state}{group})")
     if not explanation.claims:

@@ -45,6 +45,7 @@ from app.config.logs import configure as configure_logging
 from app.config.settings import ClusterSettings, ServerSettings, Settings
 from app.http.metrics import ConfigReloadCollector, Metrics
 from app.http.probes import ProbeListener
+from app.scheduling.prioritizeholds import sweeping_late_holds
 from app.scheduling.service import SchedulingService
 
 __all__ = ["run_serve"]
@@ -206,6 +207,7 @@ def _serve_state(settings: Settings, started: _StartedWith, sock: socket.socket)
         _serve_metrics(settings.server, metrics),
         _serve_webhook(settings, runtime.service, metrics),
         _serve_probes(settings.server, lambda: True) as probes,
+        sweeping_late_holds(runtime.service.binding.holds, runtime.service.lock),
     ):
         # One worker: the cluster state and the in-flight allocations live in this process.
         serve(

@@ -142,7 +142,12 @@ class PodClaimSummary(_Model):
     allocated: bool
     extendedResources: bool = False
     podGroup: str = Field(
-        "", description="the PodGroup whose claim this is (reserved once for the whole group), or ''"
+        default="", description="the PodGroup whose claim this is (reserved once for the whole group), or ''"
+    )
+    missing: bool = Field(
+        default=False,
+        description="the ResourceClaim does not exist (yet); claim is '' when the pod's "
+        "ResourceClaimTemplate has no claim made from it",
     )
 
 

@@ -61,7 +61,7 @@ from app.scheduling.service import SchedulingService
 from app.state.convert import ConversionError, to_v1
 from app.state.documents import check_encodable, load_yaml_document
 from app.state.knownfields import strict_decoding_error
-from app.state.podclaims import ClaimNotReady, PodClaim, state_pod_claims
+from app.state.podclaims import ClaimNotReady, PodClaim, claim_references, state_pod_claims
 
 __all__ = ["explain_object", "explain_pod", "parse_object", "what_if"]
 
@@ -257,6 +257,9 @@ def explain_pod(
     except _PodError as e:
         verdicts, error = [], str(e)
     error = next((v.reason for v in verdicts if v.verdict == "error"), error)
+    if not summaries:  # no node resolved the pod's claims: name them as the pod does
+        with service.lock:
+            summaries = _unresolved_summaries(pod, service)
     uid = str(meta.get("uid") or "")
     with service.lock:
         last = service.bind_log.last(f"{namespace}/{name}", uid)
@@ -308,6 +311,25 @@ def _claim_summaries(
                 allocated=False,
                 extendedResources=claim.key == extended_key,
                 podGroup=_group_name(pc) if pc is not None else "",
+            )
+        )
+    return summaries
+
+
+def _unresolved_summaries(pod: Mapping[str, Any], service: SchedulingService) -> list[PodClaimSummary]:
+    """The pod's claims as its spec names them, for a pod whose claims could not be resolved (a claim
+    missing, not yet made from its template, or not usable by the pod: the verdicts say which)."""
+    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+    summaries = []
+    for pod_claim_name, claim_name in claim_references(pod):
+        key = f"{namespace}/{claim_name}" if claim_name else ""
+        claim = service.state.get("ResourceClaim", key) if key else None
+        summaries.append(
+            PodClaimSummary(
+                podClaimName=pod_claim_name,
+                claim=key,
+                allocated=bool(claim and (claim.get("status") or {}).get("allocation")),
+                missing=claim is None,
             )
         )
     return summaries

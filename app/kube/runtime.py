@@ -207,7 +207,7 @@ class ClusterRuntime:
         the pods they kept out are requeued."""
         holds = self.service.binding.holds
         while True:
-            await self.clock.sleep(max(holds.seconds, 1.0) / 2)
+            await self.clock.sleep(holds.sweep_seconds)
             if len(holds):
                 with self.service.lock:
                     holds.expire()

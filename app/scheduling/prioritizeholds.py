@@ -31,7 +31,8 @@ A hold ends unused, its devices free again, when:
 * the pod is filtered or prioritized again (its last attempt ended without a bind), deleted, or bound by
   another path;
 * ``seconds`` pass (a plugin after Score rejected the pod, or kube-scheduler went away): ``expire`` runs on
-  every filter and prioritize, and on the cluster runtime's clock while none comes;
+  every filter and prioritize, and every ``sweep_seconds`` while none comes (on the cluster runtime's
+  clock; offline, ``sweeping_late_holds``' thread);
 * more than ``max_holds`` are kept (the oldest ends first).
 
 Then, but for a stale hold (its devices go to the same pod's bind), ``on_freed`` is called: pods rejected
@@ -41,10 +42,12 @@ only. Callers hold the service lock.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +56,7 @@ from allocator.inventory import Inventory
 from app.scheduling.binder import BindPlan
 from app.scheduling.cycle import CycleState
 
-__all__ = ["HOLD_SECONDS", "MAX_HOLDS", "PlannedHold", "PrioritizeHolds"]
+__all__ = ["HOLD_SECONDS", "MAX_HOLDS", "PlannedHold", "PrioritizeHolds", "sweeping_late_holds"]
 
 HOLD_SECONDS = 5.0
 """How long a hold waits for its bind. kube-scheduler sends the bind milliseconds after prioritize unless
@@ -176,6 +179,12 @@ class PrioritizeHolds:
                 return
             self.end(key)
 
+    @property
+    def sweep_seconds(self) -> float:
+        """How often holds are expired while no filter or prioritize comes: a late hold's devices stay
+        reserved at most half a hold (half a second when holds are shorter) past its time."""
+        return max(self.seconds, 1.0) / 2
+
     def observe(self, kind: str, key: str, obj: Mapping[str, Any] | None) -> None:
         """Informer observer (lock held): a held pod deleted, recreated under its name or bound (by another
         path: its own bind took the hold up first) ends its hold."""
@@ -196,3 +205,25 @@ class PrioritizeHolds:
 
     def __len__(self) -> int:
         return len(self._holds)
+
+
+@contextlib.contextmanager
+def sweeping_late_holds(holds: PrioritizeHolds, lock: Any) -> Iterator[None]:
+    """A daemon thread expiring ``holds`` every ``sweep_seconds`` (under ``lock``, the service's) while the
+    block runs: offline ``serve`` has no cluster runtime to do it, and without it a hold whose bind never
+    came kept its devices in use for explain and the device views until the next filter."""
+    stop = threading.Event()
+
+    def sweep() -> None:
+        while not stop.wait(holds.sweep_seconds):
+            if len(holds):
+                with lock:
+                    holds.expire()
+
+    thread = threading.Thread(target=sweep, name="late-holds", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

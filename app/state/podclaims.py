@@ -17,7 +17,15 @@ from typing import Any
 from app.state.cluster import ClusterState, object_key
 from app.state.podgroups import group_claim_entry, group_reference, owned_by_pod_group, pod_group_key
 
-__all__ = ["ClaimNotReady", "PodClaim", "claim_names", "pod_claims", "pod_key", "state_pod_claims"]
+__all__ = [
+    "ClaimNotReady",
+    "PodClaim",
+    "claim_names",
+    "claim_references",
+    "pod_claims",
+    "pod_key",
+    "state_pod_claims",
+]
 
 
 class ClaimNotReady(Exception):
@@ -43,23 +51,33 @@ def claim_names(pod: Mapping[str, Any]) -> list[str]:
     """ResourceClaim names of the pod, in ``spec.resourceClaims`` order (unresolvable entries skipped),
     then the extended-resource claim of ``status.extendedResourceClaimStatus`` (KEP-5004) if any. Unlike
     ``pod_claims`` it needs no claim objects and never raises."""
-    status = pod.get("status") or {}
-    statuses = {
-        s.get("name"): s.get("resourceClaimName")
-        for s in status.get("resourceClaimStatuses") or ()
-        if isinstance(s, Mapping)
-    }
-    names = []
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
-        name = entry.get("resourceClaimName") or (
-            statuses.get(entry.get("name")) if entry.get("resourceClaimTemplateName") else None
-        )
-        if name:
-            names.append(name)
-    extended = status.get("extendedResourceClaimStatus")
+    names = [name for _, name in claim_references(pod) if name]
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
     if isinstance(extended, Mapping) and extended.get("resourceClaimName"):
         names.append(extended["resourceClaimName"])
     return names
+
+
+def claim_references(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(pod claim name, ResourceClaim name)`` of each ``spec.resourceClaims`` entry, in order; the
+    ResourceClaim name is '' for a template the resourceclaim controller has made no claim from yet
+    (``status.resourceClaimStatuses``) or an entry naming neither."""
+    statuses = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        if isinstance(s, Mapping)
+    }
+    return [
+        (
+            str(entry.get("name") or ""),
+            str(
+                entry.get("resourceClaimName")
+                or (statuses.get(entry.get("name")) if entry.get("resourceClaimTemplateName") else None)
+                or ""
+            ),
+        )
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
+    ]
 
 
 def controlled_by(claim: Mapping[str, Any], pod_uid: str) -> bool:

@@ -152,6 +152,29 @@ def test_pod_with_a_missing_claim_is_unresolvable_everywhere(demo):
     explanation = explain_pod(demo.service, "demo", "orphan")
     assert {v.verdict for v in explanation.nodes} == {"unresolvable"}
     assert explanation.nodes[0].reason == 'pod claim gpus: resourceclaim "does-not-exist" not found'
+    # The header still names the pod's claim (not "no ResourceClaims"), and says it does not exist.
+    assert [c.model_dump() for c in explanation.claims] == [
+        {
+            "podClaimName": "gpus",
+            "claim": "demo/does-not-exist",
+            "allocated": False,
+            "extendedResources": False,
+            "podGroup": "",
+            "missing": True,
+        }
+    ]
+
+
+def test_pod_whose_template_claim_is_not_created_names_the_template(demo):
+    state = demo.service.state
+    pod = copy.deepcopy(state.get("Pod", "demo/two-gpus"))
+    pod["metadata"]["name"] = "unmade"
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "some-template"}]
+    pod["status"] = {}
+    state.apply("Pod", pod)
+    explanation = explain_pod(demo.service, "demo", "unmade")
+    assert {v.verdict for v in explanation.nodes} == {"unresolvable"}
+    assert [(c.podClaimName, c.claim, c.missing) for c in explanation.claims] == [("gpus", "", True)]
 
 
 def test_pod_without_claims_fits_everywhere(demo):

@@ -223,3 +223,20 @@ def test_explain_of_a_what_if_path_that_is_no_regular_file_exits_2_saying_so(cap
     code, out, err = run(capsys, "explain", "--state", str(DEMO), str(path))
     assert (code, out) == (2, "")
     assert err == f"dra-extender: {path}: {kind}, not a regular file (a what-if is a claim file)\n"
+
+
+def test_explain_of_a_pod_whose_claim_is_missing_says_so(capsys, tmp_path):
+    """Not "no ResourceClaims: every node passes" above "3 unresolvable" (a pod with a claim that does
+    not exist fails every node, as the table below the header says)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    for path in DEMO.glob("*.yaml"):
+        text = path.read_text()
+        if path.name == "09-pods.yaml":
+            text = text.replace("resourceClaimName: shared-gpu", "resourceClaimName: missing-gpu")
+        (state / path.name).write_text(text)
+    code, out, _ = run(capsys, "explain", "--state", str(state), "demo/shared-a")
+    assert code == 0
+    assert "every node passes" not in out
+    assert "  pod claim gpu: ResourceClaim demo/missing-gpu (not found)" in out
+    assert "3 nodes: 3 unresolvable" in out

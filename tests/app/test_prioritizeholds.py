@@ -9,6 +9,7 @@ p-one to n2 unless its own plugins outweigh that.
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 
 import orjson
@@ -22,7 +23,7 @@ from app.http.api import create_app
 from app.scheduling.binder import BindError, BindPlan
 from app.scheduling.decisions import PodView
 from app.scheduling.nodedecider import NotQuick
-from app.scheduling.prioritizeholds import HOLD_SECONDS
+from app.scheduling.prioritizeholds import HOLD_SECONDS, sweeping_late_holds
 from app.scheduling.service import SchedulingService
 from app.state.cluster import ClusterState
 from tests.app.metrics_support import samples
@@ -472,3 +473,19 @@ def test_another_pod_s_bind_landing_on_the_node_leaves_a_hold_there_valid():
     }
     assert len(bound_b) == len(bound_c) == 1
     assert (holds.taken, holds.stale) == (2, 0)
+
+
+def test_offline_serve_ends_a_late_hold_while_no_filter_comes():
+    """``serve --state`` has no cluster runtime to sweep holds on its clock: without the sweeper, a hold
+    whose bind never came kept its device shown in use (``GET /api/v1/nodes/N/devices``) until the next
+    filter of a pod with devices."""
+    service = _cluster()
+    service.binding.holds.seconds = 0.01
+    _prioritized(service)
+    assert service.state.inventory.reservations()  # p-one's hold of n2's GPU
+    with sweeping_late_holds(service.binding.holds, service.lock):
+        deadline = time.monotonic() + 10
+        while service.state.inventory.reservations() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert not service.state.inventory.reservations()
+    assert service.binding.holds.unused == 1
