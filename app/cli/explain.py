@@ -143,10 +143,13 @@ def _render_header(o: Output, explanation: PodExplanation | ExplanationSummary) 
     o.line(f"Pod {explanation.namespace}/{explanation.name}{bound}")
     for c in explanation.claims:
         label = "extended resources" if c.extendedResources else f"pod claim {c.podClaimName}"
-        if c.missing and not c.claim:
-            o.line(f"  {label}: no ResourceClaim made from its template yet")
+        if c.problem:
+            o.line(f"  {label}: {c.problem}" if c.extendedResources else f"  {c.problem}")  # names its claim
             continue
-        state = "not found" if c.missing else "allocated" if c.allocated else "to allocate"
+        if not c.claim:  # extended resources: the bind makes the claim
+            o.line(f"  {label}: ResourceClaim made at bind")
+            continue
+        state = "allocated" if c.allocated else "to allocate"
         group = f", the claim of PodGroup {c.podGroup}" if c.podGroup else ""
         o.line(f"  {label}: ResourceClaim {c.claim} ({state}{group})")
     if not explanation.claims:

@@ -144,10 +144,11 @@ class PodClaimSummary(_Model):
     podGroup: str = Field(
         default="", description="the PodGroup whose claim this is (reserved once for the whole group), or ''"
     )
-    missing: bool = Field(
-        default=False,
-        description="the ResourceClaim does not exist (yet); claim is '' when the pod's "
-        "ResourceClaimTemplate has no claim made from it",
+    problem: str = Field(
+        default="",
+        description="why the pod cannot use the claim now (it does not exist, was not made from the "
+        "pod's template yet: claim is then '', is being deleted, is not the pod's, is left from an earlier "
+        "attempt), or ''; given when no node could resolve the pod's claims",
     )
 
 

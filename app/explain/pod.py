@@ -56,12 +56,14 @@ from app.explain.models import (
 )
 from app.explain.views import known_nodes
 from app.scheduling.claimrules import admin_access_refusal, allocated_claims_reason
+from app.scheduling.claimsgate import stale_reason
 from app.scheduling.extended import ExtendedClaim
 from app.scheduling.service import SchedulingService
+from app.state.cluster import object_key
 from app.state.convert import ConversionError, to_v1
 from app.state.documents import check_encodable, load_yaml_document
 from app.state.knownfields import strict_decoding_error
-from app.state.podclaims import ClaimNotReady, PodClaim, claim_references, state_pod_claims
+from app.state.podclaims import ClaimNotReady, PodClaim, claim_problems, state_pod_claims
 
 __all__ = ["explain_object", "explain_pod", "parse_object", "what_if"]
 
@@ -232,18 +234,19 @@ def explain_pod(
             raise NotFound(f"pod {namespace}/{name} not found")
         nodes = _nodes(service, node)
     meta = pod.get("metadata") or {}
-    summaries: list[PodClaimSummary] = []
+    summaries: list[PodClaimSummary] | None = None
 
     def explain(target: Node) -> NodeVerdict:
+        nonlocal summaries
         try:
             effective = service.effective_claims(pod, target.name)
         except ClaimNotReady as e:
             return _node_verdict(service, target, [], str(e))
         except AllocatorError as e:
             raise _PodError(str(e)) from e
-        if not summaries:
-            summaries.extend(
-                _claim_summaries(pod, service, effective.allocated, effective.pending, effective.extended)
+        if summaries is None:
+            summaries = _claim_summaries(
+                pod, service, effective.allocated, effective.pending, effective.extended
             )
         elsewhere, written = service.claims_written_for_others(pod, target.name)
         if elsewhere:
@@ -257,7 +260,7 @@ def explain_pod(
     except _PodError as e:
         verdicts, error = [], str(e)
     error = next((v.reason for v in verdicts if v.verdict == "error"), error)
-    if not summaries:  # no node resolved the pod's claims: name them as the pod does
+    if summaries is None:  # no node resolved the pod's claims: each one with what stands in the way
         with service.lock:
             summaries = _unresolved_summaries(pod, service)
     uid = str(meta.get("uid") or "")
@@ -317,19 +320,32 @@ def _claim_summaries(
 
 
 def _unresolved_summaries(pod: Mapping[str, Any], service: SchedulingService) -> list[PodClaimSummary]:
-    """The pod's claims as its spec names them, for a pod whose claims could not be resolved (a claim
-    missing, not yet made from its template, or not usable by the pod: the verdicts say which)."""
-    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
-    summaries = []
-    for pod_claim_name, claim_name in claim_references(pod):
-        key = f"{namespace}/{claim_name}" if claim_name else ""
-        claim = service.state.get("ResourceClaim", key) if key else None
+    """The claims of a pod no node could resolve, as its spec names them, each with its problem; then its
+    extended-resource claim, the one left from an earlier attempt or the one its bind would make."""
+    state = service.state
+    groups = state.objects["PodGroup"] if state.gates.workload_claims else None
+    summaries = [
+        PodClaimSummary(
+            podClaimName=pod_claim_name,
+            claim=key,
+            allocated=bool(((state.get("ResourceClaim", key) or {}).get("status") or {}).get("allocation")),
+            problem=problem,
+        )
+        for pod_claim_name, key, problem in claim_problems(pod, state.objects["ResourceClaim"], groups)
+    ]
+    try:
+        extended = service.gate.extended(pod)
+    except AllocatorError:
+        extended = None  # the verdicts carry the error
+    if extended is not None:
+        stale = extended.stale
         summaries.append(
             PodClaimSummary(
-                podClaimName=pod_claim_name,
-                claim=key,
-                allocated=bool(claim and (claim.get("status") or {}).get("allocation")),
-                missing=claim is None,
+                podClaimName="",
+                claim=object_key("ResourceClaim", stale) if stale is not None else "",
+                allocated=False,
+                extendedResources=True,
+                problem=stale_reason(extended) if stale is not None else "",
             )
         )
     return summaries

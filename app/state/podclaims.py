@@ -10,7 +10,7 @@ group.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ __all__ = [
     "ClaimNotReady",
     "PodClaim",
     "claim_names",
-    "claim_references",
+    "claim_problems",
     "pod_claims",
     "pod_key",
     "state_pod_claims",
@@ -51,33 +51,34 @@ def claim_names(pod: Mapping[str, Any]) -> list[str]:
     """ResourceClaim names of the pod, in ``spec.resourceClaims`` order (unresolvable entries skipped),
     then the extended-resource claim of ``status.extendedResourceClaimStatus`` (KEP-5004) if any. Unlike
     ``pod_claims`` it needs no claim objects and never raises."""
-    names = [name for _, name in claim_references(pod) if name]
+    names = [claim_name for _, claim_name, _ in _references(pod) if claim_name]
     extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
     if isinstance(extended, Mapping) and extended.get("resourceClaimName"):
         names.append(extended["resourceClaimName"])
     return names
 
 
-def claim_references(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(pod claim name, ResourceClaim name)`` of each ``spec.resourceClaims`` entry, in order; the
-    ResourceClaim name is '' for a template the resourceclaim controller has made no claim from yet
-    (``status.resourceClaimStatuses``) or an entry naming neither."""
+def _references(pod: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], str | None, bool]]:
+    """Each ``spec.resourceClaims`` entry that needs a ResourceClaim: the entry, the claim's name (None
+    when its template has no claim made from it yet in ``status.resourceClaimStatuses``, or the entry
+    names neither) and whether it comes from a template. An entry whose status gives no name needs no
+    claim (the resourceclaim controller's answer for it) and is left out."""
     statuses = {
-        s.get("name"): s.get("resourceClaimName")
+        s.get("name"): s
         for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
         if isinstance(s, Mapping)
     }
-    return [
-        (
-            str(entry.get("name") or ""),
-            str(
-                entry.get("resourceClaimName")
-                or (statuses.get(entry.get("name")) if entry.get("resourceClaimTemplateName") else None)
-                or ""
-            ),
-        )
-        for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
-    ]
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
+        if entry.get("resourceClaimName"):
+            yield entry, str(entry["resourceClaimName"]), False
+        elif entry.get("resourceClaimTemplateName"):
+            status = statuses.get(entry.get("name"))
+            if status is None:
+                yield entry, None, True
+            elif status.get("resourceClaimName"):
+                yield entry, str(status["resourceClaimName"]), True
+        else:
+            yield entry, None, False
 
 
 def controlled_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
@@ -104,51 +105,72 @@ def pod_claims(
     Raises ClaimNotReady naming the pod claim when a claim is missing, deleting or not owned by the pod
     (nor by its PodGroup), or naming the PodGroup when the pod's group is not known.
     """
+    resolved = []
+    for found in _resolve_each(pod, claims, groups):
+        if not isinstance(found, PodClaim):
+            raise ClaimNotReady(found[2])
+        resolved.append(found)
+    return resolved
+
+
+def claim_problems(
+    pod: Mapping[str, Any],
+    claims: Mapping[str, Mapping[str, Any]],
+    groups: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[tuple[str, str, str]]:
+    """``(pod claim name, claim key, problem)`` of each claim the pod needs, ``pod_claims``' rules applied
+    to every one instead of stopping at the first: the problem is ClaimNotReady's message, or '' when the
+    pod can use the claim; the key is '' while no claim is made from the entry's template."""
+    return [
+        (found.pod_claim_name, found.key, "") if isinstance(found, PodClaim) else found
+        for found in _resolve_each(pod, claims, groups)
+    ]
+
+
+def _resolve_each(
+    pod: Mapping[str, Any],
+    claims: Mapping[str, Mapping[str, Any]],
+    groups: Mapping[str, Mapping[str, Any]] | None,
+) -> Iterator[PodClaim | tuple[str, str, str]]:
+    """Each claim the pod needs, resolved, or ``(pod claim name, claim key or '', why it is not ready)``."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     group_key = pod_group_key(pod) if groups is not None else None
     group = groups.get(group_key) if groups is not None and group_key else None
-    if group_key and group is None and (pod.get("spec") or {}).get("resourceClaims"):
-        raise ClaimNotReady(f"PodGroup {group_key} of the pod not found")
-    statuses = {
-        s.get("name"): s
-        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-        if isinstance(s, Mapping)
-    }
-    resolved = []
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+    no_group = (
+        f"PodGroup {group_key} of the pod not found"
+        if group_key and group is None and (pod.get("spec") or {}).get("resourceClaims")
+        else ""
+    )
+    references = list(_references(pod))
+    if no_group and not references:
+        yield "", "", no_group  # every entry needs no claim, yet the group is still missing
+    for entry, claim_name, from_template in references:
         name = entry.get("name")
-        if entry.get("resourceClaimName"):
-            claim_name, from_template = entry["resourceClaimName"], False
-        elif entry.get("resourceClaimTemplateName"):
-            status = statuses.get(name)
-            if status is None:
-                raise ClaimNotReady(
-                    f"pod claim {name}: ResourceClaim not created yet (template "
-                    f"{entry['resourceClaimTemplateName']})"
-                )
-            if not status.get("resourceClaimName"):
-                continue
-            claim_name, from_template = status["resourceClaimName"], True
-        else:
-            raise ClaimNotReady(
-                f"pod claim {name}: neither resourceClaimName nor resourceClaimTemplateName set"
+        key = f"{namespace}/{claim_name}" if claim_name is not None else ""
+        claim = claims.get(key) if key else None
+        template = entry.get("resourceClaimTemplateName")
+        if no_group:
+            problem = no_group
+        elif claim_name is None:
+            problem = (
+                f"pod claim {name}: ResourceClaim not created yet (template {template})"
+                if from_template
+                else f"pod claim {name}: neither resourceClaimName nor resourceClaimTemplateName set"
             )
-        key = f"{namespace}/{claim_name}"
-        claim = claims.get(key)
-        if claim is None:
-            raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" not found')
-        if (claim.get("metadata") or {}).get("deletionTimestamp"):
-            raise ClaimNotReady(f'pod claim {name}: resourceclaim "{claim_name}" is being deleted')
-        if (
+        elif claim is None:
+            problem = f'pod claim {name}: resourceclaim "{claim_name}" not found'
+        elif (claim.get("metadata") or {}).get("deletionTimestamp"):
+            problem = f'pod claim {name}: resourceclaim "{claim_name}" is being deleted'
+        elif (
             from_template
             and not controlled_by(claim, str(meta.get("uid") or ""))
             and not (group_key and owned_by_pod_group(claim, pod))
         ):
-            raise ClaimNotReady(
-                f'pod claim {name}: resourceclaim "{claim_name}" was not created for this pod'
-            )
-        joined = group is not None and group_claim_entry(group, entry) is not None
-        reserved_for = group_reference(group) if group is not None and joined else None
-        resolved.append(PodClaim(name, key, claim, reserved_for))
-    return resolved
+            problem = f'pod claim {name}: resourceclaim "{claim_name}" was not created for this pod'
+        else:
+            joined = group is not None and group_claim_entry(group, entry) is not None
+            reserved_for = group_reference(group) if group is not None and joined else None
+            yield PodClaim(str(name), key, claim, reserved_for)
+            continue
+        yield str(name or ""), key, problem

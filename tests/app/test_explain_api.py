@@ -152,7 +152,7 @@ def test_pod_with_a_missing_claim_is_unresolvable_everywhere(demo):
     explanation = explain_pod(demo.service, "demo", "orphan")
     assert {v.verdict for v in explanation.nodes} == {"unresolvable"}
     assert explanation.nodes[0].reason == 'pod claim gpus: resourceclaim "does-not-exist" not found'
-    # The header still names the pod's claim (not "no ResourceClaims"), and says it does not exist.
+    # The header still names the pod's claim (not "no ResourceClaims"), with what stands in the way.
     assert [c.model_dump() for c in explanation.claims] == [
         {
             "podClaimName": "gpus",
@@ -160,9 +160,42 @@ def test_pod_with_a_missing_claim_is_unresolvable_everywhere(demo):
             "allocated": False,
             "extendedResources": False,
             "podGroup": "",
-            "missing": True,
+            "problem": 'pod claim gpus: resourceclaim "does-not-exist" not found',
         }
     ]
+
+
+def test_each_claim_of_an_unresolved_pod_gets_its_own_problem(demo):
+    """One claim usable (two-gpus, the demo's), one missing, one whose template needs no claim (a null
+    name in status.resourceClaimStatuses: left out, as kube-scheduler does)."""
+    state = demo.service.state
+    pod = copy.deepcopy(state.get("Pod", "demo/two-gpus"))
+    pod["metadata"]["name"] = "mixed"
+    pod["spec"]["resourceClaims"] = [
+        {"name": "gpus", "resourceClaimName": "two-gpus"},
+        {"name": "more", "resourceClaimName": "nope"},
+        {"name": "unneeded", "resourceClaimTemplateName": "single-gpu"},
+    ]
+    pod["status"] = {"resourceClaimStatuses": [{"name": "unneeded", "resourceClaimName": None}]}
+    state.apply("Pod", pod)
+    explanation = explain_pod(demo.service, "demo", "mixed")
+    assert {v.verdict for v in explanation.nodes} == {"unresolvable"}
+    assert [(c.podClaimName, c.claim, c.problem) for c in explanation.claims] == [
+        ("gpus", "demo/two-gpus", ""),
+        ("more", "demo/nope", 'pod claim more: resourceclaim "nope" not found'),
+    ]
+
+
+def test_a_template_entry_that_needs_no_claim_leaves_the_pod_without_claims(demo):
+    state = demo.service.state
+    pod = copy.deepcopy(state.get("Pod", "demo/two-gpus"))
+    pod["metadata"]["name"] = "nothing-needed"
+    pod["spec"]["resourceClaims"] = [{"name": "unneeded", "resourceClaimTemplateName": "single-gpu"}]
+    pod["status"] = {"resourceClaimStatuses": [{"name": "unneeded", "resourceClaimName": None}]}
+    state.apply("Pod", pod)
+    explanation = explain_pod(demo.service, "demo", "nothing-needed")
+    assert explanation.claims == []
+    assert {v.verdict for v in explanation.nodes} == {"fits"}
 
 
 def test_pod_whose_template_claim_is_not_created_names_the_template(demo):
@@ -174,7 +207,9 @@ def test_pod_whose_template_claim_is_not_created_names_the_template(demo):
     state.apply("Pod", pod)
     explanation = explain_pod(demo.service, "demo", "unmade")
     assert {v.verdict for v in explanation.nodes} == {"unresolvable"}
-    assert [(c.podClaimName, c.claim, c.missing) for c in explanation.claims] == [("gpus", "", True)]
+    assert [(c.podClaimName, c.claim, c.problem) for c in explanation.claims] == [
+        ("gpus", "", "pod claim gpus: ResourceClaim not created yet (template some-template)")
+    ]
 
 
 def test_pod_without_claims_fits_everywhere(demo):

@@ -238,5 +238,5 @@ def test_explain_of_a_pod_whose_claim_is_missing_says_so(capsys, tmp_path):
     code, out, _ = run(capsys, "explain", "--state", str(state), "demo/shared-a")
     assert code == 0
     assert "every node passes" not in out
-    assert "  pod claim gpu: ResourceClaim demo/missing-gpu (not found)" in out
+    assert '  pod claim gpu: resourceclaim "missing-gpu" not found' in out
     assert "3 nodes: 3 unresolvable" in out

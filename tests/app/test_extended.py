@@ -18,6 +18,7 @@ from allocator.cel.expr_engine import ExprEngine
 from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
 from app.cli.simulate import simulate
+from app.explain.pod import explain_pod
 from app.scheduling.binder import BindError, BindPlan
 from app.scheduling.extended import (
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,
@@ -604,6 +605,26 @@ def test_leftover_extended_claim_fails_every_node_when_it_cannot_be_deleted():
     assert outcome.passed == [] and outcome.unresolvable == {"n1": reason, "n2": reason}
     with pytest.raises(ClaimNotReady, match="earlier scheduling attempt"):
         svc.effective_claims(pod, "n1")
+
+
+def test_explain_names_the_leftover_extended_claim_that_blocks_every_node():
+    """Not "no ResourceClaims: every node passes" above every node unresolvable."""
+    svc = service(
+        ("DeviceClass", gpu_class()),
+        *gpu_node("n1"),
+        ("ResourceClaim", stale_claim(None)),
+        ("Pod", xpod("p")),
+    )
+    svc.binder = _WriteOnlyBinder()
+    explanation = explain_pod(svc, NS, "p")
+    reason = (
+        "ResourceClaim default/p-extended-resources-old00: extended-resource claim from an earlier "
+        "scheduling attempt; it must be deleted before the pod is scheduled again"
+    )
+    assert [(v.verdict, v.reason) for v in explanation.nodes] == [("unresolvable", reason)]
+    assert [(c.extendedResources, c.claim, c.problem) for c in explanation.claims] == [
+        (True, "default/p-extended-resources-old00", reason)
+    ]
 
 
 def test_a_failed_bind_creates_nothing():
