@@ -138,7 +138,9 @@ class NodeVerdict(_Model):
 
 class PodClaimSummary(_Model):
     podClaimName: str
-    claim: str = Field(description="namespace/name of the ResourceClaim")
+    claim: str = Field(
+        description="namespace/name of the ResourceClaim; '' while none is named (see problem)"
+    )
     allocated: bool
     extendedResources: bool = False
     podGroup: str = Field(
@@ -146,9 +148,10 @@ class PodClaimSummary(_Model):
     )
     problem: str = Field(
         default="",
-        description="why the pod cannot use the claim now (it does not exist, was not made from the "
-        "pod's template yet: claim is then '', is being deleted, is not the pod's, is left from an earlier "
-        "attempt), or ''; given when no node could resolve the pod's claims",
+        description="given when no node could resolve the pod's claims: why the pod cannot use this one, "
+        "as filter reports it (the claim does not exist, no claim was made from the template yet, it is "
+        "being deleted, it is not the pod's, the pod's PodGroup is missing, an extended-resource claim is "
+        "left from an earlier attempt), or '' for a claim the pod can use",
     )
 
 

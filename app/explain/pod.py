@@ -63,7 +63,7 @@ from app.state.cluster import object_key
 from app.state.convert import ConversionError, to_v1
 from app.state.documents import check_encodable, load_yaml_document
 from app.state.knownfields import strict_decoding_error
-from app.state.podclaims import ClaimNotReady, PodClaim, claim_problems, state_pod_claims
+from app.state.podclaims import ClaimNotReady, PodClaim, state_claim_problems, state_pod_claims
 
 __all__ = ["explain_object", "explain_pod", "parse_object", "what_if"]
 
@@ -320,32 +320,24 @@ def _claim_summaries(
 
 
 def _unresolved_summaries(pod: Mapping[str, Any], service: SchedulingService) -> list[PodClaimSummary]:
-    """The claims of a pod no node could resolve, as its spec names them, each with its problem; then its
-    extended-resource claim, the one left from an earlier attempt or the one its bind would make."""
-    state = service.state
-    groups = state.objects["PodGroup"] if state.gates.workload_claims else None
+    """The claims of a pod no node could resolve, as its spec names them, each with its problem (filter's
+    reason for it); then an extended-resource claim left from an earlier attempt, which blocks the pod."""
     summaries = [
-        PodClaimSummary(
-            podClaimName=pod_claim_name,
-            claim=key,
-            allocated=bool(((state.get("ResourceClaim", key) or {}).get("status") or {}).get("allocation")),
-            problem=problem,
-        )
-        for pod_claim_name, key, problem in claim_problems(pod, state.objects["ResourceClaim"], groups)
+        PodClaimSummary(podClaimName=pod_claim_name, claim=key, allocated=False, problem=problem)
+        for pod_claim_name, key, problem in state_claim_problems(service.state, pod)
     ]
     try:
         extended = service.gate.extended(pod)
     except AllocatorError:
-        extended = None  # the verdicts carry the error
-    if extended is not None:
-        stale = extended.stale
+        extended = None  # a malformed quantity: no claim to name (filter's answer reports it)
+    if extended is not None and extended.stale is not None:
         summaries.append(
             PodClaimSummary(
                 podClaimName="",
-                claim=object_key("ResourceClaim", stale) if stale is not None else "",
+                claim=object_key("ResourceClaim", extended.stale),
                 allocated=False,
                 extendedResources=True,
-                problem=stale_reason(extended) if stale is not None else "",
+                problem=stale_reason(extended),
             )
         )
     return summaries

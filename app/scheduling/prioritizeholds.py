@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -57,6 +58,8 @@ from app.scheduling.binder import BindPlan
 from app.scheduling.cycle import CycleState
 
 __all__ = ["HOLD_SECONDS", "MAX_HOLDS", "PlannedHold", "PrioritizeHolds", "sweeping_late_holds"]
+
+log = logging.getLogger(__name__)
 
 HOLD_SECONDS = 5.0
 """How long a hold waits for its bind. kube-scheduler sends the bind milliseconds after prioritize unless
@@ -216,9 +219,12 @@ def sweeping_late_holds(holds: PrioritizeHolds, lock: Any) -> Iterator[None]:
 
     def sweep() -> None:
         while not stop.wait(holds.sweep_seconds):
-            if len(holds):
-                with lock:
-                    holds.expire()
+            try:
+                if len(holds):
+                    with lock:
+                        holds.expire()
+            except Exception:  # logged where the logs go; the next sweep tries again
+                log.exception("expiring late prioritize holds")
 
     thread = threading.Thread(target=sweep, name="late-holds", daemon=True)
     thread.start()

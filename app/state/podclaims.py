@@ -24,6 +24,7 @@ __all__ = [
     "claim_problems",
     "pod_claims",
     "pod_key",
+    "state_claim_problems",
     "state_pod_claims",
 ]
 
@@ -58,7 +59,7 @@ def claim_names(pod: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def _references(pod: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], str | None, bool]]:
+def _references(pod: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], Any, bool]]:
     """Each ``spec.resourceClaims`` entry that needs a ResourceClaim: the entry, the claim's name (None
     when its template has no claim made from it yet in ``status.resourceClaimStatuses``, or the entry
     names neither) and whether it comes from a template. An entry whose status gives no name needs no
@@ -70,13 +71,13 @@ def _references(pod: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], str
     }
     for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
         if entry.get("resourceClaimName"):
-            yield entry, str(entry["resourceClaimName"]), False
+            yield entry, entry["resourceClaimName"], False
         elif entry.get("resourceClaimTemplateName"):
             status = statuses.get(entry.get("name"))
             if status is None:
                 yield entry, None, True
             elif status.get("resourceClaimName"):
-                yield entry, str(status["resourceClaimName"]), True
+                yield entry, status["resourceClaimName"], True
         else:
             yield entry, None, False
 
@@ -90,8 +91,16 @@ def controlled_by(claim: Mapping[str, Any], pod_uid: str) -> bool:
 
 def state_pod_claims(state: ClusterState, pod: Mapping[str, Any]) -> list[PodClaim]:
     """``pod_claims`` against the state, with its PodGroups when the workload-claim gates are on."""
-    groups = state.objects["PodGroup"] if state.gates.workload_claims else None
-    return pod_claims(pod, state.objects["ResourceClaim"], groups)
+    return pod_claims(pod, state.objects["ResourceClaim"], _state_groups(state))
+
+
+def state_claim_problems(state: ClusterState, pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``claim_problems`` against the state, as ``state_pod_claims``."""
+    return claim_problems(pod, state.objects["ResourceClaim"], _state_groups(state))
+
+
+def _state_groups(state: ClusterState) -> Mapping[str, Mapping[str, Any]] | None:
+    return state.objects["PodGroup"] if state.gates.workload_claims else None
 
 
 def pod_claims(
@@ -119,10 +128,11 @@ def claim_problems(
     groups: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[tuple[str, str, str]]:
     """``(pod claim name, claim key, problem)`` of each claim the pod needs, ``pod_claims``' rules applied
-    to every one instead of stopping at the first: the problem is ClaimNotReady's message, or '' when the
-    pod can use the claim; the key is '' while no claim is made from the entry's template."""
+    to every one instead of stopping at the first. The problem is ClaimNotReady's message, or '' when the
+    pod can use the claim. The key is '' when no claim is named yet (a template's claim not made, an entry
+    naming neither); a missing PodGroup is one row for the whole pod, its names ''."""
     return [
-        (found.pod_claim_name, found.key, "") if isinstance(found, PodClaim) else found
+        (str(found.pod_claim_name or ""), found.key, "") if isinstance(found, PodClaim) else found
         for found in _resolve_each(pod, claims, groups)
     ]
 
@@ -132,27 +142,21 @@ def _resolve_each(
     claims: Mapping[str, Mapping[str, Any]],
     groups: Mapping[str, Mapping[str, Any]] | None,
 ) -> Iterator[PodClaim | tuple[str, str, str]]:
-    """Each claim the pod needs, resolved, or ``(pod claim name, claim key or '', why it is not ready)``."""
+    """Each claim the pod needs, resolved, or ``(pod claim name, claim key or '', why it is not ready)``;
+    only the latter, once, when the pod's PodGroup is missing."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     group_key = pod_group_key(pod) if groups is not None else None
     group = groups.get(group_key) if groups is not None and group_key else None
-    no_group = (
-        f"PodGroup {group_key} of the pod not found"
-        if group_key and group is None and (pod.get("spec") or {}).get("resourceClaims")
-        else ""
-    )
-    references = list(_references(pod))
-    if no_group and not references:
-        yield "", "", no_group  # every entry needs no claim, yet the group is still missing
-    for entry, claim_name, from_template in references:
+    if group_key and group is None and (pod.get("spec") or {}).get("resourceClaims"):
+        yield "", "", f"PodGroup {group_key} of the pod not found"
+        return
+    for entry, claim_name, from_template in _references(pod):
         name = entry.get("name")
         key = f"{namespace}/{claim_name}" if claim_name is not None else ""
         claim = claims.get(key) if key else None
-        template = entry.get("resourceClaimTemplateName")
-        if no_group:
-            problem = no_group
-        elif claim_name is None:
+        if claim_name is None:
+            template = entry.get("resourceClaimTemplateName")
             problem = (
                 f"pod claim {name}: ResourceClaim not created yet (template {template})"
                 if from_template
@@ -171,6 +175,6 @@ def _resolve_each(
         else:
             joined = group is not None and group_claim_entry(group, entry) is not None
             reserved_for = group_reference(group) if group is not None and joined else None
-            yield PodClaim(str(name), key, claim, reserved_for)
+            yield PodClaim(name, key, claim, reserved_for)
             continue
         yield str(name or ""), key, problem

@@ -22,7 +22,7 @@ from app.cli.simulate import simulate
 from app.explain.pod import explain_pod
 from app.kube.client import NotFoundError
 from app.kube.informers import discover_pod_groups
-from app.state.podclaims import ClaimNotReady, pod_claims
+from app.state.podclaims import ClaimNotReady, claim_problems, pod_claims
 from app.state.uids import stable_uid
 from tests.builders import claim, claim_template, device, device_class, node, pod, request, resource_slice
 
@@ -285,3 +285,25 @@ class _Discovery:
 async def test_pod_groups_are_watched_at_the_first_version_serving_them(versions, resources, expected):
     found = await discover_pod_groups(_Discovery(versions, resources))
     assert {k: r.version for k, r in found.items()} == ({"PodGroup": expected} if expected else {})
+
+
+def test_claim_problems_report_a_missing_pod_group_once_for_the_pod():
+    """pod_claims raises it before looking at any claim; claim_problems gives it as one pod-wide row."""
+    pod = {
+        "metadata": {"namespace": "ns", "name": "p", "uid": "u"},
+        "spec": {
+            "schedulingGroup": {"podGroupName": "g"},
+            "resourceClaims": [
+                {"name": "a", "resourceClaimName": "a"},
+                {"name": "b", "resourceClaimName": "b"},
+            ],
+        },
+    }
+    with pytest.raises(ClaimNotReady, match=r"^PodGroup ns/g of the pod not found$"):
+        pod_claims(pod, {}, groups={})
+    assert claim_problems(pod, {}, groups={}) == [("", "", "PodGroup ns/g of the pod not found")]
+    # Without the workload-claim gates there are no groups: each claim stands alone.
+    assert claim_problems(pod, {}, groups=None) == [
+        ("a", "ns/a", 'pod claim a: resourceclaim "a" not found'),
+        ("b", "ns/b", 'pod claim b: resourceclaim "b" not found'),
+    ]

@@ -489,3 +489,27 @@ def test_offline_serve_ends_a_late_hold_while_no_filter_comes():
             time.sleep(0.05)
     assert not service.state.inventory.reservations()
     assert service.binding.holds.unused == 1
+
+
+def test_the_offline_sweeper_survives_a_failing_sweep(caplog):
+    """An exception in one sweep is logged, and the next sweep still ends the late hold."""
+    service = _cluster()
+    holds = service.binding.holds
+    holds.seconds = 0.01
+    _prioritized(service)
+    real_expire, calls = holds.expire, []
+
+    def failing_once() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the first sweep fails")
+        real_expire()
+
+    holds.expire = failing_once  # type: ignore[method-assign]
+    with sweeping_late_holds(holds, service.lock):
+        deadline = time.monotonic() + 10
+        while service.state.inventory.reservations() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert not service.state.inventory.reservations()
+    assert len(calls) >= 2
+    assert "expiring late prioritize holds" in caplog.text
