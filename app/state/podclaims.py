@@ -152,7 +152,7 @@ def _resolve_each(
         yield "", "", f"PodGroup {group_key} of the pod not found"
         return
     for entry, claim_name, from_template in _references(pod):
-        name = entry.get("name")
+        name: Any = entry.get("name")  # kept as the pod has it (PodClaim.pod_claim_name)
         key = f"{namespace}/{claim_name}" if claim_name is not None else ""
         claim = claims.get(key) if key else None
         if claim_name is None:
