@@ -63,7 +63,7 @@ from app.state.cluster import object_key
 from app.state.convert import ConversionError, to_v1
 from app.state.documents import check_encodable, load_yaml_document
 from app.state.knownfields import strict_decoding_error
-from app.state.podclaims import ClaimNotReady, PodClaim, state_claim_problems, state_pod_claims
+from app.state.podclaims import ClaimNotReady, ClaimProblem, PodClaim, state_claim_problems, state_pod_claims
 
 __all__ = ["explain_object", "explain_pod", "parse_object", "what_if"]
 
@@ -323,8 +323,17 @@ def _unresolved_summaries(pod: Mapping[str, Any], service: SchedulingService) ->
     """The claims of a pod no node could resolve, as its spec names them, each with its problem (filter's
     reason for it); then an extended-resource claim left from an earlier attempt, which blocks the pod."""
     summaries = [
-        PodClaimSummary(podClaimName=pod_claim_name, claim=key, allocated=False, problem=problem)
-        for pod_claim_name, key, problem in state_claim_problems(service.state, pod)
+        PodClaimSummary(
+            podClaimName=found.pod_claim_name, claim=found.key, allocated=False, problem=found.problem
+        )
+        if isinstance(found, ClaimProblem)
+        else PodClaimSummary(
+            podClaimName=str(found.pod_claim_name),
+            claim=found.key,
+            allocated=bool((found.claim.get("status") or {}).get("allocation")),
+            podGroup=_group_name(found),
+        )
+        for found in state_claim_problems(service.state, pod)
     ]
     try:
         extended = service.gate.extended(pod)

@@ -109,7 +109,8 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
 
         chosen = sorted(outcome.passed, key=best_first)[:best]
     details = [explain_pod(service, namespace, name, node) for node in chosen]
-    first = details[0] if details else explain_pod(service, namespace, name, names[0]) if names else None
+    # With no node in the state, explain_pod of no node still says what the pod's claims are.
+    first = details[0] if details else explain_pod(service, namespace, name, names[0] if names else None)
     return ExplanationSummary(
         kind="Pod",
         namespace=namespace,
@@ -117,7 +118,7 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
         nodeName=(pod.get("spec") or {}).get("nodeName") or None,
         deviceSelection=service.device_selection,
         scoringPolicy=service.scoring.policy,
-        claims=first.claims if first is not None else [],
+        claims=first.claims,
         error=outcome.error,
         nodes=len(names),
         verdicts=dict(Counter(verdict for _, verdict, _ in verdicts)) if not outcome.error else {},

@@ -19,6 +19,7 @@ from app.state.podgroups import group_claim_entry, group_reference, owned_by_pod
 
 __all__ = [
     "ClaimNotReady",
+    "ClaimProblem",
     "PodClaim",
     "claim_names",
     "claim_problems",
@@ -42,6 +43,17 @@ class PodClaim:
     claim: Mapping[str, Any]
     consumer: Mapping[str, Any] | None = None
     """The ``reservedFor`` entry to write instead of the pod's: its PodGroup's (None: the pod)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimProblem:
+    """Why the pod cannot use one of its claims now (ClaimNotReady's message). ``key`` is '' when no
+    claim is named yet (a template's claim not made, an entry naming neither); a missing PodGroup is one
+    problem for the whole pod, its names ''."""
+
+    pod_claim_name: str
+    key: str
+    problem: str
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -94,7 +106,7 @@ def state_pod_claims(state: ClusterState, pod: Mapping[str, Any]) -> list[PodCla
     return pod_claims(pod, state.objects["ResourceClaim"], _state_groups(state))
 
 
-def state_claim_problems(state: ClusterState, pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def state_claim_problems(state: ClusterState, pod: Mapping[str, Any]) -> list[PodClaim | ClaimProblem]:
     """``claim_problems`` against the state, as ``state_pod_claims``."""
     return claim_problems(pod, state.objects["ResourceClaim"], _state_groups(state))
 
@@ -116,8 +128,8 @@ def pod_claims(
     """
     resolved = []
     for found in _resolve_each(pod, claims, groups):
-        if not isinstance(found, PodClaim):
-            raise ClaimNotReady(found[2])
+        if isinstance(found, ClaimProblem):
+            raise ClaimNotReady(found.problem)
         resolved.append(found)
     return resolved
 
@@ -126,30 +138,24 @@ def claim_problems(
     pod: Mapping[str, Any],
     claims: Mapping[str, Mapping[str, Any]],
     groups: Mapping[str, Mapping[str, Any]] | None = None,
-) -> list[tuple[str, str, str]]:
-    """``(pod claim name, claim key, problem)`` of each claim the pod needs, ``pod_claims``' rules applied
-    to every one instead of stopping at the first. The problem is ClaimNotReady's message, or '' when the
-    pod can use the claim. The key is '' when no claim is named yet (a template's claim not made, an entry
-    naming neither); a missing PodGroup is one row for the whole pod, its names ''."""
-    return [
-        (str(found.pod_claim_name or ""), found.key, "") if isinstance(found, PodClaim) else found
-        for found in _resolve_each(pod, claims, groups)
-    ]
+) -> list[PodClaim | ClaimProblem]:
+    """Each claim the pod needs, ``pod_claims``' rules applied to every one instead of stopping at the
+    first: resolved, or its ``ClaimProblem``."""
+    return list(_resolve_each(pod, claims, groups))
 
 
 def _resolve_each(
     pod: Mapping[str, Any],
     claims: Mapping[str, Mapping[str, Any]],
     groups: Mapping[str, Mapping[str, Any]] | None,
-) -> Iterator[PodClaim | tuple[str, str, str]]:
-    """Each claim the pod needs, resolved, or ``(pod claim name, claim key or '', why it is not ready)``;
-    only the latter, once, when the pod's PodGroup is missing."""
+) -> Iterator[PodClaim | ClaimProblem]:
+    """Each claim the pod needs, resolved or not; only one problem when the pod's PodGroup is missing."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     group_key = pod_group_key(pod) if groups is not None else None
     group = groups.get(group_key) if groups is not None and group_key else None
     if group_key and group is None and (pod.get("spec") or {}).get("resourceClaims"):
-        yield "", "", f"PodGroup {group_key} of the pod not found"
+        yield ClaimProblem("", "", f"PodGroup {group_key} of the pod not found")
         return
     for entry, claim_name, from_template in _references(pod):
         name: Any = entry.get("name")  # kept as the pod has it (PodClaim.pod_claim_name)
@@ -177,4 +183,4 @@ def _resolve_each(
             reserved_for = group_reference(group) if group is not None and joined else None
             yield PodClaim(name, key, claim, reserved_for)
             continue
-        yield str(name or ""), key, problem
+        yield ClaimProblem(str(name or ""), key, problem)

@@ -19,6 +19,7 @@ import yaml
 from app.cli.runtime import Runtime, build_runtime
 from app.config.settings import Settings
 from app.explain.pod import explain_object, explain_pod, parse_object
+from app.explain.summary import summarize_pod
 from app.explain.views import node_devices_view
 from app.http.api import create_app
 from app.scheduling.service import SchedulingService
@@ -166,9 +167,12 @@ def test_pod_with_a_missing_claim_is_unresolvable_everywhere(demo):
 
 
 def test_each_claim_of_an_unresolved_pod_gets_its_own_problem(demo):
-    """One claim usable (two-gpus, the demo's), one missing, one whose template needs no claim (a null
-    name in status.resourceClaimStatuses: left out, as kube-scheduler does)."""
+    """One claim usable (two-gpus, the demo's, allocated here), one missing, one whose template needs no
+    claim (a null name in status.resourceClaimStatuses: left out, as kube-scheduler does)."""
     state = demo.service.state
+    assert demo.service.bind(
+        "demo", "two-gpus", state.get("Pod", "demo/two-gpus")["metadata"]["uid"], GPU_NODE
+    )
     pod = copy.deepcopy(state.get("Pod", "demo/two-gpus"))
     pod["metadata"]["name"] = "mixed"
     pod["spec"]["resourceClaims"] = [
@@ -180,9 +184,9 @@ def test_each_claim_of_an_unresolved_pod_gets_its_own_problem(demo):
     state.apply("Pod", pod)
     explanation = explain_pod(demo.service, "demo", "mixed")
     assert {v.verdict for v in explanation.nodes} == {"unresolvable"}
-    assert [(c.podClaimName, c.claim, c.problem) for c in explanation.claims] == [
-        ("gpus", "demo/two-gpus", ""),
-        ("more", "demo/nope", 'pod claim more: resourceclaim "nope" not found'),
+    assert [(c.podClaimName, c.claim, c.allocated, c.problem) for c in explanation.claims] == [
+        ("gpus", "demo/two-gpus", True, ""),
+        ("more", "demo/nope", False, 'pod claim more: resourceclaim "nope" not found'),
     ]
 
 
@@ -834,3 +838,19 @@ async def test_what_if_template_with_an_unknown_field_in_its_claim_spec_is_a_400
     response = await client.post("/api/v1/explain", content=orjson.dumps(template))
     assert response.status_code == 400
     assert response.json() == {"Error": 'unknown field "spec.spec.devices.requests[0].exactly.selecters"'}
+
+
+def test_the_summary_of_a_state_without_nodes_still_names_the_pods_claims(demo):
+    """No node to explain: the summary's claims come from the rules alone, not "no ResourceClaims"."""
+    state = demo.service.state
+    for name in list(state.objects["Node"]):
+        state.remove("Node", name)
+    pod = copy.deepcopy(state.get("Pod", "demo/two-gpus"))
+    pod["metadata"]["name"] = "nodeless"
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "does-not-exist"}]
+    state.apply("Pod", pod)
+    summary = summarize_pod(demo.service, "demo", "nodeless")
+    assert summary.nodes == 0
+    assert [(c.podClaimName, c.problem) for c in summary.claims] == [
+        ("gpus", 'pod claim gpus: resourceclaim "does-not-exist" not found')
+    ]

@@ -6,6 +6,7 @@ and the resourceclaim controller's ``handlePodGroupClaim``."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
 import re
@@ -22,7 +23,7 @@ from app.cli.simulate import simulate
 from app.explain.pod import explain_pod
 from app.kube.client import NotFoundError
 from app.kube.informers import discover_pod_groups
-from app.state.podclaims import ClaimNotReady, claim_problems, pod_claims
+from app.state.podclaims import ClaimNotReady, ClaimProblem, claim_problems, pod_claims
 from app.state.uids import stable_uid
 from tests.builders import claim, claim_template, device, device_class, node, pod, request, resource_slice
 
@@ -301,9 +302,25 @@ def test_claim_problems_report_a_missing_pod_group_once_for_the_pod():
     }
     with pytest.raises(ClaimNotReady, match=r"^PodGroup ns/g of the pod not found$"):
         pod_claims(pod, {}, groups={})
-    assert claim_problems(pod, {}, groups={}) == [("", "", "PodGroup ns/g of the pod not found")]
+    assert claim_problems(pod, {}, groups={}) == [ClaimProblem("", "", "PodGroup ns/g of the pod not found")]
     # Without the workload-claim gates there are no groups: each claim stands alone.
     assert claim_problems(pod, {}, groups=None) == [
-        ("a", "ns/a", 'pod claim a: resourceclaim "a" not found'),
-        ("b", "ns/b", 'pod claim b: resourceclaim "b" not found'),
+        ClaimProblem("a", "ns/a", 'pod claim a: resourceclaim "a" not found'),
+        ClaimProblem("b", "ns/b", 'pod claim b: resourceclaim "b" not found'),
+    ]
+
+
+def test_explain_names_the_group_of_a_group_claim_when_another_claim_is_missing(tmp_path):
+    """No node resolves w1 (its second claim does not exist): the header still names the group's claim
+    with its group, beside the missing claim's problem."""
+    runtime = build_runtime(_group_of_three(tmp_path), ON)
+    state = runtime.state
+    w1 = copy.deepcopy(state.get("Pod", f"{NS}/w1"))
+    w1["spec"]["resourceClaims"].append({"name": "extra", "resourceClaimName": "nope"})
+    state.apply("Pod", w1)
+    explanation = explain_pod(runtime.service, NS, "w1")
+    assert {v.verdict for v in explanation.nodes} == {"unresolvable"}
+    assert [(c.podClaimName, c.podGroup, c.problem) for c in explanation.claims] == [
+        ("gpu", "train", ""),
+        ("extra", "", 'pod claim extra: resourceclaim "nope" not found'),
     ]
