@@ -94,7 +94,7 @@ def summarize_pod(service: SchedulingService, namespace: str, name: str, best: i
     deadline = time.monotonic() + service.filter_time_budget
     scores = service.rank(pod, names, deadline=deadline)  # None only from a quick ranking, which this is not
     score = dict(zip(names, scores, strict=True)) if scores is not None else {}
-    outcome = service.filter(pod, names)
+    outcome = service.filter(pod, names, attempt=False)  # as explain_pod: the state as it is
     verdicts: list[tuple[str, Verdict, str]] = [(n, "fits", "") for n in outcome.passed]
     verdicts += [(n, "does-not-fit", r) for n, r in outcome.failed.items()]
     verdicts += [(n, "unresolvable", r) for n, r in outcome.unresolvable.items()]

@@ -215,29 +215,35 @@ class SchedulingService:
         nodes: Mapping[str, Obj] | None = None,
         sampler: NodeSampler | None = None,
         names_text: str | None = None,
+        *,
+        attempt: bool = True,
     ) -> FilterOutcome:
         """Decide each node for ``pod``. ``nodes``: full Node objects when kube-scheduler sent them.
         ``sampler``: the answer may pass on only the sample (``FilterOutcome.sampled``) where that saves
         work; the caller samples the rest (``NodeSampler.sample``). ``names_text``: the names joined by
-        newlines when the caller has them so (the wire layer joins them to check them; ``list_key``)."""
+        newlines when the caller has them so (the wire layer joins them to check them; ``list_key``).
+        ``attempt``: False for the verdicts alone (explain), without what a scheduling attempt does besides:
+        the pod's hold is not ended, a leftover extended-resource claim not deleted, no claim
+        deallocated."""
         if needs_no_devices(pod):
             return _passes_all(node_names)
         fits_nodes = self._fits_node_allocatable()
         if fits_nodes:
             sampler = None  # the node fit below may drop passing nodes: sample after it (the caller does)
         with self.lock, self.preemption_holds.lifted(pod):
-            self._new_attempt(pod)
+            if attempt:
+                self._new_attempt(pod)
             pod = self.gate.with_state_status(pod)
             outcome = self._filter(
                 pod, node_names, nodes, Want.VERDICT, sampler=sampler, names_text=names_text
             )
-        if outcome.stale_claims and self._delete_stale_claims(outcome.stale_claims):
+        if attempt and outcome.stale_claims and self._delete_stale_claims(outcome.stale_claims):
             # kube-scheduler's PostFilter deleted the claim and the pod is tried again: do that attempt now.
             with self.lock, self.preemption_holds.lifted(pod):
                 outcome = self._filter(
                     pod, node_names, nodes, Want.VERDICT, sampler=sampler, names_text=names_text
                 )
-        if outcome.unusable is not None:
+        if attempt and outcome.unusable is not None:
             self._release_unusable(outcome, pod)
         if fits_nodes and outcome.passed:
             with self.lock:

@@ -19,6 +19,7 @@ from allocator.features import FeatureGates
 from allocator.selectors import SelectorCache
 from app.cli.simulate import simulate
 from app.explain.pod import explain_pod
+from app.explain.summary import summarize_pod
 from app.scheduling.binder import BindError, BindPlan
 from app.scheduling.extended import (
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,
@@ -625,6 +626,21 @@ def test_explain_names_the_leftover_extended_claim_that_blocks_every_node():
     assert [(c.extendedResources, c.claim, c.problem) for c in explanation.claims] == [
         (True, "default/p-extended-resources-old00", reason)
     ]
+
+
+def test_the_summary_leaves_a_leftover_extended_claim_in_place():
+    """explain's summary reports the state as it is, as ``--all`` does: the leftover claim blocks the only
+    node. filter would delete it (upstream's PostFilter) and find the node fits."""
+    svc = service(
+        ("DeviceClass", gpu_class()),
+        *gpu_node("n1", gpus=1),
+        ("ResourceClaim", stale_claim("gpu-0")),
+        ("Pod", xpod("p")),
+    )
+    summary = summarize_pod(svc, NS, "p")
+    assert summary.verdicts == {"unresolvable": 1}
+    assert svc.state.get("ResourceClaim", "default/p-extended-resources-old00") is not None
+    assert svc.filter(svc.state.get("Pod", "default/p"), ["n1"]).passed == ["n1"]
 
 
 def test_a_failed_bind_creates_nothing():
