@@ -260,11 +260,10 @@ def explain_pod(
     except _PodError as e:
         verdicts, error = [], str(e)
     error = next((v.reason for v in verdicts if v.verdict == "error"), error)
-    if summaries is None:  # no node resolved the pod's claims: each one with what stands in the way
-        with service.lock:
-            summaries = _unresolved_summaries(pod, service)
     uid = str(meta.get("uid") or "")
     with service.lock:
+        if summaries is None:  # no node resolved the pod's claims: each one with what stands in the way
+            summaries = _unresolved_summaries(pod, service)
         last = service.bind_log.last(f"{namespace}/{name}", uid)
     if last is not None and last.error:
         # The node fits now, yet kube-scheduler's bind there failed: say so where the verdict is read.
@@ -298,12 +297,7 @@ def _claim_summaries(
         resolved = {pc.key: pc for pc in state_pod_claims(service.state, pod)}
     except ClaimNotReady:
         resolved = {}
-    summaries = [
-        PodClaimSummary(
-            podClaimName=pc.pod_claim_name, claim=pc.key, allocated=True, podGroup=_group_name(pc)
-        )
-        for pc in allocated
-    ]
+    summaries = [_resolved_summary(pc, allocated=True) for pc in allocated]
     extended_key = extended.key if extended is not None else None
     for claim in pending:
         pc = resolved.get(claim.key)
@@ -327,12 +321,7 @@ def _unresolved_summaries(pod: Mapping[str, Any], service: SchedulingService) ->
             podClaimName=found.pod_claim_name, claim=found.key, allocated=False, problem=found.problem
         )
         if isinstance(found, ClaimProblem)
-        else PodClaimSummary(
-            podClaimName=str(found.pod_claim_name),
-            claim=found.key,
-            allocated=bool((found.claim.get("status") or {}).get("allocation")),
-            podGroup=_group_name(found),
-        )
+        else _resolved_summary(found, allocated=bool((found.claim.get("status") or {}).get("allocation")))
         for found in state_claim_problems(service.state, pod)
     ]
     try:
@@ -350,6 +339,12 @@ def _unresolved_summaries(pod: Mapping[str, Any], service: SchedulingService) ->
             )
         )
     return summaries
+
+
+def _resolved_summary(pc: PodClaim, *, allocated: bool) -> PodClaimSummary:
+    return PodClaimSummary(
+        podClaimName=str(pc.pod_claim_name), claim=pc.key, allocated=allocated, podGroup=_group_name(pc)
+    )
 
 
 def _group_name(pc: PodClaim) -> str:

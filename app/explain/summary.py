@@ -16,8 +16,8 @@ once, with its score), so they cost what one filter costs, and only the ``best``
 full. A what-if claim is summarized through a pod using it, added
 to the command line's copy of the state (``summarize_what_if``).
 
-Nothing is written: offline (a state directory or a cluster snapshot) there is no binder, so filter
-keeps only its decision cache.
+Nothing is written: filter decides without a scheduling attempt's effects (``attempt=False``: no
+leftover claim deleted, none deallocated), keeping only its decision cache.
 """
 
 from __future__ import annotations

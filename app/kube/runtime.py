@@ -208,9 +208,7 @@ class ClusterRuntime:
         holds = self.service.binding.holds
         while True:
             await self.clock.sleep(holds.sweep_seconds)
-            if len(holds):
-                with self.service.lock:
-                    holds.expire()
+            holds.sweep(self.service.lock)
 
     async def _report_derivation_errors(self) -> None:
         """Log cluster-wide derived attribute errors as slices bring them (``app.config.derivationlog``), at

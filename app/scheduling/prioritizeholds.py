@@ -182,6 +182,13 @@ class PrioritizeHolds:
                 return
             self.end(key)
 
+    def sweep(self, lock: Any) -> None:
+        """``expire`` under ``lock`` (the service's) when a hold is kept: what runs every
+        ``sweep_seconds`` while no filter or prioritize comes."""
+        if self._holds:
+            with lock:
+                self.expire()
+
     @property
     def sweep_seconds(self) -> float:
         """How often holds are expired while no filter or prioritize comes: a late hold's devices stay
@@ -220,9 +227,7 @@ def sweeping_late_holds(holds: PrioritizeHolds, lock: Any) -> Iterator[None]:
     def sweep() -> None:
         while not stop.wait(holds.sweep_seconds):
             try:
-                if len(holds):
-                    with lock:
-                        holds.expire()
+                holds.sweep(lock)
             except Exception:  # logged where the logs go; the next sweep tries again
                 log.exception("expiring late prioritize holds")
 
