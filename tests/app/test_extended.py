@@ -588,21 +588,29 @@ class _WriteOnlyBinder:
         raise AssertionError
 
 
-def test_leftover_extended_claim_fails_every_node_when_it_cannot_be_deleted():
+LEFTOVER_REASON = (
+    "ResourceClaim default/p-extended-resources-old00: extended-resource claim from an earlier "
+    "scheduling attempt; it must be deleted before the pod is scheduled again"
+)
+
+
+def _undeletable_leftover(*nodes: str) -> SchedulingService:
+    """Pod p with its leftover extended-resource claim, which the binder cannot delete."""
     svc = service(
         ("DeviceClass", gpu_class()),
-        *gpu_node("n1"),
-        *gpu_node("n2"),
+        *(obj for name in nodes for obj in gpu_node(name)),
         ("ResourceClaim", stale_claim(None)),
         ("Pod", xpod("p")),
     )
     svc.binder = _WriteOnlyBinder()
+    return svc
+
+
+def test_leftover_extended_claim_fails_every_node_when_it_cannot_be_deleted():
+    svc = _undeletable_leftover("n1", "n2")
     pod = svc.state.get("Pod", "default/p")
     outcome = svc.filter(pod, ["n1", "n2"])
-    reason = (
-        "ResourceClaim default/p-extended-resources-old00: extended-resource claim from an earlier "
-        "scheduling attempt; it must be deleted before the pod is scheduled again"
-    )
+    reason = LEFTOVER_REASON
     assert outcome.passed == [] and outcome.unresolvable == {"n1": reason, "n2": reason}
     with pytest.raises(ClaimNotReady, match="earlier scheduling attempt"):
         svc.effective_claims(pod, "n1")
@@ -610,18 +618,9 @@ def test_leftover_extended_claim_fails_every_node_when_it_cannot_be_deleted():
 
 def test_explain_names_the_leftover_extended_claim_that_blocks_every_node():
     """Not "no ResourceClaims: every node passes" above every node unresolvable."""
-    svc = service(
-        ("DeviceClass", gpu_class()),
-        *gpu_node("n1"),
-        ("ResourceClaim", stale_claim(None)),
-        ("Pod", xpod("p")),
-    )
-    svc.binder = _WriteOnlyBinder()
+    svc = _undeletable_leftover("n1")
     explanation = explain_pod(svc, NS, "p")
-    reason = (
-        "ResourceClaim default/p-extended-resources-old00: extended-resource claim from an earlier "
-        "scheduling attempt; it must be deleted before the pod is scheduled again"
-    )
+    reason = LEFTOVER_REASON
     assert [(v.verdict, v.reason) for v in explanation.nodes] == [("unresolvable", reason)]
     assert [(c.extendedResources, c.claim, c.problem) for c in explanation.claims] == [
         (True, "default/p-extended-resources-old00", reason)
