@@ -670,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=DEVICE_SCORING,
         default="prioritize",
         help="the extender's --device-scoring, its kube-scheduler configured to match as the chart's "
-        "kubeScheduler.deviceScoring does (filter: no prioritizeVerb)",
+        "kubeScheduler.deviceScoring does (filter: no prioritizeVerb); the null modes' too (filter: they pass "
+        "on one node)",
     )
     parser.add_argument(
         "--extender-nodes-to-score",
@@ -744,7 +745,10 @@ def main(argv: list[str] | None = None) -> int:
     if sampling is not None:
         print(f"the extender ran with --percentage-of-nodes-to-score={sampling}")
     if args.device_scoring != "prioritize":
-        print(f"the extender ran with --device-scoring={args.device_scoring} (its kube-scheduler to match)")
+        print(
+            f"the extender and the null modes ran with --device-scoring={args.device_scoring} (their "
+            "kube-schedulers to match)"
+        )
     for number, (budget, backlog, runs) in enumerate(tables, 1):
         print(f"\nTable {number}: {budget}")
         print(report(runs, args.nodes, args.devices, target, backlog=backlog))
@@ -825,9 +829,16 @@ def start_mode(
         sampling = extender_nodes_to_score or 0  # the extender's default: adaptive
         writes = ["--write-claims"] if mode == "null-writes" else []
         plane.start_null_extender(
-            null_binary, f"--percentage-of-nodes-to-score={sampling}", *writes, qps=qps, name=name
+            null_binary,
+            f"--percentage-of-nodes-to-score={sampling}",
+            f"--device-scoring={device_scoring}",
+            *writes,
+            qps=qps,
+            name=name,
         )
-        plane.start_scheduler(nodes_to_score=nodes_to_score, extender=name, **common)
+        plane.start_scheduler(
+            nodes_to_score=nodes_to_score, device_scoring=device_scoring, extender=name, **common
+        )
         return
     extra = []
     if extender_nodes_to_score is not None:

@@ -6,7 +6,10 @@
 // throughput is the ceiling of the extender path on that kube-scheduler: what kube-scheduler itself and
 // the HTTP round trips cost, with nothing of ours in them. With --write-claims (`--modes null-writes`)
 // filter passes only nodes with a free device and bind allocates the pod's claim through the API first
-// (claims.go).
+// (claims.go). With --device-scoring=filter, as the extender's device scoring in filter with its
+// kube-scheduler's prioritizeVerb left out, filter passes on only the first of those nodes: one feasible
+// node, which kube-scheduler binds to without scoring (the extender passes on its strictly best node alone
+// for most pods, ties for the rest).
 package main
 
 import (
@@ -83,6 +86,7 @@ func (b *bucket) wait() {
 
 type server struct {
 	percentage int
+	oneNode    bool // --device-scoring=filter
 	api        string
 	token      string
 	client     *http.Client
@@ -135,6 +139,9 @@ func (s *server) filter(w http.ResponseWriter, r *http.Request) {
 	if args.NodeNames != nil {
 		names := *args.NodeNames
 		limit := nodesToScore(s.percentage, len(names))
+		if s.oneNode {
+			limit = min(limit, 1)
+		}
 		if s.inventory != nil {
 			// A pod whose claim an earlier attempt allocated can only go where the claim is.
 			allocatedOn := s.inventory.allocatedOn(args.Pod.Metadata.UID)
@@ -223,7 +230,11 @@ func main() {
 	burst := flag.Int("burst", 100, "API client burst")
 	percentage := flag.Int("percentage-of-nodes-to-score", 0, "share of the nodes filter passes on (0: adaptive)")
 	writeClaims := flag.Bool("write-claims", false, "allocate each pod's claim through the API before binding")
+	deviceScoring := flag.String("device-scoring", "prioritize", "prioritize, or filter: pass on one node")
 	flag.Parse()
+	if *deviceScoring != "prioritize" && *deviceScoring != "filter" {
+		log.Fatalf("--device-scoring: %q is neither prioritize nor filter", *deviceScoring)
+	}
 
 	ca, err := os.ReadFile(*caFile)
 	if err != nil {
@@ -242,6 +253,7 @@ func main() {
 	}
 	s := &server{
 		percentage: *percentage,
+		oneNode:    *deviceScoring == "filter",
 		api:        *api,
 		token:      string(bytes.TrimSpace(token)),
 		client:     &http.Client{Transport: transport, Timeout: 30 * time.Second},
