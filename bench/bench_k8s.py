@@ -670,8 +670,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=DEVICE_SCORING,
         default="prioritize",
         help="the extender's --device-scoring, its kube-scheduler configured to match as the chart's "
-        "kubeScheduler.deviceScoring does (filter: no prioritizeVerb); the null modes' too (filter: they pass "
-        "on one node)",
+        "kubeScheduler.deviceScoring does (filter: no prioritizeVerb); the null modes' too (filter: they "
+        "pass on one node)",
     )
     parser.add_argument(
         "--extender-nodes-to-score",

@@ -362,10 +362,10 @@ class ClusterSettings:
     At most one day (``MAX_SECONDS``)."""
 
     watch_idle_seconds: float = 90.0
-    """No-event deadline of a watch, and its socket read timeout: a watch that delivers nothing (not even a
-    BOOKMARK) for this long is taken for dead and replaced, re-watching from the last resourceVersion. The
-    API server sends bookmarks to watchers that ask for them about once a minute, so 90 s of silence means a
-    half-open connection (kubernetes-asyncio #360), not a quiet resource."""
+    """Socket read timeout of a watch: a watch that receives nothing (not even a BOOKMARK) for this long is
+    taken for dead and replaced at once, re-watching from the last resourceVersion. The API server sends
+    bookmarks to watchers that ask for them about once a minute, so 90 s of silence means a half-open
+    connection (kubernetes-asyncio #360), not a quiet resource."""
 
     list_page_size: int = 500
     """``limit`` of each list page (the API server default page size), so a relist of a large kind is many

@@ -1,5 +1,5 @@
 """Time as a dependency: the informers, the binder and the recovery loop never call ``asyncio.sleep`` or
-``time.monotonic`` directly, so tests run backoff, watch deadlines and grace periods without real waits.
+``time.monotonic`` directly, so tests run backoff, bind deadlines and grace periods without real waits.
 
 ``Clock.now()`` is monotonic seconds (only differences matter); ``wall()`` is seconds since the epoch, to
 compare with timestamps the API server stores (a Lease's ``renewTime``); ``sleep`` waits; ``timeout`` is an

@@ -24,7 +24,7 @@ DRIVER = "gpu.example.com"
 NS = "ml"
 
 TEST_SETTINGS = ClusterSettings(
-    watch_idle_seconds=3000.0,  # 30 s real with the clock's scale: never fires unless a test lowers it
+    watch_idle_seconds=3000.0,  # the client's read timeout, real seconds: never fires unless a test lowers it
     bind_timeout_seconds=1000.0,
     orphan_grace_period_seconds=300.0,
     orphan_check_interval_seconds=86_400.0,  # the most it takes: tests call OrphanReleaser.sweep() themselves

@@ -2,18 +2,20 @@
 
 kubernetes-asyncio's own session reads ``~/.netrc`` and the proxy variables in a worker thread before every
 request; the extender's resolves the API server's proxy at ``connect`` (``app.kube.proxy``) and then only
-sends."""
+sends. And the watch read timeout: a silent watch is ``WatchIdle``, not any other ``TransportError``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
-from app.kube.client import CORE_NAMESPACES, KubeAPIError, KubeClient
+from app.kube.client import CORE_NAMESPACES, CORE_NODES, KubeAPIError, KubeClient, TransportError, WatchIdle
 from tests.app.kube.fakeapi import FakeKubeAPI, write_kubeconfig
 
 
@@ -119,3 +121,113 @@ async def test_a_request_carries_the_token_the_query_and_the_body_as_sent(tmp_pa
         assert headers["Authorization"] == "Bearer fake-token"
         assert headers["Accept"] == "application/json"
         assert headers["User-Agent"].startswith("OpenAPI-Generator/")
+
+
+NODE_EVENT = {"type": "ADDED", "object": {"metadata": {"name": "n1", "resourceVersion": "2"}}}
+BOOKMARK = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "3"}}}
+READ_TIMEOUT = 0.3
+
+Handler = Callable[[web.Request, asyncio.Event], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def watch_server(tmp_path: Path, handler: Handler) -> AsyncIterator[KubeClient]:
+    """A client with a ``READ_TIMEOUT`` watch read timeout, on a server answering every request with
+    ``handler(request, release)``; ``release`` is set before the server stops."""
+    release = asyncio.Event()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await handler(request, release)
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = await KubeClient.connect(
+        write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"), watch_read_timeout=READ_TIMEOUT
+    )
+    try:
+        yield client
+    finally:
+        release.set()
+        await client.close()
+        await runner.cleanup()
+
+
+async def stream(request: web.Request, *events: dict) -> web.StreamResponse:
+    response = web.StreamResponse()
+    response.content_type = "application/json"
+    await response.prepare(request)
+    for event in events:
+        await response.write(json.dumps(event).encode() + b"\n")
+    return response
+
+
+async def silent_after_one_event(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
+    response = await stream(request, NODE_EVENT)
+    await release.wait()
+    return response
+
+
+async def silent_before_the_headers(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
+    await release.wait()
+    return web.Response()
+
+
+async def reset_after_one_event(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
+    response = await stream(request, NODE_EVENT)
+    assert request.transport is not None
+    request.transport.close()  # the chunked body never ends
+    return response
+
+
+async def bookmarks_then_the_end(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
+    response = await stream(request)
+    for _ in range(5):  # 0.5 s in all, more than the read timeout
+        await asyncio.sleep(READ_TIMEOUT / 3)
+        await response.write(json.dumps(BOOKMARK).encode() + b"\n")
+    await response.write_eof()
+    return response
+
+
+async def read_watch(client: KubeClient, received: list[dict]) -> None:
+    async for event in client.watch(CORE_NODES, resource_version="1", timeout_seconds=300):
+        received.append(event)
+
+
+@pytest.mark.parametrize(
+    ("handler", "events"), [(silent_after_one_event, [NODE_EVENT]), (silent_before_the_headers, [])]
+)
+async def test_a_watch_silent_for_the_read_timeout_raises_watch_idle(
+    tmp_path: Path, handler: Handler, events: list[dict]
+) -> None:
+    received: list[dict] = []
+    loop = asyncio.get_running_loop()
+    async with watch_server(tmp_path, handler) as client:
+        started = loop.time()
+        with pytest.raises(WatchIdle) as raised:
+            await asyncio.wait_for(read_watch(client, received), 5)
+        waited = loop.time() - started
+    assert received == events
+    assert raised.value.sent and raised.value.status == 0
+    assert READ_TIMEOUT * 0.9 <= waited < 2
+
+
+async def test_a_watch_that_breaks_is_a_transport_error_not_watch_idle(tmp_path: Path) -> None:
+    received: list[dict] = []
+    async with watch_server(tmp_path, reset_after_one_event) as client:
+        with pytest.raises(TransportError) as raised:
+            await asyncio.wait_for(read_watch(client, received), 5)
+    assert received == [NODE_EVENT]
+    assert not isinstance(raised.value, WatchIdle)
+
+
+async def test_bookmarks_keep_a_watch_alive_past_the_read_timeout(tmp_path: Path) -> None:
+    """The read timeout counts from the last bytes received, not from the start of the watch."""
+    received: list[dict] = []
+    async with watch_server(tmp_path, bookmarks_then_the_end) as client:
+        await asyncio.wait_for(read_watch(client, received), 5)
+    assert received == [BOOKMARK] * 5

@@ -4,12 +4,13 @@ and dead watches, backoff, version discovery and conversion."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 
 import pytest
 
-from app.kube.client import CORE_NODES, KubeClient
+from app.kube.client import CORE_NODES, KubeClient, TransportError, WatchIdle
 from app.kube.informers import Backoff, Informer, discover_dra
 from app.kube.runtime import ClusterRuntime
 from app.state.cluster import ClusterState
@@ -145,16 +146,66 @@ async def test_dropped_watch_rewatches_from_the_last_version_without_relisting(a
 
 
 async def test_dead_watch_is_replaced_after_the_no_event_deadline(api, start_runtime):
+    """The deadline is the client's socket read timeout, in real seconds (the fake clock does not scale it);
+    a silent watch is replaced at once from the same resourceVersion: no backoff, not an error."""
     seed_cluster(api)
     api.silent_watches = True  # the connection stays open and delivers nothing
-    runtime = await start_runtime(watch_idle_seconds=10.0)  # 0.1 s real with the fake clock
+    runtime = await start_runtime(watch_idle_seconds=0.3)
     informer = runtime.informers.informers["Node"]
     await eventually(lambda: api.open_watches("Node") == 1)  # a silent watch is open
+    watched_from = informer.resource_version
     api.add("Node", {"metadata": {"name": "n9"}})
     api.silent_watches = False
     await eventually(lambda: runtime.state.node("n9") is not None)
     assert informer.stats.idle_timeouts >= 1
     assert informer.stats.lists == 1
+    assert (informer.stats.errors, informer.stats.waits) == (0, [])
+    rewatch = [r for r in api.requests if r.path == "/api/v1/nodes" and r.query.get("watch")][1]
+    assert rewatch.query["resourceVersion"] == watched_from
+
+
+async def test_a_silent_watch_is_replaced_at_once_other_transport_errors_back_off():
+    """``WatchIdle`` (the client's read timeout) is not an error; another ``TransportError`` is."""
+    node = {"metadata": {"name": "n1", "resourceVersion": "7"}}
+    source = ScriptedWatches(
+        [{"type": "ADDED", "object": node}, WatchIdle("watch nodes: nothing received for 90s")],
+        [TransportError("watch nodes: ClientPayloadError: reset", sent=True)],
+    )
+    informer = Informer(
+        source, CORE_NODES, ClusterState(), threading.RLock(), TEST_SETTINGS, clock=FakeClock()
+    )
+    informer.resource_version = "5"
+    task = asyncio.create_task(informer.run())
+    try:
+        await eventually(lambda: len(source.watched_from) >= 3)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert source.watched_from[:3] == ["5", "7", "7"]
+    assert informer.stats.idle_timeouts == 1
+    assert informer.stats.errors == 1 and len(informer.stats.waits) == 1
+    assert informer.stats.lists == 0
+
+
+class ScriptedWatches:
+    """A ``ListWatcher`` whose n-th watch yields the n-th script's events, raising the exceptions in it;
+    watches past the scripts stay open and silent."""
+
+    def __init__(self, *scripts: list[dict | Exception]) -> None:
+        self.scripts = list(scripts)
+        self.watched_from: list[str] = []
+
+    async def list(self, resource, *, limit=500, continue_=None):
+        raise AssertionError("no relist expected")
+
+    async def watch(self, resource, *, resource_version, timeout_seconds):
+        self.watched_from.append(resource_version)
+        for item in self.scripts.pop(0) if self.scripts else ():
+            if isinstance(item, Exception):
+                raise item
+            yield item
+        await asyncio.Event().wait()
 
 
 async def test_errors_back_off_with_jitter_and_honour_retry_after(api, client):
