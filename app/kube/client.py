@@ -14,7 +14,9 @@ watches a socket read timeout (a half-dead TCP connection otherwise hangs foreve
 per chunk the socket delivers, where a deadline around each event read cost ~4 % of the extender's CPU
 under load. Rate: every request, watches included, first takes a token from ``rate_limit`` when one is
 given (``app.kube.ratelimit``; ``ClusterSettings.api_qps`` / ``api_burst``), as client-go's rate limiter
-does for kube-scheduler.
+does for kube-scheduler. Retry: a 429 or 5xx answer that says ``Retry-After`` in whole seconds is sent
+again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are; any other
+answer is raised at once.
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
@@ -36,6 +38,7 @@ Exceptions::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -270,6 +273,22 @@ def _check_context(
         )
 
 
+RETRY_AFTER_ATTEMPTS = 10
+"""How many times a request is sent again on ``Retry-After`` (client-go's ``maxRetries``)."""
+
+
+def _retry_wait(status: int, retry_after: str | None) -> int | None:
+    """Seconds to wait before sending the request again, or None: only a 429 or a 5xx that says
+    ``Retry-After`` in whole seconds is retried (client-go's ``checkWait``)."""
+    if status != 429 and status < 500:
+        return None
+    try:
+        seconds = int(retry_after or "")
+    except ValueError:
+        return None
+    return max(seconds, 0)
+
+
 def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIError:
     reason, message = "", body.decode("utf-8", "replace")[:500]
     try:
@@ -399,7 +418,44 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:
-        """Send one request and return the open response (status checked). Raises KubeAPIError."""
+        """Send one request and return the open response (status checked). Raises KubeAPIError.
+
+        A 429 or 5xx answer with a whole number of seconds in ``Retry-After`` is sent again after that
+        wait, up to ``RETRY_AFTER_ATTEMPTS`` times, each time through the rate limit, as client-go does
+        (``rest/with_retry.go``): kube-apiserver's priority and fairness turns requests away with 429 and
+        ``Retry-After: 1`` under load, and a bind failed for that would be rolled back and retried by
+        kube-scheduler a backoff later."""
+        retries = 0
+        while True:
+            response = await self._send_once(
+                method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            )
+            if 200 <= response.status <= 299:
+                return response
+            try:
+                data = await response.read()
+            except (aiohttp.ClientError, TimeoutError):
+                data = b""
+            finally:
+                response.release()
+            wait = _retry_wait(response.status, response.headers.get("Retry-After"))
+            if wait is None or retries == RETRY_AFTER_ATTEMPTS:
+                raise _status_error(response.status, data, response.headers.get("Retry-After"))
+            retries += 1
+            log.info("%s %s: %d, retry %d in %ds", method, path, response.status, retries, wait)
+            await asyncio.sleep(wait)
+
+    async def _send_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]],
+        body: Mapping[str, Any] | None,
+        content_type: str,
+        timeout: aiohttp.ClientTimeout | None,
+    ) -> aiohttp.ClientResponse:
+        """One attempt: the open response, whatever its status. Raises TransportError."""
         api, rest = self._api, self._api.rest_client
         headers = {**api.default_headers, "Accept": "application/json", "Content-Type": content_type}
         self._step_aside()
@@ -430,14 +486,6 @@ class KubeClient:
         finally:
             if self._metrics is not None:
                 self._metrics.observe(method, path, query, code, time.perf_counter() - started)
-        if not 200 <= response.status <= 299:
-            try:
-                data = await response.read()
-            except (aiohttp.ClientError, TimeoutError):
-                data = b""
-            finally:
-                response.release()
-            raise _status_error(response.status, data, response.headers.get("Retry-After"))
         return response
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:

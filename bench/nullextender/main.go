@@ -23,6 +23,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -98,28 +99,43 @@ type server struct {
 // unanswered is a request that got no answer: it may have been carried out.
 type unanswered struct{ error }
 
+// retries429 is how many times a request kube-apiserver turned away with 429 (its max-in-flight limit)
+// is sent again, after the Retry-After it gave, as client-go does for kube-scheduler and the extender's
+// client for the extender.
+const retries429 = 10
+
 // send makes one API request (rate limited when limited) and returns the answer's body, or an error
 // when its status is not want.
 func (s *server) send(method, path string, body []byte, limited bool, want int) ([]byte, error) {
-	request, _ := http.NewRequest(method, s.api+path, bytes.NewReader(body))
-	request.Header.Set("Authorization", "Bearer "+s.token)
-	request.Header.Set("Content-Type", "application/json")
-	if limited {
-		s.limit.wait()
+	for attempt := 0; ; attempt++ {
+		request, _ := http.NewRequest(method, s.api+path, bytes.NewReader(body))
+		request.Header.Set("Authorization", "Bearer "+s.token)
+		request.Header.Set("Content-Type", "application/json")
+		if limited {
+			s.limit.wait()
+		}
+		response, err := s.client.Do(request)
+		if err != nil {
+			return nil, unanswered{err}
+		}
+		answer, err := io.ReadAll(response.Body)
+		response.Body.Close()
+		if err != nil {
+			return nil, unanswered{err}
+		}
+		if response.StatusCode == http.StatusTooManyRequests && attempt < retries429 {
+			wait, err := strconv.Atoi(response.Header.Get("Retry-After"))
+			if err != nil || wait < 1 {
+				wait = 1
+			}
+			time.Sleep(time.Duration(wait) * time.Second)
+			continue
+		}
+		if response.StatusCode != want {
+			return nil, fmt.Errorf("%s %s: %s: %s", method, path, response.Status, answer)
+		}
+		return answer, nil
 	}
-	response, err := s.client.Do(request)
-	if err != nil {
-		return nil, unanswered{err}
-	}
-	answer, err := io.ReadAll(response.Body)
-	response.Body.Close()
-	if err != nil {
-		return nil, unanswered{err}
-	}
-	if response.StatusCode != want {
-		return nil, fmt.Errorf("%s %s: %s: %s", method, path, response.Status, answer)
-	}
-	return answer, nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -231,3 +231,75 @@ async def test_bookmarks_keep_a_watch_alive_past_the_read_timeout(tmp_path: Path
     async with watch_server(tmp_path, bookmarks_then_the_end) as client:
         await asyncio.wait_for(read_watch(client, received), 5)
     assert received == [BOOKMARK] * 5
+
+
+@asynccontextmanager
+async def answering(tmp_path: Path, answers: list[tuple[int, dict[str, str]]]) -> AsyncIterator[KubeClient]:
+    """A client on a server that gives ``answers`` (status, headers) in turn, then 200 to every request."""
+    left = list(answers)
+
+    async def answer(request: web.Request) -> web.Response:
+        status, headers = left.pop(0) if left else (200, {})
+        body = {"metadata": {"name": "ns1"}} if status == 200 else {"kind": "Status", "code": status}
+        return web.json_response(body, status=status, headers=headers)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
+    try:
+        yield client
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}}
+NOW = {"Retry-After": "0"}
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        [(429, NOW), (429, NOW)],  # priority and fairness turning the request away
+        [(503, NOW), (500, NOW), (504, NOW)],
+        [(429, NOW)] * 10,  # client-go's ten retries, the last one answered
+    ],
+)
+async def test_a_write_turned_away_with_retry_after_is_sent_again(
+    tmp_path: Path, answers: list[tuple[int, dict[str, str]]]
+) -> None:
+    async with answering(tmp_path, answers) as client:
+        assert await client.replace(CORE_NAMESPACES, NAMESPACE) == {"metadata": {"name": "ns1"}}
+
+
+@pytest.mark.parametrize(
+    ("answers", "status"),
+    [
+        ([(429, NOW)] * 11, 429),  # an eleventh refusal is the answer
+        ([(429, {})], 429),  # no Retry-After: the eviction API's 429 for a disruption budget
+        ([(503, {"Retry-After": "1.5"})], 503),  # client-go reads whole seconds only
+        ([(409, NOW)], 409),
+        ([(404, NOW)], 404),
+    ],
+)
+async def test_other_answers_are_raised_at_once(
+    tmp_path: Path, answers: list[tuple[int, dict[str, str]]], status: int
+) -> None:
+    async with answering(tmp_path, answers) as client:
+        with pytest.raises(KubeAPIError) as raised:
+            await client.replace(CORE_NAMESPACES, NAMESPACE)
+    assert raised.value.status == status
+
+
+async def test_the_wait_is_the_retry_after_seconds(tmp_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    async with answering(tmp_path, [(429, {"Retry-After": "1"})]) as client:
+        started = loop.time()
+        await client.replace(CORE_NAMESPACES, NAMESPACE)
+        waited = loop.time() - started
+    assert 0.9 <= waited < 5
