@@ -15,8 +15,8 @@ per chunk the socket delivers, where a deadline around each event read cost ~4 %
 under load. Rate: every request, watches included, first takes a token from ``rate_limit`` when one is
 given (``app.kube.ratelimit``; ``ClusterSettings.api_qps`` / ``api_burst``), as client-go's rate limiter
 does for kube-scheduler. Retry: a 429 or 5xx answer that says ``Retry-After`` in whole seconds is sent
-again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are; any other
-answer is raised at once.
+again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are (a wait over
+``RETRY_AFTER_MAX_SECONDS`` is left to the caller); any other answer is raised at once.
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
@@ -276,17 +276,23 @@ def _check_context(
 RETRY_AFTER_ATTEMPTS = 10
 """How many times a request is sent again on ``Retry-After`` (client-go's ``maxRetries``)."""
 
+RETRY_AFTER_MAX_SECONDS = 10
+"""A longer ``Retry-After`` is left to the caller (the error carries it: informers wait that long, a bind
+fails and is rolled back), so that no request waits unbounded on what a server says; kube-apiserver's
+priority and fairness says 1."""
+
 
 def _retry_wait(status: int, retry_after: str | None) -> int | None:
     """Seconds to wait before sending the request again, or None: only a 429 or a 5xx that says
-    ``Retry-After`` in whole seconds is retried (client-go's ``checkWait``)."""
+    ``Retry-After`` in whole seconds is retried (client-go's ``checkWait``), up to
+    ``RETRY_AFTER_MAX_SECONDS``."""
     if status != 429 and status < 500:
         return None
     try:
         seconds = int(retry_after or "")
     except ValueError:
         return None
-    return max(seconds, 0)
+    return max(seconds, 0) if seconds <= RETRY_AFTER_MAX_SECONDS else None
 
 
 def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIError:

@@ -283,6 +283,7 @@ async def test_a_write_turned_away_with_retry_after_is_sent_again(
         ([(429, NOW)] * 11, 429),  # an eleventh refusal is the answer
         ([(429, {})], 429),  # no Retry-After: the eviction API's 429 for a disruption budget
         ([(503, {"Retry-After": "1.5"})], 503),  # client-go reads whole seconds only
+        ([(429, {"Retry-After": "11"})], 429),  # longer than RETRY_AFTER_MAX_SECONDS: the caller's to wait
         ([(409, NOW)], 409),
         ([(404, NOW)], 404),
     ],
@@ -294,6 +295,7 @@ async def test_other_answers_are_raised_at_once(
         with pytest.raises(KubeAPIError) as raised:
             await client.replace(CORE_NAMESPACES, NAMESPACE)
     assert raised.value.status == status
+    assert raised.value.retry_after == (float(answers[-1][1]["Retry-After"]) if answers[-1][1] else None)
 
 
 async def test_the_wait_is_the_retry_after_seconds(tmp_path: Path) -> None:
