@@ -1,10 +1,12 @@
 """``FaultProxy``: plain HTTP on 127.0.0.1 in front of a real kube-apiserver, for the chaos run against the
 e2e control plane (``loadtests.chaos --e2e``). The extender's kubeconfig points at the proxy, which passes
 every request on (its bearer token included) and, when told, does to them what the fake API server can do
-to its own (``tests.app.kube.fakeapi.FaultPlan``): answer an error status, forward a write and drop the
-connection before the answer (the write is done, the extender does not know), hold a request back. On the
-watches it can also replay events it passed on before (stale versions, or the latest again: duplicates)
-and end the open watches. When kube-apiserver is down it answers 503.
+to its own (``tests.app.kube.fakeapi.FaultPlan``): answer an error status (with ``Retry-After``, or after
+forwarding the request), forward a write and drop the connection before the answer (the write is done, the
+extender does not know), hold a request back. On the watches it can also replay events it passed on before
+(stale versions, or the latest again: duplicates) and end the open watches. When kube-apiserver is down it
+answers 503 with ``Retry-After: 1``, which the extender's client waits out up to ten times before its
+caller sees it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from tests.app.kube.fakeapi import FaultPlan, drop, status_body
+from tests.app.kube.fakeapi import Fault, FaultPlan, drop, status_body
 
 __all__ = ["FaultProxy"]
 
@@ -90,11 +92,9 @@ class FaultProxy(FaultPlan):
         if fault is not None and fault.gate is not None:
             await fault.gate.wait()
             fault = None
-        elif fault is not None and not fault.disconnect:
+        elif fault is not None and not fault.disconnect and not fault.after:
             self.injected[f"{fault.status} on {request.method}"] += 1
-            return web.json_response(
-                status_body(fault.status, fault.reason, fault.message), status=fault.status
-            )
+            return _error(fault)
         headers = {name: request.headers[name] for name in _REQUEST_HEADERS if name in request.headers}
         try:
             upstream = await self._session.request(
@@ -108,6 +108,10 @@ class FaultProxy(FaultPlan):
             unavailable = status_body(503, "ServiceUnavailable", f"kube-apiserver unreachable: {e}")
             return web.json_response(unavailable, status=503, headers={"Retry-After": "1"})
         async with upstream:
+            if fault is not None and fault.after:  # the server has done the write, the answer says it failed
+                await upstream.read()
+                self.injected[f"{fault.status} after {request.method}"] += 1
+                return _error(fault)
             if fault is not None:  # a disconnect: the server has done the write, its answer is lost
                 await upstream.read()
                 self.injected[f"{request.method} answer lost"] += 1
@@ -142,3 +146,11 @@ class FaultProxy(FaultPlan):
         finally:
             del self._watches[task]
         return response
+
+
+def _error(fault: Fault) -> web.Response:
+    """The answer of a ``fail`` fault, with its ``Retry-After`` when it has one."""
+    headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
+    return web.json_response(
+        status_body(fault.status, fault.reason, fault.message), status=fault.status, headers=headers
+    )

@@ -34,7 +34,10 @@ writes nothing, and neither do its filter's claim releases and deletions.
 
 Any failure rolls back what this bind wrote, newest first: the pod status patch, the reservedFor entry and
 the allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind
-answers ``Error``. When the binding request may have reached the server but got no answer, and the pod
+answers ``Error``. A write that got no answer after it was sent, or a 5xx (which a proxy can give after the
+server stored it: ``KubeAPIError.maybe_done``), may have been carried out: the status write's devices stay
+held and its rollback re-reads the claim, the finalizer's rollback drops it if it is there, and the
+binding's outcome is read from the pod. When the binding request may have been carried out and the pod
 cannot be re-read, nothing is rolled back (a bound pod whose claims were released could never start):
 the allocation stays, and recovery (``app.kube.recovery``) either sees the pod bound or releases it after
 the grace period.
@@ -76,7 +79,7 @@ from app.kube.claimbodies import (
     split_key,
     uid_of,
 )
-from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
+from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
 from app.kube.reservations import WrittenReservations
@@ -340,15 +343,20 @@ class KubeBinder:
                 if allocation is not None and FINALIZER not in (meta.get("finalizers") or ()):
                     body = copy.deepcopy(claim)
                     body["metadata"]["finalizers"] = [*(meta.get("finalizers") or ()), FINALIZER]
-                    claim = await self.client.replace(self.claims, body)
+                    try:
+                        claim = await self.client.replace(self.claims, body)
+                    except KubeAPIError as e:
+                        # Maybe stored: the rollback re-reads the claim and drops the finalizer if there.
+                        written.finalizer_added = written.finalizer_added or e.maybe_done
+                        raise
                     written.finalizer_added = True
                     stale.add(str(meta_of(claim).get("resourceVersion") or ""))
                 body = claim_after_bind(claim, allocation, plan.pod, self.state.gates, consumer)
-                unanswered: TransportError | None = None
+                unanswered: KubeAPIError | None = None
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
-                except TransportError as e:
-                    if not e.sent:
+                except KubeAPIError as e:
+                    if not e.maybe_done:
                         raise
                     # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
                     unanswered = e
@@ -466,8 +474,8 @@ class KubeBinder:
             if match and match.group(1) == plan.node:
                 return  # a retried bind: bound by an earlier attempt
             raise BindError(f"binding to node {plan.node}: {e.message}") from e
-        except TransportError as e:
-            if not e.sent:
+        except KubeAPIError as e:
+            if not e.maybe_done:
                 raise
             # The server may have bound the pod: ask it before deciding.
             try:

@@ -14,9 +14,9 @@ watches a socket read timeout (a half-dead TCP connection otherwise hangs foreve
 per chunk the socket delivers, where a deadline around each event read cost ~4 % of the extender's CPU
 under load. Rate: every request, watches included, first takes a token from ``rate_limit`` when one is
 given (``app.kube.ratelimit``; ``ClusterSettings.api_qps`` / ``api_burst``), as client-go's rate limiter
-does for kube-scheduler. Retry: a 429 or 5xx answer that says ``Retry-After`` in whole seconds is sent
-again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are (a wait over
-``RETRY_AFTER_MAX_SECONDS`` is left to the caller); any other answer is raised at once.
+does for kube-scheduler. Retry: a request turned away (429, 503) that says ``Retry-After`` in whole
+seconds is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are
+(a wait over ``RETRY_AFTER_MAX_SECONDS``, and other answers, reach the caller at once).
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,12 @@ class KubeAPIError(Exception):
         self.message = message
         self.retry_after = retry_after
 
+    @property
+    def maybe_done(self) -> bool:
+        """The request may have been carried out: a 5xx can come after the write was stored (a proxy's
+        gateway timeout, or the server's), so a writer re-reads before it rolls back."""
+        return self.status >= 500
+
 
 class ConflictError(KubeAPIError):
     """409 Conflict: a precondition (resourceVersion, UID) failed or the change is not allowed now."""
@@ -111,6 +118,10 @@ class TransportError(KubeAPIError):
     def __init__(self, message: str, *, sent: bool) -> None:
         super().__init__(0, "Transport", message)
         self.sent = sent
+
+    @property
+    def maybe_done(self) -> bool:
+        return self.sent
 
 
 class WatchIdle(TransportError):
@@ -277,22 +288,29 @@ RETRY_AFTER_ATTEMPTS = 10
 """How many times a request is sent again on ``Retry-After`` (client-go's ``maxRetries``)."""
 
 RETRY_AFTER_MAX_SECONDS = 10
-"""A longer ``Retry-After`` is left to the caller (the error carries it: informers wait that long, a bind
-fails and is rolled back), so that no request waits unbounded on what a server says; kube-apiserver's
-priority and fairness says 1."""
+"""A longer ``Retry-After`` is left to the caller (the error carries it), so that no request waits long on
+what a server says; kube-apiserver's priority and fairness says 1."""
+
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+"""The answers of a request turned away before it was carried out: kube-apiserver's priority and fairness
+(429) and its shutdown (429, 503). client-go retries every 5xx with ``Retry-After``; a 500 or 504 can come
+after a write was stored (a proxy's gateway timeout), and a writer here re-reads rather than writes again
+(``KubeAPIError.maybe_done``)."""
 
 
 def _retry_wait(status: int, retry_after: str | None) -> int | None:
-    """Seconds to wait before sending the request again, or None: only a 429 or a 5xx that says
-    ``Retry-After`` in whole seconds is retried (client-go's ``checkWait``), up to
+    """Seconds to wait before sending the request again, or None: a 429 or 503 whose ``Retry-After`` is a
+    whole number of seconds (``strconv.Atoi``'s: ASCII digits with an optional sign) up to
     ``RETRY_AFTER_MAX_SECONDS``."""
-    if status != 429 and status < 500:
+    if status not in RETRY_AFTER_STATUSES or retry_after is None:
         return None
-    try:
-        seconds = int(retry_after or "")
-    except ValueError:
+    if not _WHOLE_SECONDS.fullmatch(retry_after.strip()):
         return None
+    seconds = int(retry_after)
     return max(seconds, 0) if seconds <= RETRY_AFTER_MAX_SECONDS else None
+
+
+_WHOLE_SECONDS = re.compile(r"[+-]?[0-9]+")
 
 
 def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIError:
@@ -423,14 +441,15 @@ class KubeClient:
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
         timeout: aiohttp.ClientTimeout | None = None,
+        retry: bool = True,
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError.
 
-        A 429 or 5xx answer with a whole number of seconds in ``Retry-After`` is sent again after that
-        wait, up to ``RETRY_AFTER_ATTEMPTS`` times, each time through the rate limit, as client-go does
-        (``rest/with_retry.go``): kube-apiserver's priority and fairness turns requests away with 429 and
-        ``Retry-After: 1`` under load, and a bind failed for that would be rolled back and retried by
-        kube-scheduler a backoff later."""
+        With ``retry``, a request turned away (``RETRY_AFTER_STATUSES``) with a whole number of seconds in
+        ``Retry-After`` is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, each time
+        through the rate limit, as client-go does (``rest/with_retry.go``): kube-apiserver's priority and
+        fairness turns requests away with 429 and ``Retry-After: 1`` under load, and a bind failed for
+        that would be rolled back and retried by kube-scheduler a backoff later."""
         retries = 0
         while True:
             response = await self._send_once(
@@ -444,7 +463,7 @@ class KubeClient:
                 data = b""
             finally:
                 response.release()
-            wait = _retry_wait(response.status, response.headers.get("Retry-After"))
+            wait = _retry_wait(response.status, response.headers.get("Retry-After")) if retry else None
             if wait is None or retries == RETRY_AFTER_ATTEMPTS:
                 raise _status_error(response.status, data, response.headers.get("Retry-After"))
             retries += 1
@@ -538,8 +557,10 @@ class KubeClient:
         """Watch events (``{"type", "object"}``) after ``resource_version``, with bookmarks.
 
         The server ends the stream after about ``timeout_seconds``; the generator then returns. An ``ERROR``
-        event is raised as the matching KubeAPIError (410 → GoneError); a stream silent for the read timeout
-        as WatchIdle. Close the generator (``aclose``) to stop early.
+        event is raised as the matching KubeAPIError (410 → GoneError); a stream silent for the read timeout,
+        or sending only blank lines for that long, as WatchIdle; a line that is not a JSON object, an ERROR
+        event without an integer code or a line over the read buffer as ``KubeAPIError(200, "BadResponse")``.
+        Close the generator (``aclose``) to stop early.
         """
         query = [
             ("watch", "true"),
@@ -548,28 +569,48 @@ class KubeClient:
             ("timeoutSeconds", str(timeout_seconds)),
         ]
         response = await self._send("GET", resource.path(), query=query, timeout=self._watch_timeout)
+        idle = self._watch_timeout.sock_read
+        last_event = time.monotonic()
         try:
             while True:
                 try:
                     line = await response.content.readline()
                 except aiohttp.SocketTimeoutError as e:
-                    idle = self._watch_timeout.sock_read
                     raise WatchIdle(f"watch {resource.plural}: nothing received for {idle:g}s") from e
                 except (aiohttp.ClientError, TimeoutError) as e:
                     raise TransportError(
                         f"watch {resource.plural}: {type(e).__name__}: {e}", sent=True
                     ) from e
+                except aiohttp.http_exceptions.LineTooLong as e:
+                    # BadResponse, not TransportError: the bytes arrived, it is what the server sent that
+                    # cannot be read (an event over any object etcd stores), and the next watch from this
+                    # resourceVersion would get it again.
+                    raise KubeAPIError(200, "BadResponse", f"watch {resource.plural}: {e.message}") from e
                 if not line:
                     return
                 if not line.strip():
+                    # A keep-alive newline (a proxy's) restarts the socket read timeout without being an
+                    # event: a watch that gets nothing else is as dead as a silent one.
+                    if idle is not None and time.monotonic() - last_event > idle:
+                        raise WatchIdle(f"watch {resource.plural}: only blank lines for {idle:g}s")
                     continue
+                last_event = time.monotonic()
                 try:
                     event = orjson.loads(line)
                 except orjson.JSONDecodeError as e:
                     raise KubeAPIError(200, "BadResponse", f"watch {resource.plural}: bad event: {e}") from e
+                if not isinstance(event, dict):
+                    raise KubeAPIError(
+                        200, "BadResponse", f"watch {resource.plural}: not an object: {line[:200]!r}"
+                    )
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
-                    code = int(status.get("code") or 500)
+                    try:
+                        code = int(status.get("code") or 500)
+                    except (AttributeError, TypeError, ValueError, OverflowError) as e:
+                        raise KubeAPIError(
+                            200, "BadResponse", f"watch {resource.plural}: bad ERROR event: {line[:200]!r}"
+                        ) from e
                     raise _BY_STATUS.get(code, KubeAPIError)(
                         code, str(status.get("reason") or ""), str(status.get("message") or "watch error")
                     )
@@ -599,10 +640,12 @@ class KubeClient:
         *,
         name: str | None = None,
         subresource: str | None = None,
+        retry: bool = True,
     ) -> dict[str, Any]:
-        """``POST`` a new object, or to a subresource of ``name`` (``pods/{name}/binding``)."""
+        """``POST`` a new object, or to a subresource of ``name`` (``pods/{name}/binding``); ``retry``: as
+        ``_send``'s (an eviction's 429 is an answer: a PodDisruptionBudget says ``Retry-After: 10``)."""
         path = resource.path(namespace, name, subresource) if name else resource.path(namespace)
-        return await self._json("POST", path, body=body)
+        return await self._json("POST", path, body=body, retry=retry)
 
     async def patch(
         self,

@@ -11,12 +11,15 @@ One ``Informer`` per kind (Namespace, Node, Pod, and the ``resource.k8s.io`` kin
    whose resourceVersion is not newer than the indexed one (a replayed or reordered event) is ignored, as
    is the deletion of an older object of that name.
 3. The stream ends (server ``timeoutSeconds``), drops, or receives nothing, not even a bookmark, for
-   ``ClusterSettings.watch_idle_seconds`` (a dead connection; the client's socket read timeout raises
-   ``WatchIdle``) → watch again from the last resourceVersion, no relist; a silent watch at once, without
-   backoff and not counted as an error.
+   ``ClusterSettings.watch_idle_seconds`` (a dead connection; the client's socket read timeout, or only
+   keep-alive blank lines for that long, raises ``WatchIdle``) → watch again from the last
+   resourceVersion, no relist; a silent watch at once, without backoff and not counted as an error.
 4. **410 Gone** (the resourceVersion was compacted), as an ERROR event or an HTTP status → relist at once.
-5. Other errors (5xx, 429, network) → wait (jittered exponential backoff, or ``Retry-After``) and retry
-   the step that failed.
+5. Other errors (5xx, 429, network, an answer that does not read as watch events) → wait (jittered
+   exponential backoff, or ``Retry-After`` when it is a longer number of seconds, at most the backoff's
+   maximum) and retry the step that failed.
+6. Any other exception (a bug) → logged with its traceback, then as 5.: an informer ends only when
+   cancelled.
 
 ``resource.k8s.io`` objects are converted to v1 (``app.state.convert.to_v1``) from whichever version the
 server serves (``discover_dra``: v1, else v1beta2, v1beta1, v1alpha3, per kind). An object that does not
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, suppress
@@ -249,12 +253,32 @@ class Informer:
                 )
                 self.resource_version = ""
             except KubeAPIError as e:
-                self.stats.errors += 1
-                self.stats.last_error = str(e)
-                delay = e.retry_after if e.retry_after is not None else self.backoff.next()
-                self.stats.waits.append(delay)
-                log.warning("%s: %s; retrying in %.1fs", self.kind, e, delay)
-                await self.clock.sleep(delay)
+                await self._wait_after_error(e, self._retry_delay(e.retry_after))
+            except Exception as e:
+                # A bug, or an answer the client let through: ending here would freeze this kind's index
+                # while readiness still says synced. (CancelledError is no Exception: it still stops.)
+                await self._wait_after_error(e, self.backoff.next())
+
+    def _retry_delay(self, retry_after: float | None) -> float:
+        """The backoff's next delay, or the server's ``Retry-After`` when it is longer, up to the backoff's
+        maximum: a server saying 0 must not make a tight loop, and one saying a day must not stop the
+        watch that long (nan, inf and negative values count as not said: ``sleep(nan)`` never returns)."""
+        delay = self.backoff.next()
+        if retry_after is not None and math.isfinite(retry_after) and retry_after > delay:
+            return min(retry_after, self.backoff.maximum)
+        return delay
+
+    async def _wait_after_error(self, error: Exception, delay: float) -> None:
+        """Count ``error``, log it, and wait ``delay`` seconds."""
+        self.stats.errors += 1
+        self.stats.waits.append(delay)
+        if isinstance(error, KubeAPIError):
+            self.stats.last_error = str(error)
+            log.warning("%s: %s; retrying in %.1fs", self.kind, error, delay)
+        else:
+            self.stats.last_error = f"{type(error).__name__}: {error}"
+            log.exception("%s: unexpected error; retrying in %.1fs", self.kind, delay, exc_info=error)
+        await self.clock.sleep(delay)
 
     async def relist(self) -> None:
         """List every page, apply, drop what the list no longer has; then synced. Raises KubeAPIError."""

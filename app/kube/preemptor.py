@@ -381,7 +381,11 @@ class Preemptor:
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
         try:
-            await self.client.create(CORE_PODS, namespace, eviction, name=name, subresource="eviction")
+            # Not retried on Retry-After: a 429 here is the budget's answer, handled below, not a refusal to
+            # wait out (a PodDisruptionBudget not yet observed says 10 s, which would stall every preemption).
+            await self.client.create(
+                CORE_PODS, namespace, eviction, name=name, subresource="eviction", retry=False
+            )
         except KubeAPIError as e:
             if e.status in _GONE:
                 return "evicted"

@@ -20,8 +20,9 @@ What it serves (only what the extender uses, with the API server's rules that ma
   strategic-merge ``PATCH`` of an Event (``series``);
 * TokenReview and SubjectAccessReview (non-resource URLs) from ``tokens`` and ``allowed``.
 
-Faults: ``fail`` (answer an error status N times), ``disconnect`` (close the connection without an answer),
-``gate`` (hold matching requests until an event is set), ``down`` (every request disconnected),
+Faults: ``fail`` (answer an error status N times; ``after=True``: once the request is carried out),
+``disconnect`` (close the connection without an answer), ``gate`` (hold matching requests until an event
+is set), ``down`` (every request disconnected),
 ``silent_watches`` (watches stay open and send nothing), ``drop_watches``, ``replay`` (send a stale or
 duplicate event), ``compact`` (older resourceVersions are gone), ``bookmark``. ``requests`` records every
 request (method, path, query, body).
@@ -86,6 +87,10 @@ class Fault:
     reason: str = ""
     disconnect: bool = False
     gate: asyncio.Event | None = None
+    after: bool = False
+    """Carry the request out, then answer the error status (a proxy's gateway timeout after the write)."""
+    retry_after: str = ""
+    """The error's ``Retry-After`` header, when not empty."""
 
 
 @dataclass
@@ -113,9 +118,24 @@ class FaultPlan:
         self.faults: list[Fault] = []
 
     def fail(
-        self, method: str, pattern: str, status: int, times: int = 1, message: str = "", reason: str = ""
+        self,
+        method: str,
+        pattern: str,
+        status: int,
+        times: int = 1,
+        message: str = "",
+        reason: str = "",
+        *,
+        after: bool = False,
+        retry_after: str = "",
     ) -> None:
-        self.faults.append(Fault(method, re.compile(pattern), times, status, message or "injected", reason))
+        """``after``: the request is carried out first (``Fault.after``); ``retry_after``: the answer's
+        ``Retry-After``."""
+        message = message or "injected"
+        fault = Fault(
+            method, re.compile(pattern), times, status, message, reason, after=after, retry_after=retry_after
+        )
+        self.faults.append(fault)
 
     def disconnect(self, method: str, pattern: str, times: int = 1) -> None:
         self.faults.append(Fault(method, re.compile(pattern), times, disconnect=True))
@@ -342,7 +362,12 @@ class FakeKubeAPI(FaultPlan):
         elif fault is not None and fault.disconnect:
             return drop(request)
         elif fault is not None:
-            return self._error(fault.status, fault.reason or "Injected", fault.message)
+            if fault.after:
+                await handler(request)
+            answer = self._error(fault.status, fault.reason or "Injected", fault.message)
+            if fault.retry_after:
+                answer.headers["Retry-After"] = fault.retry_after
+            return answer
         return await handler(request)
 
     @staticmethod

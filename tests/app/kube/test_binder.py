@@ -512,3 +512,47 @@ async def test_node_allocatable_statuses_are_patched_before_binding_and_cleared_
     assert api.get("Pod", NS, "p")["status"]["nodeAllocatableResourceClaimStatuses"] == [
         {**status, "resourceClaimName": "p-gpu"}
     ]
+
+
+# A 5xx may come after the write was stored (a proxy's gateway timeout): the binder reads before it rolls
+# back, as it does for a request that got no answer.
+
+
+async def test_a_status_write_stored_then_answered_500_is_rolled_back(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", 500, after=True)
+    assert await bind(runtime, "p", "n1") is not None
+    assert claim_in_api(api, "p-gpu")["metadata"]["resourceVersion"]  # the claim is still there
+    assert_untouched(api, "p-gpu", "p")  # the stored allocation was found and released, the finalizer dropped
+
+
+async def test_a_finalizer_stored_then_answered_500_is_dropped(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.fail("PUT", r"resourceclaims/p-gpu$", 500, after=True)
+    assert await bind(runtime, "p", "n1") is not None
+    assert_untouched(api, "p-gpu", "p")
+
+
+async def test_a_binding_stored_then_answered_500_is_a_bound_pod(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.fail("POST", r"pods/p/binding$", 500, after=True)
+    assert await bind(runtime, "p", "n1") is None  # the pod, re-read, is on n1
+    assert api.get("Pod", NS, "p")["spec"]["nodeName"] == "n1"
+    claimed = claim_in_api(api, "p-gpu")
+    assert claimed["status"]["reservedFor"][0]["uid"] == "uid-pod-ml-p"  # not rolled back under a bound pod
+    assert claimed["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+
+
+async def test_a_binding_refused_with_500_before_it_was_stored_rolls_back(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    api.fail("POST", r"pods/p/binding$", 500)
+    assert await bind(runtime, "p", "n1") is not None
+    assert_untouched(api, "p-gpu", "p")

@@ -11,11 +11,22 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
-from app.kube.client import CORE_NAMESPACES, CORE_NODES, KubeAPIError, KubeClient, TransportError, WatchIdle
+from app.kube.apimetrics import APIMetrics
+from app.kube.client import (
+    CORE_NAMESPACES,
+    CORE_NODES,
+    CORE_PODS,
+    KubeAPIError,
+    KubeClient,
+    TransportError,
+    WatchIdle,
+)
+from app.kube.ratelimit import TokenBucket
 from tests.app.kube.fakeapi import FakeKubeAPI, write_kubeconfig
 
 
@@ -234,12 +245,19 @@ async def test_bookmarks_keep_a_watch_alive_past_the_read_timeout(tmp_path: Path
 
 
 @asynccontextmanager
-async def answering(tmp_path: Path, answers: list[tuple[int, dict[str, str]]]) -> AsyncIterator[KubeClient]:
-    """A client on a server that gives ``answers`` (status, headers) in turn, then 200 to every request."""
+async def answering(
+    tmp_path: Path, answers: list[tuple[int, dict[str, str]]], **connect: Any
+) -> AsyncIterator[tuple[KubeClient, list[str]]]:
+    """A client on a server that gives ``answers`` (status, headers) in turn, then 200 to every request
+    (a watch: one event); also the paths the server was asked for."""
     left = list(answers)
+    asked: list[str] = []
 
-    async def answer(request: web.Request) -> web.Response:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        asked.append(request.path_qs)
         status, headers = left.pop(0) if left else (200, {})
+        if status == 200 and request.query.get("watch"):
+            return await stream(request, NODE_EVENT)
         body = {"metadata": {"name": "ns1"}} if status == 200 else {"kind": "Status", "code": status}
         return web.json_response(body, status=status, headers=headers)
 
@@ -250,9 +268,9 @@ async def answering(tmp_path: Path, answers: list[tuple[int, dict[str, str]]]) -
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
+    client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"), **connect)
     try:
-        yield client
+        yield client, asked
     finally:
         await client.close()
         await runner.cleanup()
@@ -266,15 +284,16 @@ NOW = {"Retry-After": "0"}
     "answers",
     [
         [(429, NOW), (429, NOW)],  # priority and fairness turning the request away
-        [(503, NOW), (500, NOW), (504, NOW)],
+        [(503, NOW), (429, {"Retry-After": "+0"})],  # shutting down; strconv.Atoi takes a sign
         [(429, NOW)] * 10,  # client-go's ten retries, the last one answered
     ],
 )
-async def test_a_write_turned_away_with_retry_after_is_sent_again(
+async def test_a_request_turned_away_with_retry_after_is_sent_again(
     tmp_path: Path, answers: list[tuple[int, dict[str, str]]]
 ) -> None:
-    async with answering(tmp_path, answers) as client:
+    async with answering(tmp_path, answers) as (client, asked):
         assert await client.replace(CORE_NAMESPACES, NAMESPACE) == {"metadata": {"name": "ns1"}}
+    assert len(asked) == len(answers) + 1
 
 
 @pytest.mark.parametrize(
@@ -282,8 +301,12 @@ async def test_a_write_turned_away_with_retry_after_is_sent_again(
     [
         ([(429, NOW)] * 11, 429),  # an eleventh refusal is the answer
         ([(429, {})], 429),  # no Retry-After: the eviction API's 429 for a disruption budget
-        ([(503, {"Retry-After": "1.5"})], 503),  # client-go reads whole seconds only
+        ([(503, {"Retry-After": "1.5"})], 503),  # whole seconds only, as strconv.Atoi reads them
+        ([(503, {"Retry-After": "1_0"})], 503),  # Python's int() would take these, Atoi does not
+        ([(503, {"Retry-After": "\u0661"})], 503),
         ([(429, {"Retry-After": "11"})], 429),  # longer than RETRY_AFTER_MAX_SECONDS: the caller's to wait
+        ([(500, NOW)], 500),  # a 500 or 504 may come after the write was stored: the caller reads first
+        ([(504, NOW)], 504),
         ([(409, NOW)], 409),
         ([(404, NOW)], 404),
     ],
@@ -291,17 +314,60 @@ async def test_a_write_turned_away_with_retry_after_is_sent_again(
 async def test_other_answers_are_raised_at_once(
     tmp_path: Path, answers: list[tuple[int, dict[str, str]]], status: int
 ) -> None:
-    async with answering(tmp_path, answers) as client:
+    async with answering(tmp_path, answers) as (client, asked):
         with pytest.raises(KubeAPIError) as raised:
             await client.replace(CORE_NAMESPACES, NAMESPACE)
     assert raised.value.status == status
-    assert raised.value.retry_after == (float(answers[-1][1]["Retry-After"]) if answers[-1][1] else None)
+    assert len(asked) == len(answers)
 
 
 async def test_the_wait_is_the_retry_after_seconds(tmp_path: Path) -> None:
     loop = asyncio.get_running_loop()
-    async with answering(tmp_path, [(429, {"Retry-After": "1"})]) as client:
+    async with answering(tmp_path, [(429, {"Retry-After": "1"})]) as (client, _):
         started = loop.time()
         await client.replace(CORE_NAMESPACES, NAMESPACE)
         waited = loop.time() - started
     assert 0.9 <= waited < 5
+
+
+async def test_every_attempt_takes_a_token_steps_aside_and_is_counted(tmp_path: Path) -> None:
+    class CountingBucket(TokenBucket):
+        taken = 0
+
+        async def take(self) -> None:
+            self.taken += 1
+            await super().take()
+
+    tokens = CountingBucket(1000, 1000)
+    steps: list[str] = []
+    metrics = APIMetrics()
+    connect = {"rate_limit": tokens, "step_aside": lambda: steps.append("step"), "metrics": metrics}
+    async with answering(tmp_path, [(429, NOW)] * 3, **connect) as (client, _):
+        await client.replace(CORE_NAMESPACES, NAMESPACE)
+    assert tokens.taken == 4
+    assert steps == ["step"] * 4
+    counted = {
+        sample.labels["code"]: sample.value
+        for metric in metrics.requests.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+    assert counted == {"429": 3, "200": 1}
+
+
+async def test_a_watch_turned_away_is_sent_again(tmp_path: Path) -> None:
+    async with answering(tmp_path, [(429, NOW)]) as (client, asked):
+        events = client.watch(CORE_NODES, resource_version="1", timeout_seconds=30)
+        assert await anext(events) == NODE_EVENT
+        await events.aclose()  # type: ignore[attr-defined]
+    assert len(asked) == 2
+
+
+async def test_an_eviction_is_not_retried(tmp_path: Path) -> None:
+    """A 429 from the Eviction API is the disruption budget's answer; with a budget not yet observed it
+    says ``Retry-After: 10``, and the preemptor drops the node rather than wait."""
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "ns"}}
+    async with answering(tmp_path, [(429, {"Retry-After": "10"})]) as (client, asked):
+        with pytest.raises(KubeAPIError) as raised:
+            await client.create(CORE_PODS, "ns", eviction, name="p", subresource="eviction", retry=False)
+    assert raised.value.status == 429 and len(asked) == 1

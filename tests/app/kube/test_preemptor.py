@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from app.kube.preemptor import EvictionWindow
 from app.scheduling.preemptionrequests import PreemptionRequest
 from tests.app.kube.conftest import DRIVER, NS, FakeClock, eventually
@@ -96,17 +98,19 @@ async def test_the_lowest_priority_holder_is_evicted_and_the_preemptor_nominated
     assert _evicted(api) == ["a"]
 
 
-async def test_a_refused_eviction_drops_the_node_and_the_next_one_is_used(api, start_runtime):
+@pytest.mark.parametrize("retry_after", ["", "10"])
+async def test_a_refused_eviction_drops_the_node_and_the_next_one_is_used(api, start_runtime, retry_after):
     # n1's GPU is held by a (priority 1), n2's by b (priority 5): n1 first. The Eviction API refuses a
-    # (429, as for a budget allowing no disruption): nothing is evicted there and n2's b goes instead.
+    # (429, as for a budget allowing no disruption; with Retry-After 10 for a budget whose generation it has
+    # not observed yet): nothing is evicted there and n2's b goes instead, at once.
     _cluster(api, {"n1": 1, "n2": 1})
     _holder(api, "a", 1, "n1", "gpu-0")
     _holder(api, "b", 5, "n2", "gpu-0")
     want = _preemptor(api)
     runtime = await start_runtime()
-    api.fail("POST", r"/pods/a/eviction$", 429, reason="TooManyRequests")
+    api.fail("POST", r"/pods/a/eviction$", 429, reason="TooManyRequests", retry_after=retry_after)
 
-    assert await runtime.preemptor.preempt(want) == "n2"
+    assert await asyncio.wait_for(runtime.preemptor.preempt(want), 5) == "n2"
     assert api.get("Pod", NS, "a") is not None and api.get("Pod", NS, "b") is None
     assert runtime.preemptor.stats.refused == 1
     assert runtime.service.preemption_holds.get(f"{NS}/new").node == "n2"

@@ -1,0 +1,208 @@
+"""A malformed watch answer or a wild Retry-After never stops an informer, and a watch that delivers only
+blank lines is replaced.
+
+The client turns what it cannot read on a watch (a line that is not a JSON object, an ERROR event without an
+integer code, a line longer than its read buffer) into a KubeAPIError; the informer retries after whatever
+else escapes, and waits at most its backoff's maximum whatever the server says in Retry-After."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import threading
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.http_exceptions import LineTooLong
+
+from app.kube.client import CORE_NODES, KubeAPIError, TransportError, WatchIdle
+from app.kube.informers import Informer
+from app.state.cluster import ClusterState
+from tests.app.kube.conftest import TEST_SETTINGS, FakeClock, eventually
+from tests.app.kube.test_client_transport import NODE_EVENT, READ_TIMEOUT, read_watch, watch_server
+from tests.app.kube.test_informers import ScriptedWatches
+
+NODE = {"metadata": {"name": "n1", "resourceVersion": "7"}}
+
+
+def start(source: ScriptedWatches, settings=TEST_SETTINGS) -> tuple[Informer, asyncio.Task[None]]:
+    informer = Informer(source, CORE_NODES, ClusterState(), threading.RLock(), settings, clock=FakeClock())
+    informer.resource_version = "5"  # watched already: no list
+    return informer, asyncio.create_task(informer.run())
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    assert not task.done()  # still running: an informer never ends on its own
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+
+
+# --- the informer ---------------------------------------------------------------------------------------
+
+
+async def test_an_unexpected_exception_backs_off_and_watches_again(caplog: pytest.LogCaptureFixture) -> None:
+    """What the client's watch or the event handling let through is logged with its traceback, counted and
+    retried after a backoff, as an API error is: the kind's index keeps following the server."""
+    source = ScriptedWatches(
+        [AttributeError("'list' object has no attribute 'get'")],
+        [LineTooLong(b"{" * 100, 4 * 2**20)],
+        [ValueError("invalid literal for int() with base 10: 'abc'")],
+        [{"type": "ADDED", "object": NODE}],
+    )
+    informer, task = start(source)
+    with caplog.at_level(logging.ERROR, logger="app.kube.informers"):
+        try:
+            await eventually(lambda: informer.state.get("Node", "n1") is not None)
+        finally:
+            await stop(task)
+    assert source.watched_from[:4] == ["5", "5", "5", "5"]
+    assert informer.stats.errors == 3 and informer.stats.lists == 0
+    assert len(informer.stats.waits) == 3
+    assert all(0 < wait <= TEST_SETTINGS.backoff_max_seconds for wait in informer.stats.waits)
+    assert informer.stats.last_error.startswith("ValueError: invalid literal")
+    assert informer.resource_version == "7"
+    logged = [r.exc_info[0] for r in caplog.records if r.exc_info]  # with the traceback
+    assert logged == [AttributeError, LineTooLong, ValueError]
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "honoured"),
+    [
+        (2.0, 2.0),
+        (0.0, None),  # shorter than the backoff: no tight loop
+        (86_400.0, 5.0),  # capped at the backoff's maximum
+        (1e9, 5.0),
+        (math.inf, None),  # not a number of seconds: the backoff instead
+        (math.nan, None),
+        (-3.0, None),
+    ],
+)
+async def test_retry_after_is_honoured_from_the_backoff_to_its_maximum(
+    retry_after: float, honoured: float | None
+) -> None:
+    settings = dataclasses.replace(TEST_SETTINGS, backoff_max_seconds=5.0)
+    source = ScriptedWatches(
+        [KubeAPIError(429, "TooManyRequests", "slow down", retry_after)], [{"type": "ADDED", "object": NODE}]
+    )
+    informer, task = start(source, settings)
+    try:
+        await eventually(lambda: informer.state.get("Node", "n1") is not None)
+    finally:
+        await stop(task)
+    assert informer.stats.errors == 1
+    (wait,) = informer.stats.waits
+    if honoured is not None:
+        assert wait == honoured
+    else:  # the first backoff step: 0.5 s ± 20 %
+        assert 0.4 <= wait <= 0.6
+
+
+# --- the client's watch -------------------------------------------------------------------------------
+
+
+def answering_lines(*lines: bytes):
+    """A watch handler that sends ``lines`` and then stays open."""
+
+    async def handler(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_type = "application/json"
+        await response.prepare(request)
+        for line in lines:
+            await response.write(line)
+        await release.wait()
+        return response
+
+    return handler
+
+
+EVENT_LINE = json.dumps(NODE_EVENT).encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(b"[1, 2]\n", id="json-not-an-object"),
+        pytest.param(b'"ADDED"\n', id="json-string"),
+        pytest.param(b'{"type": "ERROR", "object": {"code": "abc"}}\n', id="error-code-not-a-number"),
+        pytest.param(b'{"type": "ERROR", "object": {"code": [410]}}\n', id="error-code-a-list"),
+        pytest.param(b'{"type": "ERROR", "object": ["Gone"]}\n', id="error-status-not-an-object"),
+    ],
+)
+async def test_a_malformed_watch_answer_is_a_kube_api_error(tmp_path: Path, bad: bytes) -> None:
+    received: list[dict] = []
+    async with watch_server(tmp_path, answering_lines(EVENT_LINE, bad)) as client:
+        with pytest.raises(KubeAPIError) as raised:
+            await asyncio.wait_for(read_watch(client, received), 5)
+    assert received == [NODE_EVENT]
+    assert not isinstance(raised.value, TransportError)
+    assert (raised.value.status, raised.value.reason) == (200, "BadResponse")
+    assert "watch nodes" in str(raised.value)
+
+
+async def test_a_line_over_the_read_buffer_is_a_bad_response(tmp_path: Path) -> None:
+    """The bytes arrived; the server sent more than an event may hold (etcd's 1.5 MiB object limit), and
+    would send the same line to the next watch: not a transport failure."""
+    received: list[dict] = []
+    too_long = b"x" * (5 * 2**20) + b"\n"  # the client's StreamReader takes lines up to 4 MiB
+    async with watch_server(tmp_path, answering_lines(EVENT_LINE, too_long)) as client:
+        with pytest.raises(KubeAPIError) as raised:
+            await asyncio.wait_for(read_watch(client, received), 5)
+    assert received == [NODE_EVENT]
+    assert not isinstance(raised.value, TransportError)
+    assert (raised.value.status, raised.value.reason) == (200, "BadResponse")
+    assert "watch nodes" in str(raised.value) and len(str(raised.value)) < 1000
+
+
+async def blank_lines_only(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
+    """Headers, then a keep-alive newline every 0.1 s (a proxy in front of a dead watch)."""
+    response = web.StreamResponse()
+    response.content_type = "application/json"
+    await response.prepare(request)
+    with contextlib.suppress(ConnectionError):
+        while not release.is_set():
+            await response.write(b"\n")
+            await asyncio.sleep(0.1)
+    return response
+
+
+async def events_and_blank_lines(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
+    """An event every 0.1 s for 1 s, a blank line between each two, then the end."""
+    response = web.StreamResponse()
+    response.content_type = "application/json"
+    await response.prepare(request)
+    for _ in range(10):
+        await asyncio.sleep(0.05)
+        await response.write(b"\n")
+        await asyncio.sleep(0.05)
+        await response.write(EVENT_LINE)
+    await response.write_eof()
+    return response
+
+
+async def test_a_watch_receiving_only_blank_lines_raises_watch_idle(tmp_path: Path) -> None:
+    """The socket read timeout restarts with every byte; a watch that gets bytes but no event for the read
+    timeout is dead all the same."""
+    received: list[dict] = []
+    loop = asyncio.get_running_loop()
+    async with watch_server(tmp_path, blank_lines_only) as client:
+        started = loop.time()
+        with pytest.raises(WatchIdle) as raised:
+            await asyncio.wait_for(read_watch(client, received), 3)
+        waited = loop.time() - started
+    assert received == []
+    assert raised.value.sent and raised.value.status == 0
+    assert READ_TIMEOUT * 0.9 <= waited < 1
+
+
+async def test_events_between_blank_lines_keep_a_watch_alive(tmp_path: Path) -> None:
+    received: list[dict] = []
+    async with watch_server(tmp_path, events_and_blank_lines) as client:
+        await asyncio.wait_for(read_watch(client, received), 5)
+    assert received == [NODE_EVENT] * 10
