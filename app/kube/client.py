@@ -14,9 +14,9 @@ watches a socket read timeout (a half-dead TCP connection otherwise hangs foreve
 per chunk the socket delivers, where a deadline around each event read cost ~4 % of the extender's CPU
 under load. Rate: every request, watches included, first takes a token from ``rate_limit`` when one is
 given (``app.kube.ratelimit``; ``ClusterSettings.api_qps`` / ``api_burst``), as client-go's rate limiter
-does for kube-scheduler. Retry: a request turned away (429, 503) that says ``Retry-After`` in whole
-seconds is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are
-(a wait over ``RETRY_AFTER_MAX_SECONDS``, and other answers, reach the caller at once).
+does for kube-scheduler. Retry: a request turned away (429) that says ``Retry-After`` in whole seconds
+is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are (a wait
+over ``RETRY_AFTER_MAX_SECONDS``, and other answers, reach the caller at once).
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
@@ -33,7 +33,7 @@ Exceptions::
         │                   when the request certainly never reached the server (connect failure)
         └── WatchIdle       a watch received nothing, not even a bookmark, for its read timeout
 
-``retry_after`` carries the ``Retry-After`` seconds of a 429/503 answer, else None.
+``retry_after`` carries an answer's ``Retry-After`` in whole seconds (``_retry_after_seconds``), else None.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ _AUTH = ["BearerToken"]
 class KubeAPIError(Exception):
     """A Kubernetes API call failed. ``status``: HTTP status code (0: no answer)."""
 
-    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, status: int, reason: str, message: str, retry_after: int | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}" if status else message)
         self.status = status
         self.reason = reason
@@ -96,8 +96,9 @@ class KubeAPIError(Exception):
     @property
     def maybe_done(self) -> bool:
         """The request may have been carried out: a 5xx can come after the write was stored (a proxy's
-        gateway timeout, or the server's), so a writer re-reads before it rolls back."""
-        return self.status >= 500
+        gateway timeout, or the server's), and a 2xx whose body does not read was; a writer reads before
+        it rolls back."""
+        return self.status >= 500 or 200 <= self.status <= 299
 
 
 class ConflictError(KubeAPIError):
@@ -291,29 +292,33 @@ RETRY_AFTER_MAX_SECONDS = 10
 """A longer ``Retry-After`` is left to the caller (the error carries it), so that no request waits long on
 what a server says; kube-apiserver's priority and fairness says 1."""
 
-RETRY_AFTER_STATUSES = frozenset({429, 503})
-"""The answers of a request turned away before it was carried out: kube-apiserver's priority and fairness
-(429) and its shutdown (429, 503). client-go retries every 5xx with ``Retry-After``; a 500 or 504 can come
-after a write was stored (a proxy's gateway timeout), and a writer here re-reads rather than writes again
-(``KubeAPIError.maybe_done``)."""
+RETRY_AFTER_STATUS = 429
+"""The answer of a request turned away before it was carried out (kube-apiserver's priority and fairness,
+its shutdown). client-go retries every 5xx with ``Retry-After`` too; a 5xx can come after a write was
+stored (a proxy's gateway timeout, kube-apiserver's 504 while its handler still commits), so a writer here
+reads rather than writes again (``KubeAPIError.maybe_done``)."""
 
 
-def _retry_wait(status: int, retry_after: str | None) -> int | None:
-    """Seconds to wait before sending the request again, or None: a 429 or 503 whose ``Retry-After`` is a
-    whole number of seconds (``strconv.Atoi``'s: ASCII digits with an optional sign) up to
-    ``RETRY_AFTER_MAX_SECONDS``."""
-    if status not in RETRY_AFTER_STATUSES or retry_after is None:
+def _retry_after_seconds(header: str | None) -> int | None:
+    """``Retry-After`` as client-go reads it (``strconv.Atoi``: ASCII digits with an optional sign), or
+    None; a negative number means no wait."""
+    if header is None or not _WHOLE_SECONDS.fullmatch(header.strip()):
         return None
-    if not _WHOLE_SECONDS.fullmatch(retry_after.strip()):
-        return None
-    seconds = int(retry_after)
-    return max(seconds, 0) if seconds <= RETRY_AFTER_MAX_SECONDS else None
+    return max(int(header), 0)
 
 
 _WHOLE_SECONDS = re.compile(r"[+-]?[0-9]+")
 
 
-def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIError:
+def _retry_wait(status: int, retry_after: int | None) -> int | None:
+    """Seconds to wait before sending the request again, or None: a 429 that says how long, up to
+    ``RETRY_AFTER_MAX_SECONDS``."""
+    if status != RETRY_AFTER_STATUS or retry_after is None or retry_after > RETRY_AFTER_MAX_SECONDS:
+        return None
+    return retry_after
+
+
+def _status_error(status: int, body: bytes, retry_after: int | None) -> KubeAPIError:
     reason, message = "", body.decode("utf-8", "replace")[:500]
     try:
         parsed = orjson.loads(body)
@@ -322,13 +327,7 @@ def _status_error(status: int, body: bytes, retry_after: str | None) -> KubeAPIE
             message = str(parsed.get("message") or message)
     except orjson.JSONDecodeError:
         pass
-    seconds: float | None = None
-    if retry_after:
-        try:
-            seconds = float(retry_after)
-        except ValueError:
-            seconds = None
-    return _BY_STATUS.get(status, KubeAPIError)(status, reason, message, seconds)
+    return _BY_STATUS.get(status, KubeAPIError)(status, reason, message, retry_after)
 
 
 _READ_BUFFER_BYTES = 2**21
@@ -445,7 +444,7 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError.
 
-        With ``retry``, a request turned away (``RETRY_AFTER_STATUSES``) with a whole number of seconds in
+        With ``retry``, a request turned away (``RETRY_AFTER_STATUS``) with a whole number of seconds in
         ``Retry-After`` is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, each time
         through the rate limit, as client-go does (``rest/with_retry.go``): kube-apiserver's priority and
         fairness turns requests away with 429 and ``Retry-After: 1`` under load, and a bind failed for
@@ -463,9 +462,10 @@ class KubeClient:
                 data = b""
             finally:
                 response.release()
-            wait = _retry_wait(response.status, response.headers.get("Retry-After")) if retry else None
+            retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
+            wait = _retry_wait(response.status, retry_after) if retry else None
             if wait is None or retries == RETRY_AFTER_ATTEMPTS:
-                raise _status_error(response.status, data, response.headers.get("Retry-After"))
+                raise _status_error(response.status, data, retry_after)
             retries += 1
             log.info("%s %s: %d, retry %d in %ds", method, path, response.status, retries, wait)
             await asyncio.sleep(wait)
@@ -558,8 +558,9 @@ class KubeClient:
 
         The server ends the stream after about ``timeout_seconds``; the generator then returns. An ``ERROR``
         event is raised as the matching KubeAPIError (410 → GoneError); a stream silent for the read timeout,
-        or sending only blank lines for that long, as WatchIdle; a line that is not a JSON object, an ERROR
-        event without an integer code or a line over the read buffer as ``KubeAPIError(200, "BadResponse")``.
+        or sending only blank lines for that long, as WatchIdle; a line that is not a JSON object with an
+        object in ``object``, an ERROR event without an integer code or a line over the read buffer as
+        ``KubeAPIError(200, "BadResponse")``.
         Close the generator (``aclose``) to stop early.
         """
         query = [
@@ -599,15 +600,15 @@ class KubeClient:
                     event = orjson.loads(line)
                 except orjson.JSONDecodeError as e:
                     raise KubeAPIError(200, "BadResponse", f"watch {resource.plural}: bad event: {e}") from e
-                if not isinstance(event, dict):
+                if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
                     raise KubeAPIError(
-                        200, "BadResponse", f"watch {resource.plural}: not an object: {line[:200]!r}"
+                        200, "BadResponse", f"watch {resource.plural}: not an event: {line[:200]!r}"
                     )
                 if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
+                    status = event["object"]
                     try:
                         code = int(status.get("code") or 500)
-                    except (AttributeError, TypeError, ValueError, OverflowError) as e:
+                    except (TypeError, ValueError, OverflowError) as e:
                         raise KubeAPIError(
                             200, "BadResponse", f"watch {resource.plural}: bad ERROR event: {line[:200]!r}"
                         ) from e
@@ -643,7 +644,8 @@ class KubeClient:
         retry: bool = True,
     ) -> dict[str, Any]:
         """``POST`` a new object, or to a subresource of ``name`` (``pods/{name}/binding``); ``retry``: as
-        ``_send``'s (an eviction's 429 is an answer: a PodDisruptionBudget says ``Retry-After: 10``)."""
+        ``_send``'s (an eviction's 429 is the PodDisruptionBudget's answer, with ``Retry-After: 10`` while
+        the budget's generation is not observed yet)."""
         path = resource.path(namespace, name, subresource) if name else resource.path(namespace)
         return await self._json("POST", path, body=body, retry=retry)
 

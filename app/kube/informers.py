@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, suppress
@@ -259,13 +258,13 @@ class Informer:
                 # while readiness still says synced. (CancelledError is no Exception: it still stops.)
                 await self._wait_after_error(e, self.backoff.next())
 
-    def _retry_delay(self, retry_after: float | None) -> float:
+    def _retry_delay(self, retry_after: int | None) -> float:
         """The backoff's next delay, or the server's ``Retry-After`` when it is longer, up to the backoff's
         maximum: a server saying 0 must not make a tight loop, and one saying a day must not stop the
-        watch that long (nan, inf and negative values count as not said: ``sleep(nan)`` never returns)."""
+        watch that long."""
         delay = self.backoff.next()
-        if retry_after is not None and math.isfinite(retry_after) and retry_after > delay:
-            return min(retry_after, self.backoff.maximum)
+        if retry_after is not None and retry_after > delay:
+            return min(float(retry_after), self.backoff.maximum)
         return delay
 
     async def _wait_after_error(self, error: Exception, delay: float) -> None:
@@ -333,8 +332,10 @@ class Informer:
             # No deadline here: the source's read timeout raises WatchIdle (a timer per event read cost
             # ~4 % of the CPU under load).
             async for event in events:
-                self.backoff.reset()
                 self._handle(event)
+                # After the event, not before: one that cannot be handled comes back with every watch,
+                # and must not start the backoff over each time.
+                self.backoff.reset()
         except WatchIdle:
             self.stats.idle_timeouts += 1
             log.warning(

@@ -99,9 +99,9 @@ type server struct {
 // unanswered is a request that got no answer: it may have been carried out.
 type unanswered struct{ error }
 
-// retries429 is how many times a request kube-apiserver turned away with 429 (its max-in-flight limit)
-// is sent again, after the Retry-After it gave, as client-go does for kube-scheduler and the extender's
-// client for the extender.
+// retries429 is how many times a request kube-apiserver turned away with 429 and a Retry-After (priority
+// and fairness) is sent again after that wait, as client-go does for kube-scheduler and the extender's
+// client for the extender (neither retries a 5xx here: it may come after a write was stored).
 const retries429 = 10
 
 // send makes one API request (rate limited when limited) and returns the answer's body, or an error
@@ -123,12 +123,9 @@ func (s *server) send(method, path string, body []byte, limited bool, want int) 
 		if err != nil {
 			return nil, unanswered{err}
 		}
-		if response.StatusCode == http.StatusTooManyRequests && attempt < retries429 {
-			wait, err := strconv.Atoi(response.Header.Get("Retry-After"))
-			if err != nil || wait < 1 {
-				wait = 1
-			}
-			time.Sleep(time.Duration(wait) * time.Second)
+		wait, err := strconv.Atoi(response.Header.Get("Retry-After"))
+		if response.StatusCode == http.StatusTooManyRequests && err == nil && attempt < retries429 {
+			time.Sleep(time.Duration(max(wait, 0)) * time.Second)
 			continue
 		}
 		if response.StatusCode != want {

@@ -284,7 +284,7 @@ NOW = {"Retry-After": "0"}
     "answers",
     [
         [(429, NOW), (429, NOW)],  # priority and fairness turning the request away
-        [(503, NOW), (429, {"Retry-After": "+0"})],  # shutting down; strconv.Atoi takes a sign
+        [(429, {"Retry-After": "+0"}), (429, {"Retry-After": "-1"})],  # strconv.Atoi takes a sign
         [(429, NOW)] * 10,  # client-go's ten retries, the last one answered
     ],
 )
@@ -301,11 +301,12 @@ async def test_a_request_turned_away_with_retry_after_is_sent_again(
     [
         ([(429, NOW)] * 11, 429),  # an eleventh refusal is the answer
         ([(429, {})], 429),  # no Retry-After: the eviction API's 429 for a disruption budget
-        ([(503, {"Retry-After": "1.5"})], 503),  # whole seconds only, as strconv.Atoi reads them
-        ([(503, {"Retry-After": "1_0"})], 503),  # Python's int() would take these, Atoi does not
-        ([(503, {"Retry-After": "\u0661"})], 503),
+        ([(429, {"Retry-After": "1.5"})], 429),  # whole seconds only, as strconv.Atoi reads them
+        ([(429, {"Retry-After": "1_0"})], 429),  # Python's int() would take these, Atoi does not
+        ([(429, {"Retry-After": "\u0661"})], 429),
+        ([(503, NOW)], 503),  # a 5xx may come after the write was stored: the caller reads first
         ([(429, {"Retry-After": "11"})], 429),  # longer than RETRY_AFTER_MAX_SECONDS: the caller's to wait
-        ([(500, NOW)], 500),  # a 500 or 504 may come after the write was stored: the caller reads first
+        ([(500, NOW)], 500),
         ([(504, NOW)], 504),
         ([(409, NOW)], 409),
         ([(404, NOW)], 404),
