@@ -518,21 +518,15 @@ async def test_node_allocatable_statuses_are_patched_before_binding_and_cleared_
 # back, as it does for a request that got no answer.
 
 
-async def test_a_status_write_stored_then_answered_500_is_rolled_back(api, start_runtime):
+@pytest.mark.parametrize(
+    ("method", "pattern"), [("PUT", r"resourceclaims/p-gpu/status$"), ("PUT", r"resourceclaims/p-gpu$")]
+)
+async def test_a_claim_write_stored_then_answered_500_is_rolled_back(api, start_runtime, method, pattern):
+    """The stored allocation is found and released, and the stored finalizer dropped."""
     seed_cluster(api)
     add_pod(api, "p")
     runtime = await start_runtime()
-    api.fail("PUT", r"resourceclaims/p-gpu/status$", 500, after=True)
-    assert await bind(runtime, "p", "n1") is not None
-    assert claim_in_api(api, "p-gpu")["metadata"]["resourceVersion"]  # the claim is still there
-    assert_untouched(api, "p-gpu", "p")  # the stored allocation was found and released, the finalizer dropped
-
-
-async def test_a_finalizer_stored_then_answered_500_is_dropped(api, start_runtime):
-    seed_cluster(api)
-    add_pod(api, "p")
-    runtime = await start_runtime()
-    api.fail("PUT", r"resourceclaims/p-gpu$", 500, after=True)
+    api.fail(method, pattern, 500, after=True)
     assert await bind(runtime, "p", "n1") is not None
     assert_untouched(api, "p-gpu", "p")
 

@@ -7,6 +7,7 @@ sends. And the watch read timeout: a silent watch is ``WatchIdle``, not any othe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -98,6 +99,22 @@ async def test_every_request_steps_aside_first(api: FakeKubeAPI, tmp_path: Path)
     assert steps == ["step", "step"]
 
 
+@asynccontextmanager
+async def serving(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> AsyncIterator[str]:
+    """A local HTTP server answering every request with ``handler``; yields its URL."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_request_carries_the_token_the_query_and_the_body_as_sent(tmp_path: Path) -> None:
     """What reaches the API server: the kubeconfig's bearer token, the library's User-Agent, the query
     encoded, and the body as JSON that decodes to the object given (non-ASCII text included)."""
@@ -107,21 +124,14 @@ async def test_a_request_carries_the_token_the_query_and_the_body_as_sent(tmp_pa
         seen.append((request.method, request.path_qs, dict(request.headers), await request.read()))
         return web.json_response({"metadata": {"name": "ns-é"}})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-é", "labels": {"a": "b c"}}}
-    try:
-        answer = await client.replace(CORE_NAMESPACES, body)
-        await client.list(CORE_NAMESPACES, limit=7, continue_="next token")
-    finally:
-        await client.close()
-        await runner.cleanup()
+    async with serving(record) as url:
+        client = await KubeClient.connect(write_kubeconfig(tmp_path, url))
+        try:
+            answer = await client.replace(CORE_NAMESPACES, body)
+            await client.list(CORE_NAMESPACES, limit=7, continue_="next token")
+        finally:
+            await client.close()
     assert answer == {"metadata": {"name": "ns-é"}}
     (put, put_path, put_headers, put_body), (get, get_path, get_headers, get_body) = seen
     assert (put, put_path) == ("PUT", "/api/v1/namespaces/ns-%C3%A9")
@@ -150,22 +160,13 @@ async def watch_server(tmp_path: Path, handler: Handler) -> AsyncIterator[KubeCl
     async def handle(request: web.Request) -> web.StreamResponse:
         return await handler(request, release)
 
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = await KubeClient.connect(
-        write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"), watch_read_timeout=READ_TIMEOUT
-    )
-    try:
-        yield client
-    finally:
-        release.set()
-        await client.close()
-        await runner.cleanup()
+    async with serving(handle) as url:
+        client = await KubeClient.connect(write_kubeconfig(tmp_path, url), watch_read_timeout=READ_TIMEOUT)
+        try:
+            yield client
+        finally:
+            release.set()
+            await client.close()
 
 
 async def stream(request: web.Request, *events: dict) -> web.StreamResponse:
@@ -209,8 +210,22 @@ async def read_watch(client: KubeClient, received: list[dict]) -> None:
         received.append(event)
 
 
+async def blank_lines_only(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
+    """Headers, then a keep-alive newline every 0.1 s (a proxy in front of a dead watch): the socket read
+    timeout restarts with every byte, but no event arrives."""
+    response = web.StreamResponse()
+    response.content_type = "application/json"
+    await response.prepare(request)
+    with contextlib.suppress(ConnectionError):
+        while not release.is_set():
+            await response.write(b"\n")
+            await asyncio.sleep(0.1)
+    return response
+
+
 @pytest.mark.parametrize(
-    ("handler", "events"), [(silent_after_one_event, [NODE_EVENT]), (silent_before_the_headers, [])]
+    ("handler", "events"),
+    [(silent_after_one_event, [NODE_EVENT]), (silent_before_the_headers, []), (blank_lines_only, [])],
 )
 async def test_a_watch_silent_for_the_read_timeout_raises_watch_idle(
     tmp_path: Path, handler: Handler, events: list[dict]
@@ -261,19 +276,12 @@ async def answering(
         body = {"metadata": {"name": "ns1"}} if status == 200 else {"kind": "Status", "code": status}
         return web.json_response(body, status=status, headers=headers)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"), **connect)
-    try:
-        yield client, asked
-    finally:
-        await client.close()
-        await runner.cleanup()
+    async with serving(answer) as url:
+        client = await KubeClient.connect(write_kubeconfig(tmp_path, url), **connect)
+        try:
+            yield client, asked
+        finally:
+            await client.close()
 
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}}
