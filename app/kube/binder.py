@@ -36,11 +36,11 @@ Any failure rolls back what this bind wrote, newest first: the pod status patch,
 the allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind
 answers ``Error``. A write that got no answer after it was sent, or a 5xx (which a proxy can give after the
 server stored it: ``KubeAPIError.maybe_done``), may have been carried out: the status write's devices stay
-held and its rollback re-reads the claim, the finalizer's rollback drops it if it is there, and the
-binding's outcome is read from the pod. When the binding request may have been carried out and the pod
-cannot be re-read, nothing is rolled back (a bound pod whose claims were released could never start):
-the allocation stays, and recovery (``app.kube.recovery``) either sees the pod bound or releases it after
-the grace period.
+held and its rollback re-reads the claim, the finalizer's rollback drops it if it is there, a pod status
+patch is cleared, and the binding's outcome is read from the pod. When the binding request may have been
+carried out and the pod cannot be re-read, nothing is rolled back (a bound pod whose claims were released
+could never start): the allocation stays, and recovery (``app.kube.recovery``) either sees the pod bound
+or releases it after the grace period.
 
 After each allocation write the devices stay reserved in the index until the ResourceClaim watch shows
 the write (``app.kube.reservations``), so filters running meanwhile treat them as used.
@@ -416,7 +416,11 @@ class KubeBinder:
         namespace, name = split_key(pod_key(plan.pod))
         body = {"status": {"nodeAllocatableResourceClaimStatuses": statuses}}
         journal.fresh = ""
-        await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
+        try:
+            await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
+        except KubeAPIError as e:
+            journal.node_allocatable_patched = e.maybe_done  # then the rollback clears it, stored or not
+            raise
         journal.node_allocatable_patched = True
 
     async def _bind_extended(self, extended: ExtendedBind, plan: BindPlan, journal: Journal) -> None:
@@ -439,13 +443,17 @@ class KubeBinder:
             await self._bind_claim(key, created, extended.allocation, plan, journal, created=True)
         pod_namespace, pod_name = split_key(pod_key(plan.pod))
         journal.fresh = ""
-        await self.client.patch(
-            CORE_PODS,
-            pod_namespace,
-            pod_name,
-            {"status": {"extendedResourceClaimStatus": extended.pod_status}},
-            subresource="status",
-        )
+        try:
+            await self.client.patch(
+                CORE_PODS,
+                pod_namespace,
+                pod_name,
+                {"status": {"extendedResourceClaimStatus": extended.pod_status}},
+                subresource="status",
+            )
+        except KubeAPIError as e:
+            journal.pod_status_patched = e.maybe_done  # then the rollback clears it, stored or not
+            raise
         journal.pod_status_patched = True
 
     async def _check_before_binding(self, plan: BindPlan, journal: Journal, read: Container[str]) -> None:

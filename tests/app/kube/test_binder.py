@@ -384,6 +384,19 @@ async def test_extended_resource_claim_is_created_allocated_and_linked_before_bi
     assert linked["spec"]["nodeName"] == "n1"
 
 
+async def test_a_pod_status_patch_stored_then_answered_500_is_cleared(api, start_runtime):
+    """The pod must not point at the extended-resource claim the rollback deletes."""
+    seed_cluster(api)
+    p = add_extended_pod(api, "x")
+    runtime = await start_runtime()
+    assert runtime.service.filter(p, ["n1"]).passed == ["n1"]
+    api.fail("PATCH", r"pods/x/status$", 500, after=True)
+    assert await bind(runtime, "x", "n1") is not None
+    created_name = api.writes()[0].body["metadata"]["name"]
+    assert api.get("ResourceClaim", NS, created_name) is None
+    assert not (api.get("Pod", NS, "x").get("status") or {}).get("extendedResourceClaimStatus")
+
+
 async def test_extended_resource_bind_failure_removes_the_created_claim(api, start_runtime):
     seed_cluster(api)
     p = add_extended_pod(api, "x")
