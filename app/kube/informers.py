@@ -19,7 +19,7 @@ One ``Informer`` per kind (Namespace, Node, Pod, and the ``resource.k8s.io`` kin
    exponential backoff, or ``Retry-After`` when it is a longer number of seconds, at most the backoff's
    maximum) and retry the step that failed.
 6. Any other exception (a bug) → logged with its traceback, then as 5.: an informer ends only when
-   cancelled.
+   cancelled. An observer that raises is logged and counted, and the others still see the object.
 
 ``resource.k8s.io`` objects are converted to v1 (``app.state.convert.to_v1``) from whichever version the
 server serves (``discover_dra``: v1, else v1beta2, v1beta1, v1alpha3, per kind). An object that does not
@@ -415,7 +415,13 @@ class Informer:
 
     def _notify(self, key: str, obj: Mapping[str, Any] | None) -> None:
         for observer in self.observers:
-            observer(self.kind, key, obj)
+            try:
+                observer(self.kind, key, obj)
+            except Exception:
+                # The object is applied already: the event will not come again (a replay is stale), so
+                # the observers after this one must see it now. A raising observer is a bug, logged.
+                self.stats.errors += 1
+                log.exception("%s %s: an observer failed on this version", self.kind, key)
 
 
 def _version(obj: Mapping[str, Any] | None) -> int:

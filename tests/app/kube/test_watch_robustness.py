@@ -28,8 +28,11 @@ from tests.app.kube.test_informers import ScriptedWatches
 NODE = {"metadata": {"name": "n1", "resourceVersion": "7"}}
 
 
-def start(source: ScriptedWatches, settings=TEST_SETTINGS) -> tuple[Informer, asyncio.Task[None]]:
-    informer = Informer(source, CORE_NODES, ClusterState(), threading.RLock(), settings, clock=FakeClock())
+def start(
+    source: ScriptedWatches, settings=TEST_SETTINGS, observers=()
+) -> tuple[Informer, asyncio.Task[None]]:
+    state, lock = ClusterState(), threading.RLock()
+    informer = Informer(source, CORE_NODES, state, lock, settings, clock=FakeClock(), observers=observers)
     informer.resource_version = "5"  # watched already: no list
     return informer, asyncio.create_task(informer.run())
 
@@ -163,3 +166,27 @@ async def test_events_between_blank_lines_keep_a_watch_alive(tmp_path: Path) -> 
     async with watch_server(tmp_path, events_and_blank_lines) as client:
         await asyncio.wait_for(read_watch(client, received), 5)
     assert received == [NODE_EVENT] * 10
+
+
+async def test_an_observer_that_raises_does_not_keep_the_others_from_the_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Once applied, a version is never delivered again (a replay is stale): every observer must see it."""
+    seen: list[tuple[str, str]] = []
+
+    def failing(kind: str, key: str, obj: object) -> None:
+        raise RuntimeError("a bug")
+
+    def recording(kind: str, key: str, obj: object) -> None:
+        seen.append((kind, key))
+
+    source = ScriptedWatches([{"type": "ADDED", "object": NODE}])
+    informer, task = start(source, observers=[failing, recording])
+    with caplog.at_level(logging.ERROR, logger="app.kube.informers"):
+        try:
+            await eventually(lambda: seen)
+        finally:
+            await stop(task)
+    assert seen == [("Node", "n1")]
+    assert informer.stats.errors == 1 and informer.resource_version == "7"
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [RuntimeError]
