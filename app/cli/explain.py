@@ -144,9 +144,9 @@ def _render_header(o: Output, explanation: PodExplanation | ExplanationSummary) 
     for c in explanation.claims:
         label = "extended resources" if c.extendedResources else f"pod claim {c.podClaimName}"
         if c.problem:
-            # A pod claim's problem starts with its name; a missing PodGroup's concerns the whole pod.
-            named = c.problem.startswith("pod claim ") or not (c.podClaimName or c.extendedResources)
-            o.line(f"  {c.problem}" if named else f"  {label}: {c.problem}")
+            # A pod claim's problem names the pod claim, a missing PodGroup's concerns the whole pod: only
+            # the extended-resource claim's needs the label.
+            o.line(f"  {label}: {c.problem}" if c.extendedResources else f"  {c.problem}")
             continue
         state = "allocated" if c.allocated else "to allocate"
         group = f", the claim of PodGroup {c.podGroup}" if c.podGroup else ""
