@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from tests.app.kube.fakeapi import Fault, FaultPlan, drop, status_body
+from tests.app.kube.fakeapi import FaultPlan, drop, fault_answer, status_body
 
 __all__ = ["FaultProxy"]
 
@@ -94,7 +94,7 @@ class FaultProxy(FaultPlan):
             fault = None
         elif fault is not None and not fault.disconnect and not fault.after:
             self.injected[f"{fault.status} on {request.method}"] += 1
-            return _error(fault)
+            return fault_answer(fault, fault.reason)
         headers = {name: request.headers[name] for name in _REQUEST_HEADERS if name in request.headers}
         try:
             upstream = await self._session.request(
@@ -111,7 +111,7 @@ class FaultProxy(FaultPlan):
             if fault is not None and fault.after:  # the server has done the write, the answer says it failed
                 await upstream.read()
                 self.injected[f"{fault.status} after {request.method}"] += 1
-                return _error(fault)
+                return fault_answer(fault, fault.reason)
             if fault is not None:  # a disconnect: the server has done the write, its answer is lost
                 await upstream.read()
                 self.injected[f"{request.method} answer lost"] += 1
@@ -146,11 +146,3 @@ class FaultProxy(FaultPlan):
         finally:
             del self._watches[task]
         return response
-
-
-def _error(fault: Fault) -> web.Response:
-    """The answer of a ``fail`` fault, with its ``Retry-After`` when it has one."""
-    headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
-    return web.json_response(
-        status_body(fault.status, fault.reason, fault.message), status=fault.status, headers=headers
-    )

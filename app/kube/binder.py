@@ -413,15 +413,25 @@ class KubeBinder:
             raise BindError(str(e)) from e
         if not statuses:
             return
+        # Cleared with an empty list, not null: it says "cleared" to a reader that knows the field.
+        await self._patch_pod_status(plan, journal, "nodeAllocatableResourceClaimStatuses", statuses, [])
+
+    async def _patch_pod_status(
+        self, plan: BindPlan, journal: Journal, status_field: str, value: Any, cleared: Any
+    ) -> None:
+        """Set one field of the pod's status; the rollback sets it to ``cleared`` once it may be stored (a
+        5xx too: ``KubeAPIError.maybe_done``)."""
         namespace, name = split_key(pod_key(plan.pod))
-        body = {"status": {"nodeAllocatableResourceClaimStatuses": statuses}}
         journal.fresh = ""
         try:
-            await self.client.patch(CORE_PODS, namespace, name, body, subresource="status")
+            await self.client.patch(
+                CORE_PODS, namespace, name, {"status": {status_field: value}}, subresource="status"
+            )
         except KubeAPIError as e:
-            journal.node_allocatable_patched = e.maybe_done  # then the rollback clears it, stored or not
+            if e.maybe_done:
+                journal.pod_status[status_field] = cleared
             raise
-        journal.node_allocatable_patched = True
+        journal.pod_status[status_field] = cleared
 
     async def _bind_extended(self, extended: ExtendedBind, plan: BindPlan, journal: Journal) -> None:
         """KEP-5004: create the extended-resource claim, allocate it like the others, point the pod at it."""
@@ -441,20 +451,7 @@ class KubeBinder:
         journal.entry(key, uid_of(created)).created = True
         async with self._writing(key):
             await self._bind_claim(key, created, extended.allocation, plan, journal, created=True)
-        pod_namespace, pod_name = split_key(pod_key(plan.pod))
-        journal.fresh = ""
-        try:
-            await self.client.patch(
-                CORE_PODS,
-                pod_namespace,
-                pod_name,
-                {"status": {"extendedResourceClaimStatus": extended.pod_status}},
-                subresource="status",
-            )
-        except KubeAPIError as e:
-            journal.pod_status_patched = e.maybe_done  # then the rollback clears it, stored or not
-            raise
-        journal.pod_status_patched = True
+        await self._patch_pod_status(plan, journal, "extendedResourceClaimStatus", extended.pod_status, None)
 
     async def _check_before_binding(self, plan: BindPlan, journal: Journal, read: Container[str]) -> None:
         """Re-read every claim of the pod (but those just ``read`` or written) right before the binding. A

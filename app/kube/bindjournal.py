@@ -44,8 +44,9 @@ class Journal:
     """What one bind wrote and found, in order: what its rollback undoes and its last checks read."""
 
     claims: list[Written]
-    pod_status_patched: bool = False
-    node_allocatable_patched: bool = False
+    pod_status: dict[str, Any] = field(default_factory=dict)
+    """Each field of the pod's status the bind patched (or may have: a 5xx), in order, with the value
+    that clears it."""
     outcome_unknown: bool = False
     waits: list[Wait] = field(default_factory=list)
     reserved: list[tuple[str, str, Mapping[str, Any] | None]] = field(default_factory=list)
@@ -70,28 +71,14 @@ async def roll_back(
     """Undo what ``journal`` says the bind of ``plan`` wrote; a write that cannot be undone is logged and
     its devices stay reserved until the ResourceClaim watch shows the claim."""
     pod_uid = uid_of(plan.pod)
-    if journal.node_allocatable_patched:
-        namespace, name = split_key(pod_key(plan.pod))
-        try:
-            # An empty list, not null: it says "cleared" to a reader that knows the field.
-            cleared: dict[str, Any] = {"status": {"nodeAllocatableResourceClaimStatuses": []}}
-            await client.patch(CORE_PODS, namespace, name, cleared, subresource="status")
-        except KubeAPIError as e:
-            log.error(
-                "rollback pod=%s: clearing nodeAllocatableResourceClaimStatuses: %s", pod_key(plan.pod), e
-            )
-    if journal.pod_status_patched:
-        namespace, name = split_key(pod_key(plan.pod))
+    namespace, name = split_key(pod_key(plan.pod))
+    for status_field, cleared in reversed(journal.pod_status.items()):
         try:
             await client.patch(
-                CORE_PODS,
-                namespace,
-                name,
-                {"status": {"extendedResourceClaimStatus": None}},
-                subresource="status",
+                CORE_PODS, namespace, name, {"status": {status_field: cleared}}, subresource="status"
             )
         except KubeAPIError as e:
-            log.error("rollback pod=%s: clearing extendedResourceClaimStatus: %s", pod_key(plan.pod), e)
+            log.error("rollback pod=%s: clearing %s: %s", pod_key(plan.pod), status_field, e)
     for written in reversed(journal.claims):
         try:
             await _roll_back_claim(client, claims, written, pod_uid)

@@ -179,6 +179,14 @@ def status_body(code: int, reason: str, message: str) -> Obj:
     }
 
 
+def fault_answer(fault: Fault, reason: str) -> web.Response:
+    """The error answer of a ``fail`` fault, under ``reason``, with its ``Retry-After`` when it has one."""
+    headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
+    return web.json_response(
+        status_body(fault.status, reason, fault.message), status=fault.status, headers=headers
+    )
+
+
 def drop(request: web.Request) -> web.StreamResponse:
     """Close the request's connection without an answer (the response returned is never sent)."""
     assert request.transport is not None
@@ -364,10 +372,7 @@ class FakeKubeAPI(FaultPlan):
         elif fault is not None:
             if fault.after:
                 await handler(request)
-            answer = self._error(fault.status, fault.reason or "Injected", fault.message)
-            if fault.retry_after:
-                answer.headers["Retry-After"] = fault.retry_after
-            return answer
+            return fault_answer(fault, fault.reason or "Injected")
         return await handler(request)
 
     @staticmethod

@@ -213,9 +213,7 @@ async def read_watch(client: KubeClient, received: list[dict]) -> None:
 async def blank_lines_only(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
     """Headers, then a keep-alive newline every 0.1 s (a proxy in front of a dead watch): the socket read
     timeout restarts with every byte, but no event arrives."""
-    response = web.StreamResponse()
-    response.content_type = "application/json"
-    await response.prepare(request)
+    response = await stream(request)
     with contextlib.suppress(ConnectionError):
         while not release.is_set():
             await response.write(b"\n")

@@ -22,7 +22,7 @@ from app.kube.client import CORE_NODES, KubeAPIError, TransportError
 from app.kube.informers import Informer
 from app.state.cluster import ClusterState
 from tests.app.kube.conftest import TEST_SETTINGS, FakeClock, eventually
-from tests.app.kube.test_client_transport import NODE_EVENT, read_watch, watch_server
+from tests.app.kube.test_client_transport import NODE_EVENT, read_watch, stream, watch_server
 from tests.app.kube.test_informers import ScriptedWatches
 
 NODE = {"metadata": {"name": "n1", "resourceVersion": "7"}}
@@ -107,9 +107,7 @@ def answering_lines(*lines: bytes):
     """A watch handler that sends ``lines`` and then stays open."""
 
     async def handler(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
-        response = web.StreamResponse()
-        response.content_type = "application/json"
-        await response.prepare(request)
+        response = await stream(request)
         for line in lines:
             await response.write(line)
         await release.wait()
@@ -149,9 +147,7 @@ async def test_a_malformed_watch_answer_is_a_kube_api_error(tmp_path: Path, bad:
 
 async def events_and_blank_lines(request: web.Request, release: asyncio.Event) -> web.StreamResponse:
     """An event every 0.1 s for 1 s, a blank line between each two, then the end."""
-    response = web.StreamResponse()
-    response.content_type = "application/json"
-    await response.prepare(request)
+    response = await stream(request)
     for _ in range(10):
         await asyncio.sleep(0.05)
         await response.write(b"\n")
