@@ -37,10 +37,12 @@ the allocation (re-read, then ``PUT .../status``), the finalizer it added, the c
 answers ``Error``. A write that got no answer after it was sent, or a 5xx (which a proxy can give after the
 server stored it: ``KubeAPIError.maybe_done``), may have been carried out: the status write's devices stay
 held and its rollback re-reads the claim, the finalizer's rollback drops it if it is there, a pod status
-patch is cleared, and the binding's outcome is read from the pod. When the binding request may have been
-carried out and the pod cannot be re-read, nothing is rolled back (a bound pod whose claims were released
-could never start): the allocation stays, and recovery (``app.kube.recovery``) either sees the pod bound
-or releases it after the grace period.
+patch is cleared, and the binding's outcome is read from the pod. A write the bind's deadline cuts short
+may have been carried out too: the finalizer, the allocation and the pod status patches are recorded
+before they are sent, so the rollback covers them (re-reading each claim first). When the binding request
+may have been carried out and the pod cannot be re-read, nothing is rolled back (a bound pod whose claims
+were released could never start): the allocation stays, and recovery (``app.kube.recovery``) either sees
+the pod bound or releases it after the grace period.
 
 After each allocation write the devices stay reserved in the index until the ResourceClaim watch shows
 the write (``app.kube.reservations``), so filters running meanwhile treat them as used.
@@ -343,25 +345,29 @@ class KubeBinder:
                 if allocation is not None and FINALIZER not in (meta.get("finalizers") or ()):
                     body = copy.deepcopy(claim)
                     body["metadata"]["finalizers"] = [*(meta.get("finalizers") or ()), FINALIZER]
+                    # Recorded before it is sent (a write cancelled in flight may be stored): the rollback
+                    # re-reads the claim and drops the finalizer only if it is there.
+                    added_before, written.finalizer_added = written.finalizer_added, True
                     try:
                         claim = await self.client.replace(self.claims, body)
                     except KubeAPIError as e:
-                        # Maybe stored: the rollback re-reads the claim and drops the finalizer if there.
-                        written.finalizer_added = written.finalizer_added or e.maybe_done
+                        if not e.maybe_done:
+                            written.finalizer_added = added_before
                         raise
-                    written.finalizer_added = True
                     stale.add(str(meta_of(claim).get("resourceVersion") or ""))
                 body = claim_after_bind(claim, allocation, plan.pod, self.state.gates, consumer)
+                # Recorded before it is sent, as the finalizer: the rollback re-reads the claim first.
+                before = written.status_written, written.allocated
+                written.status_written, written.allocated = True, allocation is not None
                 unanswered: KubeAPIError | None = None
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
                 except KubeAPIError as e:
                     if not e.maybe_done:
+                        written.status_written, written.allocated = before
                         raise
                     # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
                     unanswered = e
-                written.status_written = True
-                written.allocated = allocation is not None
                 if devices:
                     self.reservations.hold(key, devices, stale, created=created, confirmed=unanswered is None)
                 if unanswered is not None:
@@ -419,19 +425,20 @@ class KubeBinder:
     async def _patch_pod_status(
         self, plan: BindPlan, journal: Journal, status_field: str, value: Any, cleared: Any
     ) -> None:
-        """Set one field of the pod's status; the rollback sets it to ``cleared`` once it may be stored (a
-        5xx too: ``KubeAPIError.maybe_done``)."""
+        """Set one field of the pod's status; the rollback sets it to ``cleared`` unless the server
+        certainly refused the patch (not ``KubeAPIError.maybe_done``)."""
         namespace, name = split_key(pod_key(plan.pod))
         journal.fresh = ""
+        # Recorded before it is sent: the bind's deadline cancels a patch in flight, which may be stored.
+        journal.pod_status[status_field] = cleared
         try:
             await self.client.patch(
                 CORE_PODS, namespace, name, {"status": {status_field: value}}, subresource="status"
             )
         except KubeAPIError as e:
-            if e.maybe_done:
-                journal.pod_status[status_field] = cleared
+            if not e.maybe_done:
+                del journal.pod_status[status_field]
             raise
-        journal.pod_status[status_field] = cleared
 
     async def _bind_extended(self, extended: ExtendedBind, plan: BindPlan, journal: Journal) -> None:
         """KEP-5004: create the extended-resource claim, allocate it like the others, point the pod at it."""

@@ -88,7 +88,8 @@ class Fault:
     disconnect: bool = False
     gate: asyncio.Event | None = None
     after: bool = False
-    """Carry the request out, then answer the error status (a proxy's gateway timeout after the write)."""
+    """Carry the request out, then answer the error status (a proxy's gateway timeout after the write), or
+    with a gate, hold the answer."""
     retry_after: str = ""
     """The error's ``Retry-After`` header, when not empty."""
 
@@ -140,9 +141,11 @@ class FaultPlan:
     def disconnect(self, method: str, pattern: str, times: int = 1) -> None:
         self.faults.append(Fault(method, re.compile(pattern), times, disconnect=True))
 
-    def gate(self, method: str, pattern: str, times: int = 1) -> asyncio.Event:
+    def gate(self, method: str, pattern: str, times: int = 1, *, after: bool = False) -> asyncio.Event:
+        """Hold matching requests until the event is set; ``after``: carry each out first and hold its
+        answer (a write stored while the client gives up waiting)."""
         event = asyncio.Event()
-        self.faults.append(Fault(method, re.compile(pattern), times, gate=event))
+        self.faults.append(Fault(method, re.compile(pattern), times, gate=event, after=after))
         return event
 
     def take_fault(self, method: str, path: str) -> Fault | None:
@@ -365,6 +368,10 @@ class FakeKubeAPI(FaultPlan):
         if self.down:
             return drop(request)
         fault = self.take_fault(request.method, request.path)
+        if fault is not None and fault.gate is not None and fault.after:
+            answer = await handler(request)
+            await fault.gate.wait()
+            return answer
         if fault is not None and fault.gate is not None:
             await fault.gate.wait()
         elif fault is not None and fault.disconnect:

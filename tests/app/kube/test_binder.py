@@ -397,6 +397,39 @@ async def test_a_pod_status_patch_stored_then_answered_500_is_cleared(api, start
     assert not (api.get("Pod", NS, "x").get("status") or {}).get("extendedResourceClaimStatus")
 
 
+@pytest.mark.parametrize("write", [r"resourceclaims/p-gpu$", r"resourceclaims/p-gpu/status$"])
+async def test_a_claim_write_stored_as_the_bind_times_out_is_rolled_back(api, start_runtime, write):
+    """The bind's deadline cancels the finalizer or allocation write in flight, which the server has
+    stored: the rollback re-reads the claim and undoes it, as after a 5xx."""
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
+    answer = api.gate("PUT", write, after=True)
+    try:
+        assert "took longer than 50" in (await bind(runtime, "p", "n1") or "")
+    finally:
+        answer.set()
+    assert_untouched(api, "p-gpu", "p")
+
+
+async def test_a_pod_status_patch_stored_as_the_bind_times_out_is_cleared(api, start_runtime):
+    """The bind's deadline cancels the patch in flight, which the server has stored: the rollback clears
+    it, as it would after a 5xx, rather than leave the pod pointing at the claim it deletes."""
+    seed_cluster(api)
+    p = add_extended_pod(api, "x")
+    runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
+    assert runtime.service.filter(p, ["n1"]).passed == ["n1"]
+    answer = api.gate("PATCH", r"pods/x/status$", after=True)
+    try:
+        assert "took longer than 50" in (await bind(runtime, "x", "n1") or "")
+    finally:
+        answer.set()
+    created_name = api.writes()[0].body["metadata"]["name"]
+    assert api.get("ResourceClaim", NS, created_name) is None
+    assert not (api.get("Pod", NS, "x").get("status") or {}).get("extendedResourceClaimStatus")
+    assert not api.get("Pod", NS, "x")["spec"].get("nodeName")
+
+
 async def test_extended_resource_bind_failure_removes_the_created_claim(api, start_runtime):
     seed_cluster(api)
     p = add_extended_pod(api, "x")
