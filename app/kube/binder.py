@@ -38,8 +38,9 @@ answers ``Error``. A write that got no answer after it was sent, or a 5xx (which
 server stored it: ``KubeAPIError.maybe_done``), may have been carried out: the status write's devices stay
 held and its rollback re-reads the claim, the finalizer's rollback drops it if it is there, a pod status
 patch is cleared, and the binding's outcome is read from the pod. A write the bind's deadline cuts short
-may have been carried out too: the finalizer, the allocation and the pod status patches are recorded
-before they are sent, so the rollback covers them (re-reading each claim first). When the binding request
+may have been carried out too: the finalizer, the allocation (reserved for the pod itself, not its
+PodGroup, whose entry other members share) and the pod status patches are recorded before they are sent,
+so the rollback covers them (re-reading each claim first). When the binding request
 may have been carried out and the pod cannot be re-read, nothing is rolled back (a bound pod whose claims
 were released could never start): the allocation stays, and recovery (``app.kube.recovery``) either sees
 the pod bound or releases it after the grace period.
@@ -252,6 +253,12 @@ class KubeBinder:
                     await self._check_before_binding(plan, journal, {wait.key for wait in journal.waits})
                     await self._post_binding(plan, journal)
         except (BindError, KubeAPIError, TimeoutError) as e:
+            if (
+                isinstance(e, TimeoutError)
+                and journal.binding_sent
+                and await self._binding_landed(plan, journal)
+            ):
+                return  # the deadline cut the binding short after the server had bound the pod
             message = (
                 str(e)
                 if not isinstance(e, TimeoutError)
@@ -356,9 +363,13 @@ class KubeBinder:
                         raise
                     stale.add(str(meta_of(claim).get("resourceVersion") or ""))
                 body = claim_after_bind(claim, allocation, plan.pod, self.state.gates, consumer)
-                # Recorded before it is sent, as the finalizer: the rollback re-reads the claim first.
+                # Recorded before it is sent, as the finalizer, when the reservedFor entry is the pod's own:
+                # the rollback re-reads the claim and removes only that entry. A PodGroup's entry is every
+                # member's, and another member may have written it meanwhile: recorded once it may be
+                # stored.
                 before = written.status_written, written.allocated
-                written.status_written, written.allocated = True, allocation is not None
+                if consumer is None:
+                    written.status_written, written.allocated = True, allocation is not None
                 unanswered: KubeAPIError | None = None
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
@@ -368,6 +379,7 @@ class KubeBinder:
                         raise
                     # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
                     unanswered = e
+                written.status_written, written.allocated = True, allocation is not None
                 if devices:
                     self.reservations.hold(key, devices, stale, created=created, confirmed=unanswered is None)
                 if unanswered is not None:
@@ -479,6 +491,7 @@ class KubeBinder:
             "metadata": {"name": name, "namespace": namespace, "uid": meta.get("uid")},
             "target": {"apiVersion": "v1", "kind": "Node", "name": plan.node},
         }
+        journal.binding_sent = True
         try:
             await self.client.create(CORE_PODS, namespace, body, name=name, subresource="binding")
         except ConflictError as e:
@@ -487,19 +500,20 @@ class KubeBinder:
                 return  # a retried bind: bound by an earlier attempt
             raise BindError(f"binding to node {plan.node}: {e.message}") from e
         except KubeAPIError as e:
-            if not e.maybe_done:
-                raise
-            # The server may have bound the pod: ask it before deciding.
-            try:
-                pod = await self.client.get(CORE_PODS, namespace, name)
-            except KubeAPIError:
-                journal.outcome_unknown = True
-                raise e from None
-            if (
-                meta_of(pod).get("uid") == meta.get("uid")
-                and (pod.get("spec") or {}).get("nodeName") == plan.node
-            ):
+            if e.maybe_done and await self._binding_landed(plan, journal):
                 return
             raise
+
+    async def _binding_landed(self, plan: BindPlan, journal: Journal) -> bool:
+        """After a binding that may have been carried out: whether the server has the pod bound to the
+        plan's node (read, not assumed). When the pod cannot be read, the outcome is unknown (marked in
+        ``journal``): False."""
+        namespace, name = split_key(pod_key(plan.pod))
+        try:
+            pod = await self.client.get(CORE_PODS, namespace, name)
+        except KubeAPIError:
+            journal.outcome_unknown = True
+            return False
+        return uid_of(pod) == uid_of(plan.pod) and (pod.get("spec") or {}).get("nodeName") == plan.node
 
     # --- rollback -----------------------------------------------------------------------------------------

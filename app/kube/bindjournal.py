@@ -48,6 +48,9 @@ class Journal:
     """Each field of the pod's status the bind patched (or may have: a 5xx), in order, with the value
     that clears it."""
     outcome_unknown: bool = False
+    binding_sent: bool = False
+    """The binding request went out: if the bind's deadline cuts it short, the pod is read before any
+    rollback (the server may have bound it)."""
     waits: list[Wait] = field(default_factory=list)
     reserved: list[tuple[str, str, Mapping[str, Any] | None]] = field(default_factory=list)
     """(key, UID, consumer) of every claim of the pod found or written reserved for it (or for the

@@ -412,6 +412,36 @@ async def test_a_claim_write_stored_as_the_bind_times_out_is_rolled_back(api, st
     assert_untouched(api, "p-gpu", "p")
 
 
+async def test_a_binding_stored_as_the_bind_times_out_is_a_bind(api, start_runtime):
+    """The bind's deadline cuts the binding short after the server bound the pod: the pod is read, and its
+    claims stay allocated (released, a bound pod could never start)."""
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
+    answer = api.gate("POST", r"pods/p/binding$", after=True)
+    try:
+        assert await bind(runtime, "p", "n1") is None
+    finally:
+        answer.set()
+    assert api.get("Pod", NS, "p")["spec"]["nodeName"] == "n1"
+    c = claim_in_api(api, "p-gpu")
+    assert c["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-pod-ml-p"}]
+    assert c["status"]["allocation"]["devices"]["results"][0]["pool"] == "n1"
+    assert writes(api)[-1] == ("POST", "pods/p/binding")
+
+
+async def test_a_binding_cut_short_before_the_server_took_it_is_rolled_back(api, start_runtime):
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
+    answer = api.gate("POST", r"pods/p/binding$")  # held, then dropped with the client's connection
+    try:
+        assert "took longer than 50" in (await bind(runtime, "p", "n1") or "")
+    finally:
+        answer.set()
+    assert_untouched(api, "p-gpu", "p")
+
+
 async def test_a_pod_status_patch_stored_as_the_bind_times_out_is_cleared(api, start_runtime):
     """The bind's deadline cancels the patch in flight, which the server has stored: the rollback clears
     it, as it would after a 5xx, rather than leave the pod pointing at the claim it deletes."""
