@@ -40,10 +40,10 @@ held and its rollback re-reads the claim, the finalizer's rollback drops it if i
 patch is cleared, and the binding's outcome is read from the pod. A write the bind's deadline cuts short
 may have been carried out too: the finalizer, the allocation (reserved for the pod itself, not its
 PodGroup, whose entry other members share) and the pod status patches are recorded before they are sent,
-so the rollback covers them (re-reading each claim first). When the binding request
-may have been carried out and the pod cannot be re-read, nothing is rolled back (a bound pod whose claims
-were released could never start): the allocation stays, and recovery (``app.kube.recovery``) either sees
-the pod bound or releases it after the grace period.
+so the rollback covers them (re-reading each claim first), and a binding it cuts short is read back
+from the pod. When the binding request may have been carried out and the pod cannot be re-read, nothing
+is rolled back (a bound pod whose claims were released could never start): the allocation stays, and
+recovery (``app.kube.recovery``) either sees the pod bound or releases it after the grace period.
 
 After each allocation write the devices stay reserved in the index until the ResourceClaim watch shows
 the write (``app.kube.reservations``), so filters running meanwhile treat them as used.

@@ -45,8 +45,8 @@ class Journal:
 
     claims: list[Written]
     pod_status: dict[str, Any] = field(default_factory=dict)
-    """Each field of the pod's status the bind patched (or may have: a 5xx), in order, with the value
-    that clears it."""
+    """Each field of the pod's status the bind patched (or may have: a 5xx, or a patch its deadline cut
+    short), in order, with the value that clears it."""
     outcome_unknown: bool = False
     binding_sent: bool = False
     """The binding request went out: if the bind's deadline cuts it short, the pod is read before any
