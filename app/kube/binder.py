@@ -506,11 +506,13 @@ class KubeBinder:
 
     async def _binding_landed(self, plan: BindPlan, journal: Journal) -> bool:
         """After a binding that may have been carried out: whether the server has the pod bound to the
-        plan's node (read, not assumed). When the pod cannot be read, the outcome is unknown (marked in
-        ``journal``): False."""
+        plan's node (read, not assumed). When the pod cannot be read (but for a 404: it is gone), the
+        outcome is unknown (marked in ``journal``): False."""
         namespace, name = split_key(pod_key(plan.pod))
         try:
             pod = await self.client.get(CORE_PODS, namespace, name)
+        except NotFoundError:
+            return False  # deleted: whatever it was bound to, its claims are released
         except KubeAPIError:
             journal.outcome_unknown = True
             return False

@@ -430,6 +430,26 @@ async def test_a_binding_stored_as_the_bind_times_out_is_a_bind(api, start_runti
     assert writes(api)[-1] == ("POST", "pods/p/binding")
 
 
+async def test_a_pod_deleted_while_its_binding_was_cut_short_has_its_claims_released(api, start_runtime):
+    """The pod read after the deadline answers 404: it is gone, so the rollback runs rather than leave its
+    claims to recovery (which leaves the claims of pods that no longer exist alone)."""
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
+    answer = api.gate("POST", r"pods/p/binding$", after=True)
+    binding = asyncio.create_task(bind(runtime, "p", "n1"))
+    try:
+        await eventually(lambda: api.get("Pod", NS, "p")["spec"].get("nodeName"))
+        api.remove("Pod", NS, "p")
+        assert "took longer than 50" in (await binding or "")
+    finally:
+        answer.set()
+    c = claim_in_api(api, "p-gpu")
+    assert FINALIZER not in (c["metadata"].get("finalizers") or [])
+    assert not (c.get("status") or {}).get("allocation")
+    assert not (c.get("status") or {}).get("reservedFor")
+
+
 async def test_a_binding_cut_short_before_the_server_took_it_is_rolled_back(api, start_runtime):
     seed_cluster(api)
     add_pod(api, "p")
