@@ -397,6 +397,18 @@ async def test_a_pod_status_patch_stored_then_answered_500_is_cleared(api, start
     assert not (api.get("Pod", NS, "x").get("status") or {}).get("extendedResourceClaimStatus")
 
 
+async def bind_past_the_deadline(
+    api: FakeKubeAPI, runtime, name: str, method: str, pattern: str, *, after: bool = True
+) -> str | None:
+    """Bind pod ``name`` to n1 while the requests matching ``method`` and ``pattern`` are held past the
+    bind's deadline (``after``: carried out first, only their answers held); the error text, or None."""
+    answer = api.gate(method, pattern, after=after)
+    try:
+        return await bind(runtime, name, "n1")
+    finally:
+        answer.set()
+
+
 @pytest.mark.parametrize("write", [r"resourceclaims/p-gpu$", r"resourceclaims/p-gpu/status$"])
 async def test_a_claim_write_stored_as_the_bind_times_out_is_rolled_back(api, start_runtime, write):
     """The bind's deadline cancels the finalizer or allocation write in flight, which the server has
@@ -404,11 +416,7 @@ async def test_a_claim_write_stored_as_the_bind_times_out_is_rolled_back(api, st
     seed_cluster(api)
     add_pod(api, "p")
     runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
-    answer = api.gate("PUT", write, after=True)
-    try:
-        assert "took longer than 50" in (await bind(runtime, "p", "n1") or "")
-    finally:
-        answer.set()
+    assert "took longer than 50" in (await bind_past_the_deadline(api, runtime, "p", "PUT", write) or "")
     assert_untouched(api, "p-gpu", "p")
 
 
@@ -418,11 +426,7 @@ async def test_a_binding_stored_as_the_bind_times_out_is_a_bind(api, start_runti
     seed_cluster(api)
     add_pod(api, "p")
     runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
-    answer = api.gate("POST", r"pods/p/binding$", after=True)
-    try:
-        assert await bind(runtime, "p", "n1") is None
-    finally:
-        answer.set()
+    assert await bind_past_the_deadline(api, runtime, "p", "POST", r"pods/p/binding$") is None
     assert api.get("Pod", NS, "p")["spec"]["nodeName"] == "n1"
     c = claim_in_api(api, "p-gpu")
     assert c["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-pod-ml-p"}]
@@ -454,11 +458,9 @@ async def test_a_binding_cut_short_before_the_server_took_it_is_rolled_back(api,
     seed_cluster(api)
     add_pod(api, "p")
     runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
-    answer = api.gate("POST", r"pods/p/binding$")  # held, then dropped with the client's connection
-    try:
-        assert "took longer than 50" in (await bind(runtime, "p", "n1") or "")
-    finally:
-        answer.set()
+    # Held, then dropped with the client's connection: never carried out.
+    error = await bind_past_the_deadline(api, runtime, "p", "POST", r"pods/p/binding$", after=False)
+    assert "took longer than 50" in (error or "")
     assert_untouched(api, "p-gpu", "p")
 
 
@@ -469,11 +471,8 @@ async def test_a_pod_status_patch_stored_as_the_bind_times_out_is_cleared(api, s
     p = add_extended_pod(api, "x")
     runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
     assert runtime.service.filter(p, ["n1"]).passed == ["n1"]
-    answer = api.gate("PATCH", r"pods/x/status$", after=True)
-    try:
-        assert "took longer than 50" in (await bind(runtime, "x", "n1") or "")
-    finally:
-        answer.set()
+    error = await bind_past_the_deadline(api, runtime, "x", "PATCH", r"pods/x/status$")
+    assert "took longer than 50" in (error or "")
     created_name = api.writes()[0].body["metadata"]["name"]
     assert api.get("ResourceClaim", NS, created_name) is None
     assert not (api.get("Pod", NS, "x").get("status") or {}).get("extendedResourceClaimStatus")
