@@ -67,6 +67,9 @@ matters for pathological claims, where the first-fit result is kept."""
 
 _UNKNOWN = 1 << 30
 
+_NOWHERE: tuple[object | None, frozenset[object]] = (None, frozenset())
+"""``Topology.place`` of a device that publishes neither a NUMA node nor a PCIe root."""
+
 
 @dataclass(frozen=True, slots=True)
 class Topology:
@@ -306,9 +309,10 @@ def select(
     topology: Topology | None = None,
     budget: int = ALIGNED_STEP_BUDGET,
     deadline: Deadline | None = None,
+    first_steps: int | None = None,
 ) -> Selection:
     """Allocate ``claims`` together on ``node`` with device-selection ``policy``, every search stopping
-    at ``deadline``.
+    at ``deadline``, the first-fit search also after trying ``first_steps`` devices (SearchLimitError).
 
     Raises what ``Allocator.allocate`` raises for the first-fit search (AllocatorError: fatal for the pod;
     NodeLocalError: this node only, SearchTimeoutError among them); errors of the restricted searches only
@@ -317,6 +321,7 @@ def select(
     if policy not in DEVICE_SELECTION_POLICIES:
         raise ValueError(f"unknown device selection policy {policy!r}")
     allocator = Allocator(inventory, selectors, deadline)
+    allocator.max_steps = first_steps
     first = allocator.allocate(node, claims)
     tried = allocator.stats.devices_tried
     if first is None or policy == "first-fit" or not claims:
@@ -331,7 +336,12 @@ def select(
     if every:
         index, alt = every[0]
         return Selection(first, policy, _all_devices_placement(alt, first[index]), tried)
-    aligner = _Aligner(inventory, selectors, node, claims, topology or Topology())
+    topology = topology or Topology()
+    # Checking every device against every request is the aligner's own cost: not for a node with nothing
+    # to align on.
+    if not any(topology.place(nd.device) != _NOWHERE for nd in node_devices(inventory, node)):
+        return Selection(first, policy, "first-fit (no topology published)", tried)
+    aligner = _Aligner(inventory, selectors, node, claims, topology)
     if not aligner.has_topology:
         return Selection(first, policy, "first-fit (no topology published)", tried)
     attempts = aligner.attempts()

@@ -117,11 +117,15 @@ def decide(
 ) -> Decision:
     """Whether ``claims`` fit together on ``node``, with what ``want`` asks of a fit, or why not.
 
-    ``search=False`` (the event loop's quick answers): raise SearchNeeded instead of searching; counts
-    then decide even a ``Want.DEVICES`` request as far as they can. A "no" names the slices rejected for
-    the node (their devices count for nothing). Raises AllocatorError (fatal for the pod)."""
-    decision = None
-    if want is not Want.DEVICES or not search:
+    ``search=False`` (the event loop's quick answers): raise SearchNeeded instead of a search that could
+    backtrack. Claims counts can decide get one pass of the search over the node's devices for the devices
+    ``want`` asks (``_one_pass``); what that pass does not settle, counts decide as far as they can, even
+    for ``Want.DEVICES``. A "no" names the slices rejected for the node (their devices count for
+    nothing). Raises AllocatorError (fatal for the pod)."""
+    decision: Decision | None = None
+    if want is not Want.VERDICT and not search and claims and countable(claims):
+        decision = _one_pass(inventory, selectors, node, claims, policy)
+    if decision is None and (want is not Want.DEVICES or not search):
         decision = _counted(inventory, selectors, node, claims, want, search=search)
     if decision is None:
         decision = allocate(inventory, selectors, node, claims, policy)
@@ -139,21 +143,53 @@ def allocate(
     if not claims:
         return Fits((), LOWEST_FINE_SCORE, placement="first-fit")
     try:
-        selection = select(
-            inventory,
-            selectors,
-            node,
-            claims,
-            policy.device_selection,
-            policy.scoring.topology,
-            deadline=_deadline(policy.filter_timeout),
-        )
+        found = _chosen(inventory, selectors, node, claims, policy)
     except NodeLocalError as e:
         return NoFit(str(e), True)
+    return found if found is not None else diagnose(inventory, selectors, node, claims)
+
+
+def _chosen(
+    inventory: Inventory,
+    selectors: SelectorCache,
+    node: Node,
+    claims: Sequence[Claim],
+    policy: Policy,
+    first_steps: int | None = None,
+) -> Fits | None:
+    """The devices the policy chooses and their score, or None when the search finds no allocation.
+    ``first_steps``: the devices the first-fit search may try. Raises AllocatorError, NodeLocalError."""
+    selection = select(
+        inventory,
+        selectors,
+        node,
+        claims,
+        policy.device_selection,
+        policy.scoring.topology,
+        deadline=_deadline(policy.filter_timeout),
+        first_steps=first_steps,
+    )
     if selection.results is None:
-        return diagnose(inventory, selectors, node, claims)
+        return None
     breakdown = score_allocation(inventory, selectors, node, claims, selection.results, policy.scoring)
     return Fits(tuple(selection.results), breakdown.fine_score, breakdown, selection.placement)
+
+
+def _one_pass(
+    inventory: Inventory, selectors: SelectorCache, node: Node, claims: Sequence[Claim], policy: Policy
+) -> Fits | None:
+    """The fit the search finds trying each of the node's devices at most once per request, or None.
+
+    For a quick decision of claims counts could decide (``countable``): without backtracking the search
+    does no more work than counting, and the first fit it finds is the one counting then searching would
+    return, so a fit costs one pass instead of two. Everything else (no fit in one pass, an invalid pool,
+    the filter timeout) is left to counts, as before."""
+    requests = sum(len(request.alternatives) for claim in claims for request in claim.requests)
+    devices = sum(len(s.devices) for pool in inventory.pools_for(node) for s in pool.slices)
+    try:
+        return _chosen(inventory, selectors, node, claims, policy, first_steps=requests * devices)
+    except NodeLocalError:
+        return None
 
 
 def fits(

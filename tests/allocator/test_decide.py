@@ -63,3 +63,44 @@ def test_devices_of_a_known_fit_are_searched_for_without_counting_first(monkeypa
     chosen = decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES)
     assert counted == ["count"]  # no second count
     assert isinstance(chosen, Fits) and chosen == scored
+
+
+def test_a_quick_decision_takes_the_devices_one_pass_of_the_search_finds_without_counting(monkeypatch):
+    # Counting before a quick search guards the event loop against a search that backtracks; a first fit
+    # found in one pass over the node's devices needs no such guard, and is the fit counting then
+    # searching would return.
+    world = World(slices=[gpus(4)]).allocated("default/other", result("r", "gpu-1"))
+    claims = [claim("c", request("r", count=2))]
+    full = decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.SCORE)
+    counted: list[str] = []
+    count = decide_module.verdict
+    monkeypatch.setattr(decide_module, "verdict", lambda *a: counted.append("count") or count(*a))
+    for want in (Want.SCORE, Want.DEVICES):
+        quick = decide(world.inventory, world.selectors, NODE1, claims, POLICY, want, search=False)
+        assert isinstance(quick, Fits) and quick == full
+        assert [r["device"] for r in quick.results[0]["devices"]["results"]] == ["gpu-0", "gpu-2"]
+    assert counted == []
+
+
+def test_a_quick_decision_the_first_pass_cannot_settle_is_counted_as_before():
+    # gpu-0 of 2 in use: one pass finds one device of the two, so counts give the reason.
+    world = World(slices=[gpus(2)]).allocated("default/other", result("r", "gpu-0"))
+    claims = [claim("c", request("r", count=2))]
+    quick = decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES, search=False)
+    assert quick == NoFit(
+        "claim default/c, request r: 1 of 2 matching device(s) usable (1 in use, 0 tainted), 2 needed", False
+    )
+
+
+def test_a_quick_search_stops_after_one_pass_over_the_devices(monkeypatch):
+    # Two requests on four devices: one pass is at most 2 x 4 devices tried; the search gets that limit.
+    world = World(slices=[gpus(4)])
+    claims = [claim("c", request("a", count=1), request("b", count=1))]
+    limits: list[int | None] = []
+    select = decide_module.select
+    monkeypatch.setattr(
+        decide_module, "select", lambda *a, **k: limits.append(k.get("first_steps")) or select(*a, **k)
+    )
+    decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES, search=False)
+    decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES)
+    assert limits == [8, None]
