@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -9,7 +10,21 @@ import pytest
 from allocator import decide as decide_module
 from allocator.decide import Fits, NoFit, Policy, SearchNeeded, Want, decide
 from allocator.errors import AllocatorError
-from tests.allocator.builders import DRIVER_A, NODE1, World, claim, device, request, result, slice_
+from tests.allocator.builders import (
+    CLASS_A,
+    CLASS_B,
+    DRIVER_A,
+    DRIVER_B,
+    NODE1,
+    NUMA,
+    ROOT,
+    World,
+    claim,
+    device,
+    request,
+    result,
+    slice_,
+)
 
 POLICY = Policy()
 
@@ -104,3 +119,58 @@ def test_a_quick_search_stops_after_one_pass_over_the_devices(monkeypatch):
     decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES, search=False)
     decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES)
     assert limits == [8, None]
+
+
+def _random_world(rng: random.Random) -> tuple[World, list[Any]]:
+    """A node with GPUs of two drivers (some with topology, some tainted, some taken) and one or two claims
+    of one or two requests: the shapes counts can decide and some they cannot."""
+
+    def gpus_of(prefix: str) -> list[dict[str, Any]]:
+        made = []
+        for i in range(rng.randint(0, 6)):
+            attributes: dict[str, Any] = {"idx": i}
+            if rng.random() < 0.5:
+                attributes.update({NUMA: i // 2, ROOT: f"p{i // 2}"})
+            made.append(device(f"{prefix}-{i}", **attributes))
+            if rng.random() < 0.15:
+                made[-1]["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
+        return made
+
+    a, b = gpus_of("a"), gpus_of("b")
+    world = World(slices=[slice_("a", DRIVER_A, "node-1", a), slice_("b", DRIVER_B, "node-1-b", b)])
+    taken = [result("r", d["name"]) for d in a if rng.random() < 0.3]
+    if taken:
+        world.allocated("default/other", *taken)
+    claims = []
+    for c in range(rng.randint(1, 2)):
+        requests = []
+        for r in range(rng.randint(1, 2)):
+            selectors = []
+            if rng.random() < 0.3:
+                driver = DRIVER_A if rng.random() < 0.5 else DRIVER_B
+                selectors = [{"cel": {"expression": f'device.attributes["{driver}"].idx % 2 == 0'}}]
+            fields: dict[str, Any] = {"selectors": selectors} if selectors else {}
+            class_name = CLASS_A if rng.random() < 0.6 else CLASS_B
+            requests.append(request(f"r{r}", class_name, count=rng.randint(1, 3), **fields))
+        claims.append(claim(f"c{c}", *requests))
+    return world, claims
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_a_quick_decision_is_the_full_decision_or_declined(seed):
+    # Against the full decision of the same node: the quick one may decline (SearchNeeded), never differ.
+    world, claims = _random_world(random.Random(seed))
+
+    def outcome(want: Want, search: bool) -> object:
+        try:
+            return decide(world.inventory, world.selectors, NODE1, claims, POLICY, want, search=search)
+        except AllocatorError as e:  # fatal for the pod: the same error either way
+            return (type(e), str(e))
+
+    for want in (Want.SCORE, Want.DEVICES):
+        full = outcome(want, True)
+        try:
+            quick = outcome(want, False)
+        except SearchNeeded:
+            continue
+        assert quick == full
