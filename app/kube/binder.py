@@ -32,18 +32,20 @@ Before anything, a replica whose kube-scheduler does not hold the leader Lease r
 who holds it (``app.kube.leader``: from the last read of the Lease, read again once before refusing); it
 writes nothing, and neither do its filter's claim releases and deletions.
 
-Any failure rolls back what this bind wrote, newest first: the pod status patch, the reservedFor entry and
-the allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind
-answers ``Error``. A write that got no answer after it was sent, or a 5xx (which a proxy can give after the
-server stored it: ``KubeAPIError.maybe_done``), may have been carried out: the status write's devices stay
-held and its rollback re-reads the claim, the finalizer's rollback drops it if it is there, a pod status
-patch is cleared, and the binding's outcome is read from the pod. A write the bind's deadline cuts short
-may have been carried out too: the finalizer, the allocation (reserved for the pod itself, not its
-PodGroup, whose entry other members share) and the pod status patches are recorded before they are sent,
-so the rollback covers them (re-reading each claim first), and a binding it cuts short is read back
-from the pod. When the binding request may have been carried out and the pod cannot be re-read, nothing
-is rolled back (a bound pod whose claims were released could never start): the allocation stays, and
-recovery (``app.kube.recovery``) either sees the pod bound or releases it after the grace period.
+Any failure rolls back what this bind wrote, newest first: the pod status patch, the reservedFor entry and the
+allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind answers
+``Error``. A write that got no answer after it was sent, or a 5xx (which a proxy can give after the server
+stored it: ``KubeAPIError.maybe_done``), may have been carried out: the status write's devices stay held and
+its rollback re-reads the claim, the finalizer's rollback drops it if it is there, a pod status patch is
+cleared, and the binding's outcome is read from the pod. A write the bind's deadline cuts short may have been
+carried out too: the finalizer, the allocation (reserved for the pod itself, not its PodGroup, whose entry
+other members share) and the pod status patches are recorded before they are sent, so the rollback covers them
+(re-reading each claim first), and a binding it cuts short is read back from the pod. An allocation write the
+rollback finds missing, on a claim still at the version the write was sent with, may yet be carried out: its
+devices stay held until the claim changes (``WrittenReservations.fence``). When the binding request may have
+been carried out and the pod cannot be re-read, nothing is rolled back (a bound pod whose claims were released
+could never start): the allocation stays, and recovery (``app.kube.recovery``) either sees the pod bound or
+releases it after the grace period.
 
 After each allocation write the devices stay reserved in the index until the ResourceClaim watch shows
 the write (``app.kube.reservations``), so filters running meanwhile treat them as used.
@@ -368,6 +370,8 @@ class KubeBinder:
                 # member's, and another member may have written it meanwhile: recorded once it may be
                 # stored.
                 before = written.status_written, written.allocated
+                written.devices = devices
+                written.sent_version = str(meta_of(body).get("resourceVersion") or "")
                 if consumer is None:
                     written.status_written, written.allocated = True, allocation is not None
                 unanswered: KubeAPIError | None = None

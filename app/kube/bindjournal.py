@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from allocator.deviceuse import AllocatedDevice
 from app.kube.bindwait import Wait
-from app.kube.claimbodies import release_pod, split_key, uid_of, without_finalizer
+from app.kube.claimbodies import meta_of, release_pod, split_key, uid_of, without_finalizer
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.reservations import WrittenReservations
 from app.scheduling.binder import BindPlan
@@ -37,6 +38,10 @@ class Written:
     created: bool = False
     consumer_uid: str = ""
     """The UID of the ``reservedFor`` entry written when not the pod's (its PodGroup's)."""
+    devices: tuple[AllocatedDevice, ...] = ()
+    """The devices the status write allocates (none when it only adds a ``reservedFor`` entry)."""
+    sent_version: str = ""
+    """The claim's resourceVersion the status write was sent with: its precondition."""
 
 
 @dataclass(slots=True)
@@ -84,7 +89,7 @@ async def roll_back(
             log.error("rollback pod=%s: clearing %s: %s", pod_key(plan.pod), status_field, e)
     for written in reversed(journal.claims):
         try:
-            await _roll_back_claim(client, claims, written, pod_uid)
+            pending = await _roll_back_claim(client, claims, written, pod_uid)
         except KubeAPIError as e:
             # The write stays in the API; its devices stay reserved until the watch shows the claim.
             log.error(
@@ -95,19 +100,27 @@ async def roll_back(
                 extra={"pod": pod_key(plan.pod), "node": plan.node, "claim": written.key},
             )
             continue
-        reservations.release(written.key)
+        if pending:
+            reservations.fence(written.key, written.devices, pending)
+        else:
+            reservations.release(written.key)
 
 
-async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_uid: str) -> None:
+async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_uid: str) -> str:
+    """Undo ``written`` on its claim. Returns the claim's resourceVersion when the allocation write is not
+    there and the claim is still at the version it was sent with, having been neither written nor read
+    since: a write whose answer never came may still be carried out then, its precondition met (``""``
+    otherwise)."""
     namespace, name = split_key(written.key)
     last: ConflictError | None = None
     for _attempt in range(CONFLICT_ATTEMPTS):
         try:
             claim = await client.get(claims, namespace, name)
         except NotFoundError:
-            return
+            return ""
         if written.uid and uid_of(claim) != written.uid:
-            return
+            return ""
+        version = str(meta_of(claim).get("resourceVersion") or "")
         try:
             if written.status_written:
                 consumer = written.consumer_uid or pod_uid
@@ -120,7 +133,10 @@ async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_
                     claim = await client.replace(claims, unprotected)
             if written.created:
                 await client.delete(claims, namespace, name, uid=written.uid or None)
-            return
+                return ""
         except ConflictError as e:
             last = e
+            continue
+        unchanged = str(meta_of(claim).get("resourceVersion") or "") == version == written.sent_version
+        return version if unchanged and written.allocated and written.devices else ""
     raise last or ConflictError(409, "Conflict", "rollback kept conflicting")

@@ -18,6 +18,12 @@ outcome is unknown (sent, no answer, and the rollback could not re-read the clai
 expires after ``ttl`` seconds, with a warning: by then replaced watches (their replay) or a relist would
 have shown the write had it landed. ``expire`` is called by the recovery loop.
 
+``fence`` holds the devices of an allocation write the rollback found missing while the claim was still at
+the version the write was sent with, and which the rollback did not change: a server that took the
+request before its client gave up may still carry it out, its precondition met. The hold ends at the
+first newer version of the claim (that write, or any other change, after which the write fails its
+precondition), or after ``ttl``.
+
 Not thread-safe by itself: every method runs under the scheduling service's lock (``observe`` is an
 informer observer, called with the lock held).
 """
@@ -49,6 +55,14 @@ class _Held:
 
 def _version(obj: Mapping[str, Any] | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _number(version: str) -> int:
+    """A resourceVersion as the integer kube-apiserver writes; -1 (older than any) when it is not one."""
+    try:
+        return int(version)
+    except ValueError:
+        return -1
 
 
 class WrittenReservations:
@@ -90,6 +104,21 @@ class WrittenReservations:
             self._held[key] = _Held(devices, stale_set, self.clock.now(), confirmed)
             self.state.inventory.reserve(self.token(key), devices)
             return True
+
+    def fence(self, key: str, devices: tuple[AllocatedDevice, ...], version: str) -> None:
+        """Keep ``devices`` reserved for claim ``key``, which a rolled-back allocation write left at
+        ``version`` (its precondition: the write, unanswered, may still be carried out), until the index
+        shows a newer version or ``ttl`` passes. Whatever changes the claim first, the write itself or
+        another, ends the window: after that the write cannot succeed."""
+        with self.lock:
+            self.release(key)
+            current = self.state.get("ResourceClaim", key)
+            if current is not None and _number(_version(current)) > _number(version):
+                return  # changed since: the write fails its precondition
+            # The index's own version too, when the watch has not shown ``version`` yet.
+            stale = frozenset({version, _version(current)} if current is not None else {version})
+            self._held[key] = _Held(devices, stale, self.clock.now(), confirmed=False)
+            self.state.inventory.reserve(self.token(key), devices)
 
     def release(self, key: str) -> None:
         with self.lock:

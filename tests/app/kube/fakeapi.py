@@ -92,6 +92,9 @@ class Fault:
     with a gate, hold the answer."""
     retry_after: str = ""
     """The error's ``Retry-After`` header, when not empty."""
+    late: bool = False
+    """With a gate: carry the request out once the gate opens, even if its client has gone (the fake API
+    server only)."""
 
 
 @dataclass
@@ -141,11 +144,15 @@ class FaultPlan:
     def disconnect(self, method: str, pattern: str, times: int = 1) -> None:
         self.faults.append(Fault(method, re.compile(pattern), times, disconnect=True))
 
-    def gate(self, method: str, pattern: str, times: int = 1, *, after: bool = False) -> asyncio.Event:
+    def gate(
+        self, method: str, pattern: str, times: int = 1, *, after: bool = False, late: bool = False
+    ) -> asyncio.Event:
         """Hold matching requests until the event is set; ``after``: carry each out first and hold its
-        answer (a write stored while the client gives up waiting)."""
+        answer (a write stored while the client gives up waiting); ``late``: carry each out once the event
+        is set even if its client has gone by then (a server finishing a request whose connection
+        closed)."""
         event = asyncio.Event()
-        self.faults.append(Fault(method, re.compile(pattern), times, gate=event, after=after))
+        self.faults.append(Fault(method, re.compile(pattern), times, gate=event, after=after, late=late))
         return event
 
     def take_fault(self, method: str, path: str) -> Fault | None:
@@ -216,6 +223,8 @@ class FakeKubeAPI(FaultPlan):
         """SubjectAccessReview: (user, non-resource path, verb) allowed; anything else is denied."""
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.late_requests: set[asyncio.Future[web.StreamResponse]] = set()
+        """Requests of ``late`` gates still to carry out (kept referenced until they are)."""
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
@@ -372,6 +381,12 @@ class FakeKubeAPI(FaultPlan):
             answer = await handler(request)
             await fault.gate.wait()
             return answer
+        if fault is not None and fault.gate is not None and fault.late:
+            # Shielded: the handler is cancelled when the client goes, the request is still carried out.
+            carried = asyncio.ensure_future(self._after(fault.gate, handler, request))
+            self.late_requests.add(carried)
+            carried.add_done_callback(self.late_requests.discard)
+            return await asyncio.shield(carried)
         if fault is not None and fault.gate is not None:
             await fault.gate.wait()
         elif fault is not None and fault.disconnect:
@@ -381,6 +396,12 @@ class FakeKubeAPI(FaultPlan):
                 await handler(request)
             return fault_answer(fault, fault.reason or "Injected")
         return await handler(request)
+
+    @staticmethod
+    async def _after(gate: asyncio.Event, handler: Any, request: web.Request) -> web.StreamResponse:
+        await gate.wait()
+        answer: web.StreamResponse = await handler(request)
+        return answer
 
     @staticmethod
     def _error(code: int, reason: str, message: str) -> web.Response:

@@ -10,6 +10,7 @@ import random
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -418,6 +419,58 @@ async def test_a_claim_write_stored_as_the_bind_times_out_is_rolled_back(api, st
     runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
     assert "took longer than 50" in (await bind_past_the_deadline(api, runtime, "p", "PUT", write) or "")
     assert_untouched(api, "p-gpu", "p")
+
+
+async def cut_short_before_the_server_took_it(api: FakeKubeAPI, start_runtime) -> tuple[Any, asyncio.Event]:
+    """Pods p and q on n1 (gpu-0, gpu-1); p's claim keeps its finalizer from an earlier bind, so a rollback
+    that finds p's allocation write missing writes nothing. p's bind is cut short by its deadline before
+    the server carried that write out: the runtime, and the gate that lets the server carry it out."""
+    seed_cluster(api)
+    protected = claim(NS, "p-gpu", [request("gpu", "gpu", 1)])
+    protected["metadata"]["finalizers"] = [FINALIZER]
+    api.add("ResourceClaim", protected)
+    api.add("Pod", pod(NS, "p", ["p-gpu"]))
+    add_pod(api, "q")
+    runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
+    late = api.gate("PUT", r"resourceclaims/p-gpu/status$", late=True)
+    assert "took longer than 50" in (await bind(runtime, "p", "n1") or "")
+    assert not (claim_in_api(api, "p-gpu").get("status") or {}).get("allocation")
+    return runtime, late
+
+
+def device_of(api: FakeKubeAPI, claim_name: str) -> str:
+    return str(claim_in_api(api, claim_name)["status"]["allocation"]["devices"]["results"][0]["device"])
+
+
+async def test_an_allocation_write_that_lands_after_the_rollback_gives_no_device_to_a_second_claim(
+    api, start_runtime
+):
+    """The claim's resourceVersion, the write's precondition, still holds when the server carries the
+    write out late. Until the claim changes, its devices stay held: the next pod's bind takes the other."""
+    runtime, late = await cut_short_before_the_server_took_it(api, start_runtime)
+    assert await bind(runtime, "q", "n1") is None  # while p's write may still land
+    late.set()
+    await eventually(lambda: (claim_in_api(api, "p-gpu").get("status") or {}).get("allocation"))
+    assert (device_of(api, "p-gpu"), device_of(api, "q-gpu")) == ("gpu-0", "gpu-1")
+    # The index shows the write: the claim's own allocation holds gpu-0 from now on.
+    await eventually(lambda: "ml/p-gpu" not in runtime.reservations)
+
+
+async def test_a_claim_changed_after_the_rollback_ends_the_hold_of_a_write_that_can_no_longer_land(
+    api, start_runtime
+):
+    """Another writer changes p's claim first: the late write would fail its precondition, so its device is
+    free again for q, and when the server carries the write out it is refused."""
+    runtime, late = await cut_short_before_the_server_took_it(api, start_runtime)
+    labelled = claim_in_api(api, "p-gpu")
+    labelled["metadata"]["labels"] = {"team": "a"}
+    api.put("ResourceClaim", labelled)
+    await eventually(lambda: "ml/p-gpu" not in runtime.reservations)
+    assert await bind(runtime, "q", "n1") is None
+    late.set()
+    await eventually(lambda: not api.late_requests)
+    assert not (claim_in_api(api, "p-gpu").get("status") or {}).get("allocation")
+    assert device_of(api, "q-gpu") == "gpu-0"
 
 
 async def test_a_binding_stored_as_the_bind_times_out_is_a_bind(api, start_runtime):
