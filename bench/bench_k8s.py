@@ -3,14 +3,14 @@ DynamicResources plugin and once with the plugin disabled and the extender confi
 ``manifests/``), on the same control plane (``e2e/``), alternating round by round.
 
 The workload follows upstream scheduler_perf's ``SchedulingWithResourceClaimTemplate``: N nodes with one
-ResourceSlice of 8 devices each, then pods that each take one device through a ResourceClaimTemplate,
-created in bulk. Each run has its own driver, DeviceClass and namespace on fresh nodes, and everything is
-deleted before the next run, so the two never share devices or node counts. Measured from the client:
-pods/s from the first pod created to the last one bound, and per-pod latency (created -> bound, seen on a
-watch); how fast the pods were created and how long after the last one the last was bound (a path that
-keeps up binds each pod soon after it is created, so its rate is the creation's, which the CPU the
-other components leave the API server sets); plus CPU seconds each component used during the run and, for the extender, the mean time it took
-to answer each verb (its own request-duration metric): which says where the time goes.
+ResourceSlice of 8 devices each, then pods that each take one device through a ResourceClaimTemplate, created
+in bulk. Each run has its own driver, DeviceClass and namespace on fresh nodes, and everything is deleted
+before the next run, so the two never share devices or node counts. Measured from the client: pods/s from the
+first pod created to the last one bound, and per-pod latency (created -> bound, seen on a watch); how fast the
+pods were created and how long after the last one the last was bound (a path that keeps up binds each pod soon
+after it is created, so its rate is the creation's, which the CPU the other components leave the API server
+sets); plus CPU seconds each component used during the run and, for the extender, the mean time it took to
+answer each verb (its own request-duration metric): which says where the time goes.
 
 API budget: the in-tree plugin writes claims and bindings through kube-scheduler's client, the extender
 through its own; each client keeps to a token bucket (kube-scheduler's ``clientConnection.qps`` / ``burst``,
