@@ -108,9 +108,8 @@ async def roll_back(
 
 async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_uid: str) -> str:
     """Undo ``written`` on its claim. Returns the claim's resourceVersion when the allocation write is not
-    there and the claim is still at the version it was sent with, having been neither written nor read
-    since: a write whose answer never came may still be carried out then, its precondition met (``""``
-    otherwise)."""
+    there, the claim is still at the version the write was sent with and this rollback wrote nothing to
+    it: a write whose answer never came may still be carried out, its precondition met (``""`` otherwise)."""
     namespace, name = split_key(written.key)
     last: ConflictError | None = None
     for _attempt in range(CONFLICT_ATTEMPTS):

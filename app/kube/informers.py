@@ -59,7 +59,7 @@ from app.kube.client import (
     WatchIdle,
 )
 from app.kube.clock import Clock, SystemClock
-from app.state.cluster import ClusterState, object_key
+from app.state.cluster import ClusterState, object_key, object_version
 from app.state.convert import DRA_GROUP, SUPPORTED_VERSIONS, ConversionError, to_v1
 from app.state.podgroups import GROUP as POD_GROUP_API
 from app.state.podgroups import POD_GROUP_VERSIONS
@@ -364,7 +364,7 @@ class Informer:
             self.stats.events += 1
             key = object_key(self.kind, obj)
             with self.lock:
-                if 0 <= _version(obj) < _version(self.state.get(self.kind, key)):
+                if 0 <= object_version(obj) < object_version(self.state.get(self.kind, key)):
                     self.stats.stale += 1  # the deletion of an earlier object of that name
                 else:
                     self.state.remove(self.kind, key)
@@ -396,8 +396,8 @@ class Informer:
     def _apply(self, obj: dict[str, Any]) -> str:
         """Apply under the (held) lock; returns the key. A parse error is logged; the old object stays."""
         key = object_key(self.kind, obj)
-        version = _version(obj)
-        if version >= 0 and version <= _version(self.state.get(self.kind, key)):
+        version = object_version(obj)
+        if version >= 0 and version <= object_version(self.state.get(self.kind, key)):
             # Not newer than what the index holds (a replayed or reordered event): applying it would roll
             # the object back, e.g. free an allocated claim's devices. kube-scheduler's assume cache skips
             # these the same way.
@@ -421,16 +421,6 @@ class Informer:
                 # the observers after this one must see it now. A raising observer is a bug, logged.
                 self.stats.errors += 1
                 log.exception("%s %s: an observer failed on this version", self.kind, key)
-
-
-def _version(obj: Mapping[str, Any] | None) -> int:
-    """``metadata.resourceVersion`` as the integer the API server writes (as kube-scheduler's assume cache
-    reads it); -1 when absent or not an integer, which compares older than every version."""
-    version = ((obj or {}).get("metadata") or {}).get("resourceVersion")
-    try:
-        return int(version)  # type: ignore[arg-type]  # any JSON value: what int() refuses is caught below
-    except (TypeError, ValueError):
-        return -1
 
 
 class Informers:

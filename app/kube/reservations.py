@@ -38,7 +38,7 @@ from typing import Any
 
 from allocator.deviceuse import AllocatedDevice, written_token
 from app.kube.clock import Clock
-from app.state.cluster import ClusterState
+from app.state.cluster import ClusterState, object_version, version_number
 
 __all__ = ["WrittenReservations"]
 
@@ -55,14 +55,6 @@ class _Held:
 
 def _version(obj: Mapping[str, Any] | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _number(version: str) -> int:
-    """A resourceVersion as the integer kube-apiserver writes; -1 (older than any) when it is not one."""
-    try:
-        return int(version)
-    except ValueError:
-        return -1
 
 
 class WrittenReservations:
@@ -113,7 +105,7 @@ class WrittenReservations:
         with self.lock:
             self.release(key)
             current = self.state.get("ResourceClaim", key)
-            if current is not None and _number(_version(current)) > _number(version):
+            if object_version(current) > version_number(version):
                 return  # changed since: the write fails its precondition
             # The index's own version too, when the watch has not shown ``version`` yet.
             stale = frozenset({version, _version(current)} if current is not None else {version})

@@ -25,7 +25,16 @@ from allocator.model import (
 from allocator.nodeselector import Node, parse_node_selector
 from app.state.compact import SharedParts, kept_slice
 
-__all__ = ["KINDS", "NAMESPACED_KINDS", "ClusterState", "is_pending", "node_from_api", "object_key"]
+__all__ = [
+    "KINDS",
+    "NAMESPACED_KINDS",
+    "ClusterState",
+    "is_pending",
+    "node_from_api",
+    "object_key",
+    "object_version",
+    "version_number",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +58,20 @@ def object_key(kind: str, obj: Mapping[str, Any]) -> str:
     if kind in NAMESPACED_KINDS:
         return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
     return str(meta.get("name"))
+
+
+def version_number(version: Any) -> int:
+    """A resourceVersion as the integer the API server writes (as kube-scheduler's assume cache reads it);
+    -1 when absent or not an integer, which compares older than every version."""
+    try:
+        return int(version)
+    except (TypeError, ValueError):
+        return -1
+
+
+def object_version(obj: Mapping[str, Any] | None) -> int:
+    """``version_number`` of ``obj``'s ``metadata.resourceVersion`` (None: no object, -1)."""
+    return version_number(((obj or {}).get("metadata") or {}).get("resourceVersion"))
 
 
 def is_pending(pod: Mapping[str, Any]) -> bool:
