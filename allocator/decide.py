@@ -118,12 +118,12 @@ def decide(
     """Whether ``claims`` fit together on ``node``, with what ``want`` asks of a fit, or why not.
 
     ``search=False`` (the event loop's quick answers): raise SearchNeeded instead of a search that could
-    backtrack. Claims counts can decide get one pass of the search over the node's devices for the devices
-    ``want`` asks (``_one_pass``); what that pass does not settle, counts decide as far as they can, even
-    for ``Want.DEVICES``. A "no" names the slices rejected for the node (their devices count for
-    nothing). Raises AllocatorError (fatal for the pod)."""
+    backtrack. ``Want.DEVICES`` of claims counts can decide gets one pass of the search over the node's
+    devices first (``_one_pass``), as its full decision searches first; what that pass does not settle,
+    counts decide as far as they can. A "no" names the slices rejected for the node (their devices count
+    for nothing). Raises AllocatorError (fatal for the pod)."""
     decision: Decision | None = None
-    if want is not Want.VERDICT and not search and claims and countable(claims):
+    if want is Want.DEVICES and not search and claims and countable(claims):
         decision = _one_pass(inventory, selectors, node, claims, policy)
     if decision is None and (want is not Want.DEVICES or not search):
         decision = _counted(inventory, selectors, node, claims, want, search=search)
@@ -180,10 +180,12 @@ def _one_pass(
 ) -> Fits | None:
     """The fit the search finds trying each of the node's devices at most once per request, or None.
 
-    For a quick decision of claims counts could decide (``countable``): without backtracking the search
-    does no more work than counting, and the first fit it finds is the one counting then searching would
-    return, so a fit costs one pass instead of two. Everything else (no fit in one pass, an invalid pool,
-    the filter timeout) is left to counts, as before."""
+    For a quick ``Want.DEVICES`` of claims counts could decide (``countable``): without backtracking the
+    search does no more work than counting, and the fit it finds is the one the full decision (which
+    searches without counting) returns, so a fit costs one pass instead of two. Everything else (no fit in
+    one pass, an invalid pool, the filter timeout) is left to counts, as before. Not for ``Want.SCORE``:
+    its full decision counts first, and where counts say no the search can still raise (a selector's
+    runtime error on a device of another node, which the search meets and counts skip)."""
     requests = sum(len(request.alternatives) for claim in claims for request in claim.requests)
     devices = sum(len(s.devices) for pool in inventory.pools_for(node) for s in pool.slices)
     try:

@@ -82,18 +82,17 @@ def test_devices_of_a_known_fit_are_searched_for_without_counting_first(monkeypa
 
 def test_a_quick_decision_takes_the_devices_one_pass_of_the_search_finds_without_counting(monkeypatch):
     # Counting before a quick search guards the event loop against a search that backtracks; a first fit
-    # found in one pass over the node's devices needs no such guard, and is the fit counting then
-    # searching would return.
+    # found in one pass over the node's devices needs no such guard, and is the fit the full decision of
+    # the devices (which searches without counting) returns.
     world = World(slices=[gpus(4)]).allocated("default/other", result("r", "gpu-1"))
     claims = [claim("c", request("r", count=2))]
-    full = decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.SCORE)
+    full = decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES)
     counted: list[str] = []
     count = decide_module.verdict
     monkeypatch.setattr(decide_module, "verdict", lambda *a: counted.append("count") or count(*a))
-    for want in (Want.SCORE, Want.DEVICES):
-        quick = decide(world.inventory, world.selectors, NODE1, claims, POLICY, want, search=False)
-        assert isinstance(quick, Fits) and quick == full
-        assert [r["device"] for r in quick.results[0]["devices"]["results"]] == ["gpu-0", "gpu-2"]
+    quick = decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES, search=False)
+    assert isinstance(quick, Fits) and quick == full
+    assert [r["device"] for r in quick.results[0]["devices"]["results"]] == ["gpu-0", "gpu-2"]
     assert counted == []
 
 
@@ -119,6 +118,20 @@ def test_a_quick_search_stops_after_one_pass_over_the_devices(monkeypatch):
     decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES, search=False)
     decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.DEVICES)
     assert limits == [8, None]
+
+
+def test_a_quick_score_counts_first_as_the_full_one_does():
+    # A device of another node (a perDeviceNodeSelection slice) fails the request's selector at runtime:
+    # the search meets it and raises, counts skip it and say no. Both scores count first: the same "no".
+    off = {**device("far"), "nodeName": "node-2"}  # no attribute x
+    on = {**device("near-0", x=1), "nodeName": "node-1"}
+    fabric = slice_("fabric", DRIVER_A, "fabric", [off, on], node=None, perDeviceNodeSelection=True)
+    world = World(slices=[fabric])
+    selector = {"cel": {"expression": 'device.attributes["driver-a.example.com"].x == 1'}}
+    claims = [claim("c", request("r", count=2, selectors=[selector]))]
+    full = decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.SCORE)
+    assert isinstance(full, NoFit)
+    assert decide(world.inventory, world.selectors, NODE1, claims, POLICY, Want.SCORE, search=False) == full
 
 
 def _random_world(rng: random.Random) -> tuple[World, list[Any]]:
