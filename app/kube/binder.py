@@ -40,9 +40,10 @@ its rollback re-reads the claim, the finalizer's rollback drops it if it is ther
 cleared, and the binding's outcome is read from the pod. A write the bind's deadline cuts short may have been
 carried out too: the finalizer, the allocation (reserved for the pod itself, not its PodGroup, whose entry
 other members share) and the pod status patches are recorded before they are sent, so the rollback covers them
-(re-reading each claim first), and a binding it cuts short is read back from the pod. An allocation write the
-rollback finds missing, on a claim still at the version the write was sent with, may yet be carried out: its
-devices stay held until the claim changes (``WrittenReservations.fence``). When the binding request may have
+(re-reading each claim first), and a binding it cuts short is read back from the pod. An allocation write that
+got no answer, or a 5xx, may also be carried out after the rollback, its resourceVersion precondition met when
+the rollback wrote nothing to the claim: its devices stay held until the claim changes or kube-apiserver has
+given up on the request (``WrittenReservations.fence``). When the binding request may have
 been carried out and the pod cannot be re-read, nothing is rolled back (a bound pod whose claims were released
 could never start): the allocation stays, and recovery (``app.kube.recovery``) either sees the pod bound or
 releases it after the grace period.
@@ -372,6 +373,7 @@ class KubeBinder:
                 before = written.status_written, written.allocated
                 written.devices = devices
                 written.sent_version = str(meta_of(body).get("resourceVersion") or "")
+                written.unconfirmed = True  # until answered: even a PodGroup's write may land late
                 if consumer is None:
                     written.status_written, written.allocated = True, allocation is not None
                 unanswered: KubeAPIError | None = None
@@ -380,9 +382,11 @@ class KubeBinder:
                 except KubeAPIError as e:
                     if not e.maybe_done:
                         written.status_written, written.allocated = before
+                        written.unconfirmed = False
                         raise
                     # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
                     unanswered = e
+                written.unconfirmed = unanswered is not None
                 written.status_written, written.allocated = True, allocation is not None
                 if devices:
                     self.reservations.hold(key, devices, stale, created=created, confirmed=unanswered is None)

@@ -12,7 +12,7 @@ from typing import Any
 
 from allocator.deviceuse import AllocatedDevice
 from app.kube.bindwait import Wait
-from app.kube.claimbodies import meta_of, release_pod, split_key, uid_of, without_finalizer
+from app.kube.claimbodies import release_pod, split_key, uid_of, without_finalizer
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.reservations import WrittenReservations
 from app.scheduling.binder import BindPlan
@@ -39,9 +39,12 @@ class Written:
     consumer_uid: str = ""
     """The UID of the ``reservedFor`` entry written when not the pod's (its PodGroup's)."""
     devices: tuple[AllocatedDevice, ...] = ()
-    """The devices the status write allocates (none when it only adds a ``reservedFor`` entry)."""
+    """The devices the last status write allocates (none when it only adds a ``reservedFor`` entry)."""
     sent_version: str = ""
-    """The claim's resourceVersion the status write was sent with: its precondition."""
+    """The claim's resourceVersion the last status write was sent with: its precondition."""
+    unconfirmed: bool = False
+    """The last status write went out and neither succeeded nor was refused: the server may carry it out
+    still (``WrittenReservations.fence``)."""
 
 
 @dataclass(slots=True)
@@ -88,8 +91,11 @@ async def roll_back(
         except KubeAPIError as e:
             log.error("rollback pod=%s: clearing %s: %s", pod_key(plan.pod), status_field, e)
     for written in reversed(journal.claims):
+        if written.unconfirmed and written.devices:
+            # Re-read or not, the server may still carry the write out later, its precondition met.
+            reservations.fence(written.key, written.devices, written.sent_version)
         try:
-            pending = await _roll_back_claim(client, claims, written, pod_uid)
+            await _roll_back_claim(client, claims, written, pod_uid)
         except KubeAPIError as e:
             # The write stays in the API; its devices stay reserved until the watch shows the claim.
             log.error(
@@ -100,26 +106,19 @@ async def roll_back(
                 extra={"pod": pod_key(plan.pod), "node": plan.node, "claim": written.key},
             )
             continue
-        if pending:
-            reservations.fence(written.key, written.devices, pending)
-        else:
-            reservations.release(written.key)
+        reservations.release(written.key)
 
 
-async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_uid: str) -> str:
-    """Undo ``written`` on its claim. Returns the claim's resourceVersion when the allocation write is not
-    there, the claim is still at the version the write was sent with and this rollback wrote nothing to
-    it: a write whose answer never came may still be carried out, its precondition met (``""`` otherwise)."""
+async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_uid: str) -> None:
     namespace, name = split_key(written.key)
     last: ConflictError | None = None
     for _attempt in range(CONFLICT_ATTEMPTS):
         try:
             claim = await client.get(claims, namespace, name)
         except NotFoundError:
-            return ""
+            return
         if written.uid and uid_of(claim) != written.uid:
-            return ""
-        version = str(meta_of(claim).get("resourceVersion") or "")
+            return
         try:
             if written.status_written:
                 consumer = written.consumer_uid or pod_uid
@@ -132,10 +131,7 @@ async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_
                     claim = await client.replace(claims, unprotected)
             if written.created:
                 await client.delete(claims, namespace, name, uid=written.uid or None)
-                return ""
+            return
         except ConflictError as e:
             last = e
-            continue
-        unchanged = str(meta_of(claim).get("resourceVersion") or "") == version == written.sent_version
-        return version if unchanged and written.allocated and written.devices else ""
     raise last or ConflictError(409, "Conflict", "rollback kept conflicting")

@@ -18,11 +18,13 @@ outcome is unknown (sent, no answer, and the rollback could not re-read the clai
 expires after ``ttl`` seconds, with a warning: by then replaced watches (their replay) or a relist would
 have shown the write had it landed. ``expire`` is called by the recovery loop.
 
-``fence`` holds the devices of an allocation write the rollback found missing while the claim was still at
-the version the write was sent with, and which the rollback did not change: a server that took the
-request before its client gave up may still carry it out, its precondition met. The hold ends at the
-first newer version of the claim (that write, or any other change, after which the write fails its
-precondition), or after ``ttl``.
+``fence`` holds the devices of an allocation write a bind rolled back without knowing its outcome (no
+answer, or a 5xx): a server that took the request before its client gave up may carry it out later, and
+if the rollback found nothing to undo, the claim is still at the version the write was sent with, its
+precondition. Each fence holds its devices under a token of its own, apart from ``hold``'s, until the
+index shows the claim at a newer version than that (the write itself, or any change, after which the
+write fails its precondition), the claim is deleted, or ``FENCE_SECONDS`` pass. Meanwhile even the same
+claim's next bind takes other devices.
 
 Not thread-safe by itself: every method runs under the scheduling service's lock (``observe`` is an
 informer observer, called with the lock held).
@@ -30,8 +32,9 @@ informer observer, called with the lock held).
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +43,21 @@ from allocator.deviceuse import AllocatedDevice, written_token
 from app.kube.clock import Clock
 from app.state.cluster import ClusterState, object_version, version_number
 
-__all__ = ["WrittenReservations"]
+__all__ = ["FENCE_SECONDS", "WrittenReservations"]
 
 log = logging.getLogger(__name__)
+
+
+FENCE_SECONDS = 90.0
+"""How long a fenced write may still be carried out: kube-apiserver stops working on a request at its
+``--request-timeout`` (60 s by default), and a write it has not carried out by then it never will."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Fence:
+    token: str
+    version: int
+    since: float
 
 
 @dataclass(slots=True)
@@ -68,6 +83,8 @@ class WrittenReservations:
         self.clock = clock
         self.ttl = ttl
         self._held: dict[str, _Held] = {}
+        self._fences: dict[str, list[_Fence]] = {}
+        self._fence_ids = itertools.count(1)
 
     @staticmethod
     def token(key: str) -> str:
@@ -98,19 +115,25 @@ class WrittenReservations:
             return True
 
     def fence(self, key: str, devices: tuple[AllocatedDevice, ...], version: str) -> None:
-        """Keep ``devices`` reserved for claim ``key``, which a rolled-back allocation write left at
-        ``version`` (its precondition: the write, unanswered, may still be carried out), until the index
-        shows a newer version or ``ttl`` passes. Whatever changes the claim first, the write itself or
-        another, ends the window: after that the write cannot succeed."""
+        """Keep ``devices`` reserved for a rolled-back write to claim ``key`` sent with resourceVersion
+        ``version`` whose outcome is unknown (see the module docstring). Nothing when the index already
+        shows the claim newer: the write can no longer succeed."""
+        sent = version_number(version)
         with self.lock:
-            self.release(key)
-            current = self.state.get("ResourceClaim", key)
-            if object_version(current) > version_number(version):
-                return  # changed since: the write fails its precondition
-            # The index's own version too, when the watch has not shown ``version`` yet.
-            stale = frozenset({version, _version(current)} if current is not None else {version})
-            self._held[key] = _Held(devices, stale, self.clock.now(), confirmed=False)
-            self.state.inventory.reserve(self.token(key), devices)
+            if object_version(self.state.get("ResourceClaim", key)) > sent:
+                return
+            fence = _Fence(f"{self.token(key)}:fence:{next(self._fence_ids)}", sent, self.clock.now())
+            self._fences.setdefault(key, []).append(fence)
+            self.state.inventory.reserve(fence.token, devices)
+
+    def _end_fences(self, key: str, ended: Callable[[_Fence], bool]) -> None:
+        """Under the lock: release the fences of claim ``key`` that have ``ended``."""
+        fences = self._fences.get(key, [])
+        for fence in [f for f in fences if ended(f)]:
+            fences.remove(fence)
+            self.state.inventory.release(fence.token)
+        if not fences:
+            self._fences.pop(key, None)
 
     def release(self, key: str) -> None:
         with self.lock:
@@ -121,6 +144,9 @@ class WrittenReservations:
         """Informer observer (lock held): a new version of a held claim, or its deletion, confirms it."""
         if kind != "ResourceClaim":
             return
+        if key in self._fences:
+            seen = object_version(obj)
+            self._end_fences(key, lambda fence: obj is None or seen > fence.version)
         held = self._held.get(key)
         if held is None:
             return
@@ -129,7 +155,8 @@ class WrittenReservations:
             self.state.inventory.release(self.token(key))
 
     def expire(self) -> list[str]:
-        """Drop reservations of unconfirmed writes older than ``ttl``; returns their claim keys."""
+        """Drop reservations of unconfirmed writes older than ``ttl``, and fences older than
+        ``FENCE_SECONDS`` (or ``ttl``, when shorter); returns the claim keys of the reservations."""
         now = self.clock.now()
         with self.lock:
             old = [
@@ -143,11 +170,13 @@ class WrittenReservations:
                 )
                 del self._held[key]
                 self.state.inventory.release(self.token(key))
+            for key in list(self._fences):
+                self._end_fences(key, lambda fence: now - fence.since >= min(self.ttl, FENCE_SECONDS))
         return old
 
     def __contains__(self, key: object) -> bool:
-        return key in self._held
+        return key in self._held or key in self._fences
 
     def keys(self) -> list[str]:
         with self.lock:
-            return list(self._held)
+            return list(self._held.keys() | self._fences.keys())

@@ -421,10 +421,13 @@ async def test_a_claim_write_stored_as_the_bind_times_out_is_rolled_back(api, st
     assert_untouched(api, "p-gpu", "p")
 
 
-async def cut_short_before_the_server_took_it(api: FakeKubeAPI, start_runtime) -> tuple[Any, asyncio.Event]:
+async def cut_short_before_the_server_took_it(
+    api: FakeKubeAPI, start_runtime, *, unreadable: bool = False
+) -> tuple[Any, asyncio.Event]:
     """Pods p and q on n1 (gpu-0, gpu-1); p's claim keeps its finalizer from an earlier bind, so a rollback
     that finds p's allocation write missing writes nothing. p's bind is cut short by its deadline before
-    the server carried that write out: the runtime, and the gate that lets the server carry it out."""
+    the server carried that write out (``unreadable``: and its rollback cannot read the claim): the
+    runtime, and the gate that lets the server carry the write out."""
     seed_cluster(api)
     protected = claim(NS, "p-gpu", [request("gpu", "gpu", 1)])
     protected["metadata"]["finalizers"] = [FINALIZER]
@@ -433,6 +436,8 @@ async def cut_short_before_the_server_took_it(api: FakeKubeAPI, start_runtime) -
     add_pod(api, "q")
     runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
     late = api.gate("PUT", r"resourceclaims/p-gpu/status$", late=True)
+    if unreadable:
+        api.fail("GET", r"resourceclaims/p-gpu$", 500, times=10)
     assert "took longer than 50" in (await bind(runtime, "p", "n1") or "")
     assert not (claim_in_api(api, "p-gpu").get("status") or {}).get("allocation")
     return runtime, late
@@ -471,6 +476,41 @@ async def test_a_claim_changed_after_the_rollback_ends_the_hold_of_a_write_that_
     await eventually(lambda: not api.late_requests)
     assert not (claim_in_api(api, "p-gpu").get("status") or {}).get("allocation")
     assert device_of(api, "q-gpu") == "gpu-0"
+
+
+async def test_a_second_cut_short_write_to_the_claim_leaves_the_first_ones_devices_held(api, start_runtime):
+    """p's bind is cut short twice, each write sent with the claim's same version: either may still land
+    (the other then fails its precondition), so both devices stay held and q finds none free on n1."""
+    runtime, first = await cut_short_before_the_server_took_it(api, start_runtime)
+    second = api.gate("PUT", r"resourceclaims/p-gpu/status$", late=True)
+    assert "took longer than 50" in (await bind(runtime, "p", "n1") or "")
+    assert "n1" in (await bind(runtime, "q", "n1") or "")  # gpu-0 and gpu-1 both held
+    first.set()
+    second.set()
+    await eventually(lambda: not api.late_requests)
+    assert device_of(api, "p-gpu") == "gpu-0"  # the first landed; the second was refused
+
+
+async def test_a_refused_write_of_the_next_bind_leaves_the_earlier_writes_devices_held(api, start_runtime):
+    """p's next bind is refused (422): nothing of it can land, but its rollback must not end the hold of
+    the earlier write, which still can."""
+    runtime, late = await cut_short_before_the_server_took_it(api, start_runtime)
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", 422)
+    assert "422" in (await bind(runtime, "p", "n1") or "")
+    assert await bind(runtime, "q", "n1") is None
+    late.set()
+    await eventually(lambda: (claim_in_api(api, "p-gpu").get("status") or {}).get("allocation"))
+    assert (device_of(api, "p-gpu"), device_of(api, "q-gpu")) == ("gpu-0", "gpu-1")
+
+
+async def test_a_rollback_that_cannot_read_the_claim_leaves_the_devices_of_a_cut_short_write_held(
+    api, start_runtime
+):
+    runtime, late = await cut_short_before_the_server_took_it(api, start_runtime, unreadable=True)
+    assert await bind(runtime, "q", "n1") is None
+    late.set()
+    await eventually(lambda: (claim_in_api(api, "p-gpu").get("status") or {}).get("allocation"))
+    assert (device_of(api, "p-gpu"), device_of(api, "q-gpu")) == ("gpu-0", "gpu-1")
 
 
 async def test_a_binding_stored_as_the_bind_times_out_is_a_bind(api, start_runtime):
