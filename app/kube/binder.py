@@ -85,7 +85,7 @@ from app.kube.claimbodies import (
     split_key,
     uid_of,
 )
-from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
+from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
 from app.kube.reservations import WrittenReservations
@@ -382,7 +382,10 @@ class KubeBinder:
                 except KubeAPIError as e:
                     if not e.maybe_done:
                         written.status_written, written.allocated = before
-                        written.unconfirmed = False
+                        # aiohttp sends a PUT again when the kept-alive connection it went out on drops:
+                        # a 429 or a failed connect can answer that second try while the server carries
+                        # out the first.
+                        written.unconfirmed = e.status == 429 or isinstance(e, TransportError)
                         raise
                     # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
                     unanswered = e

@@ -12,7 +12,7 @@ from typing import Any
 
 from allocator.deviceuse import AllocatedDevice
 from app.kube.bindwait import Wait
-from app.kube.claimbodies import release_pod, split_key, uid_of, without_finalizer
+from app.kube.claimbodies import meta_of, release_pod, split_key, uid_of, without_finalizer
 from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.reservations import WrittenReservations
 from app.scheduling.binder import BindPlan
@@ -95,7 +95,7 @@ async def roll_back(
             # Re-read or not, the server may still carry the write out later, its precondition met.
             reservations.fence(written.key, written.devices, written.sent_version)
         try:
-            await _roll_back_claim(client, claims, written, pod_uid)
+            now_at = await _roll_back_claim(client, claims, written, pod_uid)
         except KubeAPIError as e:
             # The write stays in the API; its devices stay reserved until the watch shows the claim.
             log.error(
@@ -106,19 +106,22 @@ async def roll_back(
                 extra={"pod": pod_key(plan.pod), "node": plan.node, "claim": written.key},
             )
             continue
+        reservations.passed(written.key, now_at)
         reservations.release(written.key)
 
 
-async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_uid: str) -> None:
+async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_uid: str) -> str | None:
+    """Undo ``written`` on its claim. Returns the claim's resourceVersion as the rollback left it, or None
+    when the claim the bind wrote is gone (deleted, or replaced by another of that name)."""
     namespace, name = split_key(written.key)
     last: ConflictError | None = None
     for _attempt in range(CONFLICT_ATTEMPTS):
         try:
             claim = await client.get(claims, namespace, name)
         except NotFoundError:
-            return
+            return None
         if written.uid and uid_of(claim) != written.uid:
-            return
+            return None
         try:
             if written.status_written:
                 consumer = written.consumer_uid or pod_uid
@@ -131,7 +134,8 @@ async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_
                     claim = await client.replace(claims, unprotected)
             if written.created:
                 await client.delete(claims, namespace, name, uid=written.uid or None)
-            return
+                return None
+            return str(meta_of(claim).get("resourceVersion") or "")
         except ConflictError as e:
             last = e
     raise last or ConflictError(409, "Conflict", "rollback kept conflicting")

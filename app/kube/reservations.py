@@ -22,9 +22,10 @@ have shown the write had it landed. ``expire`` is called by the recovery loop.
 answer, or a 5xx): a server that took the request before its client gave up may carry it out later, and
 if the rollback found nothing to undo, the claim is still at the version the write was sent with, its
 precondition. Each fence holds its devices under a token of its own, apart from ``hold``'s, until the
-index shows the claim at a newer version than that (the write itself, or any change, after which the
-write fails its precondition), the claim is deleted, or ``FENCE_SECONDS`` pass. Meanwhile even the same
-claim's next bind takes other devices.
+claim is seen at a newer version than that, by the index or by the rollback itself (``passed``: its
+re-read, or the answer to its own write), after which the write fails its precondition; or until the
+claim is deleted, or ``FENCE_SECONDS`` pass. Meanwhile even the same claim's next bind takes other
+devices.
 
 Not thread-safe by itself: every method runs under the scheduling service's lock (``observe`` is an
 informer observer, called with the lock held).
@@ -126,6 +127,17 @@ class WrittenReservations:
             self._fences.setdefault(key, []).append(fence)
             self.state.inventory.reserve(fence.token, devices)
 
+    def passed(self, key: str, version: str | None) -> None:
+        """A rollback read or wrote claim ``key`` at ``version`` (None: the claim the bind wrote is gone):
+        the fences of writes sent with an older version end, those writes can no longer succeed."""
+        with self.lock:
+            self._moved_on(key, None if version is None else version_number(version))
+
+    def _moved_on(self, key: str, seen: int | None) -> None:
+        """Under the lock: claim ``key`` is at version ``seen`` (None: gone); end the fences it passed."""
+        if key in self._fences:
+            self._end_fences(key, lambda fence: seen is None or seen > fence.version)
+
     def _end_fences(self, key: str, ended: Callable[[_Fence], bool]) -> None:
         """Under the lock: release the fences of claim ``key`` that have ``ended``."""
         fences = self._fences.get(key, [])
@@ -144,9 +156,7 @@ class WrittenReservations:
         """Informer observer (lock held): a new version of a held claim, or its deletion, confirms it."""
         if kind != "ResourceClaim":
             return
-        if key in self._fences:
-            seen = object_version(obj)
-            self._end_fences(key, lambda fence: obj is None or seen > fence.version)
+        self._moved_on(key, None if obj is None else object_version(obj))
         held = self._held.get(key)
         if held is None:
             return

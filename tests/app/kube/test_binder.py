@@ -513,6 +513,37 @@ async def test_a_rollback_that_cannot_read_the_claim_leaves_the_devices_of_a_cut
     assert (device_of(api, "p-gpu"), device_of(api, "q-gpu")) == ("gpu-0", "gpu-1")
 
 
+async def test_a_rollback_that_moves_the_claim_on_ends_its_writes_hold_at_once(api, start_runtime):
+    """The status write gets a 500; removing the finalizer this bind added moves the claim past the version
+    the write was sent with, which can then never succeed: its devices are free at once, whether or not
+    the watch has shown the rollback yet."""
+    seed_cluster(api)
+    add_pod(api, "p")
+    runtime = await start_runtime()
+    await silence_watches(api)
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", 500)
+    assert "500" in (await bind(runtime, "p", "n1") or "")
+    assert FINALIZER not in (claim_in_api(api, "p-gpu")["metadata"].get("finalizers") or [])
+    assert not runtime.reservations.keys()
+    assert not runtime.state.inventory.is_allocated((DRIVER, "n1", "gpu-0"))
+
+
+async def test_a_429_on_the_allocation_write_leaves_its_devices_held(api, start_runtime):
+    """aiohttp sends a PUT again when the kept-alive connection it went out on drops; a 429 can answer that
+    second try while the server carries out the first."""
+    seed_cluster(api)
+    protected = claim(NS, "p-gpu", [request("gpu", "gpu", 1)])
+    protected["metadata"]["finalizers"] = [FINALIZER]
+    api.add("ResourceClaim", protected)
+    api.add("Pod", pod(NS, "p", ["p-gpu"]))
+    add_pod(api, "q")
+    runtime = await start_runtime()
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", 429, reason="TooManyRequests")
+    assert "429" in (await bind(runtime, "p", "n1") or "")
+    assert await bind(runtime, "q", "n1") is None
+    assert device_of(api, "q-gpu") == "gpu-1"
+
+
 async def test_a_binding_stored_as_the_bind_times_out_is_a_bind(api, start_runtime):
     """The bind's deadline cuts the binding short after the server bound the pod: the pod is read, and its
     claims stay allocated (released, a bound pod could never start)."""
