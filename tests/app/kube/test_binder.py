@@ -421,19 +421,24 @@ async def test_a_claim_write_stored_as_the_bind_times_out_is_rolled_back(api, st
     assert_untouched(api, "p-gpu", "p")
 
 
-async def cut_short_before_the_server_took_it(
-    api: FakeKubeAPI, start_runtime, *, unreadable: bool = False
-) -> tuple[Any, asyncio.Event]:
-    """Pods p and q on n1 (gpu-0, gpu-1); p's claim keeps its finalizer from an earlier bind, so a rollback
-    that finds p's allocation write missing writes nothing. p's bind is cut short by its deadline before
-    the server carried that write out (``unreadable``: and its rollback cannot read the claim): the
-    runtime, and the gate that lets the server carry the write out."""
+def seed_protected_p_and_q(api: FakeKubeAPI) -> None:
+    """Pods p and q on the seeded cluster (n1: gpu-0, gpu-1), p's claim keeping its finalizer from an
+    earlier bind: a rollback that finds p's allocation write missing writes nothing to the claim."""
     seed_cluster(api)
     protected = claim(NS, "p-gpu", [request("gpu", "gpu", 1)])
     protected["metadata"]["finalizers"] = [FINALIZER]
     api.add("ResourceClaim", protected)
     api.add("Pod", pod(NS, "p", ["p-gpu"]))
     add_pod(api, "q")
+
+
+async def cut_short_before_the_server_took_it(
+    api: FakeKubeAPI, start_runtime, *, unreadable: bool = False
+) -> tuple[Any, asyncio.Event]:
+    """``seed_protected_p_and_q``, then p's bind cut short by its deadline before the server carried its
+    allocation write out (``unreadable``: and its rollback cannot read the claim): the runtime, and the
+    gate that lets the server carry the write out."""
+    seed_protected_p_and_q(api)
     runtime = await start_runtime(bind_timeout_seconds=50)  # 0.5 s on the test clock
     late = api.gate("PUT", r"resourceclaims/p-gpu/status$", late=True)
     if unreadable:
@@ -531,12 +536,7 @@ async def test_a_rollback_that_moves_the_claim_on_ends_its_writes_hold_at_once(a
 async def test_a_429_on_the_allocation_write_leaves_its_devices_held(api, start_runtime):
     """aiohttp sends a PUT again when the kept-alive connection it went out on drops; a 429 can answer that
     second try while the server carries out the first."""
-    seed_cluster(api)
-    protected = claim(NS, "p-gpu", [request("gpu", "gpu", 1)])
-    protected["metadata"]["finalizers"] = [FINALIZER]
-    api.add("ResourceClaim", protected)
-    api.add("Pod", pod(NS, "p", ["p-gpu"]))
-    add_pod(api, "q")
+    seed_protected_p_and_q(api)
     runtime = await start_runtime()
     api.fail("PUT", r"resourceclaims/p-gpu/status$", 429, reason="TooManyRequests")
     assert "429" in (await bind(runtime, "p", "n1") or "")
