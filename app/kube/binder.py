@@ -338,9 +338,15 @@ class KubeBinder:
             if status.get("allocation"):
                 if reserves_consumer(status, pod_uid, consumer):
                     self._check_node(key, status["allocation"], plan.node)
+                    if allocation is not None:
+                        # This bind's write, answered 409 or an error after the server carried it out
+                        # (aiohttp sends a PUT again on a dropped kept-alive connection), or an earlier
+                        # attempt's the index does not show yet: held and rolled back as this bind's.
+                        found = status["allocation"]
+                        self._took(journal, key, uid_of(claim) or uid, found, stale, created, consumer)
                     self._note_wait(journal, key, uid_of(claim) or uid, status["allocation"], consumer)
                     journal.reserved.append((key, uid_of(claim) or uid, consumer))
-                    return  # written by an earlier attempt of this bind
+                    return
                 if allocation is not None:
                     raise BindError(f"ResourceClaim {key} got allocated elsewhere in the meantime")
                 # A shared claim the index saw allocated may have been re-allocated since: it must still
@@ -380,12 +386,12 @@ class KubeBinder:
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
                 except KubeAPIError as e:
-                    if not e.maybe_done:
+                    # aiohttp sends a PUT again when the kept-alive connection it went out on drops: a
+                    # 429 or a failed connect can answer that second try while the server carries out
+                    # the first.
+                    if not (e.maybe_done or e.status == 429 or isinstance(e, TransportError)):
                         written.status_written, written.allocated = before
-                        # aiohttp sends a PUT again when the kept-alive connection it went out on drops:
-                        # a 429 or a failed connect can answer that second try while the server carries
-                        # out the first.
-                        written.unconfirmed = e.status == 429 or isinstance(e, TransportError)
+                        written.unconfirmed = False
                         raise
                     # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
                     unanswered = e
@@ -403,6 +409,27 @@ class KubeBinder:
                 last = e
                 log.debug("ResourceClaim %s: conflict (attempt %d): %s", key, attempt + 1, e)
         raise BindError(f"ResourceClaim {key}: still conflicting after {CONFLICT_ATTEMPTS} attempts: {last}")
+
+    def _took(
+        self,
+        journal: Journal,
+        key: str,
+        uid: str,
+        allocation: Mapping[str, Any],
+        stale: set[str],
+        created: bool,
+        consumer: Mapping[str, Any] | None,
+    ) -> None:
+        """Claim ``key`` is found allocated and reserved for the pod (or ``consumer``, its PodGroup) where
+        this bind meant to allocate it: its devices held until the index shows it and, when the entry is
+        the pod's own, recorded as this bind's write, which its rollback undoes (a PodGroup's entry is
+        every member's, as in ``_bind_claim``)."""
+        if consumer is None:
+            written = journal.entry(key, uid)
+            written.status_written = written.allocated = True
+        devices = allocated_devices(allocation, f"ResourceClaim {key}")
+        if devices:
+            self.reservations.hold(key, devices, stale, created=created)
 
     def _note_wait(
         self,

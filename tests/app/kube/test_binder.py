@@ -533,15 +533,69 @@ async def test_a_rollback_that_moves_the_claim_on_ends_its_writes_hold_at_once(a
     assert not runtime.state.inventory.is_allocated((DRIVER, "n1", "gpu-0"))
 
 
+def allocation_in_api(api: FakeKubeAPI, claim_name: str) -> Any:
+    return (claim_in_api(api, claim_name).get("status") or {}).get("allocation")
+
+
 async def test_a_429_on_the_allocation_write_leaves_its_devices_held(api, start_runtime):
     """aiohttp sends a PUT again when the kept-alive connection it went out on drops; a 429 can answer that
-    second try while the server carries out the first."""
+    second try while the server carries out the first, later."""
     seed_protected_p_and_q(api)
     runtime = await start_runtime()
     api.fail("PUT", r"resourceclaims/p-gpu/status$", 429, reason="TooManyRequests")
     assert "429" in (await bind(runtime, "p", "n1") or "")
     assert await bind(runtime, "q", "n1") is None
     assert device_of(api, "q-gpu") == "gpu-1"
+
+
+@pytest.mark.parametrize("status", [429, 500])
+async def test_an_allocation_write_carried_out_though_answered_with_an_error_is_rolled_back(
+    api, start_runtime, status
+):
+    """The server carried the write out and the answer is an error (aiohttp's second try, a proxy): the
+    rollback finds the allocation and removes it, so the next pod may take the device."""
+    seed_protected_p_and_q(api)
+    runtime = await start_runtime()
+    await silence_watches(api)
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", status, reason="Injected", after=True)
+    assert str(status) in (await bind(runtime, "p", "n1") or "")
+    assert not allocation_in_api(api, "p-gpu")
+    assert await bind(runtime, "q", "n1") is None
+
+
+async def test_an_allocation_write_carried_out_though_answered_409_is_this_binds_and_held(api, start_runtime):
+    """aiohttp's second try of a write the server carried out meets its own first: 409. The claim, re-read,
+    is reserved for the pod with this bind's allocation: the bind goes on, and the devices stay held until
+    the index shows the claim, so the next pod takes the other device."""
+    seed_protected_p_and_q(api)
+    runtime = await start_runtime()
+    await silence_watches(api)
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", 409, reason="Conflict", after=True)
+    assert await bind(runtime, "p", "n1") is None
+    assert await bind(runtime, "q", "n1") is None
+    assert (device_of(api, "p-gpu"), device_of(api, "q-gpu")) == ("gpu-0", "gpu-1")
+
+
+async def test_a_carried_out_write_found_by_the_conflict_retry_is_rolled_back_with_the_bind(
+    api, start_runtime
+):
+    seed_protected_p_and_q(api)
+    runtime = await start_runtime()
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", 409, reason="Conflict", after=True)
+    api.fail("POST", r"pods/p/binding$", 403)
+    assert "403" in (await bind(runtime, "p", "n1") or "")
+    assert not allocation_in_api(api, "p-gpu")
+
+
+async def test_a_created_claim_whose_write_was_carried_out_though_answered_429_is_deleted(api, start_runtime):
+    seed_cluster(api)
+    x = add_extended_pod(api, "x")
+    runtime = await start_runtime()
+    assert runtime.service.filter(x, ["n1"]).passed == ["n1"]
+    api.fail("PUT", r"resourceclaims/[^/]+/status$", 429, reason="TooManyRequests", after=True)
+    assert "429" in (await bind(runtime, "x", "n1") or "")
+    created_name = api.writes()[0].body["metadata"]["name"]
+    assert api.get("ResourceClaim", NS, created_name) is None
 
 
 async def test_a_binding_stored_as_the_bind_times_out_is_a_bind(api, start_runtime):
