@@ -35,18 +35,21 @@ writes nothing, and neither do its filter's claim releases and deletions.
 Any failure rolls back what this bind wrote, newest first: the pod status patch, the reservedFor entry and the
 allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind answers
 ``Error``. A write that got no answer after it was sent, or a 5xx (which a proxy can give after the server
-stored it: ``KubeAPIError.maybe_done``), may have been carried out: the status write's devices stay held and
-its rollback re-reads the claim, the finalizer's rollback drops it if it is there, a pod status patch is
-cleared, and the binding's outcome is read from the pod. A write the bind's deadline cuts short may have been
-carried out too: the finalizer, the allocation (reserved for the pod itself, not its PodGroup, whose entry
-other members share) and the pod status patches are recorded before they are sent, so the rollback covers them
-(re-reading each claim first), and a binding it cuts short is read back from the pod. An allocation write that
-got no answer, or a 5xx, may also be carried out after the rollback, its resourceVersion precondition met when
-the rollback wrote nothing to the claim: its devices stay held until the claim changes or kube-apiserver has
-given up on the request (``WrittenReservations.fence``). When the binding request may have
-been carried out and the pod cannot be re-read, nothing is rolled back (a bound pod whose claims were released
-could never start): the allocation stays, and recovery (``app.kube.recovery``) either sees the pod bound or
-releases it after the grace period.
+stored it: ``KubeAPIError.maybe_done``), may have been carried out, and so may an allocation write answered
+429 or failing to connect (aiohttp sends a PUT again when its kept-alive connection drops, and the error may
+answer that second try): the status write's devices stay held and its rollback re-reads the claim, the
+finalizer's rollback drops it if it is there, a pod status patch is cleared, and the binding's outcome is read
+from the pod. A write the bind's deadline cuts short may have been carried out too: the finalizer, the
+allocation (reserved for the pod itself, not its PodGroup, whose entry other members share) and the pod status
+patches are recorded before they are sent, so the rollback covers them (re-reading each claim first), and a
+binding it cuts short is read back from the pod. A claim found allocated and reserved for the pod where this
+bind meant to allocate it (a 409 answering aiohttp's second try of a write the server carried out) is taken as
+this bind's write: held, and undone by a rollback. An allocation write that got no answer, or a 5xx, may also
+be carried out after the rollback, its resourceVersion precondition met when the rollback wrote nothing to the
+claim: its devices stay held until the claim changes or kube-apiserver has given up on the request
+(``WrittenReservations.fence``). When the binding request may have been carried out and the pod cannot be
+re-read, nothing is rolled back (a bound pod whose claims were released could never start): the allocation
+stays, and recovery (``app.kube.recovery``) either sees the pod bound or releases it after the grace period.
 
 After each allocation write the devices stay reserved in the index until the ResourceClaim watch shows
 the write (``app.kube.reservations``), so filters running meanwhile treat them as used.
