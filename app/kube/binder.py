@@ -36,20 +36,20 @@ Any failure rolls back what this bind wrote, newest first: the pod status patch,
 allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind answers
 ``Error``. A write that got no answer after it was sent, or a 5xx (which a proxy can give after the server
 stored it: ``KubeAPIError.maybe_done``), may have been carried out, and so may an allocation write answered
-429 or failing to connect (aiohttp sends a PUT again when its kept-alive connection drops, and the error may
-answer that second try): the status write's devices stay held and its rollback re-reads the claim, the
-finalizer's rollback drops it if it is there, a pod status patch is cleared, and the binding's outcome is read
-from the pod. A write the bind's deadline cuts short may have been carried out too: the finalizer, the
-allocation (reserved for the pod itself, not its PodGroup, whose entry other members share) and the pod status
-patches are recorded before they are sent, so the rollback covers them (re-reading each claim first), and a
-binding it cuts short is read back from the pod. A claim found allocated and reserved for the pod where this
-bind meant to allocate it (a 409 answering aiohttp's second try of a write the server carried out) is taken as
-this bind's write: held, and undone by a rollback. An allocation write that got no answer, or a 5xx, may also
-be carried out after the rollback, its resourceVersion precondition met when the rollback wrote nothing to the
-claim: its devices stay held until the claim changes or kube-apiserver has given up on the request
-(``WrittenReservations.fence``). When the binding request may have been carried out and the pod cannot be
-re-read, nothing is rolled back (a bound pod whose claims were released could never start): the allocation
-stays, and recovery (``app.kube.recovery``) either sees the pod bound or releases it after the grace period.
+429 (aiohttp sends a PUT again when its kept-alive connection drops, and the 429 may answer that second try):
+the status write's devices stay held and its rollback re-reads the claim, the finalizer's rollback drops it if
+it is there, a pod status patch is cleared, and the binding's outcome is read from the pod. A write the bind's
+deadline cuts short may have been carried out too: the finalizer, the allocation (reserved for the pod itself,
+not its PodGroup, whose entry other members share) and the pod status patches are recorded before they are
+sent, so the rollback covers them (re-reading each claim first), and a binding it cuts short is read back from
+the pod. A claim found allocated and reserved for the pod where this bind meant to allocate it (a 409
+answering aiohttp's second try of a write the server carried out) is taken as this bind's write: held, and
+undone by a rollback. An allocation write that got no answer, or a 5xx, may also be carried out after the
+rollback, its resourceVersion precondition met when the rollback wrote nothing to the claim: its devices stay
+held until the claim changes or kube-apiserver has given up on the request (``WrittenReservations.fence``).
+When the binding request may have been carried out and the pod cannot be re-read, nothing is rolled back (a
+bound pod whose claims were released could never start): the allocation stays, and recovery
+(``app.kube.recovery``) either sees the pod bound or releases it after the grace period.
 
 After each allocation write the devices stay reserved in the index until the ResourceClaim watch shows
 the write (``app.kube.reservations``), so filters running meanwhile treat them as used.
@@ -88,7 +88,7 @@ from app.kube.claimbodies import (
     split_key,
     uid_of,
 )
-from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource, TransportError
+from app.kube.client import CORE_PODS, ConflictError, KubeAPIError, NotFoundError, Resource
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
 from app.kube.reservations import WrittenReservations
@@ -389,10 +389,12 @@ class KubeBinder:
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
                 except KubeAPIError as e:
-                    # aiohttp sends a PUT again when the kept-alive connection it went out on drops: a
-                    # 429 or a failed connect can answer that second try while the server carries out
-                    # the first.
-                    if not (e.maybe_done or e.status == 429 or isinstance(e, TransportError)):
+                    # aiohttp sends a PUT again when the kept-alive connection it went out on drops: a 429
+                    # can answer that second try while the server carries out the first. A failed connect
+                    # is taken at its word (the same could answer the second try, but while kube-apiserver
+                    # is down every request fails so, and holding the devices of each would stall every
+                    # bind for the reservation TTL after it is back).
+                    if not (e.maybe_done or e.status == 429):
                         written.status_written, written.allocated = before
                         written.unconfirmed = False
                         raise
