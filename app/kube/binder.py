@@ -44,12 +44,12 @@ not its PodGroup, whose entry other members share) and the pod status patches ar
 sent, so the rollback covers them (re-reading each claim first), and a binding it cuts short is read back from
 the pod. A claim found allocated and reserved for the pod where this bind meant to allocate it (a 409
 answering aiohttp's second try of a write the server carried out) is taken as this bind's write: held, and
-undone by a rollback. An allocation write that got no answer, or a 5xx, may also be carried out after the
-rollback, its resourceVersion precondition met when the rollback wrote nothing to the claim: its devices stay
-held until the claim changes or kube-apiserver has given up on the request (``WrittenReservations.fence``).
-When the binding request may have been carried out and the pod cannot be re-read, nothing is rolled back (a
-bound pod whose claims were released could never start): the allocation stays, and recovery
-(``app.kube.recovery``) either sees the pod bound or releases it after the grace period.
+undone by a rollback. Any of these allocation writes may also be carried out after the rollback, its
+resourceVersion precondition met when the rollback wrote nothing to the claim: its devices stay held until the
+claim changes or kube-apiserver has given up on the request (``WrittenReservations.fence``). When the binding
+request may have been carried out and the pod cannot be re-read, nothing is rolled back (a bound pod whose
+claims were released could never start): the allocation stays, and recovery (``app.kube.recovery``) either
+sees the pod bound or releases it after the grace period.
 
 After each allocation write the devices stay reserved in the index until the ResourceClaim watch shows
 the write (``app.kube.reservations``), so filters running meanwhile treat them as used.
