@@ -49,6 +49,7 @@ __all__ = [
     "Want",
     "allocate",
     "decide",
+    "device_checks",
     "fits",
 ]
 
@@ -186,12 +187,19 @@ def _one_pass(
     one pass, an invalid pool, the filter timeout) is left to counts, as before. Not for ``Want.SCORE``:
     its full decision counts first, and where counts say no the search can still raise (a selector's
     runtime error on a device of another node, which the search meets and counts skip)."""
-    requests = sum(len(request.alternatives) for claim in claims for request in claim.requests)
-    devices = sum(len(s.devices) for pool in inventory.pools_for(node) for s in pool.slices)
     try:
-        return _chosen(inventory, selectors, node, claims, policy, first_steps=requests * devices)
+        return _chosen(
+            inventory, selectors, node, claims, policy, first_steps=device_checks(inventory, node, claims)
+        )
     except NodeLocalError:
         return None
+
+
+def device_checks(inventory: Inventory, node: Node, claims: Sequence[Claim]) -> int:
+    """Request alternatives of ``claims`` times the devices of ``node``'s pools: what one pass over the
+    node takes, counting or searching without backtracking."""
+    requests = sum(len(request.alternatives) for claim in claims for request in claim.requests)
+    return requests * sum(len(s.devices) for pool in inventory.pools_for(node) for s in pool.slices)
 
 
 def fits(

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from allocator.decide import NoFit, Policy, SearchNeeded, Want, decide
+from allocator.decide import NoFit, Policy, SearchNeeded, Want, decide, device_checks
 from allocator.equivalence import EquivalenceCache, Verdict
 from allocator.errors import AllocatorError
 from allocator.inventory import Inventory
@@ -538,14 +538,8 @@ def _quick_enough(inventory: Inventory, node_names: Sequence[str], claims: list[
     """Whether deciding ``node_names`` stays within ``QUICK_NODES`` and ``QUICK_DEVICE_CHECKS``."""
     if len(node_names) > QUICK_NODES:
         return False
-    requests = sum(len(r.alternatives) for claim in claims for r in claim.requests)
-    checks = 0
-    for name in node_names:
-        node = inventory.node(name)
-        if node is not None:
-            checks += requests * sum(
-                len(s.devices) for pool in inventory.pools_for(node) for s in pool.slices
-            )
+    nodes = (inventory.node(name) for name in node_names)
+    checks = sum(device_checks(inventory, node, claims) for node in nodes if node is not None)
     return checks <= QUICK_DEVICE_CHECKS
 
 
