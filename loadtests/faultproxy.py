@@ -108,14 +108,14 @@ class FaultProxy(FaultPlan):
             unavailable = status_body(503, "ServiceUnavailable", f"kube-apiserver unreachable: {e}")
             return web.json_response(unavailable, status=503, headers={"Retry-After": "1"})
         async with upstream:
-            if fault is not None and fault.after:  # the server has done the write, the answer says it failed
-                await upstream.read()
-                self.injected[f"{fault.status} after {request.method}"] += 1
-                return fault_answer(fault, fault.reason)
-            if fault is not None:  # a disconnect: the server has done the write, its answer is lost
+            if fault is not None and fault.disconnect:  # the server has done the write, its answer is lost
                 await upstream.read()
                 self.injected[f"{request.method} answer lost"] += 1
                 return drop(request)
+            if fault is not None:  # ``after``: the server has done the write, the answer says it failed
+                await upstream.read()
+                self.injected[f"{fault.status} after {request.method}"] += 1
+                return fault_answer(fault, fault.reason)
             if request.query.get("watch") in ("true", "1") and upstream.status == 200:
                 return await self._stream(request, upstream)
             answer = {name: upstream.headers[name] for name in _ANSWER_HEADERS if name in upstream.headers}

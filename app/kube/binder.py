@@ -34,11 +34,11 @@ writes nothing, and neither do its filter's claim releases and deletions.
 
 Any failure rolls back what this bind wrote, newest first: the pod status patch, the reservedFor entry and the
 allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim it created; the bind answers
-``Error``. A write that got no answer after it was sent, or a 5xx (which a proxy can give after the server
-stored it: ``KubeAPIError.maybe_done``), may have been carried out, and so may an allocation write answered
-429 (aiohttp sends a PUT again when its kept-alive connection drops, and the 429 may answer that second try):
-the status write's devices stay held and its rollback re-reads the claim, the finalizer's rollback drops it if
-it is there, a pod status patch is cleared, and the binding's outcome is read from the pod. A write the bind's
+``Error``. A write that got no answer after it was sent, a 5xx (which a proxy can give after the server
+stored it), or any answer to aiohttp's second try of a PUT whose connection closed before the first was
+answered (``KubeAPIError.maybe_done``), may have been carried out: the status write's devices stay held and
+its rollback re-reads the claim, the finalizer's rollback drops it if it is there, a pod status patch is
+cleared, and the binding's outcome is read from the pod. A write the bind's
 deadline cuts short may have been carried out too: the finalizer, the allocation (reserved for the pod itself,
 not its PodGroup, whose entry other members share) and the pod status patches are recorded before they are
 sent, so the rollback covers them (re-reading each claim first), and a binding it cuts short is read back from
@@ -389,12 +389,10 @@ class KubeBinder:
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
                 except KubeAPIError as e:
-                    # aiohttp sends a PUT again when the kept-alive connection it went out on drops: a 429
-                    # can answer that second try while the server carries out the first. A failed connect
-                    # is taken at its word (the same could answer the second try, but while kube-apiserver
-                    # is down every request fails so, and holding the devices of each would stall every
-                    # bind for the reservation TTL after it is back).
-                    if not (e.maybe_done or e.status == 429):
+                    # A 409 settles it even after aiohttp's second try: the claim has moved past the
+                    # version this write needs, so the write never lands later, and the re-read of the
+                    # conflict retry finds it if the first try did.
+                    if isinstance(e, ConflictError) or not e.maybe_done:
                         written.status_written, written.allocated = before
                         written.unconfirmed = False
                         raise

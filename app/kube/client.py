@@ -16,7 +16,7 @@ under load. Rate: every request, watches included, first takes a token from ``ra
 given (``app.kube.ratelimit``; ``ClusterSettings.api_qps`` / ``api_burst``), as client-go's rate limiter
 does for kube-scheduler. Retry: a request turned away (429) that says ``Retry-After`` in whole seconds
 is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are (a wait
-over ``RETRY_AFTER_MAX_SECONDS``, and other answers, reach the caller at once).
+over ``RETRY_AFTER_MAX_SECONDS``, other answers, and a 429 to aiohttp's second try, reach the caller at once).
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
@@ -25,12 +25,14 @@ names one) is looked up once when connecting. Credentials come from the kubeconf
 
 Exceptions::
 
-    KubeAPIError            a call failed; .status (HTTP code, 0 without an answer), .reason, .message
+    KubeAPIError            a call failed; .status (HTTP code, 0 without an answer), .reason, .message;
+    │                       .resent: the answer is to aiohttp's second try (``_send_once``)
     ├── ConflictError       409: resourceVersion or UID precondition failed, "already assigned to node"
     ├── GoneError           410: the resourceVersion is too old (watch, list continuation)
     ├── NotFoundError       404
     └── TransportError      no HTTP answer (connection refused or reset, timeout); ``.sent`` is False only
-        │                   when the request certainly never reached the server (connect failure)
+        │                   when the request certainly never reached the server (a connect failure
+        │                   on its first try)
         └── WatchIdle       a watch received nothing, not even a bookmark, for its read timeout
 
 ``retry_after`` carries an answer's ``Retry-After`` in whole seconds (``_retry_after_seconds``), else None.
@@ -86,19 +88,30 @@ _AUTH = ["BearerToken"]
 class KubeAPIError(Exception):
     """A Kubernetes API call failed. ``status``: HTTP status code (0: no answer)."""
 
-    def __init__(self, status: int, reason: str, message: str, retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        retry_after: int | None = None,
+        *,
+        resent: bool = False,
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}" if status else message)
         self.status = status
         self.reason = reason
         self.message = message
         self.retry_after = retry_after
+        self.resent = resent
+        """The answer is to aiohttp's second try: the first went out on a connection that closed before
+        its answer, and the server may have carried it out."""
 
     @property
     def maybe_done(self) -> bool:
         """The request may have been carried out: a 5xx can come after the write was stored (a proxy's
-        gateway timeout, or the server's), and a 2xx whose body does not read was; a writer reads before
-        it rolls back."""
-        return self.status >= 500 or 200 <= self.status <= 299
+        gateway timeout, or the server's), a 2xx whose body does not read was, and any answer to a second
+        try says nothing of the first; a writer reads before it rolls back."""
+        return self.resent or self.status >= 500 or 200 <= self.status <= 299
 
 
 class ConflictError(KubeAPIError):
@@ -117,7 +130,7 @@ class TransportError(KubeAPIError):
     """No HTTP answer. ``sent`` is False when the request never reached the server (connect failure)."""
 
     def __init__(self, message: str, *, sent: bool) -> None:
-        super().__init__(0, "Transport", message)
+        super().__init__(0, "Transport", message, resent=False)
         self.sent = sent
 
     @property
@@ -318,7 +331,7 @@ def _retry_wait(status: int, retry_after: int | None) -> int | None:
     return retry_after
 
 
-def _status_error(status: int, body: bytes, retry_after: int | None) -> KubeAPIError:
+def _status_error(status: int, body: bytes, retry_after: int | None, resent: bool) -> KubeAPIError:
     reason, message = "", body.decode("utf-8", "replace")[:500]
     try:
         parsed = orjson.loads(body)
@@ -327,7 +340,7 @@ def _status_error(status: int, body: bytes, retry_after: int | None) -> KubeAPIE
             message = str(parsed.get("message") or message)
     except orjson.JSONDecodeError:
         pass
-    return _BY_STATUS.get(status, KubeAPIError)(status, reason, message, retry_after)
+    return _BY_STATUS.get(status, KubeAPIError)(status, reason, message, retry_after, resent=resent)
 
 
 _READ_BUFFER_BYTES = 2**21
@@ -451,7 +464,7 @@ class KubeClient:
         that would be rolled back and retried by kube-scheduler a backoff later."""
         retries = 0
         while True:
-            response = await self._send_once(
+            response, resent = await self._send_once(
                 method, path, query=query, body=body, content_type=content_type, timeout=timeout
             )
             if 200 <= response.status <= 299:
@@ -463,9 +476,10 @@ class KubeClient:
             finally:
                 response.release()
             retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
-            wait = _retry_wait(response.status, retry_after) if retry else None
+            # Not after a second try: its first may have been carried out, which the caller reads.
+            wait = _retry_wait(response.status, retry_after) if retry and not resent else None
             if wait is None or retries == RETRY_AFTER_ATTEMPTS:
-                raise _status_error(response.status, data, retry_after)
+                raise _status_error(response.status, data, retry_after, resent)
             retries += 1
             log.info("%s %s: %d, retry %d in %ds", method, path, response.status, retries, wait)
             await asyncio.sleep(wait)
@@ -479,13 +493,27 @@ class KubeClient:
         body: Mapping[str, Any] | None,
         content_type: str,
         timeout: aiohttp.ClientTimeout | None,
-    ) -> aiohttp.ClientResponse:
-        """One attempt: the open response, whatever its status. Raises TransportError."""
+    ) -> tuple[aiohttp.ClientResponse, bool]:
+        """One attempt: the open response, whatever its status, and whether it answers aiohttp's second
+        try. Raises TransportError.
+
+        aiohttp sends a PUT or a DELETE again on a new connection when the one it went out on closes before
+        the answer (RFC 9112's retry of an idempotent request); the server may have carried out the first.
+        The per-request middleware sees each try, so the caller can tell."""
         api, rest = self._api, self._api.rest_client
         headers = {**api.default_headers, "Accept": "application/json", "Content-Type": content_type}
         self._step_aside()
         if self._rate_limit is not None:
             await self._rate_limit.take()
+        tries = 0
+
+        async def counted(
+            request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+        ) -> aiohttp.ClientResponse:
+            nonlocal tries
+            tries += 1
+            return await handler(request)
+
         started, code = time.perf_counter(), ERROR_CODE
         try:
             await api.update_params_for_auth(headers, [], _AUTH)
@@ -499,9 +527,15 @@ class KubeClient:
                 proxy=rest.proxy or None,
                 proxy_headers=rest.proxy_headers or None,
                 server_hostname=rest.server_hostname or None,
+                middlewares=(counted,),
             )
             code = str(response.status)
         except aiohttp.ClientConnectorError as e:
+            if tries > 1:
+                raise TransportError(
+                    f"{method} {path}: sent, its connection closed unanswered, then cannot connect: {e}",
+                    sent=True,
+                ) from e
             raise TransportError(f"{method} {path}: cannot connect: {e}", sent=False) from e
         except aiohttp.SocketTimeoutError as e:
             # Only watches have a read timeout: the server took the watch and sent not even its headers.
@@ -511,7 +545,7 @@ class KubeClient:
         finally:
             if self._metrics is not None:
                 self._metrics.observe(method, path, query, code, time.perf_counter() - started)
-        return response
+        return response, tries > 1
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = await self._send(method, path, **kwargs)

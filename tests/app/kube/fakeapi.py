@@ -21,8 +21,8 @@ What it serves (only what the extender uses, with the API server's rules that ma
 * TokenReview and SubjectAccessReview (non-resource URLs) from ``tokens`` and ``allowed``.
 
 Faults: ``fail`` (answer an error status N times; ``after=True``: once the request is carried out),
-``disconnect`` (close the connection without an answer), ``gate`` (hold matching requests until an event
-is set), ``down`` (every request disconnected),
+``disconnect`` (close the connection without an answer; ``after=True``: once it is carried out), ``gate``
+(hold matching requests until an event is set), ``down`` (every request disconnected),
 ``silent_watches`` (watches stay open and send nothing), ``drop_watches``, ``replay`` (send a stale or
 duplicate event), ``compact`` (older resourceVersions are gone), ``bookmark``. ``requests`` records every
 request (method, path, query, body).
@@ -141,8 +141,10 @@ class FaultPlan:
         )
         self.faults.append(fault)
 
-    def disconnect(self, method: str, pattern: str, times: int = 1) -> None:
-        self.faults.append(Fault(method, re.compile(pattern), times, disconnect=True))
+    def disconnect(self, method: str, pattern: str, times: int = 1, *, after: bool = False) -> None:
+        """``after``: the request is carried out first, then its connection closed (a server that stored a
+        write and went away, or a proxy that lost the answer)."""
+        self.faults.append(Fault(method, re.compile(pattern), times, disconnect=True, after=after))
 
     def gate(
         self, method: str, pattern: str, times: int = 1, *, after: bool = False, late: bool = False
@@ -390,6 +392,8 @@ class FakeKubeAPI(FaultPlan):
         if fault is not None and fault.gate is not None:
             await fault.gate.wait()
         elif fault is not None and fault.disconnect:
+            if fault.after:
+                await handler(request)
             return drop(request)
         elif fault is not None:
             if fault.after:

@@ -537,27 +537,51 @@ def allocation_in_api(api: FakeKubeAPI, claim_name: str) -> Any:
     return (claim_in_api(api, claim_name).get("status") or {}).get("allocation")
 
 
-async def test_a_429_on_the_allocation_write_leaves_its_devices_held(api, start_runtime):
-    """aiohttp sends a PUT again when the kept-alive connection it went out on drops; a 429 can answer that
-    second try while the server carries out the first, later."""
+def second_try_answered(api: FakeKubeAPI, pattern: str, status: int, *, carried_out: bool) -> None:
+    """aiohttp sends a PUT again on a new connection when the one it went out on closes before the answer:
+    the first try is dropped (``carried_out``: after the server stored it), the second answered ``status``."""
+    api.disconnect("PUT", pattern, after=carried_out)
+    api.fail("PUT", pattern, status, reason="Injected")
+
+
+async def test_a_429_answering_the_second_try_of_the_allocation_write_leaves_its_devices_held(
+    api, start_runtime
+):
+    """The first try may still be carried out, later: its devices stay held."""
     seed_protected_p_and_q(api)
     runtime = await start_runtime()
-    api.fail("PUT", r"resourceclaims/p-gpu/status$", 429, reason="TooManyRequests")
+    second_try_answered(api, r"resourceclaims/p-gpu/status$", 429, carried_out=False)
     assert "429" in (await bind(runtime, "p", "n1") or "")
     assert await bind(runtime, "q", "n1") is None
     assert device_of(api, "q-gpu") == "gpu-1"
 
 
-@pytest.mark.parametrize("status", [429, 500])
+async def test_a_429_answering_the_only_try_of_the_allocation_write_frees_its_devices(api, start_runtime):
+    """Priority and fairness turns a request away before it is carried out: nothing to hold."""
+    seed_protected_p_and_q(api)
+    runtime = await start_runtime()
+    api.fail("PUT", r"resourceclaims/p-gpu/status$", 429, reason="TooManyRequests")
+    assert "429" in (await bind(runtime, "p", "n1") or "")
+    assert not runtime.reservations.keys()
+    assert await bind(runtime, "q", "n1") is None
+    assert device_of(api, "q-gpu") == "gpu-0"
+
+
+@pytest.mark.parametrize("answer", ["429 to the second try", "500"])
 async def test_an_allocation_write_carried_out_though_answered_with_an_error_is_rolled_back(
-    api, start_runtime, status
+    api, start_runtime, answer
 ):
-    """The server carried the write out and the answer is an error (aiohttp's second try, a proxy): the
-    rollback finds the allocation and removes it, so the next pod may take the device."""
+    """The server carried the write out and the answer is an error (a proxy's 5xx, or any answer to
+    aiohttp's second try): the rollback finds the allocation and removes it, so the next pod may take the
+    device."""
     seed_protected_p_and_q(api)
     runtime = await start_runtime()
     await silence_watches(api)
-    api.fail("PUT", r"resourceclaims/p-gpu/status$", status, reason="Injected", after=True)
+    status = int(answer[:3])
+    if answer == "500":
+        api.fail("PUT", r"resourceclaims/p-gpu/status$", status, reason="Injected", after=True)
+    else:
+        second_try_answered(api, r"resourceclaims/p-gpu/status$", status, carried_out=True)
     assert str(status) in (await bind(runtime, "p", "n1") or "")
     assert not allocation_in_api(api, "p-gpu")
     assert await bind(runtime, "q", "n1") is None
@@ -570,7 +594,7 @@ async def test_an_allocation_write_carried_out_though_answered_409_is_this_binds
     seed_protected_p_and_q(api)
     runtime = await start_runtime()
     await silence_watches(api)
-    api.fail("PUT", r"resourceclaims/p-gpu/status$", 409, reason="Conflict", after=True)
+    api.disconnect("PUT", r"resourceclaims/p-gpu/status$", after=True)
     assert await bind(runtime, "p", "n1") is None
     assert await bind(runtime, "q", "n1") is None
     assert (device_of(api, "p-gpu"), device_of(api, "q-gpu")) == ("gpu-0", "gpu-1")
@@ -581,7 +605,7 @@ async def test_a_carried_out_write_found_by_the_conflict_retry_is_rolled_back_wi
 ):
     seed_protected_p_and_q(api)
     runtime = await start_runtime()
-    api.fail("PUT", r"resourceclaims/p-gpu/status$", 409, reason="Conflict", after=True)
+    api.disconnect("PUT", r"resourceclaims/p-gpu/status$", after=True)
     api.fail("POST", r"pods/p/binding$", 403)
     assert "403" in (await bind(runtime, "p", "n1") or "")
     assert not allocation_in_api(api, "p-gpu")
@@ -592,7 +616,7 @@ async def test_a_created_claim_whose_write_was_carried_out_though_answered_429_i
     x = add_extended_pod(api, "x")
     runtime = await start_runtime()
     assert runtime.service.filter(x, ["n1"]).passed == ["n1"]
-    api.fail("PUT", r"resourceclaims/[^/]+/status$", 429, reason="TooManyRequests", after=True)
+    second_try_answered(api, r"resourceclaims/[^/]+/status$", 429, carried_out=True)
     assert "429" in (await bind(runtime, "x", "n1") or "")
     created_name = api.writes()[0].body["metadata"]["name"]
     assert api.get("ResourceClaim", NS, created_name) is None

@@ -262,13 +262,18 @@ async def answering(
     tmp_path: Path, answers: list[tuple[int, dict[str, str]]], **connect: Any
 ) -> AsyncIterator[tuple[KubeClient, list[str]]]:
     """A client on a server that gives ``answers`` (status, headers) in turn, then 200 to every request
-    (a watch: one event); also the paths the server was asked for."""
+    (a watch: one event); also the paths the server was asked for. ``DROP``: the request is read and its
+    connection closed without an answer."""
     left = list(answers)
     asked: list[str] = []
 
     async def answer(request: web.Request) -> web.StreamResponse:
         asked.append(request.path_qs)
         status, headers = left.pop(0) if left else (200, {})
+        if status == DROP:
+            assert request.transport is not None
+            request.transport.close()  # read, never answered
+            return web.Response()
         if status == 200 and request.query.get("watch"):
             return await stream(request, NODE_EVENT)
         body = {"metadata": {"name": "ns1"}} if status == 200 else {"kind": "Status", "code": status}
@@ -284,6 +289,7 @@ async def answering(
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}}
 NOW = {"Retry-After": "0"}
+DROP = 0
 
 
 @pytest.mark.parametrize(
@@ -378,3 +384,70 @@ async def test_an_eviction_is_not_retried(tmp_path: Path) -> None:
         with pytest.raises(KubeAPIError) as raised:
             await client.create(CORE_PODS, "ns", eviction, name="p", subresource="eviction", retry=False)
     assert raised.value.status == 429 and len(asked) == 1
+
+
+@pytest.mark.parametrize("status", [429, 404, 422])
+async def test_an_error_answering_a_write_sent_again_may_have_been_carried_out(
+    tmp_path: Path, status: int
+) -> None:
+    """aiohttp sends a PUT again, on a new connection, when the one it went out on closes before the answer:
+    the server may have carried out the first. So the answer to the second is no proof that nothing was
+    written (``maybe_done``), and a 429 is not retried on its ``Retry-After``."""
+    async with answering(tmp_path, [(DROP, {}), (status, NOW)] + [(status, NOW)] * 11) as (client, asked):
+        with pytest.raises(KubeAPIError) as raised:
+            await client.replace(CORE_NAMESPACES, NAMESPACE)
+    assert (raised.value.status, raised.value.maybe_done) == (status, True)
+    assert len(asked) == 2
+
+
+@pytest.mark.parametrize("status", [429, 404, 422, 409])
+async def test_an_error_answering_a_write_sent_once_was_not_carried_out(tmp_path: Path, status: int) -> None:
+    async with answering(tmp_path, [(status, {})]) as (client, asked):
+        with pytest.raises(KubeAPIError) as raised:
+            await client.replace(CORE_NAMESPACES, NAMESPACE)
+    assert (raised.value.status, raised.value.maybe_done) == (status, False)
+    assert len(asked) == 1
+
+
+async def test_a_write_whose_second_try_cannot_connect_may_have_been_carried_out(tmp_path: Path) -> None:
+    """The server takes the PUT and goes away before answering; aiohttp's second try finds nothing to
+    connect to. The first may have been carried out: a failed connect is not proof here."""
+    received: list[bytes] = []
+
+    async def take_then_go_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(
+                line.split(b":")[1]
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+        )
+        received.append(await reader.readexactly(length))
+        server.close()  # no more connections
+        writer.close()
+
+    server = await asyncio.start_server(take_then_go_away, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
+    try:
+        with pytest.raises(TransportError) as raised:
+            await client.replace(CORE_NAMESPACES, NAMESPACE)
+    finally:
+        await client.close()
+    assert [json.loads(body) for body in received] == [NAMESPACE]
+    assert raised.value.sent and raised.value.maybe_done
+
+
+async def test_a_write_that_cannot_connect_at_all_was_not_sent(tmp_path: Path) -> None:
+    server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
+    try:
+        with pytest.raises(TransportError) as raised:
+            await client.replace(CORE_NAMESPACES, NAMESPACE)
+    finally:
+        await client.close()
+    assert not raised.value.sent and not raised.value.maybe_done
