@@ -16,7 +16,8 @@ under load. Rate: every request, watches included, first takes a token from ``ra
 given (``app.kube.ratelimit``; ``ClusterSettings.api_qps`` / ``api_burst``), as client-go's rate limiter
 does for kube-scheduler. Retry: a request turned away (429) that says ``Retry-After`` in whole seconds
 is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are (a wait
-over ``RETRY_AFTER_MAX_SECONDS``, other answers, and a 429 to aiohttp's second try, reach the caller at once).
+over ``RETRY_AFTER_MAX_SECONDS``, other answers, a 429 to aiohttp's second try and a PodDisruptionBudget's
+429 to an eviction reach the caller at once).
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
@@ -67,6 +68,7 @@ __all__ = [
     "CORE_NAMESPACES",
     "CORE_NODES",
     "CORE_PODS",
+    "DISRUPTION_BUDGET_CAUSE",
     "EVENTS",
     "POLICY_PDBS",
     "ConflictError",
@@ -96,6 +98,7 @@ class KubeAPIError(Exception):
         retry_after: int | None = None,
         *,
         resent: bool = False,
+        causes: tuple[str, ...] = (),
     ) -> None:
         super().__init__(f"{status} {reason}: {message}" if status else message)
         self.status = status
@@ -105,6 +108,8 @@ class KubeAPIError(Exception):
         self.resent = resent
         """The answer is to aiohttp's second try: the first went out on a connection that closed before
         its answer, and the server may have carried it out."""
+        self.causes = causes
+        """The types of the answer's ``details.causes`` (``DISRUPTION_BUDGET_CAUSE``)."""
 
     @property
     def maybe_done(self) -> bool:
@@ -307,9 +312,10 @@ what a server says; kube-apiserver's priority and fairness says 1."""
 
 RETRY_AFTER_STATUS = 429
 """The answer of a request turned away before it was carried out (kube-apiserver's priority and fairness,
-its shutdown). client-go retries every 5xx with ``Retry-After`` too; a 5xx can come after a write was
-stored (a proxy's gateway timeout, kube-apiserver's 504 while its handler still commits), so a writer here
-reads rather than writes again (``KubeAPIError.maybe_done``)."""
+its shutdown), unless it names a ``DISRUPTION_BUDGET_CAUSE``. client-go retries every 5xx with
+``Retry-After`` too; a 5xx can come after a write was stored (a proxy's gateway timeout, kube-apiserver's
+504 while its handler still commits), so a writer here reads rather than writes again
+(``KubeAPIError.maybe_done``)."""
 
 
 def _retry_after_seconds(header: str | None) -> int | None:
@@ -323,24 +329,44 @@ def _retry_after_seconds(header: str | None) -> int | None:
 _WHOLE_SECONDS = re.compile(r"[+-]?[0-9]+")
 
 
-def _retry_wait(status: int, retry_after: int | None) -> int | None:
-    """Seconds to wait before sending the request again, or None: a 429 that says how long, up to
-    ``RETRY_AFTER_MAX_SECONDS``."""
-    if status != RETRY_AFTER_STATUS or retry_after is None or retry_after > RETRY_AFTER_MAX_SECONDS:
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
+"""The cause the Eviction API's 429 names when a PodDisruptionBudget refuses (policy/v1
+``DisruptionBudgetCause``): the budget's answer, not a turn-away, whatever its ``Retry-After`` (10 while the
+budget's generation is not observed yet)."""
+
+
+def _retry_wait(error: KubeAPIError) -> int | None:
+    """Seconds to wait before sending the request again, or None: a 429 turning the request away that says
+    how long, up to ``RETRY_AFTER_MAX_SECONDS``, unless it answers aiohttp's second try (whose first the
+    caller reads)."""
+    wait = error.retry_after
+    if error.status != RETRY_AFTER_STATUS or wait is None or wait > RETRY_AFTER_MAX_SECONDS:
         return None
-    return retry_after
+    if error.resent or DISRUPTION_BUDGET_CAUSE in error.causes:
+        return None
+    return wait
 
 
 def _status_error(status: int, body: bytes, retry_after: int | None, resent: bool) -> KubeAPIError:
     reason, message = "", body.decode("utf-8", "replace")[:500]
+    causes: tuple[str, ...] = ()
     try:
         parsed = orjson.loads(body)
         if isinstance(parsed, dict):
             reason = str(parsed.get("reason") or "")
             message = str(parsed.get("message") or message)
+            causes = _cause_types(parsed.get("details"))
     except orjson.JSONDecodeError:
         pass
-    return _BY_STATUS.get(status, KubeAPIError)(status, reason, message, retry_after, resent=resent)
+    error = _BY_STATUS.get(status, KubeAPIError)
+    return error(status, reason, message, retry_after, resent=resent, causes=causes)
+
+
+def _cause_types(details: Any) -> tuple[str, ...]:
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(causes, list):
+        return ()
+    return tuple(str(c.get("type") or "") for c in causes if isinstance(c, dict))
 
 
 _READ_BUFFER_BYTES = 2**21
@@ -453,11 +479,10 @@ class KubeClient:
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
         timeout: aiohttp.ClientTimeout | None = None,
-        retry: bool = True,
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError.
 
-        With ``retry``, a request turned away (``RETRY_AFTER_STATUS``) with a whole number of seconds in
+        A request turned away (``RETRY_AFTER_STATUS``) with a whole number of seconds in
         ``Retry-After`` is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, each time
         through the rate limit, as client-go does (``rest/with_retry.go``): kube-apiserver's priority and
         fairness turns requests away with 429 and ``Retry-After: 1`` under load, and a bind failed for
@@ -476,10 +501,10 @@ class KubeClient:
             finally:
                 response.release()
             retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
-            # Not after a second try: its first may have been carried out, which the caller reads.
-            wait = _retry_wait(response.status, retry_after) if retry and not resent else None
+            error = _status_error(response.status, data, retry_after, resent)
+            wait = _retry_wait(error)
             if wait is None or retries == RETRY_AFTER_ATTEMPTS:
-                raise _status_error(response.status, data, retry_after, resent)
+                raise error
             retries += 1
             log.info("%s %s: %d, retry %d in %ds", method, path, response.status, retries, wait)
             await asyncio.sleep(wait)
@@ -675,13 +700,10 @@ class KubeClient:
         *,
         name: str | None = None,
         subresource: str | None = None,
-        retry: bool = True,
     ) -> dict[str, Any]:
-        """``POST`` a new object, or to a subresource of ``name`` (``pods/{name}/binding``); ``retry``: as
-        ``_send``'s (an eviction's 429 is the PodDisruptionBudget's answer, with ``Retry-After: 10`` while
-        the budget's generation is not observed yet)."""
+        """``POST`` a new object, or to a subresource of ``name`` (``pods/{name}/binding``)."""
         path = resource.path(namespace, name, subresource) if name else resource.path(namespace)
-        return await self._json("POST", path, body=body, retry=retry)
+        return await self._json("POST", path, body=body)
 
     async def patch(
         self,

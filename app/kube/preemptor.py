@@ -23,8 +23,9 @@ controller
 5. per victim, the ones a PodDisruptionBudget selects first: an Eviction (``pods/eviction``, the
    victim's UID as precondition), an Event ``Preempted`` on it, then a ``DisruptionTarget`` condition
    with reason ``PreemptionByScheduler`` (as kube-scheduler marks its victims) on ``pods/status``. A 429
-   (a budget refuses) drops the node: the hold is released and the next plan leaves the node out. A
-   victim already gone (404, 409) counts as evicted. Another error stops this attempt (the hold released;
+   naming a ``DisruptionBudget`` cause (a budget refuses) drops the node: the hold is released and the
+   next plan leaves the node out (priority and fairness's 429 is sent again by the client). A victim
+   already gone (404, 409) counts as evicted. Another error stops this attempt (the hold released;
    the pod's next rejection tries again), and so does the hold's end (the pod bound, deleted or recreated
    meanwhile: nobody more is evicted for it);
 6. records an Event ``PreemptingForDevices`` on the pod.
@@ -48,7 +49,7 @@ from typing import Any
 from allocator.decide import Policy
 from allocator.errors import AllocatorError
 from app.config.settings import MAX_SECONDS, ClusterSettings
-from app.kube.client import CORE_PODS, POLICY_PDBS, KubeAPIError
+from app.kube.client import CORE_PODS, DISRUPTION_BUDGET_CAUSE, POLICY_PDBS, KubeAPIError
 from app.kube.clock import Clock, SystemClock
 from app.kube.leader import SchedulerLease
 from app.scheduling.bindingconditions import device_label
@@ -85,7 +86,7 @@ class PreemptionStats:
     """Pods nominated after their victims were evicted."""
     evicted: int = 0
     refused: int = 0
-    """Candidates dropped because an eviction was refused (429)."""
+    """Candidates dropped because a PodDisruptionBudget refused an eviction (429)."""
     not_helped: int = 0
     """Requests where no eviction could help (or the pod may not preempt)."""
     not_leader: int = 0
@@ -361,7 +362,7 @@ class Preemptor:
         return True
 
     async def _evict(self, victim: Mapping[str, Any], request: PreemptionRequest, node: str) -> str:
-        """``evicted`` (or already gone), ``refused`` (429) or ``failed``."""
+        """``evicted`` (or already gone), ``refused`` (a budget's 429) or ``failed``."""
         uid = _uid(victim)
         if uid in self._evicted:
             return "evicted"  # this replica evicted it already; the watch has not shown it yet
@@ -381,15 +382,12 @@ class Preemptor:
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
         try:
-            # Not retried on Retry-After: a 429 here is the budget's answer, handled below, not a refusal to
-            # wait out (a PodDisruptionBudget not yet observed says 10 s, which would stall every preemption).
-            await self.client.create(
-                CORE_PODS, namespace, eviction, name=name, subresource="eviction", retry=False
-            )
+            # A budget's 429 is not retried (the client tells it by its cause); priority and fairness's is.
+            await self.client.create(CORE_PODS, namespace, eviction, name=name, subresource="eviction")
         except KubeAPIError as e:
             if e.status in _GONE:
                 return "evicted"
-            if e.status == _REFUSED:
+            if e.status == _REFUSED and DISRUPTION_BUDGET_CAUSE in e.causes:
                 return "refused"
             log.warning("preemption for pod %s: evicting %s/%s failed: %s", request.key, namespace, name, e)
             return "failed"

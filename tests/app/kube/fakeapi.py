@@ -13,7 +13,7 @@ What it serves (only what the extender uses, with the API server's rules that ma
   and ``metadata.uid`` in a body are preconditions (409); finalizers delay deletion;
 * ``POST pods/{name}/binding`` with the UID precondition, "already assigned to node" and spec.nodeName;
 * ``POST pods/{name}/eviction`` with the UID precondition and PodDisruptionBudgets (``matchLabels`` only):
-  429 while one allows no disruption, else the pod is deleted;
+  429 with a ``DisruptionBudget`` cause while one allows no disruption, else the pod is deleted;
 * strategic-merge ``PATCH pods/{name}/status`` (top-level status keys) and ``PATCH pods/{name}`` (labels
   and annotations; another ``metadata.uid`` is refused as an immutable-field change, 422);
 * events.k8s.io/v1 Events: create with the API server's validation of a new Event (``_event_problem``),
@@ -72,6 +72,10 @@ _DEFAULT_DRA = {
     ],
 }
 
+DISRUPTION_BUDGET = "DisruptionBudget"
+"""The ``details.causes`` type of the Eviction API's refusals for a PodDisruptionBudget (policy/v1
+``DisruptionBudgetCause``)."""
+
 _BODY = web.RequestKey("body", object)
 _CLOSE = object()
 _GONE = object()
@@ -92,6 +96,8 @@ class Fault:
     with a gate, hold the answer."""
     retry_after: str = ""
     """The error's ``Retry-After`` header, when not empty."""
+    causes: tuple[str, ...] = ()
+    """The error's ``details.causes`` types (the Eviction API's ``DisruptionBudget``)."""
     late: bool = False
     """With a gate: carry the request out once the gate opens, even if its client has gone (the fake API
     server only)."""
@@ -132,12 +138,21 @@ class FaultPlan:
         *,
         after: bool = False,
         retry_after: str = "",
+        causes: tuple[str, ...] = (),
     ) -> None:
         """``after``: the request is carried out first (``Fault.after``); ``retry_after``: the answer's
-        ``Retry-After``."""
+        ``Retry-After``; ``causes``: its ``details.causes`` types."""
         message = message or "injected"
         fault = Fault(
-            method, re.compile(pattern), times, status, message, reason, after=after, retry_after=retry_after
+            method,
+            re.compile(pattern),
+            times,
+            status,
+            message,
+            reason,
+            after=after,
+            retry_after=retry_after,
+            causes=causes,
         )
         self.faults.append(fault)
 
@@ -179,8 +194,8 @@ def write_kubeconfig(directory: Path, server: str, proxy_url: str | None = None)
     return path
 
 
-def status_body(code: int, reason: str, message: str) -> Obj:
-    return {
+def status_body(code: int, reason: str, message: str, causes: tuple[str, ...] = ()) -> Obj:
+    body: Obj = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -189,13 +204,16 @@ def status_body(code: int, reason: str, message: str) -> Obj:
         "reason": reason,
         "code": code,
     }
+    if causes:
+        body["details"] = {"causes": [{"type": cause, "message": message} for cause in causes]}
+    return body
 
 
 def fault_answer(fault: Fault, reason: str) -> web.Response:
     """The error answer of a ``fail`` fault, under ``reason``, with its ``Retry-After`` when it has one."""
     headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
     return web.json_response(
-        status_body(fault.status, reason, fault.message), status=fault.status, headers=headers
+        status_body(fault.status, reason, fault.message, fault.causes), status=fault.status, headers=headers
     )
 
 
@@ -712,7 +730,13 @@ class FakeKubeAPI(FaultPlan):
             and all(labels.get(k) == v for k, v in selector.items())
         ]
         if any((b.get("status") or {}).get("disruptionsAllowed", 0) < 1 for b in budgets):
-            return self._error(429, "TooManyRequests", "Cannot evict pod as it would violate the budget")
+            refusal = status_body(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the budget",
+                (DISRUPTION_BUDGET,),
+            )
+            return web.json_response(refusal, status=429)
         for budget in budgets:
             new = copy.deepcopy(budget)
             new["status"]["disruptionsAllowed"] -= 1

@@ -259,17 +259,17 @@ async def test_bookmarks_keep_a_watch_alive_past_the_read_timeout(tmp_path: Path
 
 @asynccontextmanager
 async def answering(
-    tmp_path: Path, answers: list[tuple[int, dict[str, str]]], **connect: Any
+    tmp_path: Path, answers: list[tuple[Any, ...]], **connect: Any
 ) -> AsyncIterator[tuple[KubeClient, list[str]]]:
     """A client on a server that gives ``answers`` (status, headers) in turn, then 200 to every request
-    (a watch: one event); also the paths the server was asked for. ``DROP``: the request is read and its
-    connection closed without an answer."""
+    (a watch: one event); also the paths the server was asked for. An answer may add its body as a third
+    element. ``DROP``: the request is read and its connection closed without an answer."""
     left = list(answers)
     asked: list[str] = []
 
     async def answer(request: web.Request) -> web.StreamResponse:
         asked.append(request.path_qs)
-        status, headers = left.pop(0) if left else (200, {})
+        status, headers, *given = left.pop(0) if left else (200, {})
         if status == DROP:
             assert request.transport is not None
             request.transport.close()  # read, never answered
@@ -277,7 +277,7 @@ async def answering(
         if status == 200 and request.query.get("watch"):
             return await stream(request, NODE_EVENT)
         body = {"metadata": {"name": "ns1"}} if status == 200 else {"kind": "Status", "code": status}
-        return web.json_response(body, status=status, headers=headers)
+        return web.json_response(given[0] if given else body, status=status, headers=headers)
 
     async with serving(answer) as url:
         client = await KubeClient.connect(write_kubeconfig(tmp_path, url), **connect)
@@ -376,14 +376,28 @@ async def test_a_watch_turned_away_is_sent_again(tmp_path: Path) -> None:
     assert len(asked) == 2
 
 
-async def test_an_eviction_is_not_retried(tmp_path: Path) -> None:
-    """A 429 from the Eviction API is the disruption budget's answer; with a budget not yet observed it
-    says ``Retry-After: 10``, and the preemptor drops the node rather than wait."""
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "ns"}}
-    async with answering(tmp_path, [(429, {"Retry-After": "10"})]) as (client, asked):
+EVICTION = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "ns"}}
+
+
+@pytest.mark.parametrize("retry_after", ["10", "0"])
+async def test_an_eviction_a_disruption_budget_refuses_is_not_retried(
+    tmp_path: Path, retry_after: str
+) -> None:
+    """The Eviction API's 429 for a PodDisruptionBudget (a ``DisruptionBudget`` cause; ``Retry-After: 10``
+    while the budget's generation is not observed yet) is the budget's answer, not a turn-away: the
+    preemptor drops the node rather than wait."""
+    refusal = {"kind": "Status", "code": 429, "details": {"causes": [{"type": "DisruptionBudget"}]}}
+    async with answering(tmp_path, [(429, {"Retry-After": retry_after}, refusal)]) as (client, asked):
         with pytest.raises(KubeAPIError) as raised:
-            await client.create(CORE_PODS, "ns", eviction, name="p", subresource="eviction", retry=False)
-    assert raised.value.status == 429 and len(asked) == 1
+            await client.create(CORE_PODS, "ns", EVICTION, name="p", subresource="eviction")
+    assert (raised.value.status, raised.value.causes) == (429, ("DisruptionBudget",))
+    assert len(asked) == 1
+
+
+async def test_an_eviction_turned_away_by_priority_and_fairness_is_sent_again(tmp_path: Path) -> None:
+    async with answering(tmp_path, [(429, NOW)]) as (client, asked):
+        await client.create(CORE_PODS, "ns", EVICTION, name="p", subresource="eviction")
+    assert len(asked) == 2
 
 
 @pytest.mark.parametrize("status", [429, 404, 422])

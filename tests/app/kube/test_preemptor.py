@@ -13,7 +13,7 @@ import pytest
 from app.kube.preemptor import EvictionWindow
 from app.scheduling.preemptionrequests import PreemptionRequest
 from tests.app.kube.conftest import DRIVER, NS, FakeClock, eventually
-from tests.app.kube.fakeapi import FakeKubeAPI
+from tests.app.kube.fakeapi import DISRUPTION_BUDGET, FakeKubeAPI
 from tests.builders import claim, device, device_class, node, pod, request, resource_slice
 
 EVICTIONS = r"/pods/[^/]+/eviction$"
@@ -98,22 +98,46 @@ async def test_the_lowest_priority_holder_is_evicted_and_the_preemptor_nominated
     assert _evicted(api) == ["a"]
 
 
-@pytest.mark.parametrize("retry_after", ["", "10"])
+@pytest.mark.parametrize("retry_after", ["", "10", "0"])
 async def test_a_refused_eviction_drops_the_node_and_the_next_one_is_used(api, start_runtime, retry_after):
     # n1's GPU is held by a (priority 1), n2's by b (priority 5): n1 first. The Eviction API refuses a
-    # (429, as for a budget allowing no disruption; with Retry-After 10 for a budget whose generation it has
-    # not observed yet): nothing is evicted there and n2's b goes instead, at once.
+    # (429 with a DisruptionBudget cause, as for a budget allowing no disruption; with Retry-After 10 for a
+    # budget whose generation it has not observed yet): nothing is evicted there and n2's b goes instead, at
+    # once, whatever Retry-After says.
     _cluster(api, {"n1": 1, "n2": 1})
     _holder(api, "a", 1, "n1", "gpu-0")
     _holder(api, "b", 5, "n2", "gpu-0")
     want = _preemptor(api)
     runtime = await start_runtime()
-    api.fail("POST", r"/pods/a/eviction$", 429, reason="TooManyRequests", retry_after=retry_after)
+    api.fail(
+        "POST",
+        r"/pods/a/eviction$",
+        429,
+        reason="TooManyRequests",
+        retry_after=retry_after,
+        causes=(DISRUPTION_BUDGET,),
+    )
 
     assert await asyncio.wait_for(runtime.preemptor.preempt(want), 5) == "n2"
     assert api.get("Pod", NS, "a") is not None and api.get("Pod", NS, "b") is None
     assert runtime.preemptor.stats.refused == 1
     assert runtime.service.preemption_holds.get(f"{NS}/new").node == "n2"
+
+
+async def test_an_eviction_turned_away_by_priority_and_fairness_is_sent_again(api, start_runtime):
+    # A 429 without a DisruptionBudget cause is kube-apiserver turning the request away under load, not
+    # the budget's answer: sent again after its Retry-After, and n1's a is evicted as planned.
+    _cluster(api, {"n1": 1, "n2": 1})
+    _holder(api, "a", 1, "n1", "gpu-0")
+    _holder(api, "b", 5, "n2", "gpu-0")
+    want = _preemptor(api)
+    runtime = await start_runtime()
+    api.fail("POST", r"/pods/a/eviction$", 429, reason="TooManyRequests", retry_after="0")
+
+    assert await asyncio.wait_for(runtime.preemptor.preempt(want), 5) == "n1"
+    assert api.get("Pod", NS, "a") is None and api.get("Pod", NS, "b") is not None
+    assert runtime.preemptor.stats.refused == 0
+    assert _evicted(api) == ["a", "a"]
 
 
 async def test_a_budget_that_forbids_every_eviction_leaves_everyone_running(api, start_runtime):
