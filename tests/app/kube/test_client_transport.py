@@ -442,15 +442,9 @@ async def test_a_write_whose_second_try_cannot_connect_may_have_been_carried_out
         writer.close()
 
     server = await asyncio.start_server(take_then_go_away, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
-    try:
-        with pytest.raises(TransportError) as raised:
-            await client.replace(CORE_NAMESPACES, NAMESPACE)
-    finally:
-        await client.close()
+    failed = await failed_write(tmp_path, server.sockets[0].getsockname()[1])
     assert [json.loads(body) for body in received] == [NAMESPACE]
-    assert raised.value.sent and raised.value.maybe_done
+    assert failed.sent and failed.maybe_done
 
 
 async def test_a_write_that_cannot_connect_at_all_was_not_sent(tmp_path: Path) -> None:
@@ -458,10 +452,16 @@ async def test_a_write_that_cannot_connect_at_all_was_not_sent(tmp_path: Path) -
     port = server.sockets[0].getsockname()[1]
     server.close()
     await server.wait_closed()
+    failed = await failed_write(tmp_path, port)
+    assert not failed.sent and not failed.maybe_done
+
+
+async def failed_write(tmp_path: Path, port: int) -> TransportError:
+    """The TransportError of a PUT to ``port`` on the loopback."""
     client = await KubeClient.connect(write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}"))
     try:
         with pytest.raises(TransportError) as raised:
             await client.replace(CORE_NAMESPACES, NAMESPACE)
     finally:
         await client.close()
-    assert not raised.value.sent and not raised.value.maybe_done
+    return raised.value

@@ -98,16 +98,20 @@ async def test_the_lowest_priority_holder_is_evicted_and_the_preemptor_nominated
     assert _evicted(api) == ["a"]
 
 
-@pytest.mark.parametrize("retry_after", ["", "10", "0"])
-async def test_a_refused_eviction_drops_the_node_and_the_next_one_is_used(api, start_runtime, retry_after):
-    # n1's GPU is held by a (priority 1), n2's by b (priority 5): n1 first. The Eviction API refuses a
-    # (429 with a DisruptionBudget cause, as for a budget allowing no disruption; with Retry-After 10 for a
-    # budget whose generation it has not observed yet): nothing is evicted there and n2's b goes instead, at
-    # once, whatever Retry-After says.
+def _a_on_n1_before_b_on_n2(api: FakeKubeAPI) -> PreemptionRequest:
+    """n1's GPU held by a (priority 1), n2's by b (priority 5): a preemptor's plan takes n1 first."""
     _cluster(api, {"n1": 1, "n2": 1})
     _holder(api, "a", 1, "n1", "gpu-0")
     _holder(api, "b", 5, "n2", "gpu-0")
-    want = _preemptor(api)
+    return _preemptor(api)
+
+
+@pytest.mark.parametrize("retry_after", ["", "10", "0"])
+async def test_a_refused_eviction_drops_the_node_and_the_next_one_is_used(api, start_runtime, retry_after):
+    # n1 first. The Eviction API refuses a (429 with a DisruptionBudget cause, as for a budget allowing no
+    # disruption; with Retry-After 10 for a budget whose generation it has not observed yet): nothing is
+    # evicted there and n2's b goes instead, at once, whatever Retry-After says.
+    want = _a_on_n1_before_b_on_n2(api)
     runtime = await start_runtime()
     api.fail(
         "POST",
@@ -127,10 +131,7 @@ async def test_a_refused_eviction_drops_the_node_and_the_next_one_is_used(api, s
 async def test_an_eviction_turned_away_by_priority_and_fairness_is_sent_again(api, start_runtime):
     # A 429 without a DisruptionBudget cause is kube-apiserver turning the request away under load, not
     # the budget's answer: sent again after its Retry-After, and n1's a is evicted as planned.
-    _cluster(api, {"n1": 1, "n2": 1})
-    _holder(api, "a", 1, "n1", "gpu-0")
-    _holder(api, "b", 5, "n2", "gpu-0")
-    want = _preemptor(api)
+    want = _a_on_n1_before_b_on_n2(api)
     runtime = await start_runtime()
     api.fail("POST", r"/pods/a/eviction$", 429, reason="TooManyRequests", retry_after="0")
 
