@@ -389,9 +389,15 @@ class KubeBinder:
                 try:
                     await self.client.replace(self.claims, body, subresource="status")
                 except KubeAPIError as e:
-                    # A 409 settles it even after aiohttp's second try: the claim has moved past the
-                    # version this write needs, so the write never lands later, and the re-read of the
-                    # conflict retry finds it if the first try did.
+                    if isinstance(e, ConflictError) and e.resent:
+                        # aiohttp's second try met a claim moved past this write's version: the first try
+                        # may have been carried out, never later. Held and undone by a rollback like any
+                        # write; the conflict retry's re-read finds it if it was.
+                        written.status_written, written.allocated = True, allocation is not None
+                        written.unconfirmed = False
+                        if devices:
+                            self.reservations.hold(key, devices, stale, created=created)
+                        raise
                     if isinstance(e, ConflictError) or not e.maybe_done:
                         written.status_written, written.allocated = before
                         written.unconfirmed = False

@@ -106,16 +106,16 @@ class KubeAPIError(Exception):
         self.message = message
         self.retry_after = retry_after
         self.resent = resent
-        """The answer is to aiohttp's second try: the first went out on a connection that closed before
-        its answer, and the server may have carried it out."""
+        """The answer is to aiohttp's second try of a write (``WRITES_SENT_AGAIN``): the first went out on
+        a connection that closed before its answer, and the server may have carried it out."""
         self.causes = causes
         """The types of the answer's ``details.causes`` (``DISRUPTION_BUDGET_CAUSE``)."""
 
     @property
     def maybe_done(self) -> bool:
         """The request may have been carried out: a 5xx can come after the write was stored (a proxy's
-        gateway timeout, or the server's), a 2xx whose body does not read was, and any answer to a second
-        try says nothing of the first; a writer reads before it rolls back."""
+        gateway timeout, or the server's), a 2xx whose body does not read was, and any answer to a write's
+        second try says nothing of the first; a writer reads before it rolls back."""
         return self.resent or self.status >= 500 or 200 <= self.status <= 299
 
 
@@ -329,6 +329,10 @@ def _retry_after_seconds(header: str | None) -> int | None:
 _WHOLE_SECONDS = re.compile(r"[+-]?[0-9]+")
 
 
+WRITES_SENT_AGAIN = frozenset({"PUT", "DELETE"})
+"""The writes aiohttp sends a second time on a new connection when the first's closes before its answer
+(RFC 9112's retry of an idempotent request; aiohttp retries GET too, which carries nothing out)."""
+
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 """The cause the Eviction API's 429 names when a PodDisruptionBudget refuses (policy/v1
 ``DisruptionBudgetCause``): the budget's answer, not a turn-away, whatever its ``Retry-After`` (10 while the
@@ -520,11 +524,12 @@ class KubeClient:
         timeout: aiohttp.ClientTimeout | None,
     ) -> tuple[aiohttp.ClientResponse, bool]:
         """One attempt: the open response, whatever its status, and whether it answers aiohttp's second
-        try. Raises TransportError.
+        try of a write (``WRITES_SENT_AGAIN``), whose first the server may have carried out. Raises
+        TransportError.
 
-        aiohttp sends a PUT or a DELETE again on a new connection when the one it went out on closes before
-        the answer (RFC 9112's retry of an idempotent request); the server may have carried out the first.
-        The per-request middleware sees each try, so the caller can tell."""
+        The per-request middleware sees each of aiohttp's tries. A second try may also follow a first the
+        server never read (a kept-alive connection closed as it was reused): counted as maybe carried out
+        all the same, the safe side."""
         api, rest = self._api, self._api.rest_client
         headers = {**api.default_headers, "Accept": "application/json", "Content-Type": content_type}
         self._step_aside()
@@ -556,7 +561,7 @@ class KubeClient:
             )
             code = str(response.status)
         except aiohttp.ClientConnectorError as e:
-            if tries > 1:
+            if tries > 1 and method in WRITES_SENT_AGAIN:
                 raise TransportError(
                     f"{method} {path}: sent, its connection closed unanswered, then cannot connect: {e}",
                     sent=True,
@@ -570,7 +575,7 @@ class KubeClient:
         finally:
             if self._metrics is not None:
                 self._metrics.observe(method, path, query, code, time.perf_counter() - started)
-        return response, tries > 1
+        return response, tries > 1 and method in WRITES_SENT_AGAIN
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = await self._send(method, path, **kwargs)

@@ -18,6 +18,7 @@ import pytest
 
 from app.config.settings import Settings
 from app.http.api import create_app
+from app.kube.bindjournal import CONFLICT_ATTEMPTS
 from app.scheduling.binder import FINALIZER
 from tests.app.kube.conftest import DRIVER, NS, add_pod, bind, eventually, seed_cluster, silence_watches
 from tests.app.kube.fakeapi import FakeKubeAPI
@@ -598,6 +599,26 @@ async def test_an_allocation_write_carried_out_though_answered_409_is_this_binds
     assert await bind(runtime, "p", "n1") is None
     assert await bind(runtime, "q", "n1") is None
     assert (device_of(api, "p-gpu"), device_of(api, "q-gpu")) == ("gpu-0", "gpu-1")
+
+
+@pytest.mark.parametrize("then", ["the conflict attempts run out", "the re-read fails"])
+async def test_a_409_to_the_second_try_is_undone_when_the_conflict_retry_cannot_look(
+    api, start_runtime, then
+):
+    """aiohttp's second try meets the first, carried out: 409. When no re-read follows (it was the last
+    conflict attempt) or it fails, the bind fails and its rollback still finds and undoes the allocation,
+    so the next pod may take the device without it being in two claims."""
+    seed_protected_p_and_q(api)
+    runtime = await start_runtime()
+    await silence_watches(api)
+    if then == "the conflict attempts run out":
+        api.fail("PUT", r"resourceclaims/p-gpu/status$", 409, times=CONFLICT_ATTEMPTS - 1, reason="Conflict")
+    else:
+        api.fail("GET", r"resourceclaims/p-gpu$", 500)
+    api.disconnect("PUT", r"resourceclaims/p-gpu/status$", after=True)
+    assert await bind(runtime, "p", "n1") is not None
+    assert not allocation_in_api(api, "p-gpu")
+    assert await bind(runtime, "q", "n1") is None
 
 
 async def test_a_carried_out_write_found_by_the_conflict_retry_is_rolled_back_with_the_bind(

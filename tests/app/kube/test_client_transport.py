@@ -465,3 +465,10 @@ async def failed_write(tmp_path: Path, port: int) -> TransportError:
     finally:
         await client.close()
     return raised.value
+
+
+async def test_a_read_whose_second_try_is_turned_away_is_sent_again(tmp_path: Path) -> None:
+    """aiohttp tries a GET twice too; a GET carries nothing out, so its 429 is waited out as any."""
+    async with answering(tmp_path, [(DROP, {}), (429, NOW)]) as (client, asked):
+        assert await client.get(CORE_NAMESPACES, None, "ns1") == {"metadata": {"name": "ns1"}}
+    assert len(asked) == 3
