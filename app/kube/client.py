@@ -367,10 +367,12 @@ def _status_error(status: int, body: bytes, retry_after: int | None, resent: boo
 
 
 def _cause_types(details: Any) -> tuple[str, ...]:
+    """The types of a Status's ``details.causes``: metav1.StatusCause serialises its ``Type`` as
+    ``reason``."""
     causes = details.get("causes") if isinstance(details, dict) else None
     if not isinstance(causes, list):
         return ()
-    return tuple(str(c.get("type") or "") for c in causes if isinstance(c, dict))
+    return tuple(str(c.get("reason") or "") for c in causes if isinstance(c, dict))
 
 
 _READ_BUFFER_BYTES = 2**21

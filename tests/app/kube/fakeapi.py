@@ -205,7 +205,8 @@ def status_body(code: int, reason: str, message: str, causes: tuple[str, ...] = 
         "code": code,
     }
     if causes:
-        body["details"] = {"causes": [{"type": cause, "message": message} for cause in causes]}
+        # metav1.StatusCause serialises its Type as "reason".
+        body["details"] = {"causes": [{"reason": cause, "message": message} for cause in causes]}
     return body
 
 

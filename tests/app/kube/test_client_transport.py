@@ -386,7 +386,15 @@ async def test_an_eviction_a_disruption_budget_refuses_is_not_retried(
     """The Eviction API's 429 for a PodDisruptionBudget (a ``DisruptionBudget`` cause; ``Retry-After: 10``
     while the budget's generation is not observed yet) is the budget's answer, not a turn-away: the
     preemptor drops the node rather than wait."""
-    refusal = {"kind": "Status", "code": 429, "details": {"causes": [{"type": "DisruptionBudget"}]}}
+    # As kube-apiserver sends it: metav1.StatusCause's Type is the JSON field "reason".
+    refusal = {
+        "kind": "Status",
+        "code": 429,
+        "reason": "TooManyRequests",
+        "details": {
+            "causes": [{"reason": "DisruptionBudget", "message": "The disruption budget pdb needs 1"}]
+        },
+    }
     async with answering(tmp_path, [(429, {"Retry-After": retry_after}, refusal)]) as (client, asked):
         with pytest.raises(KubeAPIError) as raised:
             await client.create(CORE_PODS, "ns", EVICTION, name="p", subresource="eviction")
