@@ -135,7 +135,7 @@ class TransportError(KubeAPIError):
     """No HTTP answer. ``sent`` is False when the request never reached the server (connect failure)."""
 
     def __init__(self, message: str, *, sent: bool) -> None:
-        super().__init__(0, "Transport", message, resent=False)
+        super().__init__(0, "Transport", message)
         self.sent = sent
 
     @property
@@ -341,8 +341,8 @@ budget's generation is not observed yet)."""
 
 def _retry_wait(error: KubeAPIError) -> int | None:
     """Seconds to wait before sending the request again, or None: a 429 turning the request away that says
-    how long, up to ``RETRY_AFTER_MAX_SECONDS``, unless it answers aiohttp's second try (whose first the
-    caller reads)."""
+    how long, up to ``RETRY_AFTER_MAX_SECONDS``; not one answering aiohttp's second try (whose first the
+    caller reads), nor a PodDisruptionBudget's refusal."""
     wait = error.retry_after
     if error.status != RETRY_AFTER_STATUS or wait is None or wait > RETRY_AFTER_MAX_SECONDS:
         return None

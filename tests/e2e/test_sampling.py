@@ -3,15 +3,17 @@
 kube-scheduler sizes its sample from every node of the cluster, and the session's plane holds the other
 scenarios' nodes.
 
-Why the first sample misses, from kube-scheduler v1.37.2's ``findNodesThatFitPod``: with 200 nodes its
-adaptive share is 48 %, 96 nodes, raised to 100. It walks its node list (one zone: the order the nodes were
-added) from ``nextStartNodeIndex``, and after each cycle moves that index on by the nodes it processed:
-each pinned holder's cycle processes all 200 (one feasible, 199 failing NodeAffinity), which leaves it
-where it started, at 0. So the preemptor's first sample is the first 100 nodes, whose devices low-priority
-holders keep; the one free device is on the last node. Its second sample starts at node 100."""
+Where kube-scheduler's sample starts, from v1.37.2's ``findNodesThatFitPod``: with 200 nodes its adaptive
+share is 48 %, 96 nodes, raised to 100. It walks its node list from ``nextStartNodeIndex`` and after each
+cycle moves that index on by the nodes it processed, so where the first sample starts depends on every
+cycle before it (the holders' included; a CI run found the free node inside it). The cycle of a pod that
+fits every node kube-scheduler checks processes exactly 100 of them, so the next sample is the other 100
+nodes: a preemptor whose sample holds the free node binds there at once, and the next one's sample
+misses it."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 
@@ -43,6 +45,35 @@ def _failed_scheduling(sc: Scenario, pod: str) -> list[str]:
     ]
 
 
+def _extender_claim_url(plane: ControlPlane, sc: Scenario, claim: str) -> str:
+    return f"{plane.extender_url}/api/v1/namespaces/{sc.namespace}/resourceclaims/{claim}"
+
+
+def _claim_gone(plane: ControlPlane, sc: Scenario, claim: str) -> bool:
+    """Gone from the API and from the extender's index, its device free again."""
+    return httpx.get(_extender_claim_url(plane, sc, claim), timeout=5.0).status_code == 404
+
+
+def _place(plane: ControlPlane, sc: Scenario, name: str, priority_class: str) -> tuple[float, list[str]]:
+    """Pod ``name`` with a claim of its own, seen by the extender before the pod exists (an attempt on a
+    claim the extender has not seen yet is no sample miss): seconds from its creation to bound, and its
+    sample misses (kube-scheduler records the event soon after the attempt: waited for a few seconds)."""
+    sc.add_claim(f"{name}-gpu")
+    url = _extender_claim_url(plane, sc, f"{name}-gpu")
+    poll(lambda: httpx.get(url, timeout=5.0).status_code == 200, timeout=30, what="claim seen")
+    created = time.monotonic()
+    sc.add_pod(name, claim=f"{name}-gpu", priority_class=priority_class)
+    poll(lambda: sc.outcomes().get(name) == "bound", timeout=60, interval=0.2, what=f"{name} bound")
+    waited = time.monotonic() - created
+
+    def misses() -> list[str]:
+        return [m for m in _failed_scheduling(sc, name) if "outside kube-scheduler's sample" in m]
+
+    with contextlib.suppress(TimeoutError):
+        poll(misses, timeout=5, interval=0.5, what=f"{name}'s sample miss")
+    return waited, misses()
+
+
 def test_a_pod_whose_sample_missed_its_device_is_retried_there_without_preemption(
     sampling_plane: ControlPlane,
 ) -> None:
@@ -55,23 +86,28 @@ def test_a_pod_whose_sample_missed_its_device_is_retried_there_without_preemptio
         sc.add_pod(f"holder-{i}", template="one-gpu", priority_class=low, node=node)
     sc.wait_settled(timeout=600, expect_bound=NODES - 1)
 
-    # A claim of its own, seen by the extender before the pod exists: an attempt on a claim the
-    # extender has not seen yet is no sample miss.
-    sc.add_claim("preemptor-gpu")
-    claim_url = f"{sampling_plane.extender_url}/api/v1/namespaces/{sc.namespace}/resourceclaims/preemptor-gpu"
-    poll(lambda: httpx.get(claim_url, timeout=5.0).status_code == 200, timeout=30, what="claim seen")
-    created = time.monotonic()
-    sc.add_pod("preemptor", claim="preemptor-gpu", priority_class=high)
-    poll(lambda: sc.outcomes().get("preemptor") == "bound", timeout=60, interval=0.2, what="preemptor bound")
-    waited = time.monotonic() - created
+    waited, misses = _place(sampling_plane, sc, "preemptor", high)
+    name = "preemptor"
+    if not misses:
+        # kube-scheduler's sample held the free node and the pod bound there (asserted below for the second
+        # pod): free it again; that cycle moved the next sample to the other 100 nodes.
+        sc.kube.delete("Pod", name, sc.namespace)
+        sc.kube.delete("ResourceClaim", f"{name}-gpu", sc.namespace)
+        poll(
+            lambda: sc.pod_gone(name) and _claim_gone(sampling_plane, sc, f"{name}-gpu"),
+            timeout=60,
+            what="freed",
+        )
+        sc.pods.remove(name)
+        name = "preemptor-2"
+        waited, misses = _place(sampling_plane, sc, name, high)
 
     # The first attempt was answered as a miss: the sample's nodes unresolvable (so DefaultPreemption had
     # no candidate), naming the node outside it that has the device.
-    misses = [m for m in _failed_scheduling(sc, "preemptor") if "outside kube-scheduler's sample" in m]
-    assert misses, _failed_scheduling(sc, "preemptor")
+    assert misses, _failed_scheduling(sc, name)
     assert nodes[-1] in misses[0]
-    assert sc.pod("preemptor")["spec"]["nodeName"] == nodes[-1]
-    claim = sc.kube.get("ResourceClaim", "preemptor-gpu", sc.namespace)
+    assert sc.pod(name)["spec"]["nodeName"] == nodes[-1]
+    claim = sc.kube.get("ResourceClaim", f"{name}-gpu", sc.namespace)
     assert allocated_devices(claim) == [(sc.driver, nodes[-1], "gpu-0")]
     assert not any(sc.pod_gone(f"holder-{i}") for i in range(NODES - 1))
     assert_bound_pods_hold_their_claims(sc)
