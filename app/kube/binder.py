@@ -38,11 +38,12 @@ allocation (re-read, then ``PUT .../status``), the finalizer it added, the claim
 stored it), or any answer to aiohttp's second try of a PUT whose connection closed before the first was
 answered (``KubeAPIError.maybe_done``), may have been carried out: the status write's devices stay held and
 its rollback re-reads the claim, the finalizer's rollback drops it if it is there, a pod status patch is
-cleared, and the binding's outcome is read from the pod. A write the bind's
-deadline cuts short may have been carried out too: the finalizer, the allocation (reserved for the pod itself,
-not its PodGroup, whose entry other members share) and the pod status patches are recorded before they are
-sent, so the rollback covers them (re-reading each claim first), and a binding it cuts short is read back from
-the pod. A claim found allocated and reserved for the pod where this bind meant to allocate it (a 409
+cleared, and the binding's outcome is read from the pod. A write the bind's deadline cuts short may have
+been carried out too: the finalizer, the allocation and the pod status patches are recorded before they are
+sent, so the rollback covers them (re-reading each claim first), and a binding it cuts short is read back
+from the pod. A PodGroup's reservedFor entry and the allocation it holds are every member's, and another
+member may run on them: a rollback leaves them, as upstream's Unreserve leaves claims reserved for the
+group. A claim found allocated and reserved for the pod where this bind meant to allocate it (a 409
 answering aiohttp's second try of a write the server carried out) is taken as this bind's write: held, and
 undone by a rollback. Any of these allocation writes may also be carried out after the rollback, its
 resourceVersion precondition met when the rollback wrote nothing to the claim: its devices stay held until the
@@ -375,16 +376,14 @@ class KubeBinder:
                         raise
                     stale.add(str(meta_of(claim).get("resourceVersion") or ""))
                 body = claim_after_bind(claim, allocation, plan.pod, self.state.gates, consumer)
-                # Recorded before it is sent, as the finalizer, when the reservedFor entry is the pod's own:
-                # the rollback re-reads the claim and removes only that entry. A PodGroup's entry is every
-                # member's, and another member may have written it meanwhile: recorded once it may be
-                # stored.
+                # Recorded before it is sent, as the finalizer: the rollback re-reads the claim and removes
+                # only the pod's own entry (a PodGroup's entry and allocation are every member's, and it
+                # leaves them).
                 before = written.status_written, written.allocated
                 written.devices = devices
                 written.sent_version = str(meta_of(body).get("resourceVersion") or "")
                 written.unconfirmed = True  # until answered: even a PodGroup's write may land late
-                if consumer is None:
-                    written.status_written, written.allocated = True, allocation is not None
+                written.status_written, written.allocated = True, allocation is not None
                 unanswered: KubeAPIError | None = None
                 try:
                     await self.client.replace(self.claims, body, subresource="status")

@@ -37,7 +37,8 @@ class Written:
     status_written: bool = False
     created: bool = False
     consumer_uid: str = ""
-    """The UID of the ``reservedFor`` entry written when not the pod's (its PodGroup's)."""
+    """The UID of the ``reservedFor`` entry written when not the pod's (its PodGroup's): the rollback leaves
+    that entry and its allocation."""
     devices: tuple[AllocatedDevice, ...] = ()
     """The devices the last status write allocates (none when it only adds a ``reservedFor`` entry)."""
     sent_version: str = ""
@@ -123,9 +124,11 @@ async def _roll_back_claim(client: Any, claims: Resource, written: Written, pod_
         if written.uid and uid_of(claim) != written.uid:
             return None
         try:
-            if written.status_written:
-                consumer = written.consumer_uid or pod_uid
-                body, unreserved, deallocated = release_pod(claim, consumer, deallocate=written.allocated)
+            # A PodGroup's entry and the allocation it holds are every member's: another member may run on
+            # them, whoever wrote them. Left as they are, as upstream's Unreserve leaves claims reserved for
+            # the group.
+            if written.status_written and not written.consumer_uid:
+                body, unreserved, deallocated = release_pod(claim, pod_uid, deallocate=written.allocated)
                 if unreserved or deallocated:
                     claim = await client.replace(claims, body, subresource="status")
             if written.finalizer_added and not (claim.get("status") or {}).get("allocation"):
