@@ -16,8 +16,8 @@ under load. Rate: every request, watches included, first takes a token from ``ra
 given (``app.kube.ratelimit``; ``ClusterSettings.api_qps`` / ``api_burst``), as client-go's rate limiter
 does for kube-scheduler. Retry: a request turned away (429) that says ``Retry-After`` in whole seconds
 is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, as client-go's requests are (a wait
-over ``RETRY_AFTER_MAX_SECONDS``, other answers, a 429 to aiohttp's second try and a PodDisruptionBudget's
-429 to an eviction reach the caller at once).
+over ``RETRY_AFTER_MAX_SECONDS``, other answers, and a 429 to aiohttp's second try, reach the caller at
+once; so does every answer to a request sent with ``retry=False``).
 
 kubernetes-asyncio's aiohttp session trusts the environment: before every request it reads ``~/.netrc`` and
 the proxy variables in a worker thread, two thread handoffs per claim write or binding. The session here
@@ -312,7 +312,8 @@ what a server says; kube-apiserver's priority and fairness says 1."""
 
 RETRY_AFTER_STATUS = 429
 """The answer of a request turned away before it was carried out (kube-apiserver's priority and fairness,
-its shutdown), unless it names a ``DISRUPTION_BUDGET_CAUSE``. client-go retries every 5xx with
+its shutdown), unless it names a ``DISRUPTION_BUDGET_CAUSE``: the Eviction API's answer for a
+PodDisruptionBudget (``retry=False`` for evictions). client-go retries every 5xx with
 ``Retry-After`` too; a 5xx can come after a write was stored (a proxy's gateway timeout, kube-apiserver's
 504 while its handler still commits), so a writer here reads rather than writes again
 (``KubeAPIError.maybe_done``)."""
@@ -341,12 +342,10 @@ budget's generation is not observed yet)."""
 
 def _retry_wait(error: KubeAPIError) -> int | None:
     """Seconds to wait before sending the request again, or None: a 429 turning the request away that says
-    how long, up to ``RETRY_AFTER_MAX_SECONDS``; not one answering aiohttp's second try (whose first the
-    caller reads), nor a PodDisruptionBudget's refusal."""
+    how long, up to ``RETRY_AFTER_MAX_SECONDS``, unless it answers aiohttp's second try (whose first the
+    caller reads)."""
     wait = error.retry_after
-    if error.status != RETRY_AFTER_STATUS or wait is None or wait > RETRY_AFTER_MAX_SECONDS:
-        return None
-    if error.resent or DISRUPTION_BUDGET_CAUSE in error.causes:
+    if error.status != RETRY_AFTER_STATUS or wait is None or wait > RETRY_AFTER_MAX_SECONDS or error.resent:
         return None
     return wait
 
@@ -485,10 +484,11 @@ class KubeClient:
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
         timeout: aiohttp.ClientTimeout | None = None,
+        retry: bool = True,
     ) -> aiohttp.ClientResponse:
         """Send one request and return the open response (status checked). Raises KubeAPIError.
 
-        A request turned away (``RETRY_AFTER_STATUS``) with a whole number of seconds in
+        With ``retry``, a request turned away (``RETRY_AFTER_STATUS``) with a whole number of seconds in
         ``Retry-After`` is sent again after that wait, up to ``RETRY_AFTER_ATTEMPTS`` times, each time
         through the rate limit, as client-go does (``rest/with_retry.go``): kube-apiserver's priority and
         fairness turns requests away with 429 and ``Retry-After: 1`` under load, and a bind failed for
@@ -508,7 +508,7 @@ class KubeClient:
                 response.release()
             retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
             error = _status_error(response.status, data, retry_after, resent)
-            wait = _retry_wait(error)
+            wait = _retry_wait(error) if retry else None
             if wait is None or retries == RETRY_AFTER_ATTEMPTS:
                 raise error
             retries += 1
@@ -707,10 +707,13 @@ class KubeClient:
         *,
         name: str | None = None,
         subresource: str | None = None,
+        retry: bool = True,
     ) -> dict[str, Any]:
-        """``POST`` a new object, or to a subresource of ``name`` (``pods/{name}/binding``)."""
+        """``POST`` a new object, or to a subresource of ``name`` (``pods/{name}/binding``); ``retry``: as
+        ``_send``'s (the preemptor waits out nothing: between evictions it checks that the pod still needs
+        them)."""
         path = resource.path(namespace, name, subresource) if name else resource.path(namespace)
-        return await self._json("POST", path, body=body)
+        return await self._json("POST", path, body=body, retry=retry)
 
     async def patch(
         self,

@@ -24,10 +24,10 @@ controller
    victim's UID as precondition), an Event ``Preempted`` on it, then a ``DisruptionTarget`` condition
    with reason ``PreemptionByScheduler`` (as kube-scheduler marks its victims) on ``pods/status``. A 429
    naming a ``DisruptionBudget`` cause (a budget refuses) drops the node: the hold is released and the
-   next plan leaves the node out (priority and fairness's 429 is sent again by the client). A victim
-   already gone (404, 409) counts as evicted. Another error stops this attempt (the hold released;
-   the pod's next rejection tries again), and so does the hold's end (the pod bound, deleted or recreated
-   meanwhile: nobody more is evicted for it);
+   next plan leaves the node out. A victim already gone (404, 409) counts as evicted. Another error,
+   priority and fairness's 429 included, stops this attempt (the hold released; the pod's next rejection
+   tries again), and so does the hold's end (the pod bound, deleted or recreated meanwhile: nobody more is
+   evicted for it);
 6. records an Event ``PreemptingForDevices`` on the pod.
 
 Only the replica next to the leading kube-scheduler acts (``app.kube.leader``); a standby drops the
@@ -382,13 +382,17 @@ class Preemptor:
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
         try:
-            # A budget's 429 is not retried (the client tells it by its cause); priority and fairness's is.
-            await self.client.create(CORE_PODS, namespace, eviction, name=name, subresource="eviction")
+            # Not retried on Retry-After: a wait inside the client would not see the hold end (the pod bound
+            # or deleted meanwhile), and would keep every other preemption waiting behind this one.
+            await self.client.create(
+                CORE_PODS, namespace, eviction, name=name, subresource="eviction", retry=False
+            )
         except KubeAPIError as e:
             if e.status in _GONE:
                 return "evicted"
             if e.status == _REFUSED and DISRUPTION_BUDGET_CAUSE in e.causes:
                 return "refused"
+            # Anything else, priority and fairness's 429 included, stops this attempt, the node kept.
             log.warning("preemption for pod %s: evicting %s/%s failed: %s", request.key, namespace, name, e)
             return "failed"
         self.window.record()

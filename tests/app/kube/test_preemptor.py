@@ -128,16 +128,21 @@ async def test_a_refused_eviction_drops_the_node_and_the_next_one_is_used(api, s
     assert runtime.service.preemption_holds.get(f"{NS}/new").node == "n2"
 
 
-async def test_an_eviction_turned_away_by_priority_and_fairness_is_sent_again(api, start_runtime):
+async def test_an_eviction_turned_away_by_priority_and_fairness_stops_the_attempt_but_keeps_the_node(
+    api, start_runtime
+):
     # A 429 without a DisruptionBudget cause is kube-apiserver turning the request away under load, not
-    # the budget's answer: sent again after its Retry-After, and n1's a is evicted as planned.
+    # the budget's answer: this attempt stops (nobody else is evicted, b on n2 included), and the pod's
+    # next attempt evicts a on n1 as planned.
     want = _a_on_n1_before_b_on_n2(api)
     runtime = await start_runtime()
     api.fail("POST", r"/pods/a/eviction$", 429, reason="TooManyRequests", retry_after="0")
 
+    assert await asyncio.wait_for(runtime.preemptor.preempt(want), 5) is None
+    assert (runtime.preemptor.stats.refused, runtime.preemptor.stats.failed) == (0, 1)
+    assert api.get("Pod", NS, "a") is not None and api.get("Pod", NS, "b") is not None
     assert await asyncio.wait_for(runtime.preemptor.preempt(want), 5) == "n1"
     assert api.get("Pod", NS, "a") is None and api.get("Pod", NS, "b") is not None
-    assert runtime.preemptor.stats.refused == 0
     assert _evicted(api) == ["a", "a"]
 
 
