@@ -563,11 +563,10 @@ class KubeClient:
             )
             code = str(response.status)
         except aiohttp.ClientConnectorError as e:
-            if tries > 1 and method in WRITES_SENT_AGAIN:
-                raise TransportError(
-                    f"{method} {path}: sent, its connection closed unanswered, then cannot connect: {e}",
-                    sent=True,
-                ) from e
+            # Taken at its word even on a write's second try, whose first the server may have carried out:
+            # while kube-apiserver is down every request fails so, and a write counted as maybe carried out
+            # keeps its devices held until its claim changes, up to the reservation TTL when nothing can be
+            # read (a CI run's fill-up across a kube-apiserver restart stalled 10 minutes on one).
             raise TransportError(f"{method} {path}: cannot connect: {e}", sent=False) from e
         except aiohttp.SocketTimeoutError as e:
             # Only watches have a read timeout: the server took the watch and sent not even its headers.
