@@ -391,8 +391,7 @@ class KubeBinder:
                     if isinstance(e, ConflictError) and e.resent:
                         # aiohttp's second try met a claim moved past this write's version: the first try
                         # may have been carried out, never later. Held and undone by a rollback like any
-                        # write; the conflict retry's re-read finds it if it was.
-                        written.status_written, written.allocated = True, allocation is not None
+                        # write (recorded above); the conflict retry's re-read finds it if it was.
                         written.unconfirmed = False
                         if devices:
                             self.reservations.hold(key, devices, stale, created=created)
@@ -404,7 +403,6 @@ class KubeBinder:
                     # Maybe written: roll back (re-read first) or, if that fails, keep the devices held.
                     unanswered = e
                 written.unconfirmed = unanswered is not None
-                written.status_written, written.allocated = True, allocation is not None
                 if devices:
                     self.reservations.hold(key, devices, stale, created=created, confirmed=unanswered is None)
                 if unanswered is not None:
